@@ -1,0 +1,161 @@
+// The backend interface: where memory lives, how work is ordered, and what
+// computes. A backend is a table of function pointers plus an opaque context
+// (the ggml split): `cpu` (kernels/cpu) and `cuda` (kernels/cuda) implement it,
+// and the runtime never asks which one it holds (it asks supports_op).
+//
+// Conventions for every op below:
+//  - `X` marks tensors stored in the backend's storage dtype `b->dtype`
+//    (MIST_F32 or MIST_BF16; bf16 is always computed in fp32). `f32` marks
+//    tensors that are always fp32 (norm statistics, losses, optimizer state).
+//  - Dimension names: B batch, T sequence, C channels (hidden), N = B*T rows,
+//    OC output channels, NH query heads, NKV key/value heads, HS head size,
+//    F MLP inner width, V vocabulary, Vp padded vocabulary (row stride).
+//  - Gradient semantics: parameter gradients ACCUMULATE (+=), activation
+//    gradients OVERWRITE (=), except where a comment says "+=" (residual
+//    junctions accumulate into the residual-stream gradient).
+//  - All pointers are device pointers of this backend (host pointers on cpu);
+//    ops are enqueued on `s` (NULL = the default stream) and may return
+//    before they finish; `synchronize` waits.
+//  - Deterministic: the same inputs give the same bits run after run (no
+//    atomics in gradient paths).
+#ifndef MIST_BACKEND_H
+#define MIST_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/dtype.h"
+
+typedef struct Backend Backend;
+typedef struct BackendStream BackendStream;  // in-order queue of work
+typedef struct BackendEvent BackendEvent;    // a point in a stream
+
+typedef enum {
+    OP_EMBEDDING, OP_NORM, OP_MATMUL, OP_MATMUL_GELU, OP_ATTENTION, OP_ROTARY,
+    OP_GELU, OP_SWIGLU, OP_RESIDUAL, OP_CROSSENTROPY, OP_ADAMW, OP_NORM_SQ,
+    OP_CAST, OP_COUNT
+} BackendOp;
+
+typedef enum { NORM_OP_LAYERNORM = 0, NORM_OP_RMSNORM = 1 } NormOp;
+
+struct Backend {
+    const char *name;   // "cpu" or "cuda"
+    MistDtype dtype;    // storage dtype of params, grads and activations
+    int device;         // device index (cuda), 0 on cpu
+    void *ctx;          // backend-private state
+
+    // ---- memory: where it lives. Arenas call these once each at start. ----
+    void *(*alloc_device)(Backend *b, size_t bytes);   // NULL on failure
+    void (*free_device)(Backend *b, void *p);
+    void *(*alloc_pinned)(Backend *b, size_t bytes);   // page-locked host memory
+    void (*free_pinned)(Backend *b, void *p);
+    // copies: dst/src kinds are implied by the name; async on s
+    void (*copy_h2d)(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s);
+    void (*copy_d2h)(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s);
+    void (*copy_d2d)(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s);
+    void (*memset_device)(Backend *b, void *p, int value, size_t bytes, BackendStream *s);
+    // bytes the backend itself holds outside the arenas (library workspaces, context)
+    size_t (*reserved_bytes)(Backend *b);
+
+    // ---- ordering ----
+    BackendStream *(*stream_create)(Backend *b);
+    void (*stream_destroy)(Backend *b, BackendStream *s);
+    void (*stream_synchronize)(Backend *b, BackendStream *s);
+    BackendEvent *(*event_create)(Backend *b);
+    void (*event_destroy)(Backend *b, BackendEvent *e);
+    void (*event_record)(Backend *b, BackendEvent *e, BackendStream *s);
+    void (*stream_wait_event)(Backend *b, BackendStream *s, BackendEvent *e);
+    void (*event_synchronize)(Backend *b, BackendEvent *e);
+    float (*event_elapsed_ms)(Backend *b, BackendEvent *start, BackendEvent *end);
+    void (*synchronize)(Backend *b);
+    int (*supports_op)(Backend *b, BackendOp op);
+    void (*destroy)(Backend *b);
+
+    // ---- ops ----
+    // out X(B,T,C) = wte[tokens] + wpe[t]; wpe may be NULL (rotary models)
+    void (*embedding_forward)(Backend *b, BackendStream *s, void *out, const int32_t *tokens,
+                              const void *wte, const void *wpe, int B, int T, int C);
+    // dwte X(V,C) +=, dwpe X(maxT,C) += (may be NULL); dout X(B,T,C)
+    void (*embedding_backward)(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                               const int32_t *tokens, int B, int T, int C);
+
+    // Fused residual + norm. If res_in != NULL: res_out X(N,C) = inp + res_in, then
+    // normalise res_out; else normalise inp (res_out unused, may be NULL).
+    // out X(N,C); mean f32(N) (layernorm only, NULL for rmsnorm); rstd f32(N);
+    // w X(C); bias X(C) or NULL. LayerNorm: (x-mean)*rstd*w+bias; RMSNorm: x*rstd*w.
+    void (*norm_forward)(Backend *b, BackendStream *s, NormOp kind, void *res_out, void *out,
+                         float *mean, float *rstd, const void *inp, const void *res_in,
+                         const void *w, const void *bias, int N, int C, float eps);
+    // dinp X(N,C) += (the residual stream's gradient); dw X(C) +=; dbias X(C) += or NULL;
+    // inp X(N,C) is the tensor that was normalised (res_out when fused).
+    void (*norm_backward)(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
+                          const void *dout, const void *inp, const void *w,
+                          const float *mean, const float *rstd, int N, int C);
+
+    // out X(N,OC) = inp X(N,C) @ weight X(OC,C)^T + bias X(OC) (bias may be NULL).
+    // If pre_gelu != NULL: pre_gelu X(N,OC) gets the pre-activation and out = gelu_tanh(pre_gelu).
+    void (*matmul_forward)(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
+                           const void *weight, const void *bias, int N, int C, int OC);
+    // dinp X(N,C) = dout @ weight (skipped when dinp == NULL); dweight X(OC,C) +=;
+    // dbias X(OC) += (NULL to skip). If pre_gelu != NULL, dout is first turned in place
+    // into the gradient w.r.t. pre_gelu (dout *= gelu'(pre_gelu)).
+    void (*matmul_backward)(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
+                            void *dout, const void *inp, const void *weight, const void *pre_gelu,
+                            int N, int C, int OC);
+
+    // Causal self-attention, scale 1/sqrt(HS), grouped-query (query head h reads kv head
+    // h / (NH/NKV)). qkv X(B,T,(NH+2*NKV)*HS): per token [q heads | k heads | v heads].
+    // out X(B,T,NH*HS); lse f32(B,NH,T) = log-sum-exp of each score row (saved for backward;
+    // the T x T matrix is never kept).
+    void (*attention_forward)(Backend *b, BackendStream *s, void *out, float *lse, const void *qkv,
+                              int B, int T, int NH, int NKV, int HS);
+    // dqkv X(B,T,(NH+2*NKV)*HS) = ; recomputes scores from qkv and lse.
+    void (*attention_backward)(Backend *b, BackendStream *s, void *dqkv, const void *dout,
+                               const void *qkv, const void *out, const float *lse,
+                               int B, int T, int NH, int NKV, int HS);
+
+    // Rotary embedding on the q and k parts of qkv X(B,T,(NH+2*NKV)*HS), in place,
+    // positions t = 0..T-1, half-split pairs (i, i+HS/2), freq_i = theta^(-2i/HS).
+    void (*rotary_forward)(Backend *b, BackendStream *s, void *qkv, int B, int T, int NH, int NKV,
+                           int HS, float theta);
+    // the inverse rotation applied in place to dq, dk inside dqkv
+    void (*rotary_backward)(Backend *b, BackendStream *s, void *dqkv, int B, int T, int NH, int NKV,
+                            int HS, float theta);
+
+    // out X(n) = gelu_tanh(inp); dinp X(n) = dout * gelu'(inp) (dinp may alias dout)
+    void (*gelu_forward)(Backend *b, BackendStream *s, void *out, const void *inp, size_t n);
+    void (*gelu_backward)(Backend *b, BackendStream *s, void *dinp, const void *inp, const void *dout, size_t n);
+    // inp X(N,2F) rows are [gate | up]; out X(N,F) = silu(gate) * up
+    void (*swiglu_forward)(Backend *b, BackendStream *s, void *out, const void *inp, int N, int F);
+    // dinp X(N,2F) = 
+    void (*swiglu_backward)(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *inp, int N, int F);
+    // out X(n) = a + b (out may alias a)
+    void (*residual_forward)(Backend *b, BackendStream *s, void *out, const void *a, const void *c, size_t n);
+
+    // Softmax cross-entropy fused with its gradient. logits X(N,Vp), columns >= V ignored.
+    // losses f32(N) = -log softmax(logits)[target]. If dloss != 0, logits are overwritten
+    // with dloss * (softmax - onehot(target)) (padding columns set to 0). Targets < 0 are
+    // ignored (loss 0, gradient 0).
+    void (*crossentropy_forward_backward)(Backend *b, BackendStream *s, float *losses, void *logits,
+                                          const int32_t *targets, int N, int V, int Vp, float dloss);
+
+    // AdamW with decoupled weight decay and bias correction at step t (1-based).
+    // grad X(n) is multiplied by grad_scale first (clipping). master f32(n) holds the
+    // fp32 weights when param is bf16 (NULL when param is f32: then param is the master).
+    // m, v f32(n). param X(n) is rewritten from the updated master.
+    void (*adamw_update)(Backend *b, BackendStream *s, void *param, float *master, const void *grad,
+                         float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                         float eps, float weight_decay, float grad_scale, int t);
+    // acc f32[1] (a device scalar) += sum(grad^2) over X(n), deterministically
+    void (*norm_squared_accumulate)(Backend *b, BackendStream *s, float *acc, const void *grad, size_t n);
+    // dst = src converted between dtypes (f32 <-> bf16, or same-type copy)
+    void (*cast)(Backend *b, BackendStream *s, void *dst, MistDtype dst_t, const void *src, MistDtype src_t, size_t n);
+    // x X(n) *= alpha
+    void (*scale)(Backend *b, BackendStream *s, void *x, float alpha, size_t n);
+};
+
+// Constructors. `dtype` is the storage dtype (MIST_F32 or MIST_BF16).
+// Each returns NULL and writes a reason to err when it cannot start.
+Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen);
+Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen);
+
+#endif

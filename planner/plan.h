@@ -1,0 +1,40 @@
+// A parallel plan: how many micro-batches, and per pipeline stage which
+// layers, which device mesh and which memory savers. The planner writes it,
+// the config reader parses it ([plan] + [stage.N] sections), every rank
+// receives it by MPI_Bcast as plain bytes (so: no pointers in here).
+#ifndef MIST_PLAN_H
+#define MIST_PLAN_H
+
+#define MIST_MAX_STAGES 64
+
+typedef struct {
+    int layers;   // transformer blocks in this stage (consecutive)
+    int dp;       // data-parallel degree of the stage's mesh
+    int tp;       // tensor-parallel degree (innermost rank dimension, inside a node)
+    int b;        // micro-batch size per DP rank
+    int zero;     // 0 none, 1 optimizer state, 2 + grads, 3 + weights sharded over dp
+    int ckpt;     // how many of the stage's blocks recompute activations in backward (the last ckpt)
+    double wo, go, oo, ao;  // fraction of weights, grads, optimizer state, saved activations on the host
+} StagePlan;
+
+typedef struct {
+    int G;           // gradient-accumulation steps (micro-batches per iteration)
+    int num_stages;  // pipeline stages
+    StagePlan stage[MIST_MAX_STAGES];
+} Plan;
+
+// ranks a plan needs: sum over stages of dp*tp
+static inline int plan_world_size(const Plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->num_stages; i++) n += p->stage[i].dp * p->stage[i].tp;
+    return n;
+}
+
+// first block index of stage s
+static inline int plan_first_layer(const Plan *p, int s) {
+    int l = 0;
+    for (int i = 0; i < s; i++) l += p->stage[i].layers;
+    return l;
+}
+
+#endif

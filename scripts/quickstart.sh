@@ -1,0 +1,7 @@
+#!/bin/sh
+# README command 1: set up, build, and run the main job on the tiny example.
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+exec mpirun --oversubscribe -np 4 ./mist-train examples/tiny.ini "$@" </dev/null

@@ -1,0 +1,19 @@
+#!/bin/sh
+# README command 2: set up, build, run the whole test suite, and print
+# "N passed, N failed" (counted over every TAP test point) as the last line.
+set -u
+cd "$(dirname "$0")/.."
+sh scripts/build.sh || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+make -j"$(nproc)" check </dev/null
+status=$?
+for log in tests/*.log; do
+    case "$log" in */test-suite.log) continue;; esac
+    if grep -q '^not ok' "$log" 2>/dev/null || ! grep -q '^1\.\.' "$log"; then
+        echo "---- $log"; tail -n 40 "$log"
+    fi
+done
+passed=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)')
+failed=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)')
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "$passed passed, $failed failed"
+[ "$status" -eq 0 ]

@@ -1,0 +1,15 @@
+# TAP helpers for shell tests. Source it: . "$MIST_SRCDIR/tests/lib.sh"
+: "${MIST_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${MIST_BUILDDIR:=$MIST_SRCDIR}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+       OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+tap_n=0
+tap_fail=0
+tap_ok() {    # tap_ok CONDITION_STATUS "description"
+    tap_n=$((tap_n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $tap_n - $2"; else echo "not ok $tap_n - $2"; tap_fail=$((tap_fail + 1)); fi
+}
+tap_diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
+tap_end() { echo "1..$tap_n"; [ "$tap_fail" -eq 0 ]; }
+# mpirun with the flags the test machines need (root, oversubscription, no stdin)
+mist_mpirun() { mpirun --oversubscribe "$@" </dev/null; }
