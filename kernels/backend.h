@@ -108,7 +108,8 @@ struct Backend {
     // the T x T matrix is never kept).
     void (*attention_forward)(Backend *b, BackendStream *s, void *out, float *lse, const void *qkv,
                               int B, int T, int NH, int NKV, int HS);
-    // dqkv X(B,T,(NH+2*NKV)*HS) = ; recomputes scores from qkv and lse.
+    // dqkv X(B,T,(NH+2*NKV)*HS) = (overwritten): the gradient w.r.t. q, k and v; the scores are
+    // recomputed per row from qkv and lse, with D = rowsum(dout * out) (no T x T matrix kept).
     void (*attention_backward)(Backend *b, BackendStream *s, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *lse,
                                int B, int T, int NH, int NKV, int HS);
@@ -126,9 +127,9 @@ struct Backend {
     void (*gelu_backward)(Backend *b, BackendStream *s, void *dinp, const void *inp, const void *dout, size_t n);
     // inp X(N,2F) rows are [gate | up]; out X(N,F) = silu(gate) * up
     void (*swiglu_forward)(Backend *b, BackendStream *s, void *out, const void *inp, int N, int F);
-    // dinp X(N,2F) = 
+    // dinp X(N,2F) = (overwritten) [dgate | dup]: dgate = dout*up*silu'(gate), dup = dout*silu(gate)
     void (*swiglu_backward)(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *inp, int N, int F);
-    // out X(n) = a + b (out may alias a)
+    // out X(n) = a + c (out may alias a)
     void (*residual_forward)(Backend *b, BackendStream *s, void *out, const void *a, const void *c, size_t n);
 
     // Softmax cross-entropy fused with its gradient. logits X(N,Vp), columns >= V ignored.

@@ -32,20 +32,26 @@ typedef struct Grid {
 } Grid;
 
 // Pure layout, no communication: the stage/dp/tp indices and neighbours of
-// world rank `rank` under `plan` (fields world_rank, stage.., prev/next_rank,
-// first_layer, num_layers, stage_first_rank). Returns 0, or -1 with a message
-// in err when rank is outside the plan.
+// world rank `rank` under `plan` (world_rank, world_size, stage, num_stages,
+// dp/tp index and size, first_layer, num_layers, stage_first_rank,
+// prev/next_rank; the rest untouched). Returns 0, or 2 with a message in err
+// when the plan is malformed or `rank` is outside it.
 int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen);
 
-// Pipeline neighbour of a rank with flat in-stage index `flat` (dp_index*tp +
-// tp_index) in stage `from`, inside stage `to`: the world rank it exchanges
-// activations with. -1 when `to` is outside the plan.
-int grid_peer_rank(const Plan *plan, int from, int flat, int to);
+// Pipeline pairing between stages whose meshes may differ: the rank of stage
+// `to` that a rank at (dp_index, tp_index) of a neighbouring stage exchanges
+// activations with, i.e. (dp_index mod dp_to, tp_index mod tp_to) of stage
+// `to`. -1 when `to` is not a stage of the plan. See grid.c for why.
+int grid_peer_rank(const Plan *plan, int dp_index, int tp_index, int to);
 
-// Collective over the backend's world group. Fills the layout for this rank,
-// host/local rank/device from the launcher (launch.h), and creates the world,
-// dp and tp groups. The plan must need exactly the world size.
-// Returns 0, or 2 (= config error) with a message in err (same on every rank).
+// Checks a plan's shape (stage count, dp/tp/layers >= 1). 0, or 2 with a message.
+int grid_check_plan(const Plan *plan, char *err, size_t errlen);
+
+// Collective over every rank of the job; launch_init (launch.h) must have run.
+// Fills the layout of this rank, host/local rank/device from the launch, and
+// creates the world, dp and tp groups with `comm`. The plan must need exactly
+// the job's rank count. Returns 0; 2 (config error) when the plan does not fit
+// the job (same message on every rank); 1 when the comm backend failed.
 int grid_build(Grid *g, const Plan *plan, const struct CommBackend *comm, char *err, size_t errlen);
 void grid_free(Grid *g);
 

@@ -1,3 +1,204 @@
-// mist-train: placeholder main until the launcher lands.
+// mist-train: the training runtime's entry point.
+//
+// Flow: parse the command line (before MPI starts, so --help/--version and
+// usage errors work without a launcher) -> launch (MPI, local rank, device)
+// -> rank 0 reads and validates the config, broadcasts the status and the
+// MistConfig as bytes (other ranks never open the file) -> plan -> process
+// grid -> dry run (summary + grid table) or training.
+// Errors every rank knows about end the job in an orderly way (rank 0 prints
+// the message once, every rank finalizes and exits 2); errors only one rank
+// sees abort the whole job, so no rank waits forever for a partner.
+#ifdef HAVE_CONFIG_H
+#include <config.h>  // the build's config (PACKAGE_VERSION), not runtime/config.h
+#endif
+#include <mpi.h>
 #include <stdio.h>
-int main(void) { puts("mist-train"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/comm_mpi.h"
+#include "runtime/config.h"
+#include "runtime/config_load.h"
+#include "runtime/grid.h"
+#include "runtime/launch.h"
+#include "runtime/train.h"
+
+#ifndef MIST_EXIT_CONFIG
+#define MIST_EXIT_CONFIG 2
+#endif
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+#define MAX_OVERRIDES 256
+
+typedef struct {
+    const char *config;                      // CONFIG.ini
+    const char *overrides[MAX_OVERRIDES];    // "section.key=value"
+    int n_overrides;
+    int dry_run;
+} Args;
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "Usage: mist-train [OPTIONS] CONFIG.ini\n"
+            "\n"
+            "Trains a GPT- or Llama-style transformer as described by CONFIG.ini, with the\n"
+            "parallel plan given there. Start one process per GPU (or per CPU rank) with\n"
+            "mpirun or srun; rank 0 reads the configuration and shares it with the others.\n"
+            "\n"
+            "Options:\n"
+            "  -o, --override SECTION.KEY=VALUE\n"
+            "                   set one configuration value, overriding the file; repeatable.\n"
+            "                   Also written -oSECTION.KEY=VALUE or --override=SECTION.KEY=VALUE\n"
+            "  -n, --dry-run    check the configuration, build the process grid, print the\n"
+            "                   configuration summary and one row per rank, then exit\n"
+            "  -h, --help       print this help and exit\n"
+            "  -V, --version    print the version and exit\n"
+            "\n"
+            "Environment:\n"
+            "  MIST_DEVICE=cpu  use the CPU backend even when a GPU is present\n"
+            "\n"
+            "Exit status: 0 done, 1 runtime failure, 2 configuration or usage error.\n"
+            "\n"
+            "Examples:\n"
+            "  mpirun -np 4 mist-train examples/tiny.ini\n"
+            "  mpirun -np 4 mist-train --dry-run examples/tiny.ini\n"
+            "  mpirun -np 8 mist-train -o train.steps=100 -o train.lr=3e-4 model.ini\n"
+            "  srun --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 mist-train model.ini\n");
+}
+
+// The launcher's rank before MPI starts, so that only one process of a job
+// reports a usage error. 0 when not started by a launcher.
+static int launcher_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+static int usage_error(const char *fmt, const char *what) {
+    if (launcher_rank() == 0) {
+        fprintf(stderr, "mist-train: ");
+        fprintf(stderr, fmt, what);
+        fprintf(stderr, "\nTry 'mist-train --help' for the options.\n");
+    }
+    return MIST_EXIT_CONFIG;
+}
+
+// "section.key=value": a dot before the '=', something on each side.
+static int add_override(Args *a, const char *text) {
+    const char *eq = strchr(text, '=');
+    const char *dot = strchr(text, '.');
+    if (!eq || !dot || dot > eq || dot == text || dot + 1 == eq)
+        return usage_error("-o expects SECTION.KEY=VALUE (e.g. -o train.steps=10), got '%s'", text);
+    if (a->n_overrides == MAX_OVERRIDES) return usage_error("too many -o overrides (the limit is 256), at '%s'", text);
+    a->overrides[a->n_overrides++] = text;
+    return -1;
+}
+
+// Returns -1 to go on, or the exit code (0 after --help/--version).
+static int parse_args(int argc, char **argv, Args *a) {
+    memset(a, 0, sizeof *a);
+    int options_done = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int rc = -1;
+        if (options_done || s[0] != '-' || s[1] == '\0') {
+            if (a->config) return usage_error("one CONFIG.ini expected, got a second one: '%s'", s);
+            a->config = s;
+        } else if (!strcmp(s, "--")) {
+            options_done = 1;
+        } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            print_usage(stdout);
+            return 0;
+        } else if (!strcmp(s, "-V") || !strcmp(s, "--version")) {
+            printf("mist-train (mist) %s\n", PACKAGE_VERSION);
+            return 0;
+        } else if (!strcmp(s, "-n") || !strcmp(s, "--dry-run")) {
+            a->dry_run = 1;
+        } else if (!strcmp(s, "-o") || !strcmp(s, "--override")) {
+            if (i + 1 == argc) return usage_error("%s needs a SECTION.KEY=VALUE argument", s);
+            rc = add_override(a, argv[++i]);
+        } else if (!strncmp(s, "--override=", 11)) {
+            rc = add_override(a, s + 11);
+        } else if (!strncmp(s, "-o", 2)) {
+            rc = add_override(a, s + 2);
+        } else {
+            return usage_error("unknown option '%s'", s);
+        }
+        if (rc >= 0) return rc;
+    }
+    if (!a->config) return usage_error("%s", "missing the CONFIG.ini argument (e.g. mist-train examples/tiny.ini)");
+    return -1;
+}
+
+// Rank 0 reads the file; everyone gets the status, then the config as bytes.
+// Returns 0 or the (job-wide) exit code; rank 0 has printed the reason.
+static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
+    char err[2048] = "";
+    int status = 0;
+    if (L->world_rank == 0)
+        status = config_load(cfg, a->config, a->overrides, a->n_overrides, L->world_size, err, sizeof err);
+    if (MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "sharing the configuration status failed");
+    if (status) {
+        if (L->world_rank == 0) fprintf(stderr, "mist-train: %s\n", err[0] ? err : "invalid configuration");
+        return status;
+    }
+    if (MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "broadcasting the configuration failed");
+    return 0;
+}
+
+// The plan to run. Every rank holds the same config, so every rank reaches
+// the same verdict without talking; rank 0 prints it.
+static int resolve_plan(MistConfig *cfg, const Launch *L) {
+    if (cfg->plan.mode != PLAN_AUTO) return 0;
+    if (L->world_rank == 0)
+        fprintf(stderr,
+                "mist-train: %s: [plan] mode = auto, but automatic planning is not available in this build yet.\n"
+                "Hint: set mode = fixed and describe the stages (G, num_stages and [stage.N] dp, tp, layers, ...).\n",
+                cfg->source);
+    return MIST_EXIT_CONFIG;
+}
+
+static int finish(int code) {
+    launch_finalize();
+    return code;
+}
+
+int main(int argc, char **argv) {
+    static Args args;         // large-ish: keep it off the stack
+    static MistConfig cfg;
+    int rc = parse_args(argc, argv, &args);
+    if (rc >= 0) return rc;
+
+    Launch L;
+    if (launch_init(&argc, &argv, &L)) return 1;
+    if ((rc = load_config(&cfg, &args, &L))) return finish(rc);
+    if ((rc = resolve_plan(&cfg, &L))) return finish(rc);
+
+    Grid grid;
+    char err[1024];
+    rc = grid_build(&grid, &cfg.plan.plan, comm_mpi_backend(), err, sizeof err);
+    if (rc == MIST_EXIT_CONFIG) {  // same plan everywhere: every rank saw it, rank 0 says it
+        if (L.world_rank == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg.source, err);
+        return finish(rc);
+    }
+    if (rc) launch_abort(1, "%s", err);
+
+    if (args.dry_run) {
+        if (L.world_rank == 0) {
+            config_print_summary(&cfg, stdout);
+            fflush(stdout);
+        }
+        grid_print_table(&grid, stdout);
+        grid_free(&grid);
+        return finish(0);
+    }
+    rc = mist_train_run(&cfg, &grid);
+    grid_free(&grid);
+    return finish(rc);
+}

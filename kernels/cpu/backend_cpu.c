@@ -1,0 +1,156 @@
+// The CPU backend: host memory stands in for device and pinned memory, every
+// stream runs its work synchronously in call order (so an op has finished
+// when it returns), and events are wall-clock timestamps. The ops live in one
+// file per family (embedding.c, norm.c, ...), declared in cpu_ops.h.
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L  // clock_gettime
+#endif
+#ifdef HAVE_CONFIG_H
+#include <config.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+
+enum { CPU_ALIGN = 64 };  // a cache line, and enough for any SIMD load
+enum { WIDEN_MIN_PARALLEL = 65536 };  // below this, threads cost more than they save
+
+struct BackendStream { int unused; };       // work is done when the call returns
+struct BackendEvent { double ms; int recorded; };  // wall time at record
+
+void *cpu_scratch(size_t bytes) {
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    void *p = aligned_alloc(CPU_ALIGN, rounded ? rounded : CPU_ALIGN);
+    if (!p) {
+        fprintf(stderr, "mist cpu backend: out of host memory allocating %zu bytes of scratch\n"
+                        "  hint: reduce the micro-batch size or sequence length\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+void cpu_to_f32(float *dst, const void *src, MistDtype t, size_t n) {
+    if (t == MIST_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    CPU_PRAGMA(omp parallel for schedule(static) if (n > WIDEN_MIN_PARALLEL))
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_ld(src, t, i);
+}
+
+void cpu_from_f32(void *dst, MistDtype t, const float *src, size_t n) {
+    if (t == MIST_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    CPU_PRAGMA(omp parallel for schedule(static) if (n > WIDEN_MIN_PARALLEL))
+    for (size_t i = 0; i < n; i++) cpu_st(dst, t, i, src[i]);
+}
+
+float *cpu_as_f32(const void *p, MistDtype t, size_t n, float **owned) {
+    if (t == MIST_F32) {
+        *owned = NULL;
+        return (float *)p;
+    }
+    *owned = cpu_scratch(n * sizeof(float));
+    cpu_to_f32(*owned, p, t, n);
+    return *owned;
+}
+
+// ---- memory ----
+static void *cpu_alloc(Backend *b, size_t bytes) {
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    return aligned_alloc(CPU_ALIGN, rounded ? rounded : CPU_ALIGN);
+}
+static void cpu_free(Backend *b, void *p) { free(p); }
+static void cpu_copy(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s) {
+    if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_memset(Backend *b, void *p, int value, size_t bytes, BackendStream *s) {
+    if (bytes) memset(p, value, bytes);
+}
+static size_t cpu_reserved_bytes(Backend *b) { return 0; }  // scratch is freed after each op
+
+// ---- ordering: nothing is ever pending ----
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static BackendStream *cpu_stream_create(Backend *b) { return calloc(1, sizeof(BackendStream)); }
+static void cpu_stream_destroy(Backend *b, BackendStream *s) { free(s); }
+static void cpu_stream_synchronize(Backend *b, BackendStream *s) {}
+static BackendEvent *cpu_event_create(Backend *b) { return calloc(1, sizeof(BackendEvent)); }
+static void cpu_event_destroy(Backend *b, BackendEvent *e) { free(e); }
+static void cpu_event_record(Backend *b, BackendEvent *e, BackendStream *s) {
+    e->ms = now_ms();
+    e->recorded = 1;
+}
+static void cpu_stream_wait_event(Backend *b, BackendStream *s, BackendEvent *e) {}
+static void cpu_event_synchronize(Backend *b, BackendEvent *e) {}
+// milliseconds between two recorded events; 0 if either was never recorded
+static float cpu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *end) {
+    if (!start->recorded || !end->recorded) return 0.0f;
+    return (float)(end->ms - start->ms);
+}
+static void cpu_synchronize(Backend *b) {}
+static int cpu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
+static void cpu_destroy(Backend *b) { free(b); }
+
+Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
+    if (dtype != MIST_F32 && dtype != MIST_BF16) {
+        if (err)
+            snprintf(err, errlen, "cpu backend: storage dtype %s is not supported (allowed: f32, bf16)",
+                     mist_dtype_name(dtype));
+        return NULL;
+    }
+    Backend *b = calloc(1, sizeof(Backend));
+    if (!b) {
+        if (err) snprintf(err, errlen, "cpu backend: out of host memory");
+        return NULL;
+    }
+    b->name = "cpu";
+    b->dtype = dtype;
+    b->device = 0;
+    b->ctx = NULL;
+    b->alloc_device = cpu_alloc;
+    b->free_device = cpu_free;
+    b->alloc_pinned = cpu_alloc;
+    b->free_pinned = cpu_free;
+    b->copy_h2d = cpu_copy;
+    b->copy_d2h = cpu_copy;
+    b->copy_d2d = cpu_copy;
+    b->memset_device = cpu_memset;
+    b->reserved_bytes = cpu_reserved_bytes;
+    b->stream_create = cpu_stream_create;
+    b->stream_destroy = cpu_stream_destroy;
+    b->stream_synchronize = cpu_stream_synchronize;
+    b->event_create = cpu_event_create;
+    b->event_destroy = cpu_event_destroy;
+    b->event_record = cpu_event_record;
+    b->stream_wait_event = cpu_stream_wait_event;
+    b->event_synchronize = cpu_event_synchronize;
+    b->event_elapsed_ms = cpu_event_elapsed_ms;
+    b->synchronize = cpu_synchronize;
+    b->supports_op = cpu_supports_op;
+    b->destroy = cpu_destroy;
+
+    b->embedding_forward = cpu_embedding_forward;
+    b->embedding_backward = cpu_embedding_backward;
+    b->norm_forward = cpu_norm_forward;
+    b->norm_backward = cpu_norm_backward;
+    b->matmul_forward = cpu_matmul_forward;
+    b->matmul_backward = cpu_matmul_backward;
+    b->attention_forward = cpu_attention_forward;
+    b->attention_backward = cpu_attention_backward;
+    b->rotary_forward = cpu_rotary_forward;
+    b->rotary_backward = cpu_rotary_backward;
+    b->gelu_forward = cpu_gelu_forward;
+    b->gelu_backward = cpu_gelu_backward;
+    b->swiglu_forward = cpu_swiglu_forward;
+    b->swiglu_backward = cpu_swiglu_backward;
+    b->residual_forward = cpu_residual_forward;
+    b->crossentropy_forward_backward = cpu_crossentropy_forward_backward;
+    b->adamw_update = cpu_adamw_update;
+    b->norm_squared_accumulate = cpu_norm_squared_accumulate;
+    b->cast = cpu_cast;
+    b->scale = cpu_scale;
+    return b;
+}

@@ -1,0 +1,108 @@
+// Fused residual add + LayerNorm / RMSNorm, forward and backward.
+// LayerNorm: y = (x - mean) * rstd * w + bias, rstd = 1/sqrt(var + eps)
+// RMSNorm:   y = x * rstd * w,                 rstd = 1/sqrt(mean(x^2) + eps)
+#include <math.h>
+#include <stdlib.h>
+#include "kernels/cpu/cpu_ops.h"
+
+enum { NORM_COLS_PER_TASK = 64 };  // column block owned by one thread in the dw reduction
+
+void cpu_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, void *out,
+                      float *mean, float *rstd, const void *inp, const void *res_in,
+                      const void *w, const void *bias, int N, int C, float eps) {
+    MistDtype dt = b->dtype;
+    CPU_PRAGMA(omp parallel)
+    {
+        float *x = cpu_scratch((size_t)C * sizeof(float));  // (C) the row being normalised
+        CPU_PRAGMA(omp for schedule(static))
+        for (int i = 0; i < N; i++) {
+            size_t o = (size_t)i * C;
+            if (res_in) {
+                // normalise the stored (rounded) sum: backward sees exactly that tensor
+                for (int c = 0; c < C; c++) {
+                    cpu_st(res_out, dt, o + c, cpu_ld(inp, dt, o + c) + cpu_ld(res_in, dt, o + c));
+                    x[c] = cpu_ld(res_out, dt, o + c);
+                }
+            } else {
+                for (int c = 0; c < C; c++) x[c] = cpu_ld(inp, dt, o + c);
+            }
+            float mu = 0.0f;
+            if (kind == NORM_OP_LAYERNORM) {
+                for (int c = 0; c < C; c++) mu += x[c];
+                mu /= C;
+            }
+            float ss = 0.0f;  // sum of squares about mu (mu = 0 for RMSNorm)
+            for (int c = 0; c < C; c++) ss += (x[c] - mu) * (x[c] - mu);
+            float r = 1.0f / sqrtf(ss / C + eps);
+            for (int c = 0; c < C; c++) {
+                float y = (x[c] - mu) * r * cpu_ld(w, dt, c);
+                if (bias) y += cpu_ld(bias, dt, c);
+                cpu_st(out, dt, o + c, y);
+            }
+            if (mean && kind == NORM_OP_LAYERNORM) mean[i] = mu;
+            if (rstd) rstd[i] = r;
+        }
+        free(x);
+    }
+}
+
+// dinp X(N,C) +=, dw X(C) +=, dbias X(C) += (or NULL).
+// With g = dout * w and xhat the normalised input:
+//   LayerNorm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   RMSNorm:   dx = rstd * (g - xhat * mean(g * xhat))
+// dw[c] = sum_i dout[i,c] * xhat[i,c], dbias[c] = sum_i dout[i,c]: each column
+// block is owned by one thread and sums rows in order (thread-count independent).
+void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
+                       const void *dout, const void *inp, const void *w,
+                       const float *mean, const float *rstd, int N, int C) {
+    MistDtype dt = b->dtype;
+    int is_ln = kind == NORM_OP_LAYERNORM;
+    if (dinp) {
+        CPU_PRAGMA(omp parallel)
+        {
+            float *g = cpu_scratch((size_t)C * sizeof(float));     // (C) dout * w
+            float *xhat = cpu_scratch((size_t)C * sizeof(float));  // (C)
+            CPU_PRAGMA(omp for schedule(static))
+            for (int i = 0; i < N; i++) {
+                size_t o = (size_t)i * C;
+                float mu = is_ln ? mean[i] : 0.0f, r = rstd[i];
+                float g_mean = 0.0f, gx_mean = 0.0f;
+                for (int c = 0; c < C; c++) {
+                    xhat[c] = (cpu_ld(inp, dt, o + c) - mu) * r;
+                    g[c] = cpu_ld(dout, dt, o + c) * cpu_ld(w, dt, c);
+                    g_mean += g[c];
+                    gx_mean += g[c] * xhat[c];
+                }
+                g_mean = is_ln ? g_mean / C : 0.0f;
+                gx_mean /= C;
+                for (int c = 0; c < C; c++) {
+                    float dx = r * (g[c] - g_mean - xhat[c] * gx_mean);
+                    cpu_st(dinp, dt, o + c, cpu_ld(dinp, dt, o + c) + dx);
+                }
+            }
+            free(xhat);
+            free(g);
+        }
+    }
+    if (!dw && !dbias) return;
+    int tasks = (C + NORM_COLS_PER_TASK - 1) / NORM_COLS_PER_TASK;
+    CPU_PRAGMA(omp parallel for schedule(static))
+    for (int task = 0; task < tasks; task++) {
+        int c0 = task * NORM_COLS_PER_TASK;
+        int c1 = c0 + NORM_COLS_PER_TASK < C ? c0 + NORM_COLS_PER_TASK : C;
+        float acc_w[NORM_COLS_PER_TASK] = {0}, acc_b[NORM_COLS_PER_TASK] = {0};
+        for (int i = 0; i < N; i++) {
+            size_t o = (size_t)i * C;
+            float mu = is_ln ? mean[i] : 0.0f, r = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                float d = cpu_ld(dout, dt, o + c);
+                acc_w[c - c0] += d * (cpu_ld(inp, dt, o + c) - mu) * r;
+                acc_b[c - c0] += d;
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            if (dw) cpu_st(dw, dt, c, cpu_ld(dw, dt, c) + acc_w[c - c0]);
+            if (dbias) cpu_st(dbias, dt, c, cpu_ld(dbias, dt, c) + acc_b[c - c0]);
+        }
+    }
+}

@@ -1,0 +1,218 @@
+// Analyze a fixed plan with the stage cost model (see analyze.h).
+#include <math.h>
+#include <string.h>
+#include "models/model.h"
+#include "planner/analyze.h"
+
+int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
+                 char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    const ModelConfig *m = &cfg->model;
+    int S = plan->num_stages;
+    if (S < 1 || S > MIST_MAX_STAGES) {
+        snprintf(err, errlen, "plan: num_stages = %d (allowed: 1..%d)", S, MIST_MAX_STAGES);
+        return -1;
+    }
+    if (plan->G < 1) {
+        snprintf(err, errlen, "plan: G = %d (allowed: >= 1 micro-batches per iteration)", plan->G);
+        return -1;
+    }
+    int layers = 0;
+    for (int i = 0; i < S; i++) {
+        const StagePlan *sp = &plan->stage[i];
+        if (sp->layers < 1 || sp->dp < 1 || sp->tp < 1 || sp->b < 1 || sp->zero < 0 || sp->zero > 3 || sp->ckpt < 0 ||
+            sp->ckpt > sp->layers) {
+            snprintf(err, errlen,
+                     "plan: [stage.%d] layers=%d dp=%d tp=%d b=%d zero=%d ckpt=%d (allowed: layers, dp, tp, b >= 1; "
+                     "zero 0..3; ckpt 0..layers)",
+                     i, sp->layers, sp->dp, sp->tp, sp->b, sp->zero, sp->ckpt);
+            return -1;
+        }
+        double r[4] = {sp->wo, sp->go, sp->oo, sp->ao};
+        for (int k = 0; k < 4; k++)
+            if (!(r[k] >= 0 && r[k] <= 1)) {
+                snprintf(err, errlen, "plan: [stage.%d] offload ratio %s = %g (allowed: 0..1)", i,
+                         (const char *[]){"wo", "go", "oo", "ao"}[k], r[k]);
+                return -1;
+            }
+        int64_t batch = (int64_t)sp->b * sp->dp * plan->G;
+        if (batch != cfg->train.global_batch) {
+            snprintf(err, errlen,
+                     "plan: [stage.%d] b*dp*G = %d*%d*%d = %lld but [train] global_batch = %lld (hint: every stage "
+                     "must process the whole batch)",
+                     i, sp->b, sp->dp, plan->G, (long long)batch, (long long)cfg->train.global_batch);
+            return -1;
+        }
+        layers += sp->layers;
+    }
+    if (layers != m->layers) {
+        snprintf(err, errlen, "plan: the stages hold %d blocks but [model] layers = %d", layers, m->layers);
+        return -1;
+    }
+    a->num_stages = S;
+    a->G = plan->G;
+    a->world = plan_world_size(plan);
+    a->params_total = model_param_count(m);
+    a->capacity = cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory : hw->memory_bytes;
+    snprintf(a->hardware, sizeof a->hardware, "%s", hw->name);
+
+    // one stage model per (has_pre, has_post), built when first needed
+    StageModel models[2][2];
+    int built[2][2] = {{0, 0}, {0, 0}};
+    double t[MIST_MAX_STAGES], d[MIST_MAX_STAGES];
+    a->all_fit = 1;
+    a->first_bad = -1;
+    for (int i = 0; i < S; i++) {
+        int has_pre = i == 0, has_post = i == S - 1;
+        if (!built[has_pre][has_post]) {
+            if (stage_model_build(&models[has_pre][has_post], cfg, hw, table, has_pre, has_post, err, errlen) != 0) {
+                for (int u = 0; u < 2; u++)
+                    for (int v = 0; v < 2; v++)
+                        if (built[u][v]) stage_model_free(&models[u][v]);
+                return -1;
+            }
+            built[has_pre][has_post] = 1;
+        }
+        StageAnalysis *st = &a->stage[i];
+        st->sp = plan->stage[i];
+        st->first_layer = plan_first_layer(plan, i);
+        st->last_layer = st->first_layer + st->sp.layers - 1;
+        st->p = S - i - 1 < plan->G - 1 ? S - i - 1 : plan->G - 1;
+        StageConfig c = {st->sp.layers, st->sp.b, st->sp.dp, st->sp.tp, st->sp.zero, st->sp.ckpt, plan->G, st->p,
+                         st->sp.wo, st->sp.go, st->sp.oo, st->sp.ao};
+        stage_eval_scalar(&models[has_pre][has_post], &c, st->out);
+        double peak = fmax(st->out[ST_PEAK_FWD], st->out[ST_PEAK_BWD]);
+        st->peak = (int64_t)ceil(peak);
+        st->fits = st->peak <= a->capacity;
+        st->shortfall = st->fits ? 0 : st->peak - a->capacity;
+        if (!st->fits && a->all_fit) {
+            a->all_fit = 0;
+            a->first_bad = i;
+        }
+        t[i] = st->out[ST_T];
+        d[i] = st->out[ST_D];
+        a->hw_flops += st->out[ST_HW_FLOPS] * plan->G * st->sp.dp * st->sp.tp;
+    }
+    for (int u = 0; u < 2; u++)
+        for (int v = 0; v < 2; v++)
+            if (built[u][v]) stage_model_free(&models[u][v]);
+    a->iteration_seconds = pipeline_1f1b_seconds(S, plan->G, t, d);
+    a->model_flops = model_flops_per_iteration(cfg);
+    ComputeDtype dt = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
+    a->peak_flops = hw->peak_flops[dt];
+    double tokens = (double)cfg->train.global_batch * m->seq_len;
+    if (a->iteration_seconds > 0) {
+        a->tokens_per_second = tokens / a->iteration_seconds;
+        a->mfu = a->model_flops / (a->iteration_seconds * a->world * a->peak_flops);
+        a->hfu = a->hw_flops / (a->iteration_seconds * a->world * a->peak_flops);
+    }
+    return 0;
+}
+
+// bytes as a short human figure
+static const char *human(double bytes, char *buf, size_t len) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (fabs(bytes) >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}
+
+static const char *seconds(double s, char *buf, size_t len) {
+    if (s >= 1) snprintf(buf, len, "%.3f s", s);
+    else if (s >= 1e-3) snprintf(buf, len, "%.3f ms", s * 1e3);
+    else snprintf(buf, len, "%.1f us", s * 1e6);
+    return buf;
+}
+
+static const char *zero_name(int z) {
+    static const char *names[] = {"0 (DP)", "1 (opt)", "2 (+grad)", "3 (+weight)"};
+    return z >= 0 && z <= 3 ? names[z] : "?";
+}
+
+void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) {
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32];
+    fprintf(f, "model: %d layers, hidden %d, %d heads, seq %d, vocab %d, %lld parameters\n", cfg->model.layers,
+            cfg->model.hidden, cfg->model.heads, cfg->model.seq_len, cfg->model.vocab, (long long)a->params_total);
+    fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks, hardware %s, %s per device\n\n", a->num_stages, a->G,
+            a->world, a->hardware, human((double)a->capacity, b1, sizeof b1));
+    fprintf(f, "%-5s %-9s %-7s %3s %-11s %-5s %-23s %11s %11s %11s %11s %s\n", "stage", "layers", "mesh", "b", "zero",
+            "ckpt", "offload w/g/o/a", "t", "d", "peak fwd", "peak bwd", "fits");
+    for (int i = 0; i < a->num_stages; i++) {
+        const StageAnalysis *s = &a->stage[i];
+        char layers[24], mesh[24], off[40];
+        snprintf(layers, sizeof layers, "%d-%d", s->first_layer, s->last_layer);
+        snprintf(mesh, sizeof mesh, "%dx%d", s->sp.dp, s->sp.tp);
+        snprintf(off, sizeof off, "%.2f/%.2f/%.2f/%.2f", s->sp.wo, s->sp.go, s->sp.oo, s->sp.ao);
+        fprintf(f, "%-5d %-9s %-7s %3d %-11s %-5d %-23s %11s %11s %11s %11s %s\n", i, layers, mesh, s->sp.b,
+                zero_name(s->sp.zero), s->sp.ckpt, off, seconds(s->out[ST_T], b1, sizeof b1),
+                seconds(s->out[ST_D], b2, sizeof b2), human(s->out[ST_PEAK_FWD], b3, sizeof b3),
+                human(s->out[ST_PEAK_BWD], b4, sizeof b4), s->fits ? "yes" : "NO");
+    }
+    fprintf(f, "\nmemory per rank (dp x tp mesh; dp = data-parallel, tp = tensor-parallel):\n");
+    for (int i = 0; i < a->num_stages; i++) {
+        const StageAnalysis *s = &a->stage[i];
+        fprintf(f, "  stage %d: weights %s, grads %s, optimizer %s, activations %s, buffers fwd/bwd %s/%s, "
+                   "transient fwd/bwd %s/%s",
+                i, human(s->out[ST_WEIGHTS], b1, sizeof b1), human(s->out[ST_GRADS], b2, sizeof b2),
+                human(s->out[ST_OPTIMIZER], b3, sizeof b3), human(s->out[ST_ACTIVATIONS], b4, sizeof b4),
+                human(s->out[ST_BUFFERS_FWD], b5, sizeof b5), human(s->out[ST_BUFFERS_BWD], b6, sizeof b6),
+                human(s->out[ST_TRANSIENT_FWD], b7, sizeof b7), human(s->out[ST_TRANSIENT_BWD], b8, sizeof b8));
+        if (s->out[ST_LOGITS] > 0) fprintf(f, ", logits+loss %s", human(s->out[ST_LOGITS], b1, sizeof b1));
+        fprintf(f, ", host %s\n", human(s->out[ST_HOST], b1, sizeof b1));
+    }
+    fprintf(f, "\niteration: %s, %.0f tokens/s\n", seconds(a->iteration_seconds, b1, sizeof b1), a->tokens_per_second);
+    fprintf(f, "model FLOPs per iteration: %.4g (MFU %.1f%%, HFU %.1f%% with recompute, of %.4g FLOP/s peak per device)\n",
+            a->model_flops, 100 * a->mfu, 100 * a->hfu, a->peak_flops);
+    for (int i = 0; i < a->num_stages; i++) {
+        const StageAnalysis *s = &a->stage[i];
+        if (!s->fits)
+            fprintf(f, "stage %d does not fit: peak %lld bytes > capacity %lld bytes, short by %lld bytes (%s)\n", i,
+                    (long long)s->peak, (long long)a->capacity, (long long)s->shortfall,
+                    human((double)s->shortfall, b1, sizeof b1));
+    }
+}
+
+static long long bytes_int(double v) { return (long long)ceil(v); }
+
+void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) {
+    fprintf(f, "{\"params_total\": %lld, \"flops_per_iteration\": %.17g, \"hw_flops_per_iteration\": %.17g, ",
+            (long long)a->params_total, a->model_flops, a->hw_flops);
+    fprintf(f, "\"iteration_seconds\": %.17g, \"tokens_per_second\": %.17g, \"mfu\": %.17g, \"hfu\": %.17g, ",
+            a->iteration_seconds, a->tokens_per_second, a->mfu, a->hfu);
+    fprintf(f, "\"peak_flops_per_device\": %.17g, \"hardware\": \"", a->peak_flops);
+    for (const char *c = a->hardware; *c; c++) {
+        if (*c == '"' || *c == '\\') fputc('\\', f);
+        if ((unsigned char)*c >= 0x20) fputc(*c, f);
+    }
+    fprintf(f, "\", \"capacity_bytes\": %lld, \"world_size\": %d, \"G\": %d, \"global_batch\": %lld, ",
+            (long long)a->capacity, a->world, a->G, (long long)cfg->train.global_batch);
+    fprintf(f, "\"fits\": %s, \"stages\": [", a->all_fit ? "true" : "false");
+    for (int i = 0; i < a->num_stages; i++) {
+        const StageAnalysis *s = &a->stage[i];
+        const double *o = s->out;
+        fprintf(f, "%s{\"layers\": [%d, %d], \"dp\": %d, \"tp\": %d, \"b\": %d, \"zero\": %d, \"ckpt\": %d, ",
+                i ? ", " : "", s->first_layer, s->last_layer, s->sp.dp, s->sp.tp, s->sp.b, s->sp.zero, s->sp.ckpt);
+        fprintf(f, "\"offload\": {\"wo\": %.17g, \"go\": %.17g, \"oo\": %.17g, \"ao\": %.17g}, \"p\": %d, ", s->sp.wo,
+                s->sp.go, s->sp.oo, s->sp.ao, s->p);
+        fprintf(f, "\"t_stable_seconds\": %.17g, \"t_delta_seconds\": %.17g, ", o[ST_T], o[ST_D]);
+        fprintf(f, "\"fwd_first_seconds\": %.17g, \"fwd_other_seconds\": %.17g, \"bwd_last_seconds\": %.17g, "
+                   "\"bwd_other_seconds\": %.17g, ",
+                o[ST_FWD_FIRST], o[ST_FWD_OTHER], o[ST_BWD_LAST], o[ST_BWD_OTHER]);
+        fprintf(f, "\"peak_bytes_fwd\": %lld, \"peak_bytes_bwd\": %lld, \"fits\": %s, \"shortfall_bytes\": %lld, ",
+                bytes_int(o[ST_PEAK_FWD]), bytes_int(o[ST_PEAK_BWD]), s->fits ? "true" : "false",
+                (long long)s->shortfall);
+        fprintf(f, "\"memory\": {\"weights\": %lld, \"grads\": %lld, \"optimizer\": %lld, \"activations\": %lld, ",
+                bytes_int(o[ST_WEIGHTS]), bytes_int(o[ST_GRADS]), bytes_int(o[ST_OPTIMIZER]),
+                bytes_int(o[ST_ACTIVATIONS]));
+        fprintf(f, "\"buffers\": %lld, \"buffers_fwd\": %lld, \"buffers_bwd\": %lld, \"transient_fwd\": %lld, "
+                   "\"transient_bwd\": %lld, \"logits\": %lld, \"host_bytes\": %lld}}",
+                bytes_int(fmax(o[ST_BUFFERS_FWD], o[ST_BUFFERS_BWD])), bytes_int(o[ST_BUFFERS_FWD]),
+                bytes_int(o[ST_BUFFERS_BWD]), bytes_int(o[ST_TRANSIENT_FWD]), bytes_int(o[ST_TRANSIENT_BWD]),
+                bytes_int(o[ST_LOGITS]), bytes_int(o[ST_HOST]));
+    }
+    fprintf(f, "]}\n");
+}

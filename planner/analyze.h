@@ -1,0 +1,49 @@
+// Analyze a fixed plan: per-stage time and memory from the cost model, the
+// 1F1B iteration time, throughput, MFU/HFU, and whether every stage fits.
+// Printed as a table or as one JSON object (schema: docs/plan-analyze.md).
+#ifndef MIST_ANALYZE_H
+#define MIST_ANALYZE_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "planner/cost.h"
+#include "planner/plan.h"
+#include "planner/profile.h"
+#include "runtime/config.h"
+
+typedef struct {
+    int first_layer, last_layer;  // inclusive block indices
+    StagePlan sp;
+    int p;                        // extra in-flight micro-batches, min(S - i - 1, G - 1)
+    double out[ST_OUTPUTS];       // the stage model's outputs (per rank)
+    int64_t peak;                 // max(fwd, bwd) peak bytes
+    int fits;
+    int64_t shortfall;            // peak - capacity when it does not fit
+} StageAnalysis;
+
+typedef struct {
+    int num_stages, G;
+    StageAnalysis stage[MIST_MAX_STAGES];
+    int64_t params_total;        // whole model, exact
+    int64_t capacity;            // device bytes per rank
+    double iteration_seconds;    // 1F1B total
+    double tokens_per_second;
+    double model_flops;          // per iteration, Megatron convention
+    double hw_flops;             // per iteration, all ranks, recompute included
+    double peak_flops;           // per device, the training dtype's dense peak
+    int world;                   // ranks
+    double mfu, hfu;
+    int all_fit;
+    int first_bad;               // first stage that does not fit, -1 if all fit
+    char hardware[64];
+} PlanAnalysis;
+
+// Check the plan against the config (layers, batch, world) and evaluate it.
+// Returns 0, or -1 with err for a plan that is inconsistent (a usage error).
+int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
+                 char *err, size_t errlen);
+
+void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f);
+void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f);
+
+#endif

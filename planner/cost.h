@@ -1,0 +1,176 @@
+// The cost and memory model of one pipeline stage (DESIGN.md §4-§5), written
+// as symbolic expressions of the stage's configuration so the search can
+// evaluate hundreds of thousands of candidates in one batched pass.
+//
+//   cost.c      per-op compute time (roofline or measured table), collective
+//               and host-copy transfer sizes and times, the stage symbols
+//   overlap.c   the interference window rule (scalar and symbolic)
+//   schedule.c  per-block phases, first/last micro-batch, stage t and d,
+//               the 1F1B pipeline total
+//   memory.c    per-stage memory: states, buffers, activations, peaks
+#ifndef MIST_COST_H
+#define MIST_COST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "planner/expr.h"
+#include "planner/optable.h"
+#include "planner/profile.h"
+#include "runtime/config.h"
+
+// ---- the symbols of a stage configuration (names as registered in ExprCtx)
+typedef enum {
+    SYM_B,     // "b": micro-batch size per DP rank
+    SYM_DP,    // "dp"
+    SYM_TP,    // "tp"
+    SYM_WS,    // "ws": 1 when weights are sharded over dp (ZeRO-3)
+    SYM_GS,    // "gs": 1 when grads are sharded (ZeRO-2, 3)
+    SYM_OS,    // "os": 1 when optimizer state is sharded (ZeRO-1, 2, 3)
+    SYM_CKPT,  // "ckpt": checkpointed blocks (the last ckpt of the stage)
+    SYM_WO,    // "wo", "go", "oo", "ao": offload ratios in [0, 1]
+    SYM_GO,
+    SYM_OO,
+    SYM_AO,
+    SYM_G,      // "G": micro-batches per iteration
+    SYM_P,      // "p": extra micro-batches in flight, min(S - i - 1, G - 1)
+    SYM_L,      // "L": blocks in the stage
+    STAGE_SYMS
+} StageSym;
+
+extern const char *const stage_sym_names[STAGE_SYMS];
+
+// ---- outputs of a stage model (all per rank of the stage)
+typedef enum {
+    ST_T,              // s: steady-state time per micro-batch (fwd + bwd)
+    ST_D,              // s: extra time of the first fwd + last bwd micro-batch
+    ST_PEAK_FWD,       // bytes: device memory peak during forward
+    ST_PEAK_BWD,       // bytes: device memory peak during backward
+    ST_WEIGHTS,        // bytes: resident (device) weights of the stage's blocks, pre, post
+    ST_GRADS,          // bytes: resident gradient buffers
+    ST_OPTIMIZER,      // bytes: resident optimizer state (fp32 master + m + v, or m + v)
+    ST_ACTIVATIONS,    // bytes: resident saved activations at the fwd->bwd turn (all in-flight micro-batches)
+    ST_BUFFERS_FWD,    // bytes: staging buffers during forward (gather rings, optimizer staging)
+    ST_BUFFERS_BWD,    // bytes: staging buffers during backward
+    ST_TRANSIENT_FWD,  // bytes: working set of the executing block in forward (incl. its own saved)
+    ST_TRANSIENT_BWD,  // bytes: working set of the executing block in backward
+    ST_LOGITS,         // bytes: logits + loss working set (last stage)
+    ST_HOST,           // bytes: host-resident (offloaded) states and activations
+    ST_FWD_FIRST,      // s: forward of the first micro-batch (incl. optimizer step)
+    ST_FWD_OTHER,      // s: forward of another micro-batch
+    ST_BWD_LAST,       // s: backward of the last micro-batch (incl. grad sync)
+    ST_BWD_OTHER,      // s: backward of another micro-batch
+    ST_HW_FLOPS,       // FLOPs per micro-batch per rank actually executed (recompute included)
+    ST_OUTPUTS
+} StageOutput;
+
+extern const char *const stage_output_names[ST_OUTPUTS];
+
+// One stage's configuration, as the model's symbols see it.
+typedef struct {
+    int layers, b, dp, tp, zero, ckpt, G, p;
+    double wo, go, oo, ao;
+} StageConfig;
+
+// Per-part symbolic quantities the model description provides (cost.c builds
+// them from models/model.h). Bytes and elements are per TP rank.
+#define PART_MAX_OPS 48
+typedef struct {
+    char name[32];
+    Expr *fwd_flops, *bwd_flops;  // FLOPs
+    Expr *fwd_bytes, *bwd_bytes;  // bytes read + written
+    int matmul;                   // runs at the matmul efficiency (else bandwidth-bound elementwise)
+} OpExprs;
+
+typedef struct {
+    int n_ops;
+    OpExprs op[PART_MAX_OPS];
+    Expr *params;          // parameter elements per TP rank
+    Expr *saved;           // bytes kept for backward (not checkpointed)
+    Expr *saved_ckpt;      // bytes kept when checkpointed (the block input)
+    Expr *transient_fwd;   // bytes of forward temporaries beyond the saved set
+    Expr *transient_bwd;   // bytes of backward temporaries (input/output grads, workspaces)
+    Expr *output;          // bytes of the part's output activation
+    Expr *tp_comm_fwd;     // bytes all-reduced over TP in forward (0 at tp = 1)
+    Expr *tp_comm_bwd;     // bytes all-reduced over TP in backward
+} PartExprs;
+
+// The model's symbolic parts for one configuration (cost.c).
+typedef struct {
+    PartExprs pre, block, post;
+    int param_bytes;       // 2 (bf16/fp16) or 4 (fp32)
+    int grad_bytes;        // bytes per gradient element
+    int optimizer_bytes;   // 12 (fp32 master + m + v) or 8 (m + v, fp32 training)
+    ComputeDtype compute;
+} ModelExprs;
+
+int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen);
+
+// ---- a compiled stage model
+typedef struct {
+    ExprCtx *ctx;             // owned
+    ExprProgram *prog;        // every output, compiled
+    Expr *out[ST_OUTPUTS];
+    int sym[STAGE_SYMS];      // symbol index in ctx of each stage symbol
+    int has_pre, has_post;    // first / last stage of the pipeline
+} StageModel;
+
+// Build the model of a stage (has_pre: holds the embedding; has_post: holds the
+// final norm, LM head and loss). table may be NULL. Returns 0 or -1 with err.
+int stage_model_build(StageModel *m, const MistConfig *cfg, const HwProfile *hw, const OpTable *table, int has_pre,
+                      int has_post, char *err, size_t errlen);
+void stage_model_free(StageModel *m);
+
+// Evaluate every output for one configuration (tree walk, no program).
+void stage_eval_scalar(const StageModel *m, const StageConfig *c, double out[ST_OUTPUTS]);
+
+// Evaluate the compiled program over n candidates: cols[s] = n values of stage
+// symbol s; out[k] = n values of output k (NULL: not wanted).
+void stage_eval_batch(const StageModel *m, const double *const cols[STAGE_SYMS], double *const out[ST_OUTPUTS], size_t n);
+
+// ---- building blocks, shared by schedule.c and memory.c
+
+// Symbols and their common derived terms for one stage.
+typedef struct {
+    ExprCtx *x;
+    const HwProfile *hw;
+    const OpTable *table;
+    const MistConfig *cfg;
+    const ModelExprs *me;
+    Expr *s[STAGE_SYMS];
+    Expr *zero, *one;
+    Expr *wshard, *gshard, *oshard;  // divisors: dp when that state is sharded, else 1
+    int has_pre, has_post;
+} StageBuild;
+
+Expr *cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
+Expr *cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
+Expr *cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
+// ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)
+Expr *cost_dp_collective(StageBuild *sb, CollKind kind, Expr *bytes);
+Expr *cost_tp_collective(StageBuild *sb, CollKind kind, Expr *bytes);
+Expr *cost_p2p(StageBuild *sb, Expr *bytes);  // one pipeline send between neighbouring stages
+Expr *cost_h2d(StageBuild *sb, Expr *bytes);
+Expr *cost_d2h(StageBuild *sb, Expr *bytes);
+Expr *cost_optimizer_step(StageBuild *sb, Expr *params_stepped);  // memory-bound Adam step
+// ceil(elems / divisor) * bytes_per_elem
+Expr *cost_shard_bytes(StageBuild *sb, Expr *elems, Expr *divisor, int bytes_per_elem);
+Expr *cost_ge(StageBuild *sb, Expr *a, Expr *b);  // 1 if a >= b (integers) else 0
+Expr *cost_gt0(StageBuild *sb, Expr *a);          // 1 if a > 0 else 0
+
+// schedule.c: fills ST_T, ST_D, ST_FWD_*, ST_BWD_*
+void schedule_build(StageBuild *sb, Expr *out[ST_OUTPUTS]);
+// memory.c: fills the memory outputs
+void memory_build(StageBuild *sb, Expr *out[ST_OUTPUTS]);
+
+// ---- scalar pieces with hand-checkable forms
+// overlap window rule (overlap.c); x[s] = seconds of work on stream s
+double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);
+// the same rule symbolically; NULL = no work on that stream
+Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const streams[STREAM_COUNT]);
+// 1F1B total over S stages: (G-1)*max t + sum t + max(0, max_i(d_i - sum_{j<i} t_j))
+double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d);
+
+// ---- model FLOPs (Megatron convention, DESIGN.md §6): per iteration
+double model_flops_per_iteration(const MistConfig *cfg);
+
+#endif

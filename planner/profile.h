@@ -1,0 +1,81 @@
+// Hardware profile: everything the cost and memory model knows about a
+// device type and its interconnect. Built-in presets (profile_presets.c) or an
+// INI profile file (profile.c). All fields are SI: bytes, seconds, bytes/s,
+// FLOP/s. The model never hard-codes a hardware number; it reads them here.
+#ifndef MIST_PROFILE_H
+#define MIST_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// The four streams that can run at once on a device (DESIGN.md §4):
+// compute, GPU<->GPU collectives, host->device copies, device->host copies.
+typedef enum { STREAM_C = 0, STREAM_N = 1, STREAM_H2D = 2, STREAM_D2H = 3, STREAM_COUNT = 4 } Stream;
+#define STREAM_MASK(s) (1u << (s))
+#define STREAM_SUBSETS 16  // indexed by a bit mask of streams
+
+// Precision of the compute: index into peak_flops.
+typedef enum { DT_BF16 = 0, DT_FP16 = 1, DT_FP32 = 2, DT_COUNT = 3 } ComputeDtype;
+
+// Collective kinds and their cost multipliers over the fitted all-gather curve.
+typedef enum { COLL_ALL_GATHER = 0, COLL_REDUCE_SCATTER = 1, COLL_ALL_REDUCE = 2, COLL_COUNT = 3 } CollKind;
+
+// A fitted transfer line: t = bytes / k + beta (ring collectives scale bytes
+// by (n-1)/n first).
+typedef struct {
+    double k;     // bytes/s
+    double beta;  // s
+} LinkFit;
+
+// Group shapes are (nodes in the group, GPUs per node in the group), each a
+// power of two 1..128; index = log2, larger values clamp to the last cell.
+#define PROFILE_SHAPES 8
+
+typedef struct {
+    char name[64];            // preset name or file path
+    int64_t memory_bytes;     // usable device memory per device
+    double peak_flops[DT_COUNT];   // dense peak FLOP/s per compute dtype
+    double flops_efficiency;       // achievable fraction of peak for large matmuls
+    double mem_bandwidth;          // device memory bytes/s (HBM / GDDR)
+    double bandwidth_efficiency;   // achievable fraction of mem_bandwidth for streaming ops
+    double launch_seconds;         // per-kernel launch overhead added to every op
+    int gpus_per_node;             // devices per node the fits were made on (TP stays inside)
+    LinkFit coll[PROFILE_SHAPES][PROFILE_SHAPES];  // [log2 nodes][log2 gpus per node] all-gather fit
+    double coll_factor[COLL_COUNT];  // multipliers: all-gather 1.0, reduce-scatter 1.1, all-reduce 2.1
+    LinkFit h2d, d2h;                // host->device and device->host copies (pinned)
+    // slowdown[mask][s]: factor by which stream s runs slower while exactly
+    // the streams in mask run (s in mask, |mask| >= 2). 1.0 = no interference;
+    // |mask| for every member = the streams serialise (one shared engine).
+    double slowdown[STREAM_SUBSETS][STREAM_COUNT];
+} HwProfile;
+
+// Fill *p from a preset name ("l4", "a100-40g", "a100-80g", "h100-80g",
+// "h200", "cpu"); returns 0, or -1 for an unknown name.
+int profile_preset(HwProfile *p, const char *name);
+
+// Names of the presets, NULL-terminated.
+extern const char *const profile_preset_names[];
+
+// Load a preset name or an INI profile file (see docs/plan-analyze.md). A file
+// may start from a preset with `[profile] base = NAME` and override fields.
+// Returns 0, or -1 with a message naming file/line/key in err.
+int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errlen);
+
+// Index of a group size in the shape table: log2, clamped.
+int profile_shape_index(int n);
+
+// The fitted (k, beta) for a group of `nodes` nodes x `gpus` GPUs per node.
+LinkFit profile_coll_fit(const HwProfile *p, int nodes, int gpus);
+
+// Ring collective time for `bytes` (the full, unsharded buffer) over a group
+// of nodes x gpus: factor * (bytes/k * (n-1)/n + beta); 0 for n = 1 or 0 bytes.
+double profile_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus);
+
+// Host copy time: bytes/k + beta (0 for 0 bytes).
+double profile_host_copy_seconds(const LinkFit *f, double bytes);
+
+// Print the profile as an INI file that profile_load reads back.
+void profile_write_ini(const HwProfile *p, FILE *file);
+
+#endif

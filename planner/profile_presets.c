@@ -1,0 +1,201 @@
+// Built-in hardware presets. Sources, per field, in the comments:
+// - l4, a100-*: the fits published with the Mist artifact (DESIGN.md §4),
+//   whose bandwidths are in GiB/s (2^30 bytes/s); converted to bytes/s here.
+// - h100-80g, h200: vendor datasheets (SXM parts) until mist-profile measures
+//   them; link numbers are datasheet bandwidth times a typical NCCL bus
+//   efficiency, so treat them as estimates.
+// - cpu: the MPI-emulated devices of the CPU backend on one host.
+#include <string.h>
+#include "planner/profile.h"
+
+#define GiB 1073741824.0
+#define GB 1e9
+#define TFLOPS 1e12
+
+const char *const profile_preset_names[] = {"l4", "a100-40g", "a100-80g", "h100-80g", "h200", "cpu", NULL};
+
+static void set_all_cells(HwProfile *p, LinkFit f) {
+    for (int n = 0; n < PROFILE_SHAPES; n++)
+        for (int g = 0; g < PROFILE_SHAPES; g++) p->coll[n][g] = f;
+}
+
+// cells [nodes index][gpus 1,2,4,8] from a row of 4 fits; larger GPU counts reuse the 8 cell
+static void set_row(HwProfile *p, int node_index, const LinkFit row[4]) {
+    for (int g = 0; g < PROFILE_SHAPES; g++) p->coll[node_index][g] = row[g < 4 ? g : 3];
+}
+
+// rows for more nodes than were fitted reuse the largest fitted row
+static void extend_rows(HwProfile *p, int last_fitted) {
+    for (int n = last_fitted + 1; n < PROFILE_SHAPES; n++)
+        memcpy(p->coll[n], p->coll[last_fitted], sizeof p->coll[n]);
+}
+
+// Slowdowns from a per-pair penalty: stream s runs (1 + sum of pen[s][o]) times
+// slower while the other streams o of the mask run too.
+static void set_pairwise_slowdowns(HwProfile *p, const double pen[STREAM_COUNT][STREAM_COUNT]) {
+    for (unsigned m = 0; m < STREAM_SUBSETS; m++)
+        for (int s = 0; s < STREAM_COUNT; s++) {
+            double f = 1.0;
+            if (m & STREAM_MASK(s))
+                for (int o = 0; o < STREAM_COUNT; o++)
+                    if (o != s && (m & STREAM_MASK(o))) f += pen[s][o];
+            p->slowdown[m][s] = f;
+        }
+}
+
+// One shared engine: every stream of a k-way overlap runs k times slower, so
+// the window algorithm returns the plain sum of the stream times.
+static void set_serial_slowdowns(HwProfile *p) {
+    for (unsigned m = 0; m < STREAM_SUBSETS; m++) {
+        int k = __builtin_popcount(m);
+        for (int s = 0; s < STREAM_COUNT; s++) p->slowdown[m][s] = (m & STREAM_MASK(s)) ? k : 1.0;
+    }
+}
+
+static void set_slowdown(HwProfile *p, unsigned mask, double c, double n, double h, double d) {
+    double v[4] = {c, n, h, d};
+    for (int s = 0; s < STREAM_COUNT; s++) p->slowdown[mask][s] = (mask & STREAM_MASK(s)) ? v[s] : 1.0;
+}
+
+static void common_defaults(HwProfile *p, const char *name) {
+    memset(p, 0, sizeof *p);
+    strncpy(p->name, name, sizeof p->name - 1);
+    p->coll_factor[COLL_ALL_GATHER] = 1.0;      // Mist's multipliers over the all-gather fit
+    p->coll_factor[COLL_REDUCE_SCATTER] = 1.1;
+    p->coll_factor[COLL_ALL_REDUCE] = 2.1;
+    p->bandwidth_efficiency = 0.8;
+    p->gpus_per_node = 8;
+    for (unsigned m = 0; m < STREAM_SUBSETS; m++)
+        for (int s = 0; s < STREAM_COUNT; s++) p->slowdown[m][s] = 1.0;
+}
+
+#define C_ STREAM_MASK(STREAM_C)
+#define N_ STREAM_MASK(STREAM_N)
+#define H_ STREAM_MASK(STREAM_H2D)
+#define D_ STREAM_MASK(STREAM_D2H)
+
+static void preset_l4(HwProfile *p) {
+    common_defaults(p, "l4");
+    p->memory_bytes = (int64_t)(22.488 * GiB);  // 24 GB card; Mist's usable capacity
+    p->peak_flops[DT_BF16] = 121 * TFLOPS;      // datasheet dense tensor
+    p->peak_flops[DT_FP16] = 121 * TFLOPS;
+    p->peak_flops[DT_FP32] = 30.3 * TFLOPS;
+    // Mist's op table: fc1 (2048x8192, b=1, s=2048) = 68.7 GFLOP in 1.267 ms
+    // = 54 TFLOP/s, 45% of the bf16 peak (the L4 throttles its clock).
+    p->flops_efficiency = 0.45;
+    p->mem_bandwidth = 300 * GB;  // GDDR6
+    p->launch_seconds = 5e-6;
+    p->gpus_per_node = 8;
+    // Mist's fits, k in GiB/s: one node 2/4/8 GPUs; 2 nodes; 4 nodes (PCIe, no NVLink).
+    const LinkFit n1[4] = {{4.5 * GiB, 0}, {2.964 * GiB, 1e-4}, {4.1635 * GiB, 4e-4}, {4.6832 * GiB, 3e-4}};
+    const LinkFit n2[4] = {{0.4895 * GiB, 0.0045}, {0.9791 * GiB, 0.0076}, {1.7183 * GiB, 0}, {3.3215 * GiB, 0.0013}};
+    const LinkFit n4[4] = {{0.4609 * GiB, 0.0102}, {0.9195 * GiB, 0.0008}, {1.6759 * GiB, 0.0045}, {2.9659 * GiB, 0.003}};
+    set_row(p, 0, n1);
+    set_row(p, 1, n2);
+    set_row(p, 2, n4);
+    extend_rows(p, 2);
+    p->h2d = (LinkFit){5.7546 * GiB, 4e-4};
+    p->d2h = (LinkFit){6.1252 * GiB, 4e-4};
+    // Mist's 28 interference factors for the L4 (fits at the bound 50 included).
+    set_slowdown(p, C_ | N_, 1.1676, 1.0, 0, 0);  // compute 16.8% slower under NCCL
+    set_slowdown(p, C_ | H_, 1.0152, 0, 1.0005, 0);
+    set_slowdown(p, C_ | D_, 1.0179, 0, 0, 1.0022);
+    set_slowdown(p, N_ | H_, 0, 1.0, 2.1383, 0);
+    set_slowdown(p, N_ | D_, 0, 1.078, 0, 2.438);
+    set_slowdown(p, H_ | D_, 0, 0, 2.4327, 1.0974);
+    set_slowdown(p, C_ | N_ | H_, 2.087, 1.001, 2.393, 0);
+    set_slowdown(p, C_ | N_ | D_, 2.415, 1.087, 0, 2.664);
+    set_slowdown(p, C_ | H_ | D_, 1.938, 0, 3.265, 1.0);
+    set_slowdown(p, N_ | H_ | D_, 0, 1.234, 50.0, 1.688);
+    set_slowdown(p, C_ | N_ | H_ | D_, 18.94, 1.26, 50.0, 1.60);
+}
+
+// NVLink GPUs without a published interference fit: compute loses SMs to
+// NCCL kernels (~10%), PCIe copies barely touch compute, H2D and D2H share
+// the PCIe root complex a little. Estimates until measured.
+static void nvlink_slowdowns(HwProfile *p) {
+    const double pen[STREAM_COUNT][STREAM_COUNT] = {
+        //  C     N     H2D   D2H   (penalty on the row stream from the column stream)
+        {0.00, 0.10, 0.02, 0.02},
+        {0.05, 0.00, 0.02, 0.02},
+        {0.01, 0.05, 0.00, 0.10},
+        {0.01, 0.05, 0.10, 0.00},
+    };
+    set_pairwise_slowdowns(p, pen);
+}
+
+static void preset_a100(HwProfile *p, const char *name, double mem_gib, double hbm) {
+    common_defaults(p, name);
+    p->memory_bytes = (int64_t)(mem_gib * GiB);
+    p->peak_flops[DT_BF16] = 312 * TFLOPS;  // datasheet dense tensor
+    p->peak_flops[DT_FP16] = 312 * TFLOPS;
+    p->peak_flops[DT_FP32] = 19.5 * TFLOPS;  // non-tensor fp32
+    p->flops_efficiency = 0.7;
+    p->mem_bandwidth = hbm;
+    p->launch_seconds = 5e-6;
+    // Mist's A100-SXM4-40GB fits, GiB/s; beta 0.1-0.4 ms intra-node as published,
+    // 0.5 ms assumed across nodes (not in the published summary).
+    const LinkFit n1[4] = {{139.04 * GiB, 1e-4}, {139.04 * GiB, 1e-4}, {192.62 * GiB, 2e-4}, {210.31 * GiB, 4e-4}};
+    const LinkFit n2[4] = {{1.297 * GiB, 5e-4}, {2.605 * GiB, 5e-4}, {5.418 * GiB, 5e-4}, {10.703 * GiB, 5e-4}};
+    const LinkFit n4[4] = {{1.253 * GiB, 5e-4}, {2.486 * GiB, 5e-4}, {5.300 * GiB, 5e-4}, {10.604 * GiB, 5e-4}};
+    set_row(p, 0, n1);
+    set_row(p, 1, n2);
+    set_row(p, 2, n4);
+    extend_rows(p, 2);
+    p->h2d = (LinkFit){5.3645 * GiB, 4e-4};  // Mist's fit; beta taken from the L4 fit
+    p->d2h = (LinkFit){5.8471 * GiB, 4e-4};
+    nvlink_slowdowns(p);
+}
+
+// H100/H200 SXM from datasheets: 989 TFLOP/s dense bf16/fp16, 67 TFLOP/s fp32;
+// NVLink 4 = 900 GB/s bidirectional = 450 GB/s per direction, of which NCCL
+// rings reach ~80% as bus bandwidth; 8x 400 Gb/s NDR per node = 50 GB/s per
+// GPU across nodes (~40 GB/s bus bandwidth); PCIe Gen5 x16 = 64 GB/s per
+// direction (~50 achievable, pinned).
+static void preset_hopper(HwProfile *p, const char *name, double mem_gib, double hbm) {
+    common_defaults(p, name);
+    p->memory_bytes = (int64_t)(mem_gib * GiB);
+    p->peak_flops[DT_BF16] = 989 * TFLOPS;
+    p->peak_flops[DT_FP16] = 989 * TFLOPS;
+    p->peak_flops[DT_FP32] = 67 * TFLOPS;
+    p->flops_efficiency = 0.7;
+    p->mem_bandwidth = hbm;
+    p->launch_seconds = 4e-6;
+    const LinkFit n1[4] = {{360 * GB, 2e-5}, {340 * GB, 2e-5}, {350 * GB, 3e-5}, {360 * GB, 4e-5}};
+    set_all_cells(p, (LinkFit){40 * GB, 1e-4});  // any group spanning nodes: NIC-bound
+    set_row(p, 0, n1);
+    p->h2d = (LinkFit){50 * GB, 2e-5};
+    p->d2h = (LinkFit){50 * GB, 2e-5};
+    nvlink_slowdowns(p);
+}
+
+// The CPU backend: each MPI rank emulates a device in host memory; streams run
+// in order, so overlapped transfers serialise (slowdown = number of streams).
+static void preset_cpu(HwProfile *p) {
+    common_defaults(p, "cpu");
+    p->memory_bytes = (int64_t)(4 * GiB);
+    p->peak_flops[DT_FP32] = 50e9;   // one core, AVX2 FMA, order of magnitude
+    p->peak_flops[DT_BF16] = 10e9;   // bf16 is converted to fp32 around each op
+    p->peak_flops[DT_FP16] = 10e9;
+    p->flops_efficiency = 0.5;
+    p->mem_bandwidth = 10 * GB;
+    p->launch_seconds = 1e-7;
+    p->gpus_per_node = 64;
+    set_all_cells(p, (LinkFit){1 * GB, 5e-5});     // across hosts
+    const LinkFit shm[4] = {{2 * GB, 2e-5}, {2 * GB, 2e-5}, {2 * GB, 2e-5}, {2 * GB, 2e-5}};
+    set_row(p, 0, shm);                              // MPI shared memory on one host
+    p->h2d = (LinkFit){5 * GB, 1e-6};               // memcpy between two arenas
+    p->d2h = (LinkFit){5 * GB, 1e-6};
+    set_serial_slowdowns(p);
+}
+
+int profile_preset(HwProfile *p, const char *name) {
+    if (!strcmp(name, "l4")) preset_l4(p);
+    else if (!strcmp(name, "a100-40g")) preset_a100(p, name, 40, 1555 * GB);
+    else if (!strcmp(name, "a100-80g")) preset_a100(p, name, 80, 2039 * GB);
+    else if (!strcmp(name, "h100-80g")) preset_hopper(p, name, 80, 3350 * GB);
+    else if (!strcmp(name, "h200")) preset_hopper(p, name, 140, 4800 * GB);  // 141 GB HBM3e, ~140 GiB usable
+    else if (!strcmp(name, "cpu")) preset_cpu(p);
+    else return -1;
+    return 0;
+}

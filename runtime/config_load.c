@@ -1,0 +1,743 @@
+// Reading model.ini (see config_load.h). Parsing goes key by key through
+// the table in config_keys.c; every value remembers where it came from
+// (file line, or -o override) so that a later consistency check can point
+// at the line of the key that is wrong, not just at the file.
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "runtime/config_keys.h"
+#include "runtime/config_load.h"
+
+// Where a value came from: > 0 a line of the file, < 0 override number
+// -(i+1), 0 the default.
+typedef struct {
+    const char *path;                  // the file being read
+    char dir[MIST_PATH_MAX];           // its directory, for relative paths
+    const char *const *overrides;
+    int key_origin[128];               // per config_keys index (non-stage keys)
+    int stage_origin[MIST_MAX_STAGES][16];  // per [stage.N] key
+    int stage_section_line[MIST_MAX_STAGES];  // line of the [stage.N] header, 0 = absent
+    int line;                          // line being parsed
+    int long_line;                     // first line longer than inih's limit
+    FILE *file;
+    char *err;
+    size_t errlen;
+    int failed;
+} Loader;
+
+// ---------------------------------------------------------------- messages
+
+// "path:LINE" or "-o section.key=value (command line)" or "path"
+static void origin_text(const Loader *ld, int origin, char *out, size_t len) {
+    if (origin > 0)
+        snprintf(out, len, "%s:%d", ld->path, origin);
+    else if (origin < 0)
+        snprintf(out, len, "-o %s (command line)", ld->overrides[-origin - 1]);
+    else
+        snprintf(out, len, "%s", ld->path);
+}
+
+static int fail(Loader *ld, int origin, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(Loader *ld, int origin, const char *fmt, ...) {
+    if (ld->failed) return MIST_EXIT_CONFIG;  // the first error is the one reported
+    char where[MIST_PATH_MAX + 64];
+    origin_text(ld, origin, where, sizeof where);
+    int n = snprintf(ld->err, ld->errlen, "%s: ", where);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < ld->errlen) vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    ld->failed = 1;
+    return MIST_EXIT_CONFIG;
+}
+
+// Levenshtein distance, for "did you mean" (names are short)
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+static const char *const section_names[] = {"model", "train", "data", "cluster", "plan", "stage.N", "checkpoint",
+                                            "log", NULL};
+
+// " (did you mean 'x'?)" when a name is within edit distance 2 (or a third of its length)
+static void suggest(const char *given, const char *const *candidates, int n, char *out, size_t len) {
+    int best = 99;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(given, candidates[i]);
+        if (d < best) best = d, pick = candidates[i];
+    }
+    int limit = (int)strlen(given) / 3 > 2 ? (int)strlen(given) / 3 : 2;
+    if (pick && best <= limit)
+        snprintf(out, len, " (did you mean '%s'?)", pick);
+    else
+        out[0] = '\0';
+}
+
+static void list_keys(const char *section, char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < config_num_keys && used < len; i++)
+        if (!strcmp(config_keys[i].section, section))
+            used += (size_t)snprintf(out + used, len - used, "%s%s", used ? ", " : "", config_keys[i].name);
+}
+
+static void list_enum(const char *const *names, char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; names[i] && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i ? "|" : "", names[i]);
+}
+
+// ---------------------------------------------------------------- values
+
+static int parse_int(const char *v, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || errno) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) {  // 1e6 style integers are welcome when exact
+        double d = strtod(v, &end);
+        while (isspace((unsigned char)*end)) end++;
+        if (*end || d != floor(d) || fabs(d) > 9.0e15) return -1;
+        x = (long long)d;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_float(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno == ERANGE || !isfinite(x)) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i])) return *out = 1, 0;
+        if (!strcasecmp(v, no[i])) return *out = 0, 0;
+    }
+    return -1;
+}
+
+// "80GiB", "24 GB", "512MiB", "1e9", "0": decimal (kB, MB, GB, TB) and binary (KiB ... TiB) units
+static int parse_bytes(const char *v, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || !isfinite(x) || x < 0) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    static const struct { const char *unit; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit)) {
+            *out = floor(x * units[i].scale);
+            return 0;
+        }
+    return -1;
+}
+
+static void store_int(void *field, size_t size, long long v) {
+    if (size == sizeof(int64_t))
+        *(int64_t *)field = v;
+    else
+        *(int *)field = (int)v;
+}
+
+static const char *type_name(KeyType t) {
+    switch (t) {
+    case KEY_INT: return "an integer";
+    case KEY_FLOAT: return "a number";
+    case KEY_BOOL: return "a boolean (true/false, yes/no, on/off, 1/0)";
+    case KEY_ENUM: return "one of the names";
+    case KEY_BYTES: return "a size (e.g. 80GiB, 24GB, 512MiB or plain bytes)";
+    default: return "text";
+    }
+}
+
+// "a/b/../c" stays as is; relative paths get the INI's directory in front
+static int resolve_path(const Loader *ld, const char *value, int origin, char *out, size_t len) {
+    int n;
+    if (value[0] == '\0' || value[0] == '/' || origin < 0 || ld->dir[0] == '\0')
+        n = snprintf(out, len, "%s", value);
+    else
+        n = snprintf(out, len, "%s/%s", ld->dir, value);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+// Parse `value` for key k into base (MistConfig or StagePlan). 0 or 2.
+static int set_value(Loader *ld, const KeySpec *k, void *base, const char *section, const char *value, int origin) {
+    void *field = (char *)base + k->offset;
+    char allowed[256];
+    switch (k->type) {
+    case KEY_INT: {
+        long long v;
+        if (parse_int(value, &v))
+            return fail(ld, origin, "[%s] %s = %s: not an integer; allowed: integers in [%.0f, %.0f]. Hint: %s",
+                        section, k->name, value, k->min, k->max, k->hint);
+        if (v < k->min || v > k->max)
+            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: %.0f..%.0f. Hint: %s", section, k->name,
+                        value, k->min, k->max, k->hint);
+        store_int(field, k->size, v);
+        return 0;
+    }
+    case KEY_FLOAT: {
+        double v;
+        if (parse_float(value, &v))
+            return fail(ld, origin, "[%s] %s = %s: not a number; allowed: numbers in [%g, %g]. Hint: %s", section,
+                        k->name, value, k->min, k->max, k->hint);
+        if (v < k->min || v > k->max)
+            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: [%g, %g]. Hint: %s", section, k->name,
+                        value, k->min, k->max, k->hint);
+        *(double *)field = v;
+        return 0;
+    }
+    case KEY_BYTES: {
+        double v;
+        if (parse_bytes(value, &v))
+            return fail(ld, origin, "[%s] %s = %s: not a size; allowed: %s. Hint: %s", section, k->name, value,
+                        type_name(k->type), k->hint);
+        if (v > k->max)
+            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: 0..%g bytes. Hint: %s", section, k->name,
+                        value, k->max, k->hint);
+        *(int64_t *)field = (int64_t)v;
+        return 0;
+    }
+    case KEY_BOOL: {
+        int v;
+        if (parse_bool(value, &v))
+            return fail(ld, origin, "[%s] %s = %s: not a boolean; allowed: true|false (also yes|no, on|off, 1|0). "
+                        "Hint: %s", section, k->name, value, k->hint);
+        *(int *)field = v;
+        return 0;
+    }
+    case KEY_ENUM: {
+        for (int i = 0; k->names[i]; i++)
+            if (!strcasecmp(value, k->names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        char did[96];
+        int n = 0;
+        while (k->names[n]) n++;
+        suggest(value, k->names, n, did, sizeof did);
+        list_enum(k->names, allowed, sizeof allowed);
+        return fail(ld, origin, "[%s] %s = %s: unknown value%s; allowed: %s. Hint: %s", section, k->name, value, did,
+                    allowed, k->hint);
+    }
+    case KEY_STRING:
+    case KEY_PATH: {
+        char buf[MIST_PATH_MAX];
+        int bad = k->type == KEY_PATH ? resolve_path(ld, value, origin, buf, sizeof buf)
+                                      : (snprintf(buf, sizeof buf, "%s", value) >= (int)sizeof buf ? -1 : 0);
+        if (bad || strlen(buf) >= k->size)
+            return fail(ld, origin, "[%s] %s = %s: too long; allowed: up to %zu characters (with the INI's "
+                        "directory in front for relative paths). Hint: use a shorter or absolute path",
+                        section, k->name, value, k->size - 1);
+        memcpy(field, buf, strlen(buf) + 1);
+        return 0;
+    }
+    }
+    return 0;
+}
+
+// "stage.3" -> 3; -1 when not a [stage.N] name, -2 when N is bad
+static int stage_index(const char *section) {
+    if (strncmp(section, "stage.", 6)) return -1;
+    const char *p = section + 6;
+    if (!*p) return -2;
+    for (const char *q = p; *q; q++)
+        if (!isdigit((unsigned char)*q)) return -2;
+    long v = strtol(p, NULL, 10);
+    return v >= MIST_MAX_STAGES ? -2 : (int)v;
+}
+
+static int key_slot_in_stage(int key) {  // position of a stage key among the stage keys
+    int slot = 0;
+    for (int i = 0; i < key; i++) slot += !strcmp(config_keys[i].section, "stage");
+    return slot;
+}
+
+// One (section, key, value) from the file or an override.
+static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *name, const char *value, int origin) {
+    int st = stage_index(section);
+    if (st == -2)
+        return fail(ld, origin, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number "
+                    "stages from 0 in pipeline order", section, MIST_MAX_STAGES - 1);
+    const char *table_section = st >= 0 ? "stage" : section;
+    int known_section = 0;
+    for (int i = 0; i < config_num_keys; i++) known_section |= !strcmp(config_keys[i].section, table_section);
+    if (!known_section || !strcmp(section, "stage")) {
+        char did[96];
+        suggest(section, section_names, 8, did, sizeof did);
+        return fail(ld, origin, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], "
+                    "[stage.N], [checkpoint], [log]. Hint: see docs/config.md", section, did);
+    }
+    int k = config_key_find(table_section, name);
+    if (k < 0) {
+        const char *names[64];
+        int n = 0;
+        for (int i = 0; i < config_num_keys && n < 64; i++)
+            if (!strcmp(config_keys[i].section, table_section)) names[n++] = config_keys[i].name;
+        char did[96], keys[512];
+        suggest(name, names, n, did, sizeof did);
+        list_keys(table_section, keys, sizeof keys);
+        return fail(ld, origin, "[%s] unknown key '%s'%s; allowed in [%s]: %s. Hint: see docs/config.md", section,
+                    name, did, section, keys);
+    }
+    int *slot = st >= 0 ? &ld->stage_origin[st][key_slot_in_stage(k)] : &ld->key_origin[k];
+    if (origin > 0 && *slot > 0)
+        return fail(ld, origin, "[%s] %s is set twice (first at line %d); allowed: one value per key. Hint: delete "
+                    "one of the two lines", section, name, *slot);
+    *slot = origin;
+    void *base = st >= 0 ? (void *)&cfg->plan.plan.stage[st] : (void *)cfg;
+    return set_value(ld, &config_keys[k], base, section, value, origin);
+}
+
+static int on_key_value(void *user, const char *section, const char *name, const char *value) {
+    void **ctx = user;
+    Loader *ld = ctx[0];
+    MistConfig *cfg = ctx[1];
+    if (!ld->failed) apply(ld, cfg, section, name, value, ld->line);
+    return 1;
+}
+
+static int section_known(const char *section) {
+    int st = stage_index(section);
+    if (st == -2) return 0;
+    const char *table = st >= 0 ? "stage" : section;
+    if (!strcmp(section, "stage")) return 0;
+    for (int i = 0; i < config_num_keys; i++)
+        if (!strcmp(config_keys[i].section, table)) return 1;
+    return 0;
+}
+
+// A "[name]" line: inih (as packaged) does not report sections without keys,
+// so headers are checked here. Records where each [stage.N] starts.
+static void on_section_header(Loader *ld, const char *line) {
+    const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
+    if (!close) return;  // inih reports the syntax error
+    char name[128];
+    snprintf(name, sizeof name, "%.*s", (int)(close - open - 1), open + 1);
+    int st = stage_index(name);
+    if (st >= 0 && !ld->stage_section_line[st]) ld->stage_section_line[st] = ld->line;
+    if (!section_known(name) && !ld->failed) {
+        if (st == -2) {
+            fail(ld, ld->line, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number stages "
+                 "from 0 in pipeline order", name, MIST_MAX_STAGES - 1);
+            return;
+        }
+        char did[96];
+        suggest(name, section_names, 8, did, sizeof did);
+        fail(ld, ld->line, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], [stage.N], "
+             "[checkpoint], [log]. Hint: see docs/config.md", name, did);
+    }
+}
+
+// inih's line reader, counting lines and catching lines longer than its buffer
+static char *counting_reader(char *str, int num, void *stream) {
+    Loader *ld = stream;
+    char *r = fgets(str, num, ld->file);
+    if (!r) return NULL;
+    size_t len = strlen(str);
+    if (len == (size_t)num - 1 && str[len - 1] != '\n') {
+        if (!ld->long_line) ld->long_line = ld->line + 1;
+        int c;  // drop the rest of the long line so it is not parsed as a line of its own
+        while ((c = fgetc(ld->file)) != EOF && c != '\n') {}
+    }
+    ld->line++;
+    const char *p = str;
+    while (isspace((unsigned char)*p)) p++;
+    if (*p == '[') on_section_header(ld, p);
+    return r;
+}
+
+// ---------------------------------------------------------------- defaults
+
+void config_defaults(MistConfig *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    ModelConfig *m = &cfg->model;
+    m->family = FAMILY_GPT;
+    m->layers = 12;
+    m->hidden = 768;
+    m->heads = 12;
+    m->vocab = 50257;
+    m->seq_len = 1024;
+    m->norm = NORM_LAYERNORM;
+    m->activation = ACT_GELU;
+    m->position = POS_LEARNED;
+    m->bias = 1;
+    m->tied_embeddings = 1;
+    m->rope_theta = 10000.0;
+    m->norm_eps = 1e-5;
+    m->init_std = 0.02;
+    TrainConfig *t = &cfg->train;
+    t->global_batch = 8;
+    t->steps = 100;
+    t->lr = 6e-4;
+    t->min_lr = 6e-5;
+    t->warmup = 10;
+    t->schedule = SCHED_COSINE;
+    t->weight_decay = 0.1;
+    t->beta1 = 0.9;
+    t->beta2 = 0.95;
+    t->adam_eps = 1e-8;
+    t->grad_clip = 1.0;
+    t->seed = 1234;
+    t->precision = PREC_BF16;
+    t->max_nonfinite = 5;
+    cfg->data.val_interval = 0;
+    cfg->data.val_batches = 4;
+    cfg->cluster.nodes = 1;
+    cfg->cluster.gpus_per_node = 8;
+    snprintf(cfg->cluster.hardware, sizeof cfg->cluster.hardware, "h100-80g");
+    cfg->plan.mode = PLAN_AUTO;
+    cfg->plan.space = SPACE_FULL;
+    cfg->plan.plan.G = 1;
+    cfg->plan.plan.num_stages = 1;
+    for (int s = 0; s < MIST_MAX_STAGES; s++) cfg->plan.plan.stage[s] = (StagePlan){.dp = 1, .tp = 1, .b = 1};
+    cfg->checkpoint.interval = 0;
+    cfg->checkpoint.keep = 3;
+    cfg->checkpoint.resume = 1;
+    cfg->log.interval = 1;
+}
+
+// The family decides the switches the file did not set.
+static void apply_family_defaults(Loader *ld, MistConfig *cfg) {
+    ModelConfig *m = &cfg->model;
+    int llama = m->family == FAMILY_LLAMA;
+#define UNSET(name) (ld->key_origin[config_key_find("model", name)] == 0)
+    if (UNSET("norm")) m->norm = llama ? NORM_RMSNORM : NORM_LAYERNORM;
+    if (UNSET("activation")) m->activation = llama ? ACT_SWIGLU : ACT_GELU;
+    if (UNSET("position")) m->position = llama ? POS_ROTARY : POS_LEARNED;
+    if (UNSET("bias")) m->bias = !llama;
+    if (UNSET("tied_embeddings")) m->tied_embeddings = !llama;
+    if (UNSET("kv_heads")) m->kv_heads = m->heads;
+    if (UNSET("ffn_hidden")) {
+        if (m->activation == ACT_SWIGLU) {  // Llama: 2/3 of 4h, rounded up to a multiple of 256
+            long f = (8L * m->hidden / 3 + 255) / 256 * 256;
+            m->ffn_hidden = (int)f;
+        } else {
+            m->ffn_hidden = 4 * m->hidden;
+        }
+    }
+    if (UNSET("norm_eps") && llama) m->norm_eps = 1e-6;
+#undef UNSET
+}
+
+// ---------------------------------------------------------------- validation
+
+static int origin_of(const Loader *ld, const char *section, const char *name) {
+    int k = config_key_find(section, name);
+    return k >= 0 ? ld->key_origin[k] : 0;
+}
+
+static int stage_origin_of(const Loader *ld, int s, const char *name) {
+    if (!ld) return 0;
+    int k = config_key_find("stage", name);
+    int o = ld->stage_origin[s][key_slot_in_stage(k)];
+    return o ? o : ld->stage_section_line[s];
+}
+
+static int check_model(Loader *ld, const ModelConfig *m) {
+    if (m->hidden % m->heads)
+        return fail(ld, origin_of(ld, "model", "heads"), "[model] heads = %d: must divide hidden (%d); allowed: a "
+                    "divisor of %d. Hint: head size = hidden / heads, usually 64 or 128", m->heads, m->hidden, m->hidden);
+    if (m->kv_heads > m->heads || m->heads % m->kv_heads)
+        return fail(ld, origin_of(ld, "model", "kv_heads"), "[model] kv_heads = %d: must divide heads (%d); allowed: "
+                    "a divisor of %d. Hint: kv_heads = heads is multi-head attention, 1 is multi-query",
+                    m->kv_heads, m->heads, m->heads);
+    int hs = m->hidden / m->heads;
+    if (m->position == POS_ROTARY && hs % 2)
+        return fail(ld, origin_of(ld, "model", "heads"), "[model] heads = %d: rotary positions need an even head size, "
+                    "got hidden/heads = %d; allowed: heads giving an even head size. Hint: change heads or hidden",
+                    m->heads, hs);
+    if (m->position == POS_LEARNED && m->seq_len > 1 << 17)
+        return fail(ld, origin_of(ld, "model", "seq_len"), "[model] seq_len = %d: learned positions need a table of "
+                    "seq_len rows; allowed: up to 131072 with position = learned. Hint: use position = rotary",
+                    m->seq_len);
+    return 0;
+}
+
+static int check_train(Loader *ld, const TrainConfig *t) {
+    if (t->min_lr > t->lr)
+        return fail(ld, origin_of(ld, "train", "min_lr"), "[train] min_lr = %g: larger than lr (%g); allowed: 0..lr. "
+                    "Hint: the schedule decays from lr down to min_lr", t->min_lr, t->lr);
+    return 0;
+}
+
+// The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
+static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_batch, int world_size) {
+    int G_origin = ld ? origin_of(ld, "plan", "G") : 0;
+    for (int s = 0; s < p->num_stages; s++) {
+        const StagePlan *st = &p->stage[s];
+        if (m->heads % st->tp)
+            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide heads (%d); allowed: a "
+                        "divisor of %d. Hint: each TP rank holds heads/tp heads", s, st->tp, m->heads, m->heads);
+        if (m->kv_heads % st->tp)
+            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide kv_heads (%d); allowed: a "
+                        "divisor of %d. Hint: lower tp or raise kv_heads", s, st->tp, m->kv_heads, m->kv_heads);
+        if (m->ffn_hidden % st->tp)
+            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide ffn_hidden (%d); allowed: "
+                        "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns", s, st->tp,
+                        m->ffn_hidden, m->ffn_hidden);
+        if (m->vocab % st->tp && s == p->num_stages - 1 && 0) return 0;  // vocab is padded per rank: any tp works
+        if (st->ckpt > st->layers)
+            return fail(ld, stage_origin_of(ld, s, "ckpt"), "[stage.%d] ckpt = %d: more than the stage's %d layers; "
+                        "allowed: 0..%d. Hint: ckpt counts the blocks that recompute", s, st->ckpt, st->layers,
+                        st->layers);
+        const double ratios[4] = {st->wo, st->go, st->oo, st->ao};
+        const char *names[4] = {"wo", "go", "oo", "ao"};
+        for (int i = 0; i < 4; i++)
+            if (!(ratios[i] >= 0 && ratios[i] <= 1))
+                return fail(ld, stage_origin_of(ld, s, names[i]), "[stage.%d] %s = %g: offload ratio out of range; "
+                            "allowed: [0, 1]. Hint: the fraction kept in host memory", s, names[i], ratios[i]);
+        int64_t per_iter = (int64_t)st->b * st->dp * p->G;
+        if (per_iter != global_batch)
+            return fail(ld, stage_origin_of(ld, s, "b"), "[stage.%d] b * dp * G = %d * %d * %d = %lld, but [train] "
+                        "global_batch = %lld; allowed: b * dp * G = global_batch in every stage. Hint: set b = %lld "
+                        "or change G", s, st->b, st->dp, p->G, (long long)per_iter, (long long)global_batch,
+                        global_batch % ((int64_t)st->dp * p->G) ? 0LL
+                                                                 : (long long)(global_batch / ((int64_t)st->dp * p->G)));
+    }
+    int sum = 0;
+    for (int s = 0; s < p->num_stages; s++) sum += p->stage[s].layers;
+    if (sum != m->layers)
+        return fail(ld, p->num_stages ? stage_origin_of(ld, p->num_stages - 1, "layers") : G_origin,
+                    "stage layers add up to %d, but [model] layers = %d; allowed: the [stage.N] layers must sum to "
+                    "the model's layers. Hint: adjust the layers of one stage by %d", sum, m->layers,
+                    m->layers - sum);
+    int ranks = plan_world_size(p);
+    if (world_size > 0 && ranks != world_size) {
+        char meshes[256];
+        size_t used = 0;
+        meshes[0] = '\0';
+        for (int s = 0; s < p->num_stages && used + 32 < sizeof meshes; s++)
+            used += (size_t)snprintf(meshes + used, sizeof meshes - used, "%s%dx%d", s ? " + " : "", p->stage[s].dp,
+                                     p->stage[s].tp);
+        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "the plan needs %d ranks (dp x tp per stage: %s) but "
+                    "the job has %d; allowed: sum of dp*tp = the rank count. Hint: start it with mpirun -np %d, or "
+                    "change dp/tp", ranks, meshes, world_size, ranks);
+    }
+    return 0;
+}
+
+// Every stage 0..stages-1 needs its section; none beyond.
+static int check_stage_sections(Loader *ld, const Plan *p) {
+    for (int s = 0; s < MIST_MAX_STAGES; s++) {
+        if (s < p->num_stages && !ld->stage_section_line[s]) {
+            int has_override = 0;
+            for (int k = 0; k < 16; k++) has_override |= ld->stage_origin[s][k] != 0;
+            if (!has_override)
+                return fail(ld, origin_of(ld, "plan", "stages"), "[plan] stages = %d but [stage.%d] is missing; "
+                            "allowed: one [stage.N] section for each N in 0..%d. Hint: add [stage.%d] with layers, dp, "
+                            "tp, b", p->num_stages, s, p->num_stages - 1, s);
+        }
+        if (s >= p->num_stages && ld->stage_section_line[s])
+            return fail(ld, ld->stage_section_line[s], "[stage.%d] is beyond [plan] stages = %d; allowed: [stage.0] "
+                        "..[stage.%d]. Hint: raise [plan] stages or delete the section", s, p->num_stages,
+                        p->num_stages - 1);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- loading
+
+static int open_file(Loader *ld, const char *path) {
+    ld->path = path;
+    ld->file = fopen(path, "r");
+    if (!ld->file)
+        return fail(ld, 0, "cannot open the configuration: %s. Hint: check the path (e.g. examples/tiny.ini)",
+                    strerror(errno));
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(ld->dir, sizeof ld->dir, "%.*s", (int)(slash - path), path);
+    if (slash == path) snprintf(ld->dir, sizeof ld->dir, "/");
+    return 0;
+}
+
+static int parse_file(Loader *ld, MistConfig *cfg) {
+    void *ctx[2] = {ld, cfg};
+    int rc = ini_parse_stream(counting_reader, ld, on_key_value, ctx);
+    fclose(ld->file);
+    ld->file = NULL;
+    if (ld->failed) return MIST_EXIT_CONFIG;
+    if (ld->long_line)
+        return fail(ld, ld->long_line, "line longer than %d characters; allowed: up to %d. Hint: shorten the value "
+                    "(use a shorter path)", INI_MAX_LINE - 2, INI_MAX_LINE - 2);
+    if (rc > 0)
+        return fail(ld, rc, "cannot parse this line; allowed: '[section]', 'key = value', or a comment starting "
+                    "with ; or #. Hint: check for a missing '=' or ']'");
+    if (rc < 0) return fail(ld, 0, "reading the configuration failed (out of memory or I/O error)");
+    return 0;
+}
+
+static int apply_overrides(Loader *ld, MistConfig *cfg, const char *const *ov, int n) {
+    for (int i = 0; i < n; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", ov[i]);
+        char *eq = strchr(buf, '=');
+        char *dot = eq ? memchr(buf, '.', (size_t)(eq - buf)) : NULL;
+        if (!eq || !dot) return fail(ld, -(i + 1), "expected SECTION.KEY=VALUE. Hint: e.g. -o train.steps=10");
+        // the section may itself contain a dot ([stage.N]): the key follows the last dot before '='
+        char *last = dot;
+        for (char *q = dot; q < eq; q++)
+            if (*q == '.') last = q;
+        *last = '\0';
+        *eq = '\0';
+        const char *section = buf, *key = last + 1, *value = eq + 1;
+        while (isspace((unsigned char)*value)) value++;
+        if (apply(ld, cfg, section, key, value, -(i + 1))) return MIST_EXIT_CONFIG;
+    }
+    return 0;
+}
+
+int config_load(MistConfig *cfg, const char *path, const char *const *overrides, int n_overrides, int world_size,
+                char *err, size_t errlen) {
+    static Loader ld;  // large; config loading is single-threaded
+    memset(&ld, 0, sizeof ld);
+    ld.err = err;
+    ld.errlen = errlen;
+    ld.overrides = overrides;
+    if (errlen) err[0] = '\0';
+    config_defaults(cfg);
+    if (open_file(&ld, path)) return MIST_EXIT_CONFIG;
+    snprintf(cfg->source, sizeof cfg->source, "%s", path);
+    if (parse_file(&ld, cfg)) return MIST_EXIT_CONFIG;
+    if (apply_overrides(&ld, cfg, overrides, n_overrides)) return MIST_EXIT_CONFIG;
+    apply_family_defaults(&ld, cfg);
+    if (check_model(&ld, &cfg->model) || check_train(&ld, &cfg->train)) return MIST_EXIT_CONFIG;
+    if (cfg->plan.file[0]) {  // the stages come from a plan file
+        char perr[1024];
+        if (plan_file_load(&cfg->plan.plan, cfg->plan.file, perr, sizeof perr))
+            return fail(&ld, origin_of(&ld, "plan", "file"), "[plan] file = %s: %s", cfg->plan.file, perr);
+        if (plan_validate(&cfg->plan.plan, &cfg->model, cfg->train.global_batch, world_size, cfg->plan.file, perr,
+                          sizeof perr))
+            return fail(&ld, origin_of(&ld, "plan", "file"), "[plan] file: %s", perr);
+        return 0;
+    }
+    if (cfg->plan.mode == PLAN_FIXED) {
+        if (check_stage_sections(&ld, &cfg->plan.plan)) return MIST_EXIT_CONFIG;
+        if (check_plan(&ld, &cfg->plan.plan, &cfg->model, cfg->train.global_batch, world_size))
+            return MIST_EXIT_CONFIG;
+    }
+    return 0;
+}
+
+int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
+    static Loader ld;
+    static MistConfig tmp;
+    memset(&ld, 0, sizeof ld);
+    ld.err = err;
+    ld.errlen = errlen;
+    config_defaults(&tmp);
+    if (open_file(&ld, path) || parse_file(&ld, &tmp)) return MIST_EXIT_CONFIG;
+    for (int k = 0; k < config_num_keys; k++)
+        if (ld.key_origin[k] > 0 && strcmp(config_keys[k].section, "plan") && strcmp(config_keys[k].section, "stage"))
+            return fail(&ld, ld.key_origin[k], "[%s] %s: a plan file holds only [plan] and [stage.N]; allowed: "
+                        "[plan] G, stages and [stage.N] keys. Hint: move it to the main configuration",
+                        config_keys[k].section, config_keys[k].name);
+    if (check_stage_sections(&ld, &tmp.plan.plan)) return MIST_EXIT_CONFIG;
+    *plan = tmp.plan.plan;
+    return 0;
+}
+
+int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, int world_size, const char *where,
+                  char *err, size_t errlen) {
+    static Loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.err = err;
+    ld.errlen = errlen;
+    ld.path = where ? where : "plan";
+    if (plan->num_stages < 1 || plan->num_stages > MIST_MAX_STAGES)
+        return fail(&ld, 0, "stages = %d; allowed: 1..%d. Hint: set [plan] stages", plan->num_stages, MIST_MAX_STAGES);
+    for (int s = 0; s < plan->num_stages; s++) {
+        const StagePlan *st = &plan->stage[s];
+        if (st->layers < 1 || st->dp < 1 || st->tp < 1 || st->b < 1 || st->zero < 0 || st->zero > 3 || st->ckpt < 0)
+            return fail(&ld, 0, "[stage.%d] layers=%d dp=%d tp=%d b=%d zero=%d ckpt=%d; allowed: layers, dp, tp, b "
+                        ">= 1, zero 0..3, ckpt >= 0. Hint: fix [stage.%d]", s, st->layers, st->dp, st->tp, st->b,
+                        st->zero, st->ckpt, s);
+    }
+    return check_plan(&ld, plan, m, global_batch, world_size);
+}
+
+// ---------------------------------------------------------------- writing
+
+void plan_write_ini(const Plan *plan, FILE *f) {
+    fprintf(f, "[plan]\nmode = fixed\nG = %d\nstages = %d\n", plan->G, plan->num_stages);
+    for (int s = 0; s < plan->num_stages; s++) {
+        const StagePlan *st = &plan->stage[s];
+        fprintf(f, "\n[stage.%d]\nlayers = %d\ndp = %d\ntp = %d\nb = %d\nzero = %d\nckpt = %d\n", s, st->layers,
+                st->dp, st->tp, st->b, st->zero, st->ckpt);
+        fprintf(f, "wo = %.17g\ngo = %.17g\noo = %.17g\nao = %.17g\n", st->wo, st->go, st->oo, st->ao);
+    }
+}
+
+const char *config_family_name(ModelFamily f) { return f == FAMILY_LLAMA ? "llama" : "gpt"; }
+
+const char *config_precision_name(Precision p) { return p == PREC_BF16 ? "bf16" : p == PREC_FP16 ? "fp16" : "fp32"; }
+
+static const char *or_none(const char *s) { return s[0] ? s : "(none)"; }
+
+void config_print_summary(const MistConfig *cfg, FILE *f) {
+    const ModelConfig *m = &cfg->model;
+    const TrainConfig *t = &cfg->train;
+    static const char *const norms[] = {"layernorm", "rmsnorm"}, *const acts[] = {"gelu", "swiglu"},
+                             *const pos[] = {"learned", "rotary", "none"},
+                             *const sched[] = {"cosine", "linear", "constant"},
+                             *const spaces[] = {"megatron", "zero", "ckpt", "offload", "full"};
+    fprintf(f, "configuration: %s\n", cfg->source);
+    fprintf(f, "  model      %s: layers %d, hidden %d, heads %d (kv %d), ffn %d, vocab %d, seq_len %d\n",
+            config_family_name(m->family), m->layers, m->hidden, m->heads, m->kv_heads, m->ffn_hidden, m->vocab,
+            m->seq_len);
+    fprintf(f, "             norm %s, activation %s, position %s, bias %s, tied %s, parallel block %s\n",
+            norms[m->norm], acts[m->activation], pos[m->position], m->bias ? "yes" : "no",
+            m->tied_embeddings ? "yes" : "no", m->parallel_block ? "yes" : "no");
+    fprintf(f, "  train      global_batch %lld, steps %lld, lr %g -> %g (%s, warmup %lld), weight_decay %g, "
+            "grad_clip %g, seed %llu, precision %s\n", (long long)t->global_batch, (long long)t->steps, t->lr,
+            t->min_lr, sched[t->schedule], (long long)t->warmup, t->weight_decay, t->grad_clip,
+            (unsigned long long)t->seed, config_precision_name(t->precision));
+    fprintf(f, "  data       train %s, val %s\n", or_none(cfg->data.train), or_none(cfg->data.val));
+    fprintf(f, "  cluster    %d node(s) x %d device(s), hardware %s\n", cfg->cluster.nodes, cfg->cluster.gpus_per_node,
+            cfg->cluster.hardware);
+    fprintf(f, "  checkpoint dir %s, interval %lld, keep %d, resume %s\n", or_none(cfg->checkpoint.dir),
+            (long long)cfg->checkpoint.interval, cfg->checkpoint.keep, cfg->checkpoint.resume ? "yes" : "no");
+    fprintf(f, "  log        interval %lld, jsonl %s, summary %s\n", (long long)cfg->log.interval,
+            or_none(cfg->log.jsonl), or_none(cfg->log.summary));
+    const Plan *p = &cfg->plan.plan;
+    if (cfg->plan.mode == PLAN_AUTO && !cfg->plan.file[0]) {
+        fprintf(f, "  plan       auto (space %s)\n", spaces[cfg->plan.space]);
+        return;
+    }
+    fprintf(f, "  plan       fixed: G %d, %d stage(s), %d ranks\n", p->G, p->num_stages, plan_world_size(p));
+    fprintf(f, "    %5s  %6s  %4s  %4s  %4s  %4s  %4s  %5s %5s %5s %5s\n", "stage", "layers", "dp", "tp", "b", "zero",
+            "ckpt", "wo", "go", "oo", "ao");
+    for (int s = 0; s < p->num_stages; s++) {
+        const StagePlan *st = &p->stage[s];
+        fprintf(f, "    %5d  %6d  %4d  %4d  %4d  %4d  %4d  %5.3g %5.3g %5.3g %5.3g\n", s, st->layers, st->dp, st->tp,
+                st->b, st->zero, st->ckpt, st->wo, st->go, st->oo, st->ao);
+    }
+}

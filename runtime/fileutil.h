@@ -1,0 +1,19 @@
+// Small file-system helpers shared by checkpoints, logs and the tokenizer:
+// create parent directories, make a rename durable, write a file atomically.
+// "Atomically" means readers see either the old file or the complete new one,
+// never a half-written one: write PATH.tmp, fsync it, rename over PATH, fsync
+// the directory (POSIX rename(2) is atomic within one file system).
+#ifndef MIST_FILEUTIL_H
+#define MIST_FILEUTIL_H
+#include <stddef.h>
+
+// mkdir -p DIR (mode 0777 & ~umask). 0 on success, -1 with err filled.
+int mist_mkdir_p(const char *dir, char *err, size_t errlen);
+// mkdir -p of the directory part of PATH ("a/b/c.json" creates "a/b").
+int mist_mkdir_parent(const char *path, char *err, size_t errlen);
+// fsync the directory holding PATH so that a rename/unlink inside it survives a crash.
+int mist_fsync_parent(const char *path, char *err, size_t errlen);
+// Write BYTES of DATA to PATH via PATH.tmp + fsync + rename + fsync(dir); creates parents.
+int mist_write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen);
+
+#endif

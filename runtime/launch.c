@@ -1,0 +1,134 @@
+// The launcher: MPI start-up, host and node-local rank, device pick.
+#ifdef HAVE_CONFIG_H
+#include <config.h>  // the build's config (HAVE_CUDA), not runtime/config.h
+#endif
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/launch.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/device_probe.h"
+#endif
+
+static Launch launch_;
+static int launched_;
+static char gpu_description_[192];  // "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB" when a GPU answered
+
+const Launch *launch_info(void) { return launched_ ? &launch_ : NULL; }
+
+// Ranks on one host share memory: MPI_Comm_split_type(SHARED) groups them,
+// so the rank inside that group is the node-local rank whatever the launcher
+// (mpirun, srun) exports.
+static int find_local_rank(Launch *L) {
+    MPI_Comm node;
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, L->world_rank, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Comm_rank(node, &L->local_rank);
+    MPI_Comm_size(node, &L->local_size);
+    return MPI_Comm_free(&node);
+}
+
+// Picks this rank's device; writes the reason when it falls back to the CPU.
+static void pick_device(Launch *L, char *why, size_t whylen) {
+    snprintf(L->device, sizeof L->device, "cpu");
+    L->gpus_on_host = 0;
+    const char *force = getenv("MIST_DEVICE");
+    if (force && strcmp(force, "cpu") == 0) {
+        why[0] = '\0';  // asked for: nothing to announce
+        return;
+    }
+#ifdef HAVE_CUDA
+    CudaProbe probe;
+    mist_cuda_probe(&probe);
+    if (probe.count > 0) {
+        L->gpus_on_host = probe.count;
+        snprintf(L->device, sizeof L->device, "cuda:%d", L->local_rank % probe.count);
+        snprintf(gpu_description_, sizeof gpu_description_, "%s, sm_%d%d, %.1f GiB", probe.name, probe.cc_major,
+                 probe.cc_minor, probe.total_memory / 1073741824.0);
+        why[0] = '\0';
+        return;
+    }
+    snprintf(why, whylen, "%s", probe.reason[0] ? probe.reason : "no CUDA device found");
+#else
+    snprintf(why, whylen, "this build has no CUDA backend");
+#endif
+}
+
+int launch_init(int *argc, char ***argv, Launch *out) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "mist: MPI failed to start. Hint: launch with mpirun or srun, and check the MPI installation\n");
+        return 1;
+    }
+    // Errors come back as codes (turned into messages) instead of killing the job silently.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    Launch *L = &launch_;
+    memset(L, 0, sizeof *L);
+    L->thread_level = provided;
+    MPI_Comm_rank(MPI_COMM_WORLD, &L->world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &L->world_size);
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(name, &len);
+    snprintf(L->host, sizeof L->host, "%.63s", name);  // long FQDNs are cut
+    if (find_local_rank(L) != MPI_SUCCESS) {
+        L->local_rank = 0;  // cannot tell: behave as one process per host
+        L->local_size = 1;
+    }
+
+    char why[192];
+    pick_device(L, why, sizeof why);
+    // Announce the CPU fallback once for the job: the lowest rank that fell back speaks.
+    int fell_back = why[0] != '\0';
+    int mine = fell_back ? L->world_rank : L->world_size, first = L->world_size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (fell_back && first == L->world_rank) {
+        if (L->world_size > 1 && L->world_rank > 0)
+            fprintf(stderr, "mist: no usable GPU on %s (%s); using the CPU backend\n", L->host, why);
+        else
+            fprintf(stderr, "mist: no usable GPU (%s); using the CPU backend\n", why);
+        fflush(stderr);
+    }
+    // Say which GPUs drive the job, once per host.
+    if (L->gpus_on_host > 0 && L->local_rank == 0) {
+        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend\n", L->gpus_on_host,
+                L->gpus_on_host == 1 ? "" : "s", L->host, gpu_description_);
+        fflush(stderr);
+    }
+    // Oversubscribed GPUs work (ranks share a device) but are slower: say so once per host.
+    if (L->gpus_on_host > 0 && L->local_size > L->gpus_on_host && L->local_rank == 0) {
+        fprintf(stderr, "mist: %d ranks share %d GPU%s on %s\n", L->local_size, L->gpus_on_host,
+                L->gpus_on_host == 1 ? "" : "s", L->host);
+        fflush(stderr);
+    }
+    launched_ = 1;
+    if (out) *out = *L;
+    return 0;
+}
+
+void launch_finalize(void) {
+    int started = 0, finished = 0;
+    MPI_Initialized(&started);
+    MPI_Finalized(&finished);
+    fflush(stdout);
+    fflush(stderr);
+    if (started && !finished) MPI_Finalize();
+}
+
+void launch_abort(int exit_code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int rank = launched_ ? launch_.world_rank : -1;
+    fprintf(stderr, "mist: rank %d: %s\n", rank, msg);
+    fflush(stderr);
+    fflush(stdout);
+    int started = 0;
+    MPI_Initialized(&started);
+    if (started) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    exit(exit_code);
+}

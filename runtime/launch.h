@@ -1,0 +1,35 @@
+// The launcher: starts MPI, finds where this process runs (host, rank on the
+// node) and which device it drives. One per process; everything after it
+// (config, grid, comm) relies on it.
+#ifndef MIST_LAUNCH_H
+#define MIST_LAUNCH_H
+
+typedef struct {
+    int world_rank, world_size;
+    int local_rank, local_size;  // rank among the processes on this host, and their count
+    char host[64];
+    char device[32];             // "cpu" or "cuda:N"
+    int gpus_on_host;            // usable GPUs this process sees (0 without CUDA)
+    int thread_level;            // MPI thread support granted (MPI_THREAD_*)
+} Launch;
+
+// Collective over MPI_COMM_WORLD: MPI_Init_thread (asks for MPI_THREAD_MULTIPLE),
+// errors returned instead of aborting, local rank via a shared-memory split,
+// device pick: GPU (local_rank mod GPUs) when this build has CUDA and a GPU
+// answers, else "cpu"; the CPU fallback is announced once for the whole job
+// ("mist: no usable GPU (<reason>); using the CPU backend").
+// MIST_DEVICE=cpu in the environment forces the CPU backend without a message.
+// Returns 0, or 1 when MPI could not start (a message is on stderr).
+int launch_init(int *argc, char ***argv, Launch *out);
+
+// The launch of this process, or NULL before launch_init.
+const Launch *launch_info(void);
+
+// MPI_Finalize (safe to call when MPI never started).
+void launch_finalize(void);
+
+// Ends the whole job from this rank with a message on stderr:
+// "mist: rank R: <message>". Never returns; the other ranks do not hang.
+void launch_abort(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+#endif

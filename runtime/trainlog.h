@@ -1,0 +1,58 @@
+// Training logs: a Megatron-style line on stdout every cfg->interval
+// iterations, one JSON object per iteration in cfg->jsonl, and a summary JSON
+// (per-rank predicted vs measured memory plus the last iteration) at the end.
+// Only rank 0 writes; on other ranks every call is a no-op.
+#ifndef MIST_TRAINLOG_H
+#define MIST_TRAINLOG_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "runtime/config.h"
+
+typedef struct {
+    int64_t iteration;          // 1-based iteration just finished
+    int64_t steps;              // total iterations of the run
+    int64_t consumed_tokens;    // tokens trained on so far (all ranks), including this iteration
+    double ms_per_iter;         // wall time of this iteration
+    double tokens_per_s;        // global tokens per second
+    double tflops_per_device;   // model FLOPs per second per device, in TFLOP/s
+    double mfu, hfu;            // fractions of the device peak (0.42 = 42%): model / hardware FLOPs
+    double lr;
+    double loss;                // mean lm loss of the iteration
+    double grad_norm;           // global gradient norm before clipping
+    int64_t skipped;            // iterations skipped so far (non-finite gradients)
+    int64_t nonfinite;          // iterations with NaN/Inf loss or gradients so far
+    int64_t peak_device_bytes;  // peak device memory of this rank (rank 0) so far
+} IterStats;
+
+typedef struct TrainLog TrainLog;
+
+// Creates parent directories and truncates cfg->jsonl (when set). NULL with err on failure.
+TrainLog *trainlog_open(const LogConfig *cfg, int rank, char *err, size_t errlen);
+// For a resumed run: keeps the lines of cfg->jsonl with iteration < first_iteration
+// and drops the rest (so the file reads as one uninterrupted run), then appends.
+TrainLog *trainlog_open_resume(const LogConfig *cfg, int rank, int64_t first_iteration, char *err, size_t errlen);
+void trainlog_iteration(TrainLog *t, const IterStats *s);
+// Where the lines go (stdout by default).
+void trainlog_set_stream(TrainLog *t, FILE *out);
+void trainlog_close(TrainLog *t);
+
+// The Megatron-style line for s (no trailing newline); returns its length.
+int trainlog_format_line(const IterStats *s, char *buf, size_t len);
+// The JSON object for s (one line, no trailing newline); NaN/Inf become null.
+int trainlog_format_json(const IterStats *s, char *buf, size_t len);
+// Bytes as a short human string: "512 B", "12.3 KiB", "1.50 GiB".
+void trainlog_format_bytes(int64_t bytes, char *buf, size_t len);
+
+typedef struct {
+    int rank, stage;
+    int64_t predicted_device_peak_bytes, measured_device_peak_bytes,
+            predicted_host_peak_bytes, measured_host_peak_bytes;
+} RankMemory;
+
+// {"ranks": [{rank, stage, predicted/measured device/host peak bytes}...], "final": {IterStats}}
+// written atomically (tmp + rename); creates parent directories. last may be NULL ("final": null).
+int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, const IterStats *last,
+                           char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,81 @@
+#!/bin/sh
+# mist-train's command line: --help, --version, usage errors, --dry-run of the
+# tiny example under mpirun (summary + one grid row per rank, printed once),
+# the CPU fallback notice, and job-wide exits: a plan that needs more ranks
+# than the job has, and a config error, both end every rank with exit 2 in
+# under 10 s and print the message once.
+. "$MIST_SRCDIR/tests/lib.sh"
+TRAIN="$MIST_BUILDDIR/mist-train"
+TINY="$MIST_SRCDIR/examples/tiny.ini"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+out=$("$TRAIN" --help 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'Usage: mist-train' && printf '%s' "$out" | grep -q -- '--dry-run'
+tap_ok $? "--help prints the usage and exits 0"
+
+out=$("$TRAIN" --version 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^mist-train (mist) [0-9]'
+tap_ok $? "--version prints the version and exits 0 ($out)"
+
+out=$("$TRAIN" --frobnicate "$TINY" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q "unknown option '--frobnicate'"
+tap_ok $? "an unknown option exits 2 and names the option"
+
+out=$("$TRAIN" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'missing the CONFIG.ini'
+tap_ok $? "no config file exits 2 with a hint"
+
+out=$("$TRAIN" -o trainsteps=3 "$TINY" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'SECTION.KEY=VALUE'
+tap_ok $? "a malformed -o exits 2 and shows the expected form"
+
+# The dry run at 4 ranks: the summary once, a header, one row per rank.
+out=$(timeout 60 sh -c "mpirun --oversubscribe -np 4 '$TRAIN' --dry-run '$TINY' </dev/null" 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ]
+tap_ok $? "--dry-run of examples/tiny.ini at 4 ranks exits 0 (exit $rc)"
+[ $rc -eq 0 ] || tap_diag "$out" "$(cat "$tmp/err")"
+rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-3] +[^ ]+ +[0-3] +cpu')
+[ "$rows" -eq 4 ]
+tap_ok $? "the grid table has one row per rank ($rows rows)"
+header=$(printf '%s\n' "$out" | grep -c '^ *rank  *host  *local  *device  *stage  *dp  *tp  *layers')
+[ "$header" -eq 1 ]
+tap_ok $? "the grid table header is printed once ($header)"
+for r in 0 1 2 3; do
+    printf '%s\n' "$out" | grep -qE "^ +$r +[^ ]+ +[0-9]+ +cpu +0 +$r +0 +0-"
+    tap_ok $? "rank $r sits at stage 0, dp index $r, tp index 0"
+done
+notices=$(grep -c 'using the CPU backend' "$tmp/err")
+[ "$notices" -eq 1 ]
+tap_ok $? "the CPU fallback is announced once for the job ($notices)"
+
+# MIST_DEVICE=cpu forces the CPU backend silently.
+out=$(MIST_DEVICE=cpu timeout 60 sh -c "mpirun --oversubscribe -x MIST_DEVICE -np 4 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
+[ $rc -eq 0 ] && ! printf '%s' "$out" | grep -q 'using the CPU backend'
+tap_ok $? "MIST_DEVICE=cpu picks the CPU backend without a notice"
+
+# A plan for 4 ranks started on 2: every rank exits 2, one message.
+start=$(date +%s)
+out=$(timeout 30 sh -c "mpirun --oversubscribe -np 2 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+n=$(printf '%s\n' "$out" | grep -c 'plan needs 4 ranks')
+[ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ $took -lt 10 ] && printf '%s' "$out" | grep -q 'mpirun -np 4'
+tap_ok $? "a plan needing 4 ranks under mpirun -np 2 exits 2 in ${took}s, message printed $n time(s)"
+[ $rc -eq 2 ] && [ "$n" -eq 1 ] || tap_diag "$out"
+
+# A config error under mpirun -np 4: exit 2 within 10 s, message once.
+sed 's/^heads *=.*/heads = 5/' "$TINY" > "$tmp/bad.ini"
+cp -r "$MIST_SRCDIR/examples/data" "$tmp/data" 2>/dev/null
+start=$(date +%s)
+out=$(timeout 30 sh -c "mpirun --oversubscribe -np 4 '$TRAIN' --dry-run '$tmp/bad.ini' </dev/null" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+n=$(printf '%s\n' "$out" | grep -c 'bad.ini:[0-9]*:.*heads')
+[ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ $took -lt 10 ]
+tap_ok $? "a config error under mpirun -np 4 exits 2 in ${took}s (exit $rc), message printed $n time(s)"
+[ $rc -eq 2 ] && [ "$n" -eq 1 ] || tap_diag "$out"
+
+# The -o override reaches every rank: the summary shows it.
+out=$(timeout 60 sh -c "mpirun --oversubscribe -np 4 '$TRAIN' --dry-run -o train.steps=7 '$TINY' </dev/null" 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -qE 'steps[^0-9]*7([^0-9]|$)'
+tap_ok $? "-o train.steps=7 shows in the dry-run summary"
+tap_end

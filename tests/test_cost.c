@@ -1,0 +1,339 @@
+// The cost and memory model against hand computations and published formulas:
+// the overlap window rule, the 1F1B total, ZeRO state sizes, the Megatron
+// FLOPs formula, checkpointed activations, a tiny stage's time by hand,
+// monotonicity in ckpt and offload, and batched == scalar evaluation.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "models/model.h"
+#include "planner/cost.h"
+#include "tests/tap.h"
+
+static void tiny_config(MistConfig *c, Precision prec) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->source, sizeof c->source, "test");
+    ModelConfig *m = &c->model;
+    m->family = FAMILY_GPT;
+    m->layers = 4;
+    m->hidden = 64;
+    m->heads = 4;
+    m->kv_heads = 4;
+    m->ffn_hidden = 256;
+    m->vocab = 256;
+    m->seq_len = 32;
+    m->norm = NORM_LAYERNORM;
+    m->activation = ACT_GELU;
+    m->position = POS_LEARNED;
+    m->bias = 1;
+    m->tied_embeddings = 1;
+    m->norm_eps = 1e-5;
+    c->train.global_batch = 8;
+    c->train.precision = prec;
+    c->cluster.nodes = 1;
+    c->cluster.gpus_per_node = 8;
+}
+
+static StageConfig stage(int L, int b, int dp, int tp, int zero, int ckpt, int G, int p) {
+    StageConfig s = {L, b, dp, tp, zero, ckpt, G, p, 0, 0, 0, 0};
+    return s;
+}
+
+static int64_t part_param_count(const ModelConfig *m, ModelPart part) {
+    ParamSpec spec[64];
+    int n = model_params(m, part, spec, 64);
+    int64_t t = 0;
+    for (int i = 0; i < n; i++) t += spec[i].rows * spec[i].cols;
+    return t;
+}
+
+static double frand(unsigned *state) {
+    *state = *state * 1103515245u + 12345u;
+    return ((*state >> 8) & 0xffff) / 65536.0;
+}
+
+static void test_overlap(void) {
+    HwProfile p;
+    profile_preset(&p, "l4");
+    // two streams, compute slowed 1.1676x by NCCL: C + N - N/1.1676 (DESIGN.md §4)
+    double x[4] = {10e-3, 4e-3, 0, 0};
+    ok(near(overlap_seconds(&p, x), 10e-3 + 4e-3 - 4e-3 / 1.1676, 1e-15, 1e-12, "C+N"), "L4 C+N window: C + N(1 - 1/1.1676)");
+    // three streams by hand with the L4 [C,N,H2D] and then [C,H2D] factors
+    double y[4] = {6, 1, 1, 0};
+    double w1 = fmin(fmin(6 * 2.087, 1 * 1.001), 1 * 2.393);  // N finishes first
+    double c1 = 6 - w1 / 2.087, h1 = 1 - w1 / 2.393;
+    double w2 = fmin(c1 * 1.0152, h1 * 1.0005);               // then H2D
+    double c2 = c1 - w2 / 1.0152;
+    ok(near(overlap_seconds(&p, y), w1 + w2 + c2, 1e-12, 1e-12, "C+N+H"), "L4 three-stream window by hand");
+    // no interference: the longest stream
+    HwProfile q = p;
+    for (unsigned m = 0; m < STREAM_SUBSETS; m++)
+        for (int s = 0; s < STREAM_COUNT; s++) q.slowdown[m][s] = 1.0;
+    double z[4] = {3, 2, 5, 1};
+    ok(near(overlap_seconds(&q, z), 5, 0, 1e-12, "max"), "factors 1: window = longest stream");
+    HwProfile cpu;
+    profile_preset(&cpu, "cpu");
+    ok(near(overlap_seconds(&cpu, z), 11, 0, 1e-12, "sum"), "serialised streams: window = sum");
+    double one[4] = {0, 0, 2.5, 0};
+    ok(overlap_seconds(&p, one) == 2.5, "a single stream runs alone");
+
+    // symbolic == scalar on random inputs (with zeros)
+    ExprCtx *ctx = expr_ctx_new();
+    const char *names[4] = {"xc", "xn", "xh", "xd"};
+    Expr *in[4];
+    int idx[4];
+    for (int s = 0; s < 4; s++) {
+        in[s] = ex_sym(ctx, names[s]);
+        idx[s] = expr_symbol(ctx, names[s]);
+    }
+    Expr *e = overlap_expr(ctx, &p, in);
+    unsigned seed = 7;
+    int agree = 1;
+    for (int trial = 0; trial < 2000 && agree; trial++) {
+        double v[64] = {0}, xs[4];
+        for (int s = 0; s < 4; s++) {
+            xs[s] = frand(&seed) < 0.3 ? 0 : frand(&seed) * 1e-2;
+            v[idx[s]] = xs[s];
+        }
+        double a = overlap_seconds(&p, xs), b = expr_eval(e, v);
+        agree = fabs(a - b) <= 1e-12 + 1e-9 * a;
+        if (!agree) diag("x = %g %g %g %g: scalar %.12g symbolic %.12g", xs[0], xs[1], xs[2], xs[3], a, b);
+    }
+    ok(agree, "symbolic overlap == scalar overlap on 2000 random windows");
+    expr_ctx_free(ctx);
+}
+
+static void test_pipeline(void) {
+    double t1[1] = {2}, d1[1] = {3};
+    ok(near(pipeline_1f1b_seconds(1, 8, t1, d1), 8 * 2 + 3, 0, 1e-15, "one stage"), "one stage: G*t + d");
+    double t[3] = {1, 2, 1}, d[3] = {3, 1, 5};
+    // (G-1)*max t + sum t + max(0, 3 - 0, 1 - 1, 5 - 3) = 3*2 + 4 + 3
+    ok(near(pipeline_1f1b_seconds(3, 4, t, d), 13, 0, 1e-15, "3 stages"), "1F1B by hand: 3 stages, G=4 -> 13");
+    double t2[2] = {2, 2}, d2[2] = {0.5, 1};
+    ok(near(pipeline_1f1b_seconds(2, 2, t2, d2), 2 + 4 + 0.5, 0, 1e-15, "hidden extra"),
+       "1F1B: a later stage's extra hides behind the fill (2 stages)");
+}
+
+// weights + grads + optimizer of a single stage holding the whole model
+static double states(const StageModel *m, StageConfig c) {
+    double o[ST_OUTPUTS];
+    stage_eval_scalar(m, &c, o);
+    return o[ST_WEIGHTS] + o[ST_GRADS] + o[ST_OPTIMIZER];
+}
+
+static void test_zero(const MistConfig *cfg, const HwProfile *hw) {
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, cfg, hw, NULL, 1, 1, err, sizeof err) != 0) {
+        ok(0, "stage model builds: %s", err);
+        return;
+    }
+    double psi = (double)model_param_count(&cfg->model);
+    int L = cfg->model.layers, N = 4;
+    // rounding slack: one ceil per part (pre, post, each block) and state
+    double slack = 16.0 * (L + 2);
+    ok(near(states(&m, stage(L, 2, N, 1, 0, 0, 1, 0)), 16 * psi, 0, 0, "ZeRO-0"), "ZeRO-0: 16 psi exactly");
+    ok(near(states(&m, stage(L, 2, N, 1, 1, 0, 1, 0)), 4 * psi + 12 * psi / N, slack, 0, "ZeRO-1"), "ZeRO-1: 4 psi + 12 psi/N");
+    ok(near(states(&m, stage(L, 2, N, 1, 2, 0, 1, 0)), 2 * psi + 14 * psi / N, slack, 0, "ZeRO-2"), "ZeRO-2: 2 psi + 14 psi/N");
+    ok(near(states(&m, stage(L, 2, N, 1, 3, 0, 1, 0)), 16 * psi / N, slack, 0, "ZeRO-3"), "ZeRO-3: 16 psi / N");
+    // exact arithmetic: shards are ceil-divided per part
+    int64_t pre = part_param_count(&cfg->model, PART_PRE), blk = part_param_count(&cfg->model, PART_BLOCK);
+    int64_t post = part_param_count(&cfg->model, PART_POST);
+    int dp = 3;
+    double want = 16.0 * ((pre + dp - 1) / dp + L * ((blk + dp - 1) / dp) + (post + dp - 1) / dp);
+    ok(states(&m, stage(L, 2, dp, 1, 3, 0, 1, 0)) == want, "ZeRO-3 over dp=3: ceil(P/3)*16 per part, to the byte");
+    stage_model_free(&m);
+
+    MistConfig f32 = *cfg;
+    f32.train.precision = PREC_FP32;
+    if (stage_model_build(&m, &f32, hw, NULL, 1, 1, err, sizeof err) == 0) {
+        double o[ST_OUTPUTS];
+        StageConfig c = stage(L, 2, 1, 1, 0, 0, 1, 0);
+        stage_eval_scalar(&m, &c, o);
+        ok(o[ST_WEIGHTS] == 4 * psi && o[ST_GRADS] == 4 * psi && o[ST_OPTIMIZER] == 8 * psi,
+           "fp32 training: weights 4, grads 4, Adam m+v 8 bytes per parameter");
+        stage_model_free(&m);
+    }
+}
+
+static void test_flops(const MistConfig *cfg) {
+    MistConfig c = *cfg;
+    c.model.vocab = 50304;
+    c.model.hidden = 2048;
+    c.model.heads = 16;
+    c.model.kv_heads = 16;
+    c.model.ffn_hidden = 8192;
+    c.model.layers = 24;
+    c.model.seq_len = 2048;
+    c.train.global_batch = 512;
+    double B = 512, s = 2048, L = 24, h = 2048, V = 50304;
+    double megatron = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+    ok(near(model_flops_per_iteration(&c), megatron, 0, 1e-12, "megatron"),
+       "model FLOPs = 72 B s L h^2 (1 + s/6h + V/12Lh) for GPT-3 1.3B");
+}
+
+// one block, G = 1, dp = tp = 1 on a profile with unbounded bandwidth and no
+// launch cost: every op costs flops / peak, backward 2x forward
+static void test_hand_time(const MistConfig *cfg) {
+    HwProfile hw;
+    profile_preset(&hw, "cpu");
+    hw.peak_flops[DT_BF16] = 1e12;
+    hw.flops_efficiency = 1.0;
+    hw.mem_bandwidth = 1e30;
+    hw.launch_seconds = 0;
+    MistConfig c = *cfg;
+    c.model.layers = 1;
+    c.train.global_batch = 2;
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, &c, &hw, NULL, 1, 1, err, sizeof err) != 0) {
+        ok(0, "stage model builds: %s", err);
+        return;
+    }
+    double T = 2 * 32, h = 64, s = 32, F = 256, V = 256;
+    // block forward: qkv 6Th^2, scores+PV 4Tsh, proj 2Th^2, fc 2ThF, fc_proj 2TFh;
+    // elementwise: two layernorms 8Th each, two residual adds Th each, gelu 10TF
+    double blk = 6 * T * h * h + 4 * T * s * h + 2 * T * h * h + 4 * T * h * F + 2 * 8 * T * h + 2 * T * h + 10 * T * F;
+    // post: final layernorm 8Th, LM head 2ThV, cross-entropy 5TV; pre: a lookup (no FLOPs)
+    double post = 8 * T * h + 2 * T * h * V + 5 * T * V;
+    double want = 3 * (blk + post) / 1e12;
+    double o[ST_OUTPUTS];
+    StageConfig sc = stage(1, 2, 1, 1, 0, 0, 1, 0);
+    stage_eval_scalar(&m, &sc, o);
+    ok(near(o[ST_T], want, 1e-15, 1e-9, "t"), "one block, one stage, G=1: t = 3 x forward FLOPs / peak (%.6g s)", want);
+    ok(o[ST_D] == 0, "G = 1: d = 0");
+    // dp = 2 with ZeRO-0, G = 2: the extra of the last micro-batch is the
+    // exposed all-reduce of every part's grads (one block: nothing to hide under)
+    c.train.global_batch = 8;
+    stage_model_free(&m);
+    if (stage_model_build(&m, &c, &hw, NULL, 1, 1, err, sizeof err) != 0) return;
+    sc = stage(1, 2, 2, 1, 0, 0, 2, 0);
+    stage_eval_scalar(&m, &sc, o);
+    double P = (double)model_param_count(&c.model);
+    LinkFit f = profile_coll_fit(&hw, 1, 2);
+    double ar = 2.1 * (2 * P / f.k * 0.5 + f.beta * 3);  // three parts, each with its own beta
+    ok(near(o[ST_D], ar, 1e-12, 1e-9, "d"), "dp=2, G=2: d = all-reduce of the grads, 2.1 (2P/k/2 + 3 beta)");
+    stage_model_free(&m);
+}
+
+static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, cfg, hw, NULL, 0, 0, err, sizeof err) != 0) {
+        ok(0, "middle stage model builds: %s", err);
+        return;
+    }
+    // checkpointed blocks keep only their input: 2 s b h bytes in bf16
+    int L = 3, b = 2;
+    double o[ST_OUTPUTS];
+    StageConfig sc = stage(L, b, 1, 1, 0, L, 4, 0);
+    stage_eval_scalar(&m, &sc, o);
+    double sbh = (double)cfg->model.seq_len * b * cfg->model.hidden;
+    ok(o[ST_ACTIVATIONS] == L * 2 * sbh, "full recompute: activations = L * 2sbh (Megatron)");
+    sc.p = 2;
+    stage_eval_scalar(&m, &sc, o);
+    ok(o[ST_ACTIVATIONS] == 3 * L * 2 * sbh, "two more micro-batches in flight: 3x the saved activations");
+
+    // monotonicity: more ckpt -> less memory, more time
+    int mono_mem = 1, mono_time = 1;
+    double prev_peak = INFINITY, prev_t = 0;
+    for (int c = 0; c <= L; c++) {
+        sc = stage(L, b, 2, 1, 1, c, 4, 1);
+        stage_eval_scalar(&m, &sc, o);
+        double peak = fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]);
+        if (!(peak < prev_peak)) mono_mem = 0;
+        if (!(o[ST_T] > prev_t)) mono_time = 0;
+        prev_peak = peak;
+        prev_t = o[ST_T];
+    }
+    ok(mono_mem, "each extra checkpointed block lowers the peak");
+    ok(mono_time, "each extra checkpointed block raises t");
+    // more offload -> less device memory, more host memory
+    const int which[4] = {SYM_WO, SYM_GO, SYM_OO, SYM_AO};
+    const char *names[4] = {"wo", "go", "oo", "ao"};
+    for (int k = 0; k < 4; k++) {
+        int mono = 1, host_up = 1;
+        double prev = INFINITY, prev_host = -1;
+        for (int step = 0; step <= 4; step++) {
+            sc = stage(L, b, 2, 1, 1, 1, 4, 1);
+            double r = step / 4.0;
+            if (which[k] == SYM_WO) sc.wo = r, sc.go = r;  // weights offload with grads (their buffers move together)
+            if (which[k] == SYM_GO) sc.go = r;
+            if (which[k] == SYM_OO) sc.oo = r;
+            if (which[k] == SYM_AO) sc.ao = r;
+            stage_eval_scalar(&m, &sc, o);
+            double dev = o[ST_WEIGHTS] + o[ST_GRADS] + o[ST_OPTIMIZER] + o[ST_ACTIVATIONS];
+            if (step > 0 && !(dev < prev)) mono = 0;
+            if (step > 0 && !(o[ST_HOST] > prev_host)) host_up = 0;
+            prev = dev;
+            prev_host = o[ST_HOST];
+        }
+        ok(mono && host_up, "more %s offload: less resident device memory, more host memory", names[k]);
+    }
+    stage_model_free(&m);
+}
+
+static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
+    StageModel m;
+    char err[256];
+    int fails = 0;
+    for (int variant = 0; variant < 4; variant++) {
+        int has_pre = variant & 1, has_post = variant >> 1;
+        if (stage_model_build(&m, cfg, hw, NULL, has_pre, has_post, err, sizeof err) != 0) {
+            ok(0, "stage model builds: %s", err);
+            return;
+        }
+        enum { N = 500 };
+        static double col[STAGE_SYMS][N], res[ST_OUTPUTS][N];
+        StageConfig cs[N];
+        unsigned seed = 11 + variant;
+        for (int i = 0; i < N; i++) {
+            StageConfig *c = &cs[i];
+            c->layers = 1 + (int)(frand(&seed) * 4);
+            c->b = 1 << (int)(frand(&seed) * 3);
+            c->dp = 1 << (int)(frand(&seed) * 5);
+            c->tp = 1 << (int)(frand(&seed) * 4);
+            c->zero = (int)(frand(&seed) * 4);
+            c->ckpt = (int)(frand(&seed) * (c->layers + 1));
+            c->G = 1 + (int)(frand(&seed) * 8);
+            c->p = (int)(frand(&seed) * c->G);
+            c->wo = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->go = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->oo = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->ao = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            double v[STAGE_SYMS] = {c->b, c->dp, c->tp, c->zero >= 3, c->zero >= 2, c->zero >= 1, c->ckpt,
+                                    c->wo, c->go, c->oo, c->ao, c->G, c->p, c->layers};
+            for (int s = 0; s < STAGE_SYMS; s++) col[s][i] = v[s];
+        }
+        const double *cols[STAGE_SYMS];
+        double *outs[ST_OUTPUTS];
+        for (int s = 0; s < STAGE_SYMS; s++) cols[s] = col[s];
+        for (int k = 0; k < ST_OUTPUTS; k++) outs[k] = res[k];
+        stage_eval_batch(&m, cols, outs, N);
+        for (int i = 0; i < N; i++) {
+            double o[ST_OUTPUTS];
+            stage_eval_scalar(&m, &cs[i], o);
+            for (int k = 0; k < ST_OUTPUTS; k++)
+                if (!(fabs(o[k] - res[k][i]) <= 1e-9 * fabs(o[k]) + 1e-15)) {
+                    if (fails++ < 5) diag("candidate %d output %s: scalar %.17g batched %.17g", i, stage_output_names[k], o[k], res[k][i]);
+                }
+        }
+        stage_model_free(&m);
+    }
+    ok(fails == 0, "batched == scalar on 2000 random candidates over 4 stage kinds (%d mismatches)", fails);
+}
+
+int main(void) {
+    MistConfig cfg;
+    tiny_config(&cfg, PREC_BF16);
+    HwProfile hw;
+    profile_preset(&hw, "a100-80g");
+    test_overlap();
+    test_pipeline();
+    test_zero(&cfg, &hw);
+    test_flops(&cfg);
+    test_hand_time(&cfg);
+    test_memory_shape(&cfg, &hw);
+    test_batched(&cfg, &hw);
+    return tap_done();
+}

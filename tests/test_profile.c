@@ -1,0 +1,125 @@
+// Hardware profiles: presets carry the published numbers, the transfer
+// formulas match hand computations, profile files round-trip, and file errors
+// name the file, line and key.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "planner/profile.h"
+#include "tests/tap.h"
+
+#define GiB 1073741824.0
+
+static char tmpdir[256];
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mist-test-profile-XXXXXX");
+    if (!mkdtemp(tmpdir)) tap_skip_all("cannot make a temporary directory");
+    HwProfile p;
+    char err[512];
+
+    for (int i = 0; profile_preset_names[i]; i++) {
+        int rc = profile_load(&p, profile_preset_names[i], err, sizeof err);
+        ok(rc == 0 && p.memory_bytes > 0 && p.peak_flops[DT_BF16] > 0 && p.mem_bandwidth > 0 && p.h2d.k > 0 &&
+               p.coll[3][3].k > 0,
+           "preset %s loads with every field set", profile_preset_names[i]);
+    }
+    ok(profile_load(&p, "no-such-gpu", err, sizeof err) != 0 && strstr(err, "no-such-gpu"), "unknown name is an error naming it");
+
+    // published numbers (DESIGN.md §4, §6)
+    profile_preset(&p, "l4");
+    ok(near(p.peak_flops[DT_BF16], 121e12, 0, 1e-12, "l4 peak"), "l4 dense bf16 peak is 121 TFLOP/s");
+    ok(near(p.coll[0][3].k, 4.6832 * GiB, 0, 1e-12, "l4 1x8 k"), "l4 one node 8 GPUs: k = 4.6832 GiB/s");
+    ok(near(p.slowdown[STREAM_MASK(STREAM_C) | STREAM_MASK(STREAM_N)][STREAM_C], 1.1676, 0, 1e-12, "C+N"),
+       "l4: compute 16.8%% slower under NCCL");
+    profile_preset(&p, "h100-80g");
+    ok(near(p.peak_flops[DT_BF16], 989e12, 0, 1e-12, "h100 peak") && near(p.mem_bandwidth, 3.35e12, 0, 1e-12, "hbm"),
+       "h100: 989 TFLOP/s bf16, 3.35 TB/s");
+    profile_preset(&p, "h200");
+    ok(near(p.mem_bandwidth, 4.8e12, 0, 1e-12, "h200 hbm"), "h200: 4.8 TB/s");
+    profile_preset(&p, "a100-40g");
+    ok(near(p.coll[0][1].k, 139.04 * GiB, 0, 1e-12, "a100 1x2"), "a100: one node 2 GPUs k = 139.04 GiB/s");
+
+    // shape index: log2 rounded up, clamped
+    ok(profile_shape_index(1) == 0 && profile_shape_index(2) == 1 && profile_shape_index(3) == 2 &&
+           profile_shape_index(8) == 3 && profile_shape_index(1000) == PROFILE_SHAPES - 1,
+       "group shape index = ceil(log2 n), clamped");
+
+    // ring collective by hand: L4, one node, 8 GPUs, 1 GiB all-reduce
+    profile_preset(&p, "l4");
+    double want = 2.1 * (1.0 / 4.6832 * 7.0 / 8.0 + 3e-4);
+    ok(near(profile_collective_seconds(&p, COLL_ALL_REDUCE, GiB, 1, 8), want, 0, 1e-12, "all-reduce"),
+       "all-reduce 1 GiB on 1x8 L4 = 2.1*(1/4.6832*7/8 + 3e-4) s");
+    want = 1.1 * (0.5 / 0.9791 * 3.0 / 4.0 + 0.0076);
+    ok(near(profile_collective_seconds(&p, COLL_REDUCE_SCATTER, GiB / 2, 2, 2), want, 0, 1e-12, "reduce-scatter"),
+       "reduce-scatter 0.5 GiB on 2 nodes x 2 GPUs uses the (2, 2) cell");
+    ok(profile_collective_seconds(&p, COLL_ALL_GATHER, GiB, 1, 1) == 0.0, "a group of one costs nothing");
+    ok(near(profile_host_copy_seconds(&p.h2d, GiB), 1.0 / 5.7546 + 4e-4, 0, 1e-12, "h2d") &&
+           profile_host_copy_seconds(&p.d2h, 0) == 0.0,
+       "host copy = bytes/k + beta, 0 for no bytes");
+
+    // cpu: overlapped streams serialise (slowdown = number of streams)
+    profile_preset(&p, "cpu");
+    ok(p.slowdown[15][STREAM_C] == 4 && p.slowdown[STREAM_MASK(STREAM_H2D) | STREAM_MASK(STREAM_D2H)][STREAM_D2H] == 2,
+       "cpu preset serialises overlapped streams");
+
+    // round trip through a profile file
+    HwProfile a, b;
+    profile_preset(&a, "l4");
+    char path[600];
+    snprintf(path, sizeof path, "%s/l4.ini", tmpdir);
+    FILE *f = fopen(path, "w");
+    profile_write_ini(&a, f);
+    fclose(f);
+    int rc = profile_load(&b, path, err, sizeof err);
+    if (rc) diag("%s", err);
+    int same = rc == 0 && llabs(a.memory_bytes - b.memory_bytes) < 4096;
+    for (int n = 0; n < PROFILE_SHAPES && same; n++)
+        for (int g = 0; g < PROFILE_SHAPES; g++)
+            same &= fabs(a.coll[n][g].k - b.coll[n][g].k) <= 1e-6 * a.coll[n][g].k && a.coll[n][g].beta == b.coll[n][g].beta;
+    for (unsigned m = 0; m < STREAM_SUBSETS && same; m++)
+        for (int s = 0; s < STREAM_COUNT; s++) same &= fabs(a.slowdown[m][s] - b.slowdown[m][s]) < 1e-9;
+    ok(same && fabs(a.h2d.k - b.h2d.k) < 1e-6 * a.h2d.k, "a written profile reads back the same");
+
+    // a file starting from a preset, overriding some fields
+    const char *pf = write_file("mine.ini",
+                                "[profile]\nbase = a100-80g\nmemory_gib = 70\n[collective]\n2x8 = 25 1e-4\n"
+                                "[interference]\nC+N = 1.3 1.05\n[host]\nh2d = 20 1e-5\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    if (rc) diag("%s", err);
+    ok(rc == 0 && p.memory_bytes == (int64_t)(70 * GiB) && near(p.coll[1][3].k, 25e9, 0, 1e-12, "2x8") &&
+           p.slowdown[3][STREAM_C] == 1.3 && p.slowdown[3][STREAM_N] == 1.05 && p.h2d.k == 20e9 &&
+           near(p.peak_flops[DT_BF16], 312e12, 0, 1e-12, "base peak"),
+       "profile file overrides fields of its base preset");
+
+    // errors name file, line and key
+    pf = write_file("bad1.ini", "[profile]\nbase = h100-80g\n\n[compute]\nflops_efficiency = 1.5\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "bad1.ini:5:") && strstr(err, "flops_efficiency"), "bad value: file:line and key (%s)", err);
+    pf = write_file("bad2.ini", "[profile]\nbase = l4\n[interference]\nC+X = 1 1\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "bad2.ini:4:") && strstr(err, "C+X"), "unknown stream set is an error (%s)", err);
+    pf = write_file("bad3.ini", "[profile]\nmemory_gib = 10\nbase = l4\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, ":3:") && strstr(err, "base"), "base after other keys is an error (%s)", err);
+    pf = write_file("bad4.ini", "[profile]\nmemory_gib = 10\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "peak_tflops_bf16"), "a file without base must give the peaks (%s)", err);
+    pf = write_file("bad5.ini", "[collective]\n3x8 = 10 0\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, ":2:") && strstr(err, "3x8"), "group shapes must be powers of two (%s)", err);
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) diag("could not remove %s", tmpdir);
+    return tap_done();
+}
