@@ -340,7 +340,13 @@ static int section_known(const char *section) {
 // so headers are checked here. Records where each [stage.N] starts.
 static void on_section_header(Loader *ld, const char *line) {
     const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
-    if (!close) return;  // inih reports the syntax error
+    if (!close) {  // report it here: inih would only say so after parsing the rest under no section
+        if (!ld->failed)
+            fail(ld, ld->line, "cannot parse this line: a section header needs its closing ']'; allowed: "
+                 "'[section]', 'key = value', or a comment starting with ; or #. Hint: write [%.*s]",
+                 (int)strcspn(open + 1, " \t\r\n;#"), open + 1);
+        return;
+    }
     char name[128];
     snprintf(name, sizeof name, "%.*s", (int)(close - open - 1), open + 1);
     int st = stage_index(name);

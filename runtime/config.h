@@ -1,0 +1,106 @@
+// The run configuration: everything model.ini (plus -o overrides) says.
+// Rank 0 parses and validates it, then broadcasts the struct as plain bytes,
+// so it holds no pointers: strings are fixed-size arrays.
+#ifndef MIST_CONFIG_H
+#define MIST_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "planner/plan.h"
+
+#define MIST_PATH_MAX 256
+#define MIST_NAME_MAX 64
+
+typedef enum { FAMILY_GPT = 0, FAMILY_LLAMA = 1 } ModelFamily;
+typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM = 1 } NormKind;
+typedef enum { ACT_GELU = 0, ACT_SWIGLU = 1 } ActKind;
+typedef enum { POS_LEARNED = 0, POS_ROTARY = 1, POS_NONE = 2 } PosKind;
+typedef enum { PREC_BF16 = 0, PREC_FP16 = 1, PREC_FP32 = 2 } Precision;
+typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2 } LrSchedule;
+typedef enum { PLAN_AUTO = 0, PLAN_FIXED = 1 } PlanMode;
+// search spaces of mode = auto, each adding a feature to the previous one
+typedef enum { SPACE_MEGATRON = 0, SPACE_ZERO = 1, SPACE_CKPT = 2, SPACE_OFFLOAD = 3, SPACE_FULL = 4 } PlanSpace;
+
+typedef struct {
+    ModelFamily family;
+    int layers;          // transformer blocks L
+    int hidden;          // h (model width)
+    int heads;           // query heads a
+    int kv_heads;        // key/value heads (GQA); == heads for multi-head attention
+    int ffn_hidden;      // MLP inner width (4h for GPT, ~8h/3 rounded for Llama SwiGLU)
+    int vocab;           // V (real vocabulary)
+    int seq_len;         // s
+    NormKind norm;
+    ActKind activation;
+    PosKind position;    // learned absolute positions (GPT) or rotary (Llama)
+    int bias;            // linear layers and norms carry biases
+    int tied_embeddings; // LM head shares the token embedding
+    int parallel_block;  // Falcon-style: attention and MLP read the same normed input
+    double rope_theta;   // rotary base
+    double norm_eps;
+    double init_std;     // weight init N(0, init_std), residual projections / sqrt(2L)
+} ModelConfig;
+
+typedef struct {
+    int64_t global_batch;  // sequences per iteration = b * dp * G in every stage
+    int64_t steps;         // iterations to run
+    double lr, min_lr;
+    int64_t warmup;        // linear warmup iterations
+    LrSchedule schedule;
+    double weight_decay;
+    double beta1, beta2, adam_eps;
+    double grad_clip;      // clip the global grad norm to this (0 = off)
+    uint64_t seed;
+    Precision precision;
+    int max_nonfinite;     // abort after this many consecutive NaN/Inf steps
+} TrainConfig;
+
+typedef struct {
+    char train[MIST_PATH_MAX];  // token shard(s): a file or a glob pattern (llm.c format)
+    char val[MIST_PATH_MAX];    // optional validation shard(s)
+    int64_t val_interval;       // evaluate every N iterations (0 = never)
+    int64_t val_batches;        // micro-batches per evaluation
+    int shuffle;
+} DataConfig;
+
+typedef struct {
+    int nodes;
+    int gpus_per_node;
+    char hardware[MIST_PATH_MAX];   // preset name (l4, a100-40g, a100-80g, h100-80g, h200, cpu) or profile file
+    int64_t device_memory;          // bytes per device; 0 = the profile's capacity
+    int64_t host_memory;            // bytes of host memory per node for offloading; 0 = unlimited
+} ClusterConfig;
+
+typedef struct {
+    PlanMode mode;
+    PlanSpace space;                // search space for mode=auto (megatron|zero|ckpt|offload|full)
+    char file[MIST_PATH_MAX];       // optional plan file with [plan] + [stage.N]; overrides inline stages
+    Plan plan;                      // the fixed plan (mode=fixed), or the one the planner chose
+} PlanConfig;
+
+typedef struct {
+    char dir[MIST_PATH_MAX];  // empty = no checkpoints
+    int64_t interval;         // every N iterations (0 = only at the end)
+    int keep;                 // keep the newest N
+    int resume;               // resume from dir/latest when it exists
+} CheckpointConfig;
+
+typedef struct {
+    int64_t interval;               // print a line every N iterations
+    char jsonl[MIST_PATH_MAX];      // one JSON object per iteration ("" = off)
+    char summary[MIST_PATH_MAX];    // one JSON object at the end ("" = off)
+    char trace[MIST_PATH_MAX];      // Chrome trace of the schedule ("" = off)
+} LogConfig;
+
+typedef struct {
+    char source[MIST_PATH_MAX];     // the file it came from (for messages)
+    ModelConfig model;
+    TrainConfig train;
+    DataConfig data;
+    ClusterConfig cluster;
+    PlanConfig plan;
+    CheckpointConfig checkpoint;
+    LogConfig log;
+} MistConfig;
+
+#endif

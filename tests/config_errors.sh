@@ -1,0 +1,153 @@
+#!/bin/sh
+# Every kind of configuration error: mist-train --dry-run (one process, no
+# launcher) must exit 2 and print one message naming the place (file:line or
+# the -o override), the key, the bad value, what is allowed, and a hint.
+. "$MIST_SRCDIR/tests/lib.sh"
+TRAIN="$MIST_BUILDDIR/mist-train"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A valid one-rank base; each case edits it.
+base() {
+    cat <<'EOF'
+[model]
+family = gpt
+layers = 4
+hidden = 64
+heads = 4
+vocab = 256
+seq_len = 32
+
+[train]
+global_batch = 8
+steps = 3
+precision = fp32
+
+[plan]
+mode = fixed
+G = 2
+stages = 1
+
+[stage.0]
+layers = 4
+dp = 1
+tp = 1
+b = 4
+EOF
+}
+
+# expect NAME FILE "pattern1" "pattern2" ... [-- override...]
+expect() {
+    name=$1; file=$2; shift 2
+    pats=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do pats="$pats
+$1"; shift; done
+    [ "${1:-}" = "--" ] && shift
+    out=$("$TRAIN" --dry-run "$@" "$file" 2>&1 </dev/null); rc=$?
+    good=0
+    [ $rc -eq 2 ] || good=1
+    printf '%s\n' "$pats" | while IFS= read -r p; do
+        [ -z "$p" ] && continue
+        printf '%s' "$out" | grep -qF -- "$p" || { echo "missing: $p"; exit 1; }
+    done || good=1
+    [ "$(printf '%s\n' "$out" | grep -c 'mist-train: ')" -eq 1 ] || good=1
+    tap_ok $good "$name (exit $rc)"
+    [ $good -eq 0 ] || tap_diag "$out"
+}
+
+# the config file must pass first, or every case below proves nothing
+base > "$tmp/ok.ini"
+"$TRAIN" --dry-run "$tmp/ok.ini" >/dev/null 2>&1 </dev/null
+tap_ok $? "the base configuration is valid"
+
+base | sed 's/^\[train\]/[trian]/' > "$tmp/f.ini"
+expect "unknown section, with a suggestion" "$tmp/f.ini" "f.ini:9:" "unknown section [trian]" "did you mean 'train'" "allowed: [model]" "Hint:"
+
+base | sed 's/^heads = 4/haeds = 4/' > "$tmp/f.ini"
+expect "unknown key, with a suggestion" "$tmp/f.ini" "f.ini:5:" "unknown key 'haeds'" "did you mean 'heads'" "allowed in [model]" "Hint:"
+
+base | sed 's/^heads = 4/zzzzzzzz = 4/' > "$tmp/f.ini"
+out=$("$TRAIN" --dry-run "$tmp/f.ini" 2>&1 </dev/null)
+! printf '%s' "$out" | grep -q 'did you mean'
+tap_ok $? "a key far from every name gets no suggestion"
+
+base | sed 's/^layers = 4/layers = four/' > "$tmp/f.ini"
+expect "wrong type: integer" "$tmp/f.ini" "f.ini:3:" "[model] layers = four" "not an integer" "allowed:" "Hint:"
+
+base | sed 's/^steps = 3/steps = 3\nlr = fast/' > "$tmp/f.ini"
+expect "wrong type: number" "$tmp/f.ini" "f.ini:12:" "[train] lr = fast" "not a number" "Hint:"
+
+base | sed 's/^family = gpt/family = gpt\nbias = maybe/' > "$tmp/f.ini"
+expect "wrong type: boolean" "$tmp/f.ini" "f.ini:3:" "[model] bias = maybe" "true|false" "Hint:"
+
+base | sed 's/^precision = fp32/precision = fp8/' > "$tmp/f.ini"
+expect "enum value not allowed" "$tmp/f.ini" "f.ini:12:" "[train] precision = fp8" "allowed: bf16|fp16|fp32" "Hint:"
+
+base | sed 's/^layers = 4/layers = 0/' > "$tmp/f.ini"
+expect "out of range" "$tmp/f.ini" "f.ini:3:" "[model] layers = 0" "out of range" "allowed: 1..4096" "Hint:"
+
+expect "override with a bad value names the override" "$tmp/ok.ini" "-o train.steps=-1 (command line)" "[train] steps = -1" "out of range" -- -o train.steps=-1
+
+expect "override of an unknown key" "$tmp/ok.ini" "-o model.hiden=64 (command line)" "did you mean 'hidden'" -- -o model.hiden=64
+
+base | sed 's/^heads = 4/heads = 6/' > "$tmp/f.ini"
+expect "heads not dividing hidden" "$tmp/f.ini" "f.ini:5:" "heads = 6" "must divide hidden (64)" "Hint:"
+
+base | sed 's/^heads = 4/heads = 4\nkv_heads = 3/' > "$tmp/f.ini"
+expect "kv_heads not dividing heads" "$tmp/f.ini" "f.ini:6:" "kv_heads = 3" "must divide heads (4)" "Hint:"
+
+base | sed 's/^tp = 1/tp = 8/' > "$tmp/f.ini"
+expect "heads not divisible by tp" "$tmp/f.ini" "f.ini:22:" "[stage.0] tp = 8" "must divide heads (4)" "Hint:"
+
+base | sed 's/^family = gpt/family = gpt\nffn_hidden = 250/; s/^tp = 1/tp = 4/; s/^b = 4/b = 4/' > "$tmp/f.ini"
+expect "ffn_hidden not divisible by tp" "$tmp/f.ini" "[stage.0] tp = 4" "must divide ffn_hidden (250)" "Hint:" -- -o stage.0.dp=1
+
+base | sed 's/^b = 4/b = 3/' > "$tmp/f.ini"
+expect "b * dp * G != global_batch" "$tmp/f.ini" "f.ini:23:" "b * dp * G = 3 * 1 * 2 = 6" "global_batch = 8" "Hint: set b = 4"
+
+base | sed '/^\[stage.0\]/,$ s/^layers = 4/layers = 3/' > "$tmp/f.ini"
+expect "stage layers not summing to the model's" "$tmp/f.ini" "f.ini:20:" "add up to 3" "[model] layers = 4" "Hint:"
+
+expect "ranks in the plan != world size" "$tmp/ok.ini" "plan needs 4 ranks" "but the job has 1" "mpirun -np 4" -- -o stage.0.dp=4 -o stage.0.b=1
+
+base | sed 's/^b = 4/b = 4\nao = 1.5/' > "$tmp/f.ini"
+expect "offload ratio above 1" "$tmp/f.ini" "f.ini:24:" "[stage.0] ao = 1.5" "allowed: [0, 1]" "Hint:"
+
+expect "offload ratio below 0" "$tmp/ok.ini" "[stage.0] wo = -0.25" "allowed: [0, 1]" -- -o stage.0.wo=-0.25
+
+base | sed 's/^b = 4/b = 4\nckpt = 5/' > "$tmp/f.ini"
+expect "ckpt above the stage's layers" "$tmp/f.ini" "f.ini:24:" "ckpt = 5" "allowed: 0..4" "Hint:"
+
+base | sed 's/^stages = 1/stages = 2/' > "$tmp/f.ini"
+expect "a stage section missing" "$tmp/f.ini" "f.ini:17:" "[stage.1] is missing" "Hint:"
+
+{ base; printf '\n[stage.1]\nlayers = 1\n'; } > "$tmp/f.ini"
+expect "a stage section beyond stages" "$tmp/f.ini" "f.ini:25:" "[stage.1] is beyond [plan] stages = 1" "Hint:"
+
+base | sed 's/^steps = 3/steps = 3\nsteps = 4/' > "$tmp/f.ini"
+expect "a key set twice" "$tmp/f.ini" "f.ini:12:" "set twice (first at line 11)" "Hint:"
+
+base | sed 's/^\[model\]/[model/' > "$tmp/f.ini"
+expect "a line that does not parse" "$tmp/f.ini" "f.ini:1:" "cannot parse this line" "Hint:"
+
+{ base; printf '[data]\ntrain = %0240d\n' 0; } > "$tmp/f.ini"
+expect "a line longer than the parser's limit" "$tmp/f.ini" "f.ini:25:" "line longer than" "Hint:"
+
+expect "a missing file" "$tmp/none.ini" "none.ini" "cannot open the configuration" "Hint:"
+
+expect "min_lr above lr" "$tmp/ok.ini" "min_lr = 0.5" "larger than lr" -- -o train.lr=0.1 -o train.min_lr=0.5
+
+expect "a bad size unit" "$tmp/ok.ini" "[cluster] device_memory = 80 parsecs" "not a size" -- -o "cluster.device_memory=80 parsecs"
+
+base | sed 's/^mode = fixed/mode = fixd/' > "$tmp/f.ini"
+expect "plan mode misspelt" "$tmp/f.ini" "f.ini:15:" "mode = fixd" "did you mean 'fixed'" "allowed: auto|fixed"
+
+# Under mpirun -np 4: exit 2 within 10 s, the message once.
+base | sed 's/^heads = 4/heads = 6/' > "$tmp/f.ini"
+start=$(date +%s)
+out=$(timeout 30 sh -c "mpirun --oversubscribe -np 4 '$TRAIN' '$tmp/f.ini' </dev/null" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+n=$(printf '%s\n' "$out" | grep -c 'must divide hidden')
+[ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ $took -lt 10 ]
+tap_ok $? "under mpirun -np 4 a config error exits 2 in ${took}s, printed $n time(s)"
+tap_end

@@ -1,0 +1,220 @@
+// The configuration loader without MPI: defaults, every key of the table
+// parsed from a file, overrides after the file, family defaults, relative
+// paths, plan files and their round trip, every shipped example, and every
+// key documented in docs/config.md.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "runtime/config_keys.h"
+#include "runtime/config_load.h"
+#include "tests/tap.h"
+
+static char tmpdir[256];
+static char err[2048];
+
+// returns the path in a buffer per file name slot (callers keep two at once)
+static const char *write_file(const char *name, const char *text) {
+    static char paths[4][512];
+    static int next;
+    char *path = paths[next++ % 4];
+    snprintf(path, 512, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(1); }
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static const char *BASE =
+    "[model]\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 256\nseq_len = 32\n"
+    "[train]\nglobal_batch = 8\n"
+    "[plan]\nmode = fixed\nG = 2\nstages = 2\n"
+    "[stage.0]\nlayers = 1\ndp = 2\nb = 2\nzero = 1\n"
+    "[stage.1]\nlayers = 3\ndp = 1\ntp = 2\nb = 4\nckpt = 2\nao = 0.5\n"
+    "[data]\ntrain = shards/train_*.bin\n"
+    "[checkpoint]\ndir = /abs/ckpt\n";
+
+static void test_defaults(void) {
+    MistConfig c;
+    config_defaults(&c);
+    ok(c.model.family == FAMILY_GPT && c.model.layers > 0 && c.train.precision == PREC_BF16 &&
+           c.plan.mode == PLAN_AUTO && c.log.interval == 1 && c.checkpoint.keep >= 1,
+       "defaults: gpt, bf16, auto plan, log every iteration");
+}
+
+static void test_base(void) {
+    MistConfig c;
+    const char *p = write_file("base.ini", BASE);
+    int rc = config_load(&c, p, NULL, 0, 4, err, sizeof err);
+    ok(rc == 0, "a two-stage plan on 4 ranks loads (%s)", rc ? err : "ok");
+    const Plan *pl = &c.plan.plan;
+    ok(pl->num_stages == 2 && pl->G == 2 && pl->stage[0].dp == 2 && pl->stage[0].zero == 1 &&
+           pl->stage[1].tp == 2 && pl->stage[1].ckpt == 2 && pl->stage[1].ao == 0.5 && pl->stage[0].tp == 1,
+       "stage values parsed, unset stage keys default (tp = 1)");
+    ok(c.model.kv_heads == 4 && c.model.ffn_hidden == 256 && c.model.norm == NORM_LAYERNORM && c.model.bias &&
+           c.model.tied_embeddings,
+       "gpt family defaults: kv_heads = heads, ffn = 4h, layernorm, bias, tied");
+    char want[512];
+    snprintf(want, sizeof want, "%s/shards/train_*.bin", tmpdir);
+    ok(!strcmp(c.data.train, want), "relative data path resolved against the INI's directory (%s)", c.data.train);
+    ok(!strcmp(c.checkpoint.dir, "/abs/ckpt"), "absolute paths stay as they are");
+    ok(config_load(&c, p, NULL, 0, 3, err, sizeof err) == 2 && strstr(err, "needs 4 ranks"),
+       "the same plan on 3 ranks is refused");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 0, "world size 0 skips the rank count check");
+}
+
+static void test_overrides(void) {
+    MistConfig c;
+    const char *p = write_file("base.ini", BASE);
+    const char *ov[] = {"train.steps=42", "stage.1.b=4", "model.family=llama", "model.norm=layernorm",
+                        "train.lr=1e-3", "data.val=rel/val.bin", "cluster.device_memory=24GiB"};
+    int rc = config_load(&c, p, ov, 7, 4, err, sizeof err);
+    ok(rc == 0, "overrides load (%s)", rc ? err : "ok");
+    ok(c.train.steps == 42 && c.train.lr == 1e-3, "overrides set [train] values");
+    ok(c.model.family == FAMILY_LLAMA && c.model.activation == ACT_SWIGLU && c.model.position == POS_ROTARY &&
+           !c.model.bias && !c.model.tied_embeddings && c.model.norm == NORM_LAYERNORM,
+       "llama family defaults apply, an explicit norm wins over them");
+    ok(c.model.ffn_hidden == (8 * 64 / 3 + 255) / 256 * 256, "llama ffn_hidden = 8h/3 rounded up to 256 (%d)",
+       c.model.ffn_hidden);
+    ok(!strcmp(c.data.val, "rel/val.bin"), "a path from -o is relative to the working directory");
+    ok(c.cluster.device_memory == 24LL * 1024 * 1024 * 1024, "24GiB = %lld bytes", (long long)c.cluster.device_memory);
+    const char *later[] = {"train.steps=1", "train.steps=2"};
+    ok(config_load(&c, p, later, 2, 4, err, sizeof err) == 0 && c.train.steps == 2, "the last override wins");
+}
+
+static void test_every_key(void) {
+    // each key set from a file to a non-default value and read back through the table
+    int good = 1, n = 0;
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (!strcmp(k->section, "stage") || !strcmp(k->section, "plan")) continue;
+        char text[1024], value[64];
+        switch (k->type) {
+        case KEY_INT: snprintf(value, sizeof value, "%.0f", k->min + 1); break;
+        case KEY_FLOAT: snprintf(value, sizeof value, "%.17g", k->min + (k->max - k->min) / 3); break;
+        case KEY_BOOL: snprintf(value, sizeof value, "yes"); break;
+        case KEY_ENUM: snprintf(value, sizeof value, "%s", k->names[1]); break;
+        case KEY_BYTES: snprintf(value, sizeof value, "3MiB"); break;
+        default: snprintf(value, sizeof value, "/x/y"); break;
+        }
+        snprintf(text, sizeof text, "[%s]\n%s = %s\n", k->section, k->name, value);
+        MistConfig c;
+        const char *p = write_file("key.ini", text);
+        if (config_load(&c, p, NULL, 0, 0, err, sizeof err)) {
+            // a value can be valid alone and still break a cross-check: those keys must name themselves
+            if (!strstr(err, k->name)) { diag("%s.%s = %s: %s", k->section, k->name, value, err); good = 0; }
+            continue;
+        }
+        void *f = (char *)&c + k->offset;
+        int same = 0;
+        switch (k->type) {
+        case KEY_INT: same = (k->size == 8 ? *(int64_t *)f : *(int *)f) == (long long)(k->min + 1); break;
+        case KEY_FLOAT: same = *(double *)f == strtod(value, NULL); break;
+        case KEY_BOOL: same = *(int *)f == 1; break;
+        case KEY_ENUM: same = *(int *)f == 1; break;
+        case KEY_BYTES: same = *(int64_t *)f == 3 << 20; break;
+        default: same = !strcmp((char *)f, "/x/y"); break;
+        }
+        if (!same) { diag("%s.%s = %s not stored", k->section, k->name, value); good = 0; }
+        n++;
+    }
+    ok(good && n > 30, "every non-plan key parses from a file into its field (%d keys)", n);
+}
+
+static void test_plan_file(void) {
+    Plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.G = 4;
+    plan.num_stages = 3;
+    for (int s = 0; s < 3; s++)
+        plan.stage[s] = (StagePlan){.layers = s + 1, .dp = 1 + s % 2, .tp = 1, .b = 1 + s, .zero = s, .ckpt = s,
+                                    .wo = 0.125 * s, .go = 0.25, .oo = 1.0 / 3.0, .ao = 0.875};
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan.ini", tmpdir);
+    FILE *f = fopen(path, "w");
+    plan_write_ini(&plan, f);
+    fclose(f);
+    Plan back;
+    int rc = plan_file_load(&back, path, err, sizeof err);
+    ok(rc == 0, "plan_write_ini output loads back (%s)", rc ? err : "ok");
+    int same = back.G == plan.G && back.num_stages == plan.num_stages;
+    for (int s = 0; s < 3; s++) same = same && !memcmp(&back.stage[s], &plan.stage[s], sizeof plan.stage[s]);
+    ok(same, "the round trip keeps every field bit for bit (1/3 included)");
+
+    ModelConfig m;
+    MistConfig c;
+    config_defaults(&c);
+    m = c.model;
+    m.layers = 6;
+    m.kv_heads = m.heads;
+    m.ffn_hidden = 4 * m.hidden;
+    ok(plan_validate(&back, &m, 4, 0, "p.ini", err, sizeof err) == 2 && strstr(err, "p.ini") &&
+           strstr(err, "b * dp * G"),
+       "plan_validate names the plan and the batch rule: %s", err);
+
+    const char *p = write_file("main.ini",
+                               "[model]\nlayers = 6\nhidden = 64\nheads = 4\n[train]\nglobal_batch = 4\n"
+                               "[plan]\nmode = fixed\nfile = plan2.ini\n");
+    write_file("plan2.ini", "[plan]\nG = 2\nstages = 2\n[stage.0]\nlayers = 2\nb = 2\n[stage.1]\nlayers = 4\nb = 2\n");
+    rc = config_load(&c, p, NULL, 0, 2, err, sizeof err);
+    ok(rc == 0 && c.plan.plan.num_stages == 2 && c.plan.plan.stage[1].layers == 4,
+       "[plan] file = plan2.ini (relative to the INI) supplies the stages (%s)", rc ? err : "ok");
+    write_file("plan2.ini", "[plan]\nG = 2\nstages = 1\n[stage.0]\nlayers = 6\nb = 2\n[train]\nsteps = 1\n");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:8"),
+       "a plan file with other sections is refused at the line: %s", err);
+}
+
+static void test_examples(void) {
+    const char *src = getenv("MIST_SRCDIR");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls '%s'/examples/*.ini", src ? src : ".");
+    FILE *ls = popen(cmd, "r");
+    char path[512];
+    int n = 0, good = 1;
+    while (ls && fgets(path, sizeof path, ls)) {
+        path[strcspn(path, "\n")] = '\0';
+        MistConfig c;
+        if (config_load(&c, path, NULL, 0, 0, err, sizeof err)) {
+            diag("%s", err);
+            good = 0;
+        }
+        n++;
+    }
+    if (ls) pclose(ls);
+    ok(good && n >= 1, "every examples/*.ini loads (%d files)", n);
+}
+
+static void test_docs(void) {
+    const char *src = getenv("MIST_SRCDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/docs/config.md", src ? src : ".");
+    FILE *f = fopen(path, "r");
+    static char doc[1 << 17];
+    size_t len = f ? fread(doc, 1, sizeof doc - 1, f) : 0;
+    if (f) fclose(f);
+    doc[len] = '\0';
+    int missing = 0;
+    for (int i = 0; i < config_num_keys; i++) {
+        char needle[80];
+        snprintf(needle, sizeof needle, "| `%s` |", config_keys[i].name);
+        if (!strstr(doc, needle)) { diag("docs/config.md lacks %s.%s", config_keys[i].section, config_keys[i].name); missing++; }
+    }
+    ok(len > 0 && missing == 0, "docs/config.md documents every key (%d missing)", missing);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mist_test_config_XXXXXX");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    test_defaults();
+    test_base();
+    test_overrides();
+    test_every_key();
+    test_plan_file();
+    test_examples();
+    test_docs();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) diag("could not remove %s", tmpdir);
+    return tap_done();
+}
