@@ -164,7 +164,7 @@ static void prune(const char *dir, int keep, int64_t current) {
     if (!d) return;
     int64_t *steps = NULL;
     int n = 0, cap = 0;
-    char path[1100];
+    char path[1024 + 300];  // dir (< 1024) + "/" + a directory entry name (< 256)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (strncmp(de->d_name, "step_", 5) == 0 && ends_with(de->d_name, ".ckpt.tmp")) {

@@ -83,6 +83,15 @@ void ckpt_reader_close(CkptReader *r);
 // "state/model_hash", plus "state/model" (the text of ckpt_model_describe) and
 // "state/rng" (the RNG state, opaque bytes). A reader under another plan reads
 // just its slice of each tensor with ckpt_read_tensor(offset, count).
+//
+// Typical use in the training loop (Runtime I: rank 0 saves, every rank may load):
+//   CkptTensor t[n] = {{.name = "wte", .ndim = 2, .shape = {V, h}, .param = w, .adam_m = m, .adam_v = v}, ...};
+//   CkptState st = {0};
+//   int found = checkpoint_load_latest(cfg->checkpoint.dir, &cfg->model, &st, t, n, path, sizeof path, err, sizeof err);
+//   // found == 1: resume at iteration st.step; 0: start fresh; -1: print err, exit 1
+//   ... after iteration it (0-based) when (it + 1) % interval == 0 or it + 1 == steps:
+//   st.step = it + 1; st.data_position = dataloader_position(dl, it + 1); ...
+//   if (rank == 0) checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, &st, t, n, err, sizeof err);
 
 #define CKPT_RNG_MAX 256
 

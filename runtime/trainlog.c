@@ -26,17 +26,30 @@ void trainlog_format_bytes(int64_t bytes, char *buf, size_t len) {
     else snprintf(buf, len, v < 10 ? "%.2f %s" : "%.1f %s", v, units[u]);
 }
 
+static void val_suffix(const IterStats *s, int json, char *buf, size_t len);
+
 int trainlog_format_line(const IterStats *s, char *buf, size_t len) {
-    char mem[32];
+    char mem[32], val[64];
     trainlog_format_bytes(s->peak_device_bytes, mem, sizeof mem);
+    val_suffix(s, 0, val, sizeof val);
     return snprintf(buf, len,
                     " iteration %8" PRId64 "/%8" PRId64 " | consumed tokens: %" PRId64
                     " | elapsed time per iteration (ms): %.1f | tokens/s: %.0f | TFLOP/s/device: %.3f"
                     " | MFU: %.2f%% | HFU: %.2f%% | learning rate: %.3E | lm loss: %.6E | grad norm: %.4g"
-                    " | skipped: %" PRId64 " | nan/inf: %" PRId64 " | peak memory: %s",
+                    " | skipped: %" PRId64 " | nan/inf: %" PRId64 " | peak memory: %s%s",
                     s->iteration, s->steps, s->consumed_tokens, s->ms_per_iter, s->tokens_per_s,
                     s->tflops_per_device, 100.0 * s->mfu, 100.0 * s->hfu, s->lr, s->loss, s->grad_norm,
-                    s->skipped, s->nonfinite, mem);
+                    s->skipped, s->nonfinite, mem, val);
+}
+
+// " | val loss: X" / ", \"val_loss\": X" when a validation pass ran, else ""
+static void val_suffix(const IterStats *s, int json, char *buf, size_t len) {
+    buf[0] = '\0';
+    if (!s->has_val) return;
+    if (!json) { snprintf(buf, len, " | val loss: %.6E", s->val_loss); return; }
+    char v[40];
+    snprintf(v, sizeof v, isfinite(s->val_loss) ? "%.17g" : "null", s->val_loss);
+    snprintf(buf, len, ", \"val_loss\": %s", v);
 }
 
 // a JSON number, or null for NaN/Inf (JSON has no spelling for them)
@@ -46,7 +59,8 @@ static int json_number(char *buf, size_t len, double v, int digits) {
 }
 
 int trainlog_format_json(const IterStats *s, char *buf, size_t len) {
-    char ms[40], tps[40], tf[40], mfu[40], hfu[40], lr[40], loss[40], gn[40];
+    char ms[40], tps[40], tf[40], mfu[40], hfu[40], lr[40], loss[40], gn[40], val[64];
+    val_suffix(s, 1, val, sizeof val);
     json_number(ms, sizeof ms, s->ms_per_iter, 6);
     json_number(tps, sizeof tps, s->tokens_per_s, 8);
     json_number(tf, sizeof tf, s->tflops_per_device, 6);
@@ -59,9 +73,9 @@ int trainlog_format_json(const IterStats *s, char *buf, size_t len) {
                     "{\"iteration\": %" PRId64 ", \"steps\": %" PRId64 ", \"consumed_tokens\": %" PRId64
                     ", \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"ms_per_iter\": %s, \"tokens_per_second\": %s"
                     ", \"tflops_per_device\": %s, \"mfu\": %s, \"hfu\": %s, \"skipped\": %" PRId64
-                    ", \"nonfinite\": %" PRId64 ", \"peak_device_bytes\": %" PRId64 "}",
+                    ", \"nonfinite\": %" PRId64 ", \"peak_device_bytes\": %" PRId64 "%s}",
                     s->iteration, s->steps, s->consumed_tokens, loss, lr, gn, ms, tps, tf, mfu, hfu, s->skipped,
-                    s->nonfinite, s->peak_device_bytes);
+                    s->nonfinite, s->peak_device_bytes, val);
 }
 
 // The "iteration" value of a JSONL line, or -1 if it has none.

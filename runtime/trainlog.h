@@ -23,6 +23,8 @@ typedef struct {
     int64_t skipped;            // iterations skipped so far (non-finite gradients)
     int64_t nonfinite;          // iterations with NaN/Inf loss or gradients so far
     int64_t peak_device_bytes;  // peak device memory of this rank (rank 0) so far
+    int has_val;                // 1 when a validation pass ran after this iteration
+    double val_loss;            // its mean loss (only read when has_val)
 } IterStats;
 
 typedef struct TrainLog TrainLog;
@@ -31,6 +33,8 @@ typedef struct TrainLog TrainLog;
 TrainLog *trainlog_open(const LogConfig *cfg, int rank, char *err, size_t errlen);
 // For a resumed run: keeps the lines of cfg->jsonl with iteration < first_iteration
 // and drops the rest (so the file reads as one uninterrupted run), then appends.
+// first_iteration is the first (1-based) iteration the resumed run logs, i.e.
+// the checkpoint's step + 1.
 TrainLog *trainlog_open_resume(const LogConfig *cfg, int rank, int64_t first_iteration, char *err, size_t errlen);
 void trainlog_iteration(TrainLog *t, const IterStats *s);
 // Where the lines go (stdout by default).

@@ -323,6 +323,39 @@ static void test_state(void) {
     ok(checkpoint_load(path, &m, &back, &wrong, 1, err, sizeof err) != 0 && strstr(err, "param/block.0.ln2_w"),
        "a tensor the checkpoint lacks is named in the error");
 
+    // one flipped bit inside param/wte: loading names the tensor and the file
+    CkptReader *r = ckpt_reader_open(path, err, sizeof err);
+    int64_t at = -1;
+    for (int i = 0; r && i < ckpt_reader_count(r); i++)
+        if (strcmp(ckpt_reader_name(r, i), "param/wte") == 0) at = i;
+    ckpt_reader_close(r);
+    char copy[700], cmd[4000];
+    snprintf(copy, sizeof copy, "%s/state_copy", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/' && cp '%s/latest' '%s/'", copy, path, copy, d, copy);
+    int corrupted = at >= 0 && system(cmd) == 0;
+    char victim[800];
+    snprintf(victim, sizeof victim, "%s/step_00000040.ckpt", copy);
+    FILE *f = corrupted ? fopen(victim, "r+b") : NULL;
+    if (f) {
+        // find param/wte's bytes by content: wte[0] and wte[100] 400 bytes apart, in the first 64 KiB
+        static unsigned char file[1 << 16];
+        size_t got = fread(file, 1, sizeof file, f);
+        long pos = -1;
+        for (size_t i = 0; i + 4 <= got && pos < 0; i++)
+            if (memcmp(file + i, &saved[0][100], 4) == 0 && i >= 400 && memcmp(file + i - 400, &saved[0][0], 4) == 0)
+                pos = (long)i;
+        if (pos >= 0) {
+            fseek(f, pos, SEEK_SET);
+            fputc(file[pos] ^ 0x01, f);
+        }
+        corrupted = pos >= 0;
+        fclose(f);
+    }
+    ok(corrupted && checkpoint_load_latest(copy, &m, &back, t, 2, NULL, 0, err, sizeof err) == -1 &&
+       strstr(err, "tensor 'param/wte'") && strstr(err, "step_00000040.ckpt") && strstr(err, "corrupted"),
+       "one flipped bit in param/wte: the load fails naming the tensor and the file");
+    diag("%s", err);
+
     // a write that fails half-way (file size limit -> EFBIG) leaves no partial checkpoint and `latest` alone
     pid_t pid = fork();
     if (pid == 0) {

@@ -144,6 +144,13 @@ static void test_line(void) {
     ok(strstr(line, "grad norm: 1.75") != NULL, "line: grad norm");
     ok(strstr(line, "skipped: 1") != NULL && strstr(line, "nan/inf: 2") != NULL, "line: skipped and NaN/Inf counts");
     ok(strstr(line, "peak memory: 3.00 MiB") != NULL, "line: peak memory in binary units");
+    ok(strstr(line, "val loss") == NULL, "no validation pass: no val loss field");
+    s.has_val = 1, s.val_loss = 4.25;
+    trainlog_format_line(&s, line, sizeof line);
+    char json[1024];
+    trainlog_format_json(&s, json, sizeof json);
+    ok(strstr(line, "| val loss: 4.250000E+00") && strstr(json, "\"val_loss\": 4.25}"),
+       "after a validation pass the line and the JSON carry the val loss");
     char b[32];
     trainlog_format_bytes(512, b, sizeof b);
     int small = strcmp(b, "512 B") == 0;

@@ -65,4 +65,13 @@ tap_ok $? "an output path through a file fails naming it, leaving no .tmp file"
 "$tok" --val-fraction 0 "$data/corpus.txt" "$work/all" >/dev/null 2>&1 &&
     [ "$(wc -c <"$work/all_train.bin")" -eq $((1024 + 2 * text_bytes)) ] && [ ! -e "$work/all_val.bin" ]
 tap_ok $? "--val-fraction 0: one training shard holding the whole text, no validation shard"
+
+# --shard-tokens splits a part into numbered shards whose bodies, concatenated, are the single shard's body
+"$tok" --shard-tokens 100000 "$data/corpus.txt" "$work/split" >/dev/null 2>&1
+rc=$?
+for f in "$work"/split_train_*.bin; do tail -c +1025 "$f"; done >"$work/split_body"
+tail -c +1025 "$data/tiny_train.bin" >"$work/one_body"
+[ $rc -eq 0 ] && [ "$(ls "$work"/split_train_*.bin | wc -l)" -eq 3 ] && [ -e "$work/split_train_000.bin" ] &&
+    cmp -s "$work/split_body" "$work/one_body" && cmp -s "$work/split_val.bin" "$data/tiny_val.bin"
+tap_ok $? "--shard-tokens 100000: train_000..002 hold the same tokens as the single shard; val still fits in one"
 tap_end
