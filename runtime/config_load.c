@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include "runtime/config_keys.h"
 #include "runtime/config_load.h"
 
@@ -23,8 +24,10 @@ typedef struct {
     int key_origin[128];               // per config_keys index (non-stage keys)
     int stage_origin[MIST_MAX_STAGES][16];  // per [stage.N] key
     int stage_section_line[MIST_MAX_STAGES];  // line of the [stage.N] header, 0 = absent
+    int model_section_line;            // line of the [model] header, 0 = absent
     int line;                          // line being parsed
     int long_line;                     // first line longer than inih's limit
+    int max_line;                      // that limit in characters (without newline and NUL)
     FILE *file;
     char *err;
     size_t errlen;
@@ -189,6 +192,23 @@ static int resolve_path(const Loader *ld, const char *value, int origin, char *o
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
+static const char *const hardware_presets[] = {"l4", "a100-40g", "a100-80g", "h100-80g", "h200", "cpu", NULL};
+
+static int is_hardware_preset(const char *v) {
+    for (int i = 0; hardware_presets[i]; i++)
+        if (!strcmp(v, hardware_presets[i])) return 1;
+    return 0;
+}
+
+// "1..4096", or "0..2^53" for the keys without a practical limit
+static const char *int_range(const KeySpec *k, char *out, size_t len) {
+    if (k->max >= 9.0e15)
+        snprintf(out, len, "%.0f..2^53", k->min);
+    else
+        snprintf(out, len, "%.0f..%.0f", k->min, k->max);
+    return out;
+}
+
 // Parse `value` for key k into base (MistConfig or StagePlan). 0 or 2.
 static int set_value(Loader *ld, const KeySpec *k, void *base, const char *section, const char *value, int origin) {
     void *field = (char *)base + k->offset;
@@ -197,11 +217,11 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
     case KEY_INT: {
         long long v;
         if (parse_int(value, &v))
-            return fail(ld, origin, "[%s] %s = %s: not an integer; allowed: integers in [%.0f, %.0f]. Hint: %s",
-                        section, k->name, value, k->min, k->max, k->hint);
+            return fail(ld, origin, "[%s] %s = %s: not an integer; allowed: integers in %s. Hint: %s",
+                        section, k->name, value, int_range(k, allowed, sizeof allowed), k->hint);
         if (v < k->min || v > k->max)
-            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: %.0f..%.0f. Hint: %s", section, k->name,
-                        value, k->min, k->max, k->hint);
+            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: %s. Hint: %s", section, k->name,
+                        value, int_range(k, allowed, sizeof allowed), k->hint);
         store_int(field, k->size, v);
         return 0;
     }
@@ -252,7 +272,9 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
     case KEY_STRING:
     case KEY_PATH: {
         char buf[MIST_PATH_MAX];
-        int bad = k->type == KEY_PATH ? resolve_path(ld, value, origin, buf, sizeof buf)
+        // [cluster] hardware is a preset name or else a profile file (a path like the others)
+        int as_path = k->type == KEY_PATH || (!strcmp(k->name, "hardware") && !is_hardware_preset(value));
+        int bad = as_path ? resolve_path(ld, value, origin, buf, sizeof buf)
                                       : (snprintf(buf, sizeof buf, "%s", value) >= (int)sizeof buf ? -1 : 0);
         if (bad || strlen(buf) >= k->size)
             return fail(ld, origin, "[%s] %s = %s: too long; allowed: up to %zu characters (with the INI's "
@@ -288,6 +310,16 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
     if (st == -2)
         return fail(ld, origin, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number "
                     "stages from 0 in pipeline order", section, MIST_MAX_STAGES - 1);
+    if (!section[0]) {  // a key above the first [section] header
+        int k = -1;
+        for (int i = 0; i < config_num_keys && k < 0; i++)
+            if (!strcmp(config_keys[i].name, name)) k = i;
+        char hint[96] = "put it under its section";
+        if (k >= 0) snprintf(hint, sizeof hint, "'%s' belongs in [%s]", name, !strcmp(config_keys[k].section, "stage") ?
+                             "stage.N" : config_keys[k].section);
+        return fail(ld, origin, "%s = %s comes before any [section]; allowed: keys inside [model], [train], ... "
+                    "sections. Hint: %s", name, value, hint);
+    }
     const char *table_section = st >= 0 ? "stage" : section;
     int known_section = 0;
     for (int i = 0; i < config_num_keys; i++) known_section |= !strcmp(config_keys[i].section, table_section);
@@ -314,6 +346,11 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
         return fail(ld, origin, "[%s] %s is set twice (first at line %d); allowed: one value per key. Hint: delete "
                     "one of the two lines", section, name, *slot);
     *slot = origin;
+    const char *hash = strchr(value, '#');
+    if (origin > 0 && hash && hash > value && isspace((unsigned char)hash[-1]))
+        return fail(ld, origin, "[%s] %s = %s: a comment after a value; allowed: inline comments start with ';' "
+                    "(a '#' comment only at the start of a line). Hint: write '%.*s ; ...'", section, name, value,
+                    (int)(hash - value - 1), value);
     void *base = st >= 0 ? (void *)&cfg->plan.plan.stage[st] : (void *)cfg;
     return set_value(ld, &config_keys[k], base, section, value, origin);
 }
@@ -351,6 +388,7 @@ static void on_section_header(Loader *ld, const char *line) {
     snprintf(name, sizeof name, "%.*s", (int)(close - open - 1), open + 1);
     int st = stage_index(name);
     if (st >= 0 && !ld->stage_section_line[st]) ld->stage_section_line[st] = ld->line;
+    if (!strcmp(name, "model") && !ld->model_section_line) ld->model_section_line = ld->line;
     if (!section_known(name) && !ld->failed) {
         if (st == -2) {
             fail(ld, ld->line, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number stages "
@@ -371,9 +409,12 @@ static char *counting_reader(char *str, int num, void *stream) {
     if (!r) return NULL;
     size_t len = strlen(str);
     if (len == (size_t)num - 1 && str[len - 1] != '\n') {
-        if (!ld->long_line) ld->long_line = ld->line + 1;
-        int c;  // drop the rest of the long line so it is not parsed as a line of its own
-        while ((c = fgetc(ld->file)) != EOF && c != '\n') {}
+        int c = fgetc(ld->file);  // the buffer is full: does the line go on?
+        if (c != EOF && c != '\n') {
+            if (!ld->long_line) ld->long_line = ld->line + 1, ld->max_line = num - 1;
+            // drop the rest of the long line so it is not parsed as a line of its own
+            while ((c = fgetc(ld->file)) != EOF && c != '\n') {}
+        }
     }
     ld->line++;
     const char *p = str;
@@ -496,6 +537,39 @@ static int check_train(Loader *ld, const TrainConfig *t) {
     return 0;
 }
 
+// The model's shape has no sensible default: a file that forgets one of
+// these would silently train some other model.
+static int check_required(Loader *ld) {
+    static const char *const required[] = {"layers", "hidden", "heads", "vocab", "seq_len"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!origin_of(ld, "model", required[i])) {
+            const KeySpec *k = &config_keys[config_key_find("model", required[i])];
+            return fail(ld, ld->model_section_line, "[model] %s is missing; allowed: an integer %.0f..%.0f "
+                        "(required: layers, hidden, heads, vocab and seq_len give the model's shape). Hint: add "
+                        "'%s = ...' to [model] (%s)", required[i], k->min, k->max, required[i], k->hint);
+        }
+    return 0;
+}
+
+// [cluster] hardware: a preset name, or else a profile file that must exist.
+static int check_hardware(Loader *ld, const ClusterConfig *c) {
+    if (is_hardware_preset(c->hardware)) return 0;
+    struct stat st;
+    if (stat(c->hardware, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    char did[96] = "";
+    for (int i = 0; hardware_presets[i] && !did[0]; i++)  // "h100" means h100-80g more likely than h200
+        if (c->hardware[0] && !strncmp(hardware_presets[i], c->hardware, strlen(c->hardware)))
+            snprintf(did, sizeof did, " (did you mean '%s'?)", hardware_presets[i]);
+    if (!did[0]) suggest(c->hardware, hardware_presets, 6, did, sizeof did);
+    if (!did[0]) {  // a path: name the file as resolved
+        const char *base = strrchr(c->hardware, '/');
+        suggest(base ? base + 1 : c->hardware, hardware_presets, 6, did, sizeof did);
+    }
+    return fail(ld, origin_of(ld, "cluster", "hardware"), "[cluster] hardware = %s: not a preset and no such profile "
+                "file%s; allowed: l4|a100-40g|a100-80g|h100-80g|h200|cpu or a readable profile file (relative to the "
+                "INI's directory). Hint: check the spelling or the path", c->hardware, did);
+}
+
 // The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
 static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_batch, int world_size) {
     int G_origin = ld ? origin_of(ld, "plan", "G") : 0;
@@ -511,7 +585,7 @@ static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t g
             return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide ffn_hidden (%d); allowed: "
                         "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns", s, st->tp,
                         m->ffn_hidden, m->ffn_hidden);
-        if (m->vocab % st->tp && s == p->num_stages - 1 && 0) return 0;  // vocab is padded per rank: any tp works
+        // vocab needs no check: a vocab-parallel embedding / LM head pads V up to a multiple of tp
         if (st->ckpt > st->layers)
             return fail(ld, stage_origin_of(ld, s, "ckpt"), "[stage.%d] ckpt = %d: more than the stage's %d layers; "
                         "allowed: 0..%d. Hint: ckpt counts the blocks that recompute", s, st->ckpt, st->layers,
@@ -523,19 +597,26 @@ static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t g
                 return fail(ld, stage_origin_of(ld, s, names[i]), "[stage.%d] %s = %g: offload ratio out of range; "
                             "allowed: [0, 1]. Hint: the fraction kept in host memory", s, names[i], ratios[i]);
         int64_t per_iter = (int64_t)st->b * st->dp * p->G;
-        if (per_iter != global_batch)
+        if (per_iter != global_batch) {
+            int64_t dpG = (int64_t)st->dp * p->G;
+            char hint[160];
+            if (global_batch % dpG == 0)
+                snprintf(hint, sizeof hint, "set b = %lld", (long long)(global_batch / dpG));
+            else
+                snprintf(hint, sizeof hint, "dp * G = %lld does not divide global_batch; change dp or G so that it "
+                         "does", (long long)dpG);
             return fail(ld, stage_origin_of(ld, s, "b"), "[stage.%d] b * dp * G = %d * %d * %d = %lld, but [train] "
-                        "global_batch = %lld; allowed: b * dp * G = global_batch in every stage. Hint: set b = %lld "
-                        "or change G", s, st->b, st->dp, p->G, (long long)per_iter, (long long)global_batch,
-                        global_batch % ((int64_t)st->dp * p->G) ? 0LL
-                                                                 : (long long)(global_batch / ((int64_t)st->dp * p->G)));
+                        "global_batch = %lld; allowed: b * dp * G = global_batch in every stage. Hint: %s", s, st->b,
+                        st->dp, p->G, (long long)per_iter, (long long)global_batch, hint);
+        }
     }
     int sum = 0;
     for (int s = 0; s < p->num_stages; s++) sum += p->stage[s].layers;
     if (sum != m->layers)
         return fail(ld, p->num_stages ? stage_origin_of(ld, p->num_stages - 1, "layers") : G_origin,
-                    "stage layers add up to %d, but [model] layers = %d; allowed: the [stage.N] layers must sum to "
-                    "the model's layers. Hint: adjust the layers of one stage by %d", sum, m->layers,
+                    "[stage.%d] layers = %d: the stages' layers add up to %d, but [model] layers = %d; allowed: "
+                    "the [stage.N] layers must sum to the model's layers. Hint: adjust the layers of one stage by %d",
+                    p->num_stages - 1, p->num_stages ? p->stage[p->num_stages - 1].layers : 0, sum, m->layers,
                     m->layers - sum);
     int ranks = plan_world_size(p);
     if (world_size > 0 && ranks != world_size) {
@@ -545,9 +626,9 @@ static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t g
         for (int s = 0; s < p->num_stages && used + 32 < sizeof meshes; s++)
             used += (size_t)snprintf(meshes + used, sizeof meshes - used, "%s%dx%d", s ? " + " : "", p->stage[s].dp,
                                      p->stage[s].tp);
-        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "the plan needs %d ranks (dp x tp per stage: %s) but "
-                    "the job has %d; allowed: sum of dp*tp = the rank count. Hint: start it with mpirun -np %d, or "
-                    "change dp/tp", ranks, meshes, world_size, ranks);
+        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "[plan] stages = %d: the plan needs %d ranks (dp x "
+                    "tp per stage: %s) but the job has %d; allowed: sum of dp*tp = the rank count. Hint: start it with "
+                    "mpirun -np %d, or change dp/tp", p->num_stages, ranks, meshes, world_size, ranks);
     }
     return 0;
 }
@@ -563,9 +644,18 @@ static int check_stage_sections(Loader *ld, const Plan *p) {
                             "allowed: one [stage.N] section for each N in 0..%d. Hint: add [stage.%d] with layers, dp, "
                             "tp, b", p->num_stages, s, p->num_stages - 1, s);
         }
+        if (s < p->num_stages && !ld->stage_origin[s][key_slot_in_stage(config_key_find("stage", "layers"))])
+            return fail(ld, ld->stage_section_line[s] ? ld->stage_section_line[s] : origin_of(ld, "plan", "stages"),
+                        "[stage.%d] layers is missing; allowed: an integer 1..4096 (required in every stage). Hint: "
+                        "the stages' layers must add up to [model] layers", s);
+        for (int k = 0; s >= p->num_stages && k < 16; k++)
+            if (ld->stage_origin[s][k] < 0)
+                return fail(ld, ld->stage_origin[s][k], "[stage.%d] is beyond [plan] stages = %d; allowed: "
+                            "stage.0 .. stage.%d. Hint: also override plan.stages, or fix the stage number", s,
+                            p->num_stages, p->num_stages - 1);
         if (s >= p->num_stages && ld->stage_section_line[s])
             return fail(ld, ld->stage_section_line[s], "[stage.%d] is beyond [plan] stages = %d; allowed: [stage.0] "
-                        "..[stage.%d]. Hint: raise [plan] stages or delete the section", s, p->num_stages,
+                        ".. [stage.%d]. Hint: raise [plan] stages or delete the section", s, p->num_stages,
                         p->num_stages - 1);
     }
     return 0;
@@ -579,6 +669,12 @@ static int open_file(Loader *ld, const char *path) {
     if (!ld->file)
         return fail(ld, 0, "cannot open the configuration: %s. Hint: check the path (e.g. examples/tiny.ini)",
                     strerror(errno));
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(ld->file);
+        ld->file = NULL;
+        return fail(ld, 0, "cannot read the configuration: it is a directory. Hint: name the INI file inside it");
+    }
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(ld->dir, sizeof ld->dir, "%.*s", (int)(slash - path), path);
     if (slash == path) snprintf(ld->dir, sizeof ld->dir, "/");
@@ -593,7 +689,7 @@ static int parse_file(Loader *ld, MistConfig *cfg) {
     if (ld->failed) return MIST_EXIT_CONFIG;
     if (ld->long_line)
         return fail(ld, ld->long_line, "line longer than %d characters; allowed: up to %d. Hint: shorten the value "
-                    "(use a shorter path)", INI_MAX_LINE - 2, INI_MAX_LINE - 2);
+                    "(use a shorter path)", ld->max_line, ld->max_line);
     if (rc > 0)
         return fail(ld, rc, "cannot parse this line; allowed: '[section]', 'key = value', or a comment starting "
                     "with ; or #. Hint: check for a missing '=' or ']'");
@@ -634,6 +730,7 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     snprintf(cfg->source, sizeof cfg->source, "%s", path);
     if (parse_file(&ld, cfg)) return MIST_EXIT_CONFIG;
     if (apply_overrides(&ld, cfg, overrides, n_overrides)) return MIST_EXIT_CONFIG;
+    if (check_required(&ld) || check_hardware(&ld, &cfg->cluster)) return MIST_EXIT_CONFIG;
     apply_family_defaults(&ld, cfg);
     if (check_model(&ld, &cfg->model) || check_train(&ld, &cfg->train)) return MIST_EXIT_CONFIG;
     if (cfg->plan.file[0]) {  // the stages come from a plan file
@@ -727,8 +824,11 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
             t->min_lr, sched[t->schedule], (long long)t->warmup, t->weight_decay, t->grad_clip,
             (unsigned long long)t->seed, config_precision_name(t->precision));
     fprintf(f, "  data       train %s, val %s\n", or_none(cfg->data.train), or_none(cfg->data.val));
-    fprintf(f, "  cluster    %d node(s) x %d device(s), hardware %s\n", cfg->cluster.nodes, cfg->cluster.gpus_per_node,
-            cfg->cluster.hardware);
+    char dev[32] = "profile's", host[32] = "unlimited";
+    if (cfg->cluster.device_memory) snprintf(dev, sizeof dev, "%.3g GiB", cfg->cluster.device_memory / 1073741824.0);
+    if (cfg->cluster.host_memory) snprintf(host, sizeof host, "%.3g GiB", cfg->cluster.host_memory / 1073741824.0);
+    fprintf(f, "  cluster    %d node(s) x %d device(s), hardware %s, device memory %s, host memory %s\n",
+            cfg->cluster.nodes, cfg->cluster.gpus_per_node, cfg->cluster.hardware, dev, host);
     fprintf(f, "  checkpoint dir %s, interval %lld, keep %d, resume %s\n", or_none(cfg->checkpoint.dir),
             (long long)cfg->checkpoint.interval, cfg->checkpoint.keep, cfg->checkpoint.resume ? "yes" : "no");
     fprintf(f, "  log        interval %lld, jsonl %s, summary %s\n", (long long)cfg->log.interval,
@@ -738,7 +838,8 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
         fprintf(f, "  plan       auto (space %s)\n", spaces[cfg->plan.space]);
         return;
     }
-    fprintf(f, "  plan       fixed: G %d, %d stage(s), %d ranks\n", p->G, p->num_stages, plan_world_size(p));
+    fprintf(f, "  plan       fixed%s%s: G %d, %d stage(s), %d ranks\n", cfg->plan.file[0] ? " from " : "",
+            cfg->plan.file, p->G, p->num_stages, plan_world_size(p));
     fprintf(f, "    %5s  %6s  %4s  %4s  %4s  %4s  %4s  %5s %5s %5s %5s\n", "stage", "layers", "dp", "tp", "b", "zero",
             "ckpt", "wo", "go", "oo", "ao");
     for (int s = 0; s < p->num_stages; s++) {

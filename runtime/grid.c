@@ -153,6 +153,27 @@ typedef struct {
     char device[32];
 } GridRow;
 
+static void print_header(FILE *f, int host_width) {
+    fprintf(f, "%5s  %-*s  %5s  %-8s  %5s  %4s  %4s  %s\n", "rank", host_width, "host", "local", "device", "stage", "dp",
+            "tp", "layers");
+}
+
+int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
+    int n = plan_world_size(plan), rc = grid_check_plan(plan, err, errlen);
+    if (rc) return rc;
+    fprintf(f, "process grid (not launched: the layout under mpirun -np %d): %d pipeline stage%s\n", n,
+            plan->num_stages, plan->num_stages == 1 ? "" : "s");
+    print_header(f, 4);
+    for (int r = 0; r < n; r++) {
+        Grid g;
+        memset(&g, 0, sizeof g);
+        if ((rc = grid_layout(&g, plan, r, err, errlen))) return rc;
+        fprintf(f, "%5d  %-4s  %5s  %-8s  %5d  %4d  %4d  %d-%d\n", r, "-", "-", "-", g.stage, g.dp_index, g.tp_index,
+                g.first_layer, g.first_layer + g.num_layers - 1);
+    }
+    return 0;
+}
+
 void grid_print_table(const Grid *g, FILE *f) {
     int n = g->world_size;
     GridRow mine, *rows = calloc((size_t)n, sizeof *rows);
@@ -172,8 +193,7 @@ void grid_print_table(const Grid *g, FILE *f) {
         }
         fprintf(f, "process grid: %d ranks on %d host%s, %d pipeline stage%s\n", n, hosts, hosts == 1 ? "" : "s",
                 g->num_stages, g->num_stages == 1 ? "" : "s");
-        fprintf(f, "%5s  %-*s  %5s  %-8s  %5s  %4s  %4s  %s\n", "rank", hw, "host", "local", "device", "stage", "dp",
-                "tp", "layers");
+        print_header(f, hw);
         for (int r = 0; r < n; r++) {
             const GridRow *w = &rows[r];
             fprintf(f, "%5d  %-*s  %5d  %-8s  %5d  %4d  %4d  %d-%d\n", w->rank, hw, w->host, w->local_rank, w->device,

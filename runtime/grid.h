@@ -58,5 +58,9 @@ void grid_free(Grid *g);
 // Collective over the world group: rank 0 prints one row per rank
 // (rank, host, local rank, device, stage, dp index, tp index, layers).
 void grid_print_table(const Grid *g, FILE *f);
+// The same table for every rank of `plan` computed without launching it (a
+// single-process --dry-run of a multi-rank plan): host and local rank are
+// unknown and printed as "-". 0, or 2 with a message for a malformed plan.
+int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen);
 
 #endif

@@ -51,7 +51,8 @@ static void print_usage(FILE *f) {
             "                   set one configuration value, overriding the file; repeatable.\n"
             "                   Also written -oSECTION.KEY=VALUE or --override=SECTION.KEY=VALUE\n"
             "  -n, --dry-run    check the configuration, build the process grid, print the\n"
-            "                   configuration summary and one row per rank, then exit\n"
+            "                   configuration summary and one row per rank, then exit. Run\n"
+            "                   as one process, it previews the layout of a plan of any size\n"
             "  -h, --help       print this help and exit\n"
             "  -V, --version    print the version and exit\n"
             "\n"
@@ -140,7 +141,9 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
     char err[2048] = "";
     int status = 0;
     if (L->world_rank == 0)
-        status = config_load(cfg, a->config, a->overrides, a->n_overrides, L->world_size, err, sizeof err);
+        // A single-process dry run previews a plan of any size (it is not launched).
+        status = config_load(cfg, a->config, a->overrides, a->n_overrides,
+                             a->dry_run && L->world_size == 1 ? 0 : L->world_size, err, sizeof err);
     if (MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         launch_abort(1, "sharing the configuration status failed");
     if (status) {
@@ -182,6 +185,12 @@ int main(int argc, char **argv) {
 
     Grid grid;
     char err[1024];
+    if (args.dry_run && L.world_size == 1 && plan_world_size(&cfg.plan.plan) > 1) {
+        config_print_summary(&cfg, stdout);
+        rc = grid_print_plan_table(&cfg.plan.plan, stdout, err, sizeof err);
+        if (rc) fprintf(stderr, "mist-train: %s: %s\n", cfg.source, err);
+        return finish(rc);
+    }
     rc = grid_build(&grid, &cfg.plan.plan, comm_mpi_backend(), err, sizeof err);
     if (rc == MIST_EXIT_CONFIG) {  // same plan everywhere: every rank saw it, rank 0 says it
         if (L.world_rank == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg.source, err);

@@ -78,4 +78,11 @@ tap_ok $? "a config error under mpirun -np 4 exits 2 in ${took}s (exit $rc), mes
 out=$(timeout 60 sh -c "mpirun --oversubscribe -np 4 '$TRAIN' --dry-run -o train.steps=7 '$TINY' </dev/null" 2>&1); rc=$?
 [ $rc -eq 0 ] && printf '%s' "$out" | grep -qE 'steps[^0-9]*7([^0-9]|$)'
 tap_ok $? "-o train.steps=7 shows in the dry-run summary"
+# One process previews a 32-rank plan: 32 rows, stage 1 from rank 16 (2 stages of dp 4 x tp 4).
+out=$("$TRAIN" --dry-run "$MIST_SRCDIR/examples/gpt3-13b.ini" 2>&1 </dev/null); rc=$?
+rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +- +- +- ')
+[ $rc -eq 0 ] && [ "$rows" -eq 32 ] && printf '%s\n' "$out" | grep -qE '^ +16 +- +- +- +1 +0 +0 +20-39$' \
+    && printf '%s\n' "$out" | grep -qE '^ +5 +- +- +- +0 +1 +1 +0-19$'
+tap_ok $? "a single-process dry run previews the 32-rank gpt3-13b plan ($rows rows, exit $rc)"
+[ $rc -eq 0 ] || tap_diag "$out"
 tap_end

@@ -102,6 +102,30 @@ expect "heads not divisible by tp" "$tmp/f.ini" "f.ini:22:" "[stage.0] tp = 8" "
 base | sed 's/^family = gpt/family = gpt\nffn_hidden = 250/; s/^tp = 1/tp = 4/; s/^b = 4/b = 4/' > "$tmp/f.ini"
 expect "ffn_hidden not divisible by tp" "$tmp/f.ini" "[stage.0] tp = 4" "must divide ffn_hidden (250)" "Hint:" -- -o stage.0.dp=1
 
+base | sed 's/^heads = 4/heads = 4\nkv_heads = 2/' > "$tmp/f.ini"
+sed -i 's/^tp = 1/tp = 4/' "$tmp/f.ini"
+expect "kv_heads not divisible by tp" "$tmp/f.ini" "f.ini:23:" "[stage.0] tp = 4" "must divide kv_heads (2)" "Hint:"
+
+base | sed '/^seq_len = 32/d' > "$tmp/f.ini"
+expect "a required [model] key missing" "$tmp/f.ini" "f.ini:1:" "[model] seq_len is missing" "allowed:" "Hint:"
+
+base | sed '/^\[stage.0\]/,$ {/^layers = 4/d}' > "$tmp/f.ini"
+expect "a stage without layers" "$tmp/f.ini" "f.ini:19:" "[stage.0] layers is missing" "allowed:" "Hint:"
+
+expect "an unknown hardware preset" "$tmp/ok.ini" "-o cluster.hardware=a100 (command line)" "hardware = a100" "did you mean 'a100-40g'" "allowed: l4|a100-40g" "Hint:" -- -o cluster.hardware=a100
+
+expect "a directory instead of a file" "$tmp" "cannot read the configuration" "directory" "Hint:"
+
+expect "an override of a stage beyond stages" "$tmp/ok.ini" "-o stage.3.b=2 (command line)" "[stage.3] is beyond [plan] stages = 1" "Hint:" -- -o stage.3.b=2
+
+base | sed 's/^hidden = 64/hidden = 64 # width/' > "$tmp/f.ini"
+expect "a '#' comment after a value" "$tmp/f.ini" "f.ini:4:" "[model] hidden = 64 # width" "inline comments start with ';'" "Hint:"
+
+{ printf 'seq_len = 32\n'; base; } > "$tmp/f.ini"
+expect "a key before any section" "$tmp/f.ini" "f.ini:1:" "seq_len = 32 comes before any [section]" "belongs in [model]"
+
+expect "an override without a section" "$tmp/ok.ini" "steps=3" "SECTION.KEY=VALUE" -- -o steps=3
+
 base | sed 's/^b = 4/b = 3/' > "$tmp/f.ini"
 expect "b * dp * G != global_batch" "$tmp/f.ini" "f.ini:23:" "b * dp * G = 3 * 1 * 2 = 6" "global_batch = 8" "Hint: set b = 4"
 

@@ -2,6 +2,7 @@
 // parsed from a file, overrides after the file, family defaults, relative
 // paths, plan files and their round trip, every shipped example, and every
 // key documented in docs/config.md.
+#define _POSIX_C_SOURCE 200809L  // popen, mkdtemp
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,12 @@ static void test_overrides(void) {
        c.model.ffn_hidden);
     ok(!strcmp(c.data.val, "rel/val.bin"), "a path from -o is relative to the working directory");
     ok(c.cluster.device_memory == 24LL * 1024 * 1024 * 1024, "24GiB = %lld bytes", (long long)c.cluster.device_memory);
+    const char *plan_keys[] = {"plan.space=offload", "stage.0.wo=0.25", "stage.0.go=0.5", "stage.0.oo=0.75",
+                               "stage.1.ckpt=3", "plan.mode=auto"};
+    ok(config_load(&c, p, plan_keys, 6, 4, err, sizeof err) == 0 && c.plan.space == SPACE_OFFLOAD &&
+           c.plan.mode == PLAN_AUTO && c.plan.plan.stage[0].wo == 0.25 && c.plan.plan.stage[0].go == 0.5 &&
+           c.plan.plan.stage[0].oo == 0.75 && c.plan.plan.stage[1].ckpt == 3,
+       "[plan] space/mode and the stage offload keys parse (%s)", err);
     const char *later[] = {"train.steps=1", "train.steps=2"};
     ok(config_load(&c, p, later, 2, 4, err, sizeof err) == 0 && c.train.steps == 2, "the last override wins");
 }
@@ -96,9 +103,17 @@ static void test_every_key(void) {
         case KEY_BOOL: snprintf(value, sizeof value, "yes"); break;
         case KEY_ENUM: snprintf(value, sizeof value, "%s", k->names[1]); break;
         case KEY_BYTES: snprintf(value, sizeof value, "3MiB"); break;
-        default: snprintf(value, sizeof value, "/x/y"); break;
+        default: snprintf(value, sizeof value, "%s", strcmp(k->name, "hardware") ? "/x/y" : "a100-80g"); break;
         }
-        snprintf(text, sizeof text, "[%s]\n%s = %s\n", k->section, k->name, value);
+        // the model's shape is required: every file states it (but for the key under test)
+        static const char *const shape[][2] = {
+            {"layers", "4"}, {"hidden", "64"}, {"heads", "4"}, {"vocab", "256"}, {"seq_len", "32"}};
+        int used = snprintf(text, sizeof text, "[model]\n");
+        for (int j = 0; j < 5; j++)
+            if (strcmp(k->section, "model") || strcmp(k->name, shape[j][0]))
+                used += snprintf(text + used, sizeof text - (size_t)used, "%s = %s\n", shape[j][0], shape[j][1]);
+        if (strcmp(k->section, "model")) used += snprintf(text + used, sizeof text - (size_t)used, "[%s]\n", k->section);
+        snprintf(text + used, sizeof text - (size_t)used, "%s = %s\n", k->name, value);
         MistConfig c;
         const char *p = write_file("key.ini", text);
         if (config_load(&c, p, NULL, 0, 0, err, sizeof err)) {
@@ -114,7 +129,7 @@ static void test_every_key(void) {
         case KEY_BOOL: same = *(int *)f == 1; break;
         case KEY_ENUM: same = *(int *)f == 1; break;
         case KEY_BYTES: same = *(int64_t *)f == 3 << 20; break;
-        default: same = !strcmp((char *)f, "/x/y"); break;
+        default: same = !strcmp((char *)f, strcmp(k->name, "hardware") ? "/x/y" : "a100-80g"); break;
         }
         if (!same) { diag("%s.%s = %s not stored", k->section, k->name, value); good = 0; }
         n++;
@@ -154,7 +169,7 @@ static void test_plan_file(void) {
        "plan_validate names the plan and the batch rule: %s", err);
 
     const char *p = write_file("main.ini",
-                               "[model]\nlayers = 6\nhidden = 64\nheads = 4\n[train]\nglobal_batch = 4\n"
+                               "[model]\nlayers = 6\nhidden = 64\nheads = 4\nvocab = 256\nseq_len = 32\n[train]\nglobal_batch = 4\n"
                                "[plan]\nmode = fixed\nfile = plan2.ini\n");
     write_file("plan2.ini", "[plan]\nG = 2\nstages = 2\n[stage.0]\nlayers = 2\nb = 2\n[stage.1]\nlayers = 4\nb = 2\n");
     rc = config_load(&c, p, NULL, 0, 2, err, sizeof err);
@@ -163,6 +178,50 @@ static void test_plan_file(void) {
     write_file("plan2.ini", "[plan]\nG = 2\nstages = 1\n[stage.0]\nlayers = 6\nb = 2\n[train]\nsteps = 1\n");
     ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:8"),
        "a plan file with other sections is refused at the line: %s", err);
+}
+
+static void test_required_and_hardware(void) {
+    MistConfig c;
+    const char *p = write_file("noshape.ini", "[model]\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 256\n");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "noshape.ini:1:") &&
+           strstr(err, "seq_len is missing"),
+       "a missing required [model] key is named at the [model] line: %s", err);
+    const char *fix[] = {"model.seq_len=16"};
+    ok(config_load(&c, p, fix, 1, 0, err, sizeof err) == 0 && c.model.seq_len == 16,
+       "an override supplies a required key (%s)", err);
+
+    write_file("myhw.ini", "[profile]\nbase = h100-80g\n");
+    p = write_file("hw.ini", "[model]\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 256\nseq_len = 32\n"
+                             "[cluster]\nhardware = myhw.ini\n");
+    char want[512];
+    snprintf(want, sizeof want, "%s/myhw.ini", tmpdir);
+    int rc = config_load(&c, p, NULL, 0, 0, err, sizeof err);
+    ok(rc == 0 && !strcmp(c.cluster.hardware, want), "a hardware profile file is resolved against the INI (%s)",
+       rc ? err : c.cluster.hardware);
+    const char *preset[] = {"cluster.hardware=a100-40g"};
+    ok(config_load(&c, p, preset, 1, 0, err, sizeof err) == 0 && !strcmp(c.cluster.hardware, "a100-40g"),
+       "a preset name stays a name");
+    const char *typo[] = {"cluster.hardware=h100-80"};
+    ok(config_load(&c, p, typo, 1, 0, err, sizeof err) == 2 && strstr(err, "did you mean 'h100-80g'"),
+       "a misspelt preset gets a suggestion: %s", err);
+}
+
+// the parser's line limit: 199 characters load, 200 are refused at their line
+static void test_line_limit(void) {
+    static char text[1024];
+    MistConfig c;
+    for (int len = 199; len <= 200; len++) {
+        int n = snprintf(text, sizeof text, "[model]\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 256\nseq_len = 32\n;");
+        memset(text + n, 'x', (size_t)len - 1);
+        snprintf(text + n + len - 1, sizeof text - (size_t)(n + len - 1), "\n[train]\nsteps = 7\n");
+        const char *p = write_file("long.ini", text);
+        int rc = config_load(&c, p, NULL, 0, 0, err, sizeof err);
+        if (len == 199)
+            ok(rc == 0 && c.train.steps == 7, "a 199-character line is read, the next lines too (%s)", rc ? err : "ok");
+        else
+            ok(rc == 2 && strstr(err, "long.ini:7:") && strstr(err, "longer than 199"),
+               "a 200-character line is refused at its line: %s", err);
+    }
 }
 
 static void test_examples(void) {
@@ -211,6 +270,8 @@ int main(void) {
     test_overrides();
     test_every_key();
     test_plan_file();
+    test_required_and_hardware();
+    test_line_limit();
     test_examples();
     test_docs();
     char cmd[300];
