@@ -1,0 +1,468 @@
+// Expression contexts: the hash-consed node arena, the simplifying
+// constructors, scalar evaluation and printing (contract in expr.h).
+#include "planner/expr.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/expr_node.h"
+
+struct ExprCtx {
+    ExprNode *nodes;  // (num_nodes,) children before parents
+    size_t num_nodes, cap_nodes;
+    Expr *table;      // open-addressing hash of node contents -> handle, EXPR_NONE = empty
+    size_t table_cap; // power of two, kept at most half full
+    char **sym_names; // (num_syms,) owned copies
+    Expr *sym_nodes;  // (num_syms,) node of each symbol
+    int num_syms, cap_syms;
+};
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "planner/expr.c: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+static void *xrealloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes);
+    if (!q) die("out of memory growing the expression arena to %zu bytes", bytes);
+    return q;
+}
+
+ExprCtx *expr_ctx_new(void) {
+    ExprCtx *x = calloc(1, sizeof *x);
+    if (!x) die("out of memory allocating an expression context");
+    x->table_cap = 1024;
+    x->table = xrealloc(NULL, x->table_cap * sizeof *x->table);
+    for (size_t i = 0; i < x->table_cap; i++) x->table[i] = EXPR_NONE;
+    return x;
+}
+
+void expr_ctx_free(ExprCtx *x) {
+    if (!x) return;
+    for (int i = 0; i < x->num_syms; i++) free(x->sym_names[i]);
+    free(x->sym_names);
+    free(x->sym_nodes);
+    free(x->nodes);
+    free(x->table);
+    free(x);
+}
+
+size_t expr_ctx_num_nodes(const ExprCtx *x) { return x->num_nodes; }
+const ExprNode *expr_ctx_nodes(const ExprCtx *x) { return x->nodes; }
+
+// ---- hash-consing
+
+static uint64_t mix64(uint64_t h) {  // splitmix64 finaliser
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    return h ^ (h >> 31);
+}
+
+static uint64_t node_hash(const ExprNode *n) {
+    uint64_t bits;
+    memcpy(&bits, &n->value, sizeof bits);
+    uint64_t h = mix64((uint64_t)n->op * 0x9e3779b97f4a7c15ULL + (uint32_t)n->a);
+    h = mix64(h ^ ((uint64_t)(uint32_t)n->b << 32 | (uint32_t)n->c));
+    return mix64(h ^ bits);
+}
+
+// bitwise comparison of the value: -0.0 and 0.0 stay distinct constants
+static int node_equal(const ExprNode *p, const ExprNode *q) {
+    return p->op == q->op && p->a == q->a && p->b == q->b && p->c == q->c &&
+           memcmp(&p->value, &q->value, sizeof p->value) == 0;
+}
+
+static void table_grow(ExprCtx *x) {
+    free(x->table);
+    x->table_cap *= 2;
+    x->table = xrealloc(NULL, x->table_cap * sizeof *x->table);
+    for (size_t i = 0; i < x->table_cap; i++) x->table[i] = EXPR_NONE;
+    size_t mask = x->table_cap - 1;
+    for (size_t e = 0; e < x->num_nodes; e++) {
+        size_t slot = node_hash(&x->nodes[e]) & mask;
+        while (x->table[slot] != EXPR_NONE) slot = (slot + 1) & mask;
+        x->table[slot] = (Expr)e;
+    }
+}
+
+// the handle of a node with these contents, created if new
+static Expr intern(ExprCtx *x, ExprNode n) {
+    size_t mask = x->table_cap - 1;
+    size_t slot = node_hash(&n) & mask;
+    while (x->table[slot] != EXPR_NONE) {
+        if (node_equal(&x->nodes[x->table[slot]], &n)) return x->table[slot];
+        slot = (slot + 1) & mask;
+    }
+    if (x->num_nodes >= (size_t)INT32_MAX) die("more than 2^31 expression nodes");
+    if (x->num_nodes == x->cap_nodes) {
+        x->cap_nodes = x->cap_nodes ? 2 * x->cap_nodes : 256;
+        x->nodes = xrealloc(x->nodes, x->cap_nodes * sizeof *x->nodes);
+    }
+    Expr e = (Expr)x->num_nodes++;
+    x->nodes[e] = n;
+    x->table[slot] = e;
+    if (2 * x->num_nodes > x->table_cap) table_grow(x);
+    return e;
+}
+
+static ExprNode make_node(ExprOp op, Expr a, Expr b, Expr c) {
+    ExprNode n;
+    memset(&n, 0, sizeof n);  // padding too: nodes are compared field by field, hashed by value bits
+    n.op = op;
+    n.a = a;
+    n.b = b;
+    n.c = c;
+    n.value = 0.0;
+    return n;
+}
+
+static void check_handle(const ExprCtx *x, Expr e, const char *who) {
+    if (e < 0 || (size_t)e >= x->num_nodes)
+        die("%s: operand handle %d is not a node of this context (it has %zu nodes); "
+            "hint: an earlier constructor or lookup returned EXPR_NONE",
+            who, (int)e, x->num_nodes);
+}
+
+// ---- leaves
+
+Expr ex_num(ExprCtx *x, double v) {
+    ExprNode n = make_node(EXPR_OP_NUM, EXPR_NONE, EXPR_NONE, EXPR_NONE);
+    n.value = v;
+    return intern(x, n);
+}
+
+int expr_sym_index(ExprCtx *x, const char *name) {
+    for (int i = 0; i < x->num_syms; i++)
+        if (strcmp(x->sym_names[i], name) == 0) return i;
+    return -1;
+}
+
+Expr ex_sym(ExprCtx *x, const char *name) {
+    if (!name || !*name) die("ex_sym: empty symbol name");
+    int i = expr_sym_index(x, name);
+    if (i >= 0) return x->sym_nodes[i];
+    if (x->num_syms == x->cap_syms) {
+        x->cap_syms = x->cap_syms ? 2 * x->cap_syms : 16;
+        x->sym_names = xrealloc(x->sym_names, (size_t)x->cap_syms * sizeof *x->sym_names);
+        x->sym_nodes = xrealloc(x->sym_nodes, (size_t)x->cap_syms * sizeof *x->sym_nodes);
+    }
+    size_t len = strlen(name);
+    char *copy = xrealloc(NULL, len + 1);
+    memcpy(copy, name, len + 1);
+    i = x->num_syms++;
+    x->sym_names[i] = copy;
+    x->sym_nodes[i] = intern(x, make_node(EXPR_OP_SYM, i, EXPR_NONE, EXPR_NONE));
+    return x->sym_nodes[i];
+}
+
+int expr_num_syms(ExprCtx *x) { return x->num_syms; }
+
+const char *expr_sym_name(ExprCtx *x, int i) {
+    return i >= 0 && i < x->num_syms ? x->sym_names[i] : NULL;
+}
+
+// ---- simplifying constructors
+
+static int is_num(const ExprCtx *x, Expr e) { return x->nodes[e].op == EXPR_OP_NUM; }
+static double num_of(const ExprCtx *x, Expr e) { return x->nodes[e].value; }
+static int is_num_value(const ExprCtx *x, Expr e, double v) {
+    return is_num(x, e) && num_of(x, e) == v;
+}
+// e is op(y, constant): the constant sits on the right after canonical ordering
+static int has_const_right(const ExprCtx *x, Expr e, ExprOp op) {
+    return x->nodes[e].op == (int32_t)op && is_num(x, x->nodes[e].b);
+}
+
+// canonical operand order of a commutative op: a constant goes right,
+// otherwise the older (smaller) handle goes left
+static void order_operands(const ExprCtx *x, Expr *a, Expr *b) {
+    int swap = is_num(x, *a) ? !is_num(x, *b) : (!is_num(x, *b) && *a > *b);
+    if (swap) {
+        Expr t = *a;
+        *a = *b;
+        *b = t;
+    }
+}
+
+Expr ex_add(ExprCtx *x, Expr a, Expr b) {
+    check_handle(x, a, "ex_add");
+    check_handle(x, b, "ex_add");
+    if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) + num_of(x, b));
+    order_operands(x, &a, &b);
+    if (is_num_value(x, b, 0.0)) return a;  // x + 0 = x (x + -0 = x exactly; x + +0 differs only for x = -0)
+    // gather constants upwards: (y + c1) + c2 = y + (c1 + c2); (y + c) + z = (y + z) + c
+    if (is_num(x, b) && has_const_right(x, a, EXPR_OP_ADD)) {
+        const ExprNode *an = &x->nodes[a];
+        Expr y = an->a;
+        return ex_add(x, y, ex_num(x, num_of(x, an->b) + num_of(x, b)));
+    }
+    if (!is_num(x, b)) {
+        if (has_const_right(x, a, EXPR_OP_ADD)) {
+            Expr y = x->nodes[a].a, c = x->nodes[a].b;
+            return ex_add(x, ex_add(x, y, b), c);
+        }
+        if (has_const_right(x, b, EXPR_OP_ADD)) {
+            Expr y = x->nodes[b].a, c = x->nodes[b].b;
+            return ex_add(x, ex_add(x, a, y), c);
+        }
+    }
+    return intern(x, make_node(EXPR_OP_ADD, a, b, EXPR_NONE));
+}
+
+Expr ex_sub(ExprCtx *x, Expr a, Expr b) {
+    check_handle(x, a, "ex_sub");
+    check_handle(x, b, "ex_sub");
+    if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) - num_of(x, b));
+    if (a == b) return ex_num(x, 0.0);                          // finite values: x - x = 0
+    if (is_num(x, b)) return ex_add(x, a, ex_num(x, -num_of(x, b)));  // IEEE: x - c == x + (-c)
+    return intern(x, make_node(EXPR_OP_SUB, a, b, EXPR_NONE));
+}
+
+Expr ex_mul(ExprCtx *x, Expr a, Expr b) {
+    check_handle(x, a, "ex_mul");
+    check_handle(x, b, "ex_mul");
+    if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) * num_of(x, b));
+    order_operands(x, &a, &b);
+    if (is_num_value(x, b, 1.0)) return a;
+    if (is_num_value(x, b, 0.0)) return ex_num(x, 0.0);  // finite values: x * 0 = 0
+    if (is_num(x, b) && has_const_right(x, a, EXPR_OP_MUL)) {  // (y * c1) * c2 = y * (c1 * c2)
+        const ExprNode *an = &x->nodes[a];
+        Expr y = an->a;
+        return ex_mul(x, y, ex_num(x, num_of(x, an->b) * num_of(x, b)));
+    }
+    if (!is_num(x, b)) {  // (y * c) * z = (y * z) * c
+        if (has_const_right(x, a, EXPR_OP_MUL)) {
+            Expr y = x->nodes[a].a, c = x->nodes[a].b;
+            return ex_mul(x, ex_mul(x, y, b), c);
+        }
+        if (has_const_right(x, b, EXPR_OP_MUL)) {
+            Expr y = x->nodes[b].a, c = x->nodes[b].b;
+            return ex_mul(x, ex_mul(x, a, y), c);
+        }
+    }
+    return intern(x, make_node(EXPR_OP_MUL, a, b, EXPR_NONE));
+}
+
+Expr ex_div(ExprCtx *x, Expr a, Expr b) {
+    check_handle(x, a, "ex_div");
+    check_handle(x, b, "ex_div");
+    if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) / num_of(x, b));
+    if (is_num_value(x, b, 1.0)) return a;
+    if (is_num_value(x, a, 0.0)) return ex_num(x, 0.0);  // finite, nonzero divisors: 0 / x = 0
+    return intern(x, make_node(EXPR_OP_DIV, a, b, EXPR_NONE));
+}
+
+static Expr minmax(ExprCtx *x, ExprOp op, Expr a, Expr b, const char *who) {
+    check_handle(x, a, who);
+    check_handle(x, b, who);
+    double (*f)(double, double) = op == EXPR_OP_MAX ? expr_max2 : expr_min2;
+    if (is_num(x, a) && is_num(x, b)) return ex_num(x, f(num_of(x, a), num_of(x, b)));
+    if (a == b) return a;
+    order_operands(x, &a, &b);
+    // max is associative exactly: max(max(y, c1), c2) = max(y, max(c1, c2))
+    if (is_num(x, b) && has_const_right(x, a, op)) {
+        const ExprNode *an = &x->nodes[a];
+        Expr y = an->a;
+        return minmax(x, op, y, ex_num(x, f(num_of(x, an->b), num_of(x, b))), who);
+    }
+    // max(max(y, z), y) = max(y, z)
+    if (x->nodes[a].op == (int32_t)op && (x->nodes[a].a == b || x->nodes[a].b == b)) return a;
+    if (x->nodes[b].op == (int32_t)op && (x->nodes[b].a == a || x->nodes[b].b == a)) return b;
+    return intern(x, make_node(op, a, b, EXPR_NONE));
+}
+
+Expr ex_max(ExprCtx *x, Expr a, Expr b) { return minmax(x, EXPR_OP_MAX, a, b, "ex_max"); }
+Expr ex_min(ExprCtx *x, Expr a, Expr b) { return minmax(x, EXPR_OP_MIN, a, b, "ex_min"); }
+
+static Expr rounding(ExprCtx *x, ExprOp op, Expr a, const char *who) {
+    check_handle(x, a, who);
+    if (is_num(x, a)) return ex_num(x, op == EXPR_OP_CEIL ? expr_ceil1(num_of(x, a)) : expr_floor1(num_of(x, a)));
+    // a ceil or floor is already an integer: rounding it again changes nothing
+    if (x->nodes[a].op == EXPR_OP_CEIL || x->nodes[a].op == EXPR_OP_FLOOR) return a;
+    return intern(x, make_node(op, a, EXPR_NONE, EXPR_NONE));
+}
+
+Expr ex_ceil(ExprCtx *x, Expr a) { return rounding(x, EXPR_OP_CEIL, a, "ex_ceil"); }
+Expr ex_floor(ExprCtx *x, Expr a) { return rounding(x, EXPR_OP_FLOOR, a, "ex_floor"); }
+
+Expr ex_select(ExprCtx *x, Expr cond, Expr a, Expr b) {
+    check_handle(x, cond, "ex_select");
+    check_handle(x, a, "ex_select");
+    check_handle(x, b, "ex_select");
+    if (is_num(x, cond)) return expr_select3(num_of(x, cond), 1.0, 0.0) > 0 ? a : b;
+    if (a == b) return a;
+    return intern(x, make_node(EXPR_OP_SELECT, cond, a, b));
+}
+
+Expr ex_sum(ExprCtx *x, const Expr *terms, int n) {
+    if (n <= 0) return ex_num(x, 0.0);
+    Expr s = terms[0];
+    check_handle(x, s, "ex_sum");
+    for (int i = 1; i < n; i++) s = ex_add(x, s, terms[i]);
+    return s;
+}
+
+// ---- scalar evaluation
+
+// value of one node given the values of its operands
+static double apply(const ExprNode *n, const double *val, const double *sym_values) {
+    switch ((ExprOp)n->op) {
+    case EXPR_OP_NUM: return n->value;
+    case EXPR_OP_SYM: return sym_values[n->a];
+    case EXPR_OP_ADD: return val[n->a] + val[n->b];
+    case EXPR_OP_SUB: return val[n->a] - val[n->b];
+    case EXPR_OP_MUL: return val[n->a] * val[n->b];
+    case EXPR_OP_DIV: return val[n->a] / val[n->b];
+    case EXPR_OP_MAX: return expr_max2(val[n->a], val[n->b]);
+    case EXPR_OP_MIN: return expr_min2(val[n->a], val[n->b]);
+    case EXPR_OP_CEIL: return expr_ceil1(val[n->a]);
+    case EXPR_OP_FLOOR: return expr_floor1(val[n->a]);
+    case EXPR_OP_SELECT: return expr_select3(val[n->a], val[n->b], val[n->c]);
+    case EXPR_OP_COUNT: break;
+    }
+    die("corrupt node with op %d", (int)n->op);
+    return 0.0;
+}
+
+double expr_eval(ExprCtx *x, Expr e, const double *sym_values) {
+    check_handle(x, e, "expr_eval");
+    // children have smaller handles: mark what e reaches walking down, then
+    // evaluate the marked nodes walking up, each once (shared nodes too)
+    size_t n = (size_t)e + 1;
+    unsigned char *needed = calloc(n, 1);
+    double *val = malloc(n * sizeof *val);
+    if (!needed || !val) die("out of memory evaluating an expression of %zu nodes", n);
+    needed[e] = 1;
+    for (Expr i = e; i >= 0; i--) {
+        if (!needed[i]) continue;
+        const ExprNode *nd = &x->nodes[i];
+        if (nd->op == EXPR_OP_NUM || nd->op == EXPR_OP_SYM) continue;
+        needed[nd->a] = 1;
+        if (nd->b != EXPR_NONE) needed[nd->b] = 1;
+        if (nd->c != EXPR_NONE) needed[nd->c] = 1;
+    }
+    for (Expr i = 0; i <= e; i++)
+        if (needed[i]) val[i] = apply(&x->nodes[i], val, sym_values);
+    double r = val[e];
+    free(needed);
+    free(val);
+    return r;
+}
+
+// ---- printing
+
+typedef struct {
+    char *buf;
+    size_t len, pos;  // pos counts every character, also those past the buffer
+} Printer;
+
+static void put(Printer *p, const char *s) {
+    for (; *s; s++, p->pos++)
+        if (p->len && p->pos + 1 < p->len) p->buf[p->pos] = *s;
+}
+
+// shortest decimal form that reads back as the same double
+static void put_number(Printer *p, double v) {
+    char tmp[40];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    if (v < 0 || (v == 0 && signbit(v))) {
+        put(p, "(");
+        put(p, tmp);
+        put(p, ")");
+    } else {
+        put(p, tmp);
+    }
+}
+
+// precedence: 1 sums, 2 products, 3 atoms (numbers, symbols, calls)
+static int precedence(const ExprCtx *x, Expr e) {
+    switch ((ExprOp)x->nodes[e].op) {
+    case EXPR_OP_ADD:
+    case EXPR_OP_SUB: return 1;
+    case EXPR_OP_MUL:
+    case EXPR_OP_DIV: return 2;
+    default: return 3;
+    }
+}
+
+static void print_node(const ExprCtx *x, Printer *p, Expr e, int min_prec) {
+    const ExprNode *n = &x->nodes[e];
+    int prec = precedence(x, e);
+    int paren = prec < min_prec;
+    if (paren) put(p, "(");
+    switch ((ExprOp)n->op) {
+    case EXPR_OP_NUM: put_number(p, n->value); break;
+    case EXPR_OP_SYM: put(p, x->sym_names[n->a]); break;
+    case EXPR_OP_ADD:
+        print_node(x, p, n->a, 1);
+        if (is_num(x, n->b) && num_of(x, n->b) < 0) {  // y + (-3) reads as y - 3
+            put(p, " - ");
+            put_number(p, -num_of(x, n->b));
+        } else {
+            put(p, " + ");
+            print_node(x, p, n->b, 2);  // a + (b + c) keeps its parentheses (rounding order)
+        }
+        break;
+    case EXPR_OP_SUB:
+        print_node(x, p, n->a, 1);
+        put(p, " - ");
+        print_node(x, p, n->b, 2);  // a - (b + c) keeps its parentheses
+        break;
+    case EXPR_OP_MUL:
+        print_node(x, p, n->a, 2);
+        put(p, " * ");
+        print_node(x, p, n->b, 3);
+        break;
+    case EXPR_OP_DIV:
+        print_node(x, p, n->a, 2);
+        put(p, " / ");
+        print_node(x, p, n->b, 3);
+        break;
+    case EXPR_OP_MAX:
+    case EXPR_OP_MIN:
+        put(p, n->op == EXPR_OP_MAX ? "max(" : "min(");
+        print_node(x, p, n->a, 1);
+        put(p, ", ");
+        print_node(x, p, n->b, 1);
+        put(p, ")");
+        break;
+    case EXPR_OP_CEIL:
+    case EXPR_OP_FLOOR:
+        put(p, n->op == EXPR_OP_CEIL ? "ceil(" : "floor(");
+        print_node(x, p, n->a, 1);
+        put(p, ")");
+        break;
+    case EXPR_OP_SELECT:
+        put(p, "select(");
+        print_node(x, p, n->a, 1);
+        put(p, ", ");
+        print_node(x, p, n->b, 1);
+        put(p, ", ");
+        print_node(x, p, n->c, 1);
+        put(p, ")");
+        break;
+    case EXPR_OP_COUNT: die("corrupt node with op %d", (int)n->op);
+    }
+    if (paren) put(p, ")");
+}
+
+int expr_print(ExprCtx *x, Expr e, char *buf, size_t len) {
+    check_handle(x, e, "expr_print");
+    Printer p = {buf, len, 0};
+    print_node(x, &p, e, 1);
+    if (len) buf[p.pos < len ? p.pos : len - 1] = '\0';
+    return (int)p.pos;
+}

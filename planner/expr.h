@@ -1,0 +1,86 @@
+// Symbolic expressions of a stage configuration (DESIGN.md §4): time and
+// memory are written once as expressions of symbols (b, s, h, tp, dp, zero
+// flags, ckpt, offload ratios, ...) and evaluated in batch over many
+// candidate configurations.
+//
+// A context owns every node in one arena. Nodes are hash-consed: building an
+// expression that already exists returns the existing handle, so equal
+// subexpressions are one node and handles compare with ==.
+//
+// Simplification happens at construction time:
+//   constant folding (same IEEE double operation as evaluation would do),
+//   x+0 = x, x-0 = x, x*1 = x, x/1 = x, x*0 = 0, x-x = 0, 0/x = 0,
+//   max(x,x) = min(x,x) = x, ceil/floor of a ceil/floor (or integer constant) is itself,
+//   select with a constant condition or equal branches picks a branch,
+//   commutative operands (+, *, max, min) sorted, so a*b and b*a are one node,
+//   x - c becomes x + (-c) (exact in IEEE), constants inside nested sums and
+//   products are gathered: 2*(3*x) = 6*x, (x+1)+2 = x+3.
+// Assumptions (documented contract): symbol values are finite, so x*0 = 0 and
+// x-x = 0 hold. Gathering constants re-associates, which may differ from the
+// unsimplified tree by an ulp; it does not change results between expr_eval
+// and expr_program_eval, which run the same operations in the same order.
+// Division is IEEE division (x/0 gives inf); ceil/floor are C's ceil/floor.
+// Cost: a divide is several times slower than a multiply in batched
+// evaluation (divisions by powers of two become multiplies by themselves);
+// where an ulp does not matter, as for rates of a hardware profile, write
+// ex_mul(x, ex_num(1 / rate)), which also merges with other constants.
+#ifndef MIST_EXPR_H
+#define MIST_EXPR_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ExprCtx ExprCtx;
+typedef int32_t Expr;  // node handle (index into the context's arena)
+#define EXPR_NONE ((Expr)-1)
+
+ExprCtx *expr_ctx_new(void);
+void expr_ctx_free(ExprCtx *ctx);
+size_t expr_ctx_num_nodes(const ExprCtx *ctx);  // nodes allocated so far
+
+// named symbol; the same name gives the same node; symbols are numbered
+// 0, 1, ... in creation order (that index selects its value at evaluation)
+Expr ex_sym(ExprCtx *ctx, const char *name);
+int expr_sym_index(ExprCtx *ctx, const char *name);  // -1 if no such symbol
+int expr_num_syms(ExprCtx *ctx);
+const char *expr_sym_name(ExprCtx *ctx, int i);      // NULL if out of range
+
+Expr ex_num(ExprCtx *ctx, double v);
+Expr ex_add(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_sub(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_mul(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_div(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_max(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_min(ExprCtx *ctx, Expr a, Expr b);
+Expr ex_ceil(ExprCtx *ctx, Expr a);
+Expr ex_floor(ExprCtx *ctx, Expr a);
+Expr ex_select(ExprCtx *ctx, Expr cond, Expr a, Expr b);  // cond > 0 ? a : b
+Expr ex_sum(ExprCtx *ctx, const Expr *terms, int n);      // terms[0] + ... (0 if n == 0)
+
+// A handle of EXPR_NONE (or out of range) as an operand is a programming
+// error: the constructors print the caller's mistake and abort.
+
+// value of e with symbol i = sym_values[i]
+double expr_eval(ExprCtx *ctx, Expr e, const double *sym_values);
+// readable infix ("max(b * 6, s / 2) + 1"); returns the length snprintf
+// would have written (the text is truncated to len - 1 characters)
+int expr_print(ExprCtx *ctx, Expr e, char *buf, size_t len);
+
+// Several outputs compiled into one flat program: common subexpressions
+// computed once, constants folded into instructions, registers reused once
+// their value is dead. The program is independent of the context afterwards.
+typedef struct ExprProgram ExprProgram;
+ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs);
+void expr_program_free(ExprProgram *p);
+int expr_program_num_instructions(const ExprProgram *p);
+int expr_program_num_registers(const ExprProgram *p);
+int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
+
+// Batched evaluation over n candidates. sym_columns[i] points to n doubles
+// for symbol i (column layout, i < expr_num_syms at compile time);
+// out_columns[k] receives n doubles for output k. Candidates go in blocks
+// through a scratch register file allocated by each call, so concurrent
+// calls on one program (one per thread) are safe. Results are bitwise equal to
+// expr_eval of each output.
+void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
+                       double *const *out_columns, size_t n);
+#endif

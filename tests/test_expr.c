@@ -1,0 +1,533 @@
+// Symbolic expressions: operators, construction-time simplification,
+// hash-consing, printing, and batched program evaluation against scalar
+// evaluation and against an unsimplified reference on random expressions.
+// Random parts use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "planner/expr.h"
+#include "tests/tap.h"
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) {  // xorshift64*
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1DULL;
+}
+static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; }
+static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+// bitwise equal, or both NaN
+static int same_double(double a, double b) {
+    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
+}
+
+// ---- a small parser for the printed form (round-trip check)
+
+typedef struct {
+    ExprCtx *x;
+    const char *s;
+    int error;
+} Parser;
+
+static void skip_space(Parser *p) {
+    while (*p->s == ' ') p->s++;
+}
+static int accept(Parser *p, char c) {
+    skip_space(p);
+    if (*p->s == c) {
+        p->s++;
+        return 1;
+    }
+    return 0;
+}
+static Expr parse_sum(Parser *p);
+
+static Expr parse_atom(Parser *p) {
+    skip_space(p);
+    if (accept(p, '(')) {
+        Expr e;
+        skip_space(p);
+        if (*p->s == '-') {  // parenthesised negative number
+            char *end;
+            double v = strtod(p->s, &end);
+            p->s = end;
+            e = ex_num(p->x, v);
+        } else {
+            e = parse_sum(p);
+        }
+        if (!accept(p, ')')) p->error = 1;
+        return e;
+    }
+    if ((*p->s >= '0' && *p->s <= '9') || *p->s == '.') {
+        char *end;
+        double v = strtod(p->s, &end);
+        p->s = end;
+        return ex_num(p->x, v);
+    }
+    char name[64];
+    int n = 0;
+    while ((*p->s == '_' || (*p->s >= 'a' && *p->s <= 'z') || (*p->s >= 'A' && *p->s <= 'Z') ||
+            (*p->s >= '0' && *p->s <= '9')) && n < 63)
+        name[n++] = *p->s++;
+    name[n] = '\0';
+    if (n == 0) {
+        p->error = 1;
+        return ex_num(p->x, 0.0);
+    }
+    if (accept(p, '(')) {
+        Expr args[3];
+        int nargs = 0;
+        do args[nargs++] = parse_sum(p);
+        while (nargs < 3 && accept(p, ','));
+        if (!accept(p, ')')) p->error = 1;
+        if (!strcmp(name, "max") && nargs == 2) return ex_max(p->x, args[0], args[1]);
+        if (!strcmp(name, "min") && nargs == 2) return ex_min(p->x, args[0], args[1]);
+        if (!strcmp(name, "ceil") && nargs == 1) return ex_ceil(p->x, args[0]);
+        if (!strcmp(name, "floor") && nargs == 1) return ex_floor(p->x, args[0]);
+        if (!strcmp(name, "select") && nargs == 3) return ex_select(p->x, args[0], args[1], args[2]);
+        p->error = 1;
+        return args[0];
+    }
+    return ex_sym(p->x, name);
+}
+
+static Expr parse_product(Parser *p) {
+    Expr e = parse_atom(p);
+    for (;;) {
+        if (accept(p, '*')) e = ex_mul(p->x, e, parse_atom(p));
+        else if (accept(p, '/')) e = ex_div(p->x, e, parse_atom(p));
+        else return e;
+    }
+}
+
+static Expr parse_sum(Parser *p) {
+    Expr e = parse_product(p);
+    for (;;) {
+        if (accept(p, '+')) e = ex_add(p->x, e, parse_product(p));
+        else if (accept(p, '-')) e = ex_sub(p->x, e, parse_product(p));
+        else return e;
+    }
+}
+
+static Expr parse(ExprCtx *x, const char *text, int *error) {
+    Parser p = {x, text, 0};
+    Expr e = parse_sum(&p);
+    skip_space(&p);
+    *error = p.error || *p.s != '\0';
+    return e;
+}
+
+// ---- unsimplified reference: the same random expressions as plain trees
+
+enum { R_NUM, R_SYM, R_ADD, R_SUB, R_MUL, R_DIV, R_MAX, R_MIN, R_CEIL, R_FLOOR, R_SELECT };
+typedef struct {
+    int op, a, b, c;  // operands index earlier pool entries
+    double v;         // R_NUM value, R_SYM index
+} RefNode;
+
+// Gathering constants re-associates sums and products, which moves results
+// by an ulp; ceil/floor of a value within rounding of an integer, or select
+// on a condition within rounding of 0, turns that into a jump. Such values
+// are "fragile" and excluded from the reference comparison (counted).
+// Values built from constants and rounded values by +, -, *, max, min are
+// exact in both orders (small dyadic numbers), so they are never fragile.
+static int near_integer(double v) { return fabs(v - nearbyint(v)) <= 1e-9 * (1 + fabs(v)); }
+
+static int ref_exact(const RefNode *r, const double *val, const unsigned char *exact) {
+    switch (r->op) {
+    case R_NUM:
+    case R_CEIL:
+    case R_FLOOR: return 1;
+    case R_SYM:
+    case R_DIV: return 0;
+    case R_SELECT: return val[r->a] > 0 ? exact[r->b] : exact[r->c];
+    case R_MAX: return val[r->a] > val[r->b] ? exact[r->a] : exact[r->b];  // the operand chosen
+    case R_MIN: return val[r->a] < val[r->b] ? exact[r->a] : exact[r->b];
+    default: return exact[r->a] && exact[r->b];
+    }
+}
+
+static int ref_fragile(const RefNode *r, const double *val, const unsigned char *fragile,
+                       const unsigned char *exact) {
+    switch (r->op) {
+    case R_NUM:
+    case R_SYM: return 0;
+    case R_CEIL:
+    case R_FLOOR: return fragile[r->a] || (!exact[r->a] && near_integer(val[r->a]));
+    case R_SELECT:
+        return fragile[r->a] || (!exact[r->a] && fabs(val[r->a]) <= 1e-9 * (1 + fabs(val[r->b]))) ||
+               (val[r->a] > 0 ? fragile[r->b] : fragile[r->c]);
+    default: return fragile[r->a] || fragile[r->b];
+    }
+}
+
+static double ref_apply(const RefNode *r, const double *val, const double *syms) {
+    switch (r->op) {
+    case R_NUM: return r->v;
+    case R_SYM: return syms[(int)r->v];
+    case R_ADD: return val[r->a] + val[r->b];
+    case R_SUB: return val[r->a] - val[r->b];
+    case R_MUL: return val[r->a] * val[r->b];
+    case R_DIV: return val[r->a] / val[r->b];
+    case R_MAX: return val[r->a] > val[r->b] ? val[r->a] : val[r->b];
+    case R_MIN: return val[r->a] < val[r->b] ? val[r->a] : val[r->b];
+    case R_CEIL: return ceil(val[r->a]);
+    case R_FLOOR: return floor(val[r->a]);
+    default: return val[r->a] > 0 ? val[r->b] : val[r->c];
+    }
+}
+
+#define NSYM 6
+#define POOL 160
+typedef struct {
+    Expr e[POOL];
+    RefNode ref[POOL];
+    int n;
+} Pool;
+
+static int push(Pool *pl, Expr e, RefNode r) {
+    pl->e[pl->n] = e;
+    pl->ref[pl->n] = r;
+    return pl->n++;
+}
+
+// a random earlier entry, among the last `recent` ones (0: any); tame pools
+// skip select conditions (the only subtractions there), which can be negative
+static int pick(const Pool *pl, int tame, int recent) {
+    for (;;) {
+        int i = recent ? pl->n - 1 - rng_int(pl->n < recent ? pl->n : recent) : rng_int(pl->n);
+        if (!tame || pl->ref[i].op != R_SUB) return i;
+    }
+}
+
+// Random DAG of expressions. tame: values stay positive and away from
+// divisions by zero, and constants keep products exact, so the simplified
+// graph must match the unsimplified reference to rounding. wild: any signs,
+// subtractions and divisions (only scalar vs batched is compared).
+static void build_pool(ExprCtx *x, Pool *pl, int tame) {
+    static const double tame_consts[] = {0, 0.5, 1, 2, 3, 1.5, 0.25, 4};
+    static const double wild_consts[] = {0, 1, -1, 2, -0.5, 3.75, 1e6, -7};
+    const char *names[NSYM] = {"b", "s", "h", "tp", "dp", "ckpt"};
+    pl->n = 0;
+    for (int i = 0; i < NSYM; i++) push(pl, ex_sym(x, names[i]), (RefNode){R_SYM, 0, 0, 0, i});
+    for (int i = 0; i < 8; i++) {
+        double v = tame ? tame_consts[i] : wild_consts[i];
+        push(pl, ex_num(x, v), (RefNode){R_NUM, 0, 0, 0, v});
+    }
+    while (pl->n < POOL) {
+        // prefer recent entries so trees get deep, but reuse old ones too (sharing)
+        int a = pick(pl, tame, 24), b = rng_int(2) ? pick(pl, tame, 12) : pick(pl, tame, 0);
+        int op = R_ADD + rng_int(9);
+        if (tame && op == R_SUB) op = R_ADD;
+        Expr ea = pl->e[a], eb = pl->e[b], e;
+        RefNode r = {op, a, b, 0, 0};
+        switch (op) {
+        case R_ADD: e = ex_add(x, ea, eb); break;
+        case R_SUB: e = ex_sub(x, ea, eb); break;
+        case R_MUL: e = ex_mul(x, ea, eb); break;
+        case R_DIV:
+            if (tame) {  // a / (b + 1): b >= 0 keeps the divisor >= 1
+                int one = 6 + 2;  // the constant 1 of tame_consts
+                int bp1 = push(pl, ex_add(x, eb, pl->e[one]), (RefNode){R_ADD, b, one, 0, 0});
+                if (pl->n >= POOL) return;
+                r.b = bp1;
+                e = ex_div(x, ea, pl->e[bp1]);
+            } else {
+                e = ex_div(x, ea, eb);
+            }
+            break;
+        case R_MAX: e = ex_max(x, ea, eb); break;
+        case R_MIN: e = ex_min(x, ea, eb); break;
+        case R_CEIL: e = ex_ceil(x, ea); break;
+        case R_FLOOR: e = ex_floor(x, ea); break;
+        default: {  // select(a - t, b, c) with a threshold t unlikely to be hit exactly
+            double t = 0.5 + 3 * rng_unit();
+            int tn = push(pl, ex_num(x, t), (RefNode){R_NUM, 0, 0, 0, t});
+            if (pl->n >= POOL) return;
+            int cond = push(pl, ex_sub(x, ea, pl->e[tn]), (RefNode){R_SUB, a, tn, 0, 0});
+            if (pl->n >= POOL) return;
+            int c = pick(pl, tame, 0);
+            r = (RefNode){R_SELECT, cond, b, c, 0};
+            e = ex_select(x, pl->e[cond], eb, pl->e[c]);
+        }
+        }
+        push(pl, e, r);
+    }
+}
+
+// ---- the tests
+
+static Expr X, Y, Z;
+
+static void test_operators(ExprCtx *x) {
+    double v[3] = {7.5, -2.25, 3.0};  // x, y, z
+    double xv = v[0], yv = v[1];
+    ok(expr_eval(x, ex_add(x, X, Y), v) == xv + yv, "add");
+    ok(expr_eval(x, ex_sub(x, X, Y), v) == xv - yv, "sub");
+    ok(expr_eval(x, ex_mul(x, X, Y), v) == xv * yv, "mul");
+    ok(expr_eval(x, ex_div(x, X, Y), v) == xv / yv, "div");
+    ok(expr_eval(x, ex_max(x, X, Y), v) == 7.5 && expr_eval(x, ex_max(x, Y, X), v) == 7.5, "max");
+    ok(expr_eval(x, ex_min(x, X, Y), v) == -2.25 && expr_eval(x, ex_min(x, Y, X), v) == -2.25, "min");
+    ok(expr_eval(x, ex_ceil(x, X), v) == 8.0 && expr_eval(x, ex_ceil(x, Y), v) == -2.0, "ceil rounds up, also negatives");
+    ok(expr_eval(x, ex_floor(x, X), v) == 7.0 && expr_eval(x, ex_floor(x, Y), v) == -3.0, "floor rounds down, also negatives");
+    ok(expr_eval(x, ex_select(x, X, Y, Z), v) == -2.25 && expr_eval(x, ex_select(x, Y, X, Z), v) == 3.0,
+       "select picks a when cond > 0, else b");
+    double w[3] = {0.0, 1.0, 2.0};
+    ok(expr_eval(x, ex_select(x, X, Y, Z), w) == 2.0, "select with cond == 0 picks b");
+    Expr terms[3] = {X, Y, Z};
+    ok(expr_eval(x, ex_sum(x, terms, 3), v) == (xv + yv) + 3.0, "sum of three terms");
+    ok(ex_sum(x, terms, 0) == ex_num(x, 0.0), "empty sum is 0");
+    ok(expr_eval(x, ex_num(x, 2.5), v) == 2.5, "constant");
+    ok(expr_eval(x, ex_div(x, ex_num(x, 1.0), ex_num(x, 3.0)), v) == 1.0 / 3.0, "folded division is IEEE division");
+    ok(expr_eval(x, ex_ceil(x, ex_num(x, -0.5)), v) == 0.0 && expr_eval(x, ex_floor(x, ex_num(x, -0.5)), v) == -1.0,
+       "folded ceil/floor");
+}
+
+// ceil/floor (scalar and batched) bitwise equal to libm's, over magnitudes
+// from 2^-10 to 2^60, half-integers, integers, signed zeros and infinities
+static void test_rounding_exact(ExprCtx *x) {
+    enum { M = 20000 };
+    double *in = malloc(M * sizeof *in), *oc = malloc(M * sizeof *oc), *of = malloc(M * sizeof *of);
+    const double special[] = {0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1.0, -1.0, 0x1p52, -0x1p52,
+                              0x1p52 - 0.5, -(0x1p52 - 0.5), 0x1p53 + 2, 1e300, -1e300, INFINITY, -INFINITY,
+                              0.49999999999999994, -0.49999999999999994, 4503599627370495.5};
+    int nspecial = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < M; i++) {
+        if (i < nspecial) in[i] = special[i];
+        else if (i % 3 == 0) in[i] = (double)(rng_int(2001) - 1000) / 2;  // halves and integers
+        else in[i] = (rng_unit() - 0.5) * ldexp(1.0, rng_int(71) - 10);
+    }
+    Expr outs[2] = {ex_ceil(x, X), ex_floor(x, X)};
+    ExprProgram *p = expr_compile(x, outs, 2);
+    const double *cols[3] = {in, in, in};
+    double *outc[2] = {oc, of};
+    expr_program_eval(p, cols, outc, M);
+    int bad_batch = 0, bad_scalar = 0;
+    for (int i = 0; i < M; i++) {
+        bad_batch += !same_double(oc[i], ceil(in[i])) || !same_double(of[i], floor(in[i]));
+        if (i < 3000) {
+            double v[3] = {in[i], 0, 0};
+            bad_scalar += !same_double(expr_eval(x, outs[0], v), ceil(in[i])) ||
+                          !same_double(expr_eval(x, outs[1], v), floor(in[i]));
+        }
+    }
+    ok(bad_batch == 0, "batched ceil/floor bitwise equal to libm on %d values (%d differ)", M, bad_batch);
+    ok(bad_scalar == 0, "scalar ceil/floor bitwise equal to libm on 3000 values (%d differ)", bad_scalar);
+    expr_program_free(p);
+    free(in);
+    free(oc);
+    free(of);
+}
+
+static void test_simplification(ExprCtx *x) {
+    Expr zero = ex_num(x, 0.0), one = ex_num(x, 1.0);
+    ok(ex_add(x, ex_num(x, 2), ex_num(x, 3)) == ex_num(x, 5), "2 + 3 folds to 5");
+    ok(ex_mul(x, ex_num(x, 2), ex_num(x, 3.5)) == ex_num(x, 7), "2 * 3.5 folds to 7");
+    ok(ex_max(x, ex_num(x, 2), ex_num(x, 3)) == ex_num(x, 3) && ex_min(x, ex_num(x, 2), ex_num(x, 3)) == ex_num(x, 2),
+       "max/min of constants fold");
+    ok(ex_add(x, X, zero) == X && ex_add(x, zero, X) == X, "x + 0 = 0 + x = x");
+    ok(ex_mul(x, X, one) == X && ex_mul(x, one, X) == X, "x * 1 = 1 * x = x");
+    ok(ex_mul(x, X, zero) == zero && ex_mul(x, zero, X) == zero, "x * 0 = 0");
+    ok(ex_sub(x, X, X) == zero, "x - x = 0");
+    ok(ex_sub(x, X, zero) == X, "x - 0 = x");
+    ok(ex_div(x, X, one) == X, "x / 1 = x");
+    ok(ex_div(x, one, X) != X && ex_div(x, X, ex_num(x, 2)) != X, "x / 2 and 1 / x stay divisions");
+    ok(ex_max(x, X, X) == X && ex_min(x, Y, Y) == Y, "max(x,x) = x, min(y,y) = y");
+    ok(ex_mul(x, X, Y) == ex_mul(x, Y, X), "a*b and b*a are one node");
+    ok(ex_add(x, X, Y) == ex_add(x, Y, X), "a+b and b+a are one node");
+    ok(ex_max(x, X, Y) == ex_max(x, Y, X) && ex_min(x, X, Y) == ex_min(x, Y, X), "max/min operand order canonical");
+    ok(ex_sub(x, X, Y) != ex_sub(x, Y, X), "x - y and y - x differ");
+    Expr six_x = ex_mul(x, X, ex_num(x, 6));
+    ok(ex_mul(x, ex_num(x, 2), ex_mul(x, ex_num(x, 3), X)) == six_x, "2*(3*x) = 6*x");
+    ok(ex_mul(x, ex_mul(x, X, ex_num(x, 2)), ex_mul(x, Y, ex_num(x, 3))) ==
+           ex_mul(x, ex_mul(x, X, Y), ex_num(x, 6)),
+       "(2x)(3y) = (x*y)*6");
+    ok(ex_add(x, ex_add(x, X, ex_num(x, 1)), ex_num(x, 2)) == ex_add(x, X, ex_num(x, 3)), "(x+1)+2 = x+3");
+    ok(ex_add(x, ex_add(x, X, ex_num(x, 1)), Y) == ex_add(x, ex_add(x, X, Y), ex_num(x, 1)), "(x+1)+y = (x+y)+1");
+    ok(ex_sub(x, X, ex_num(x, 3)) == ex_add(x, X, ex_num(x, -3)), "x - 3 = x + (-3)");
+    ok(ex_sub(x, ex_add(x, X, ex_num(x, 3)), ex_num(x, 3)) == X, "(x+3)-3 = x");
+    ok(ex_max(x, ex_max(x, X, ex_num(x, 2)), ex_num(x, 5)) == ex_max(x, X, ex_num(x, 5)), "max(max(x,2),5) = max(x,5)");
+    ok(ex_max(x, ex_max(x, X, Y), X) == ex_max(x, X, Y), "max(max(x,y),x) = max(x,y)");
+    ok(ex_ceil(x, ex_ceil(x, X)) == ex_ceil(x, X) && ex_floor(x, ex_ceil(x, X)) == ex_ceil(x, X),
+       "rounding a rounded value is itself");
+    ok(ex_select(x, one, X, Y) == X && ex_select(x, zero, X, Y) == Y && ex_select(x, ex_num(x, -1), X, Y) == Y,
+       "select with a constant condition");
+    ok(ex_select(x, Z, X, X) == X, "select with equal branches");
+    ok(ex_num(x, 0.0) != ex_num(x, -0.0), "0 and -0 are distinct constants");
+}
+
+static void test_hash_consing(ExprCtx *x) {
+    Expr s = ex_sym(x, "s"), h = ex_sym(x, "h");
+    Expr e1 = ex_max(x, ex_div(x, ex_mul(x, ex_mul(x, s, h), ex_num(x, 24)), ex_num(x, 1e12)),
+                     ex_ceil(x, ex_div(x, h, X)));
+    size_t nodes = expr_ctx_num_nodes(x);
+    Expr e2 = ex_max(x, ex_ceil(x, ex_div(x, h, X)),
+                     ex_div(x, ex_mul(x, ex_num(x, 24), ex_mul(x, h, s)), ex_num(x, 1e12)));
+    ok(e1 == e2, "the same expression built twice (operands swapped) is one node");
+    ok(expr_ctx_num_nodes(x) == nodes, "building it again allocates no node (%zu)", nodes);
+    ok(ex_sym(x, "s") == s && expr_sym_index(x, "s") == 3 && expr_sym_index(x, "h") == 4,
+       "symbols numbered in creation order, same name same node");
+    ok(expr_sym_index(x, "nope") == -1 && expr_num_syms(x) == 5 && !strcmp(expr_sym_name(x, 4), "h") &&
+           expr_sym_name(x, 5) == NULL,
+       "symbol lookup by name and index");
+}
+
+static void test_print(ExprCtx *x) {
+    char buf[256];
+    Expr e = ex_add(x, ex_mul(x, ex_sub(x, X, Y), ex_num(x, 2)), ex_num(x, -1));
+    expr_print(x, e, buf, sizeof buf);
+    ok(!strcmp(buf, "(x - y) * 2 - 1"), "print keeps needed parentheses only: '%s'", buf);
+    Expr ce = ex_ceil(x, ex_div(x, X, Z));  // older than the select: printed first
+    expr_print(x, ex_max(x, ex_select(x, Y, X, ex_num(x, 0.5)), ce), buf, sizeof buf);
+    ok(!strcmp(buf, "max(ceil(x / z), select(y, x, 0.5))"), "print calls: '%s'", buf);
+    char small[6];
+    int len = expr_print(x, e, small, sizeof small);
+    ok(len == (int)strlen("(x - y) * 2 - 1") && !strcmp(small, "(x - "), "print truncates and returns the full length");
+    int err;
+    ok(parse(x, buf, &err) == ex_max(x, ex_ceil(x, ex_div(x, X, Z)), ex_select(x, Y, X, ex_num(x, 0.5))) && !err,
+       "printed text parses back to the same node");
+}
+
+static void test_program_basics(ExprCtx *x) {
+    Expr xy = ex_mul(x, X, Y);
+    Expr outs[4] = {ex_add(x, xy, ex_num(x, 1)), ex_add(x, xy, ex_num(x, 2)), Z, ex_num(x, 4)};
+    ExprProgram *p = expr_compile(x, outs, 4);
+    ok(expr_program_num_instructions(p) == 3, "x*y shared by two outputs: 3 instructions (got %d)",
+       expr_program_num_instructions(p));
+    double xs[5] = {1, 2, 3, 4, 5}, ys[5] = {0.5, 0.5, 2, -1, 10}, zs[5] = {9, 8, 7, 6, 5};
+    double o[4][5];
+    const double *cols[3] = {xs, ys, zs};
+    double *outc[4] = {o[0], o[1], o[2], o[3]};
+    expr_program_eval(p, cols, outc, 5);
+    int good = 1;
+    for (int j = 0; j < 5; j++)
+        good &= o[0][j] == xs[j] * ys[j] + 1 && o[1][j] == xs[j] * ys[j] + 2 && o[2][j] == zs[j] && o[3][j] == 4;
+    ok(good, "program outputs: computed, a symbol, a constant (5 candidates, partial block)");
+    expr_program_eval(p, cols, outc, 0);
+    ok(1, "zero candidates is a no-op");
+    expr_program_free(p);
+
+    // divisions by powers of two run as multiplies: still bitwise x / k
+    enum { M = 4000 };
+    static double in[M], q4[M], q3[M], qt[M];
+    for (int i = 0; i < M; i++) in[i] = (rng_unit() - 0.5) * ldexp(1.0, rng_int(2100) - 1075);  // subnormals too
+    Expr div_outs[3] = {ex_div(x, X, ex_num(x, 4)), ex_div(x, X, ex_num(x, 3)), ex_div(x, X, ex_num(x, 0x1p-1000))};
+    p = expr_compile(x, div_outs, 3);
+    const double *dcols[3] = {in, in, in};
+    double *douts[3] = {q4, q3, qt};
+    expr_program_eval(p, dcols, douts, M);
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+        bad += !same_double(q4[i], in[i] / 4) || !same_double(q3[i], in[i] / 3) ||
+               !same_double(qt[i], in[i] / 0x1p-1000);
+    ok(bad == 0, "x/4, x/3, x/2^-1000 batched bitwise equal to C division (%d differ)", bad);
+    expr_program_free(p);
+}
+
+// expr_eval vs expr_program_eval on random programs; tame ones also vs the reference
+static void test_random(uint64_t seed) {
+    int mismatches = 0, ref_bad = 0, ref_checked = 0, ref_skipped = 0, checked = 0, roundtrip_bad = 0, printed = 0;
+    size_t instr_total = 0;
+    const size_t n = 3001;  // not a multiple of the block: exercises the padded tail
+    double *sym[NSYM], *out[8], *row = malloc(NSYM * sizeof *row), refval[POOL];
+    unsigned char fragile[POOL], exact[POOL];
+    for (int i = 0; i < NSYM; i++) sym[i] = malloc(n * sizeof(double));
+    for (int k = 0; k < 8; k++) out[k] = malloc(n * sizeof(double));
+    for (int trial = 0; trial < 40; trial++) {
+        int tame = trial % 2 == 0;
+        ExprCtx *x = expr_ctx_new();
+        Pool pl;
+        build_pool(x, &pl, tame);
+        int nout = 1 + rng_int(8), which[8];
+        Expr outs[8];
+        for (int k = 0; k < nout; k++) {
+            which[k] = POOL - 1 - rng_int(POOL / 2);
+            outs[k] = pl.e[which[k]];
+        }
+        ExprProgram *p = expr_compile(x, outs, nout);
+        instr_total += (size_t)expr_program_num_instructions(p);
+        for (int i = 0; i < NSYM; i++)
+            for (size_t j = 0; j < n; j++) sym[i][j] = tame ? 0.5 + 3.5 * rng_unit() : 8 * rng_unit() - 4;
+        expr_program_eval(p, (const double *const *)sym, out, n);
+        for (size_t j = 0; j < n; j++) {
+            for (int i = 0; i < NSYM; i++) row[i] = sym[i][j];
+            if (tame)
+                for (int q = 0; q < pl.n; q++) {
+                    fragile[q] = (unsigned char)ref_fragile(&pl.ref[q], refval, fragile, exact);
+                    exact[q] = (unsigned char)ref_exact(&pl.ref[q], refval, exact);
+                    refval[q] = ref_apply(&pl.ref[q], refval, row);
+                }
+            for (int k = 0; k < nout; k++) {
+                double want = expr_eval(x, outs[k], row);
+                checked++;
+                if (!same_double(out[k][j], want)) {
+                    if (mismatches++ < 5)
+                        diag("trial %d out %d cand %zu: program %.17g scalar %.17g", trial, k, j, out[k][j], want);
+                }
+                if (tame && fragile[which[k]]) ref_skipped++;
+                if (tame && !fragile[which[k]]) {
+                    double r = refval[which[k]];
+                    ref_checked++;
+                    if (!same_double(want, r) && !(fabs(want - r) <= 1e-12 + 1e-9 * fabs(r))) {
+                        if (ref_bad++ < 5) diag("trial %d out %d cand %zu: simplified %.17g reference %.17g",
+                                                trial, k, j, want, r);
+                    }
+                }
+            }
+        }
+        // print round trip: parsing the text rebuilds the same node (tame
+        // programs only: wild ones fold constants to inf and nan, which the
+        // printed form does not read back)
+        for (int k = 0; tame && k < nout; k++) {
+            char buf[1 << 16];
+            int len = expr_print(x, outs[k], buf, sizeof buf);
+            if (len >= (int)sizeof buf) continue;  // too long for the check
+            int err;
+            Expr back = parse(x, buf, &err);
+            printed++;
+            if (err || back != outs[k]) {
+                if (roundtrip_bad++ < 3) diag("round trip failed (err %d) for %.300s", err, buf);
+            }
+        }
+        expr_program_free(p);
+        expr_ctx_free(x);
+    }
+    ok(mismatches == 0, "program == scalar bitwise on %d values of 40 random programs (avg %zu instructions), seed %llu",
+       checked, instr_total / 40, (unsigned long long)seed);
+    ok(ref_bad == 0 && ref_checked > ref_skipped,
+       "simplified == unsimplified reference to 1e-9 on tame programs (%d bad of %d; %d skipped as fragile)",
+       ref_bad, ref_checked, ref_skipped);
+    ok(printed > 0 && roundtrip_bad == 0, "print/parse round trip gives the same node (%d of %d bad)", roundtrip_bad,
+       printed);
+    for (int i = 0; i < NSYM; i++) free(sym[i]);
+    for (int k = 0; k < 8; k++) free(out[k]);
+    free(row);
+}
+
+int main(void) {
+    const char *env = getenv("MIST_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    if (seed == 0) seed = 1;
+    rng_state = seed;
+    diag("seed %llu (repeat with MIST_TEST_SEED=%llu)", (unsigned long long)seed, (unsigned long long)seed);
+
+    ExprCtx *x = expr_ctx_new();
+    X = ex_sym(x, "x");
+    Y = ex_sym(x, "y");
+    Z = ex_sym(x, "z");
+    test_operators(x);
+    test_rounding_exact(x);
+    test_simplification(x);
+    test_hash_consing(x);
+    test_print(x);
+    test_program_basics(x);
+    expr_ctx_free(x);
+    test_random(seed);
+    return tap_done();
+}
