@@ -1,0 +1,180 @@
+// Times every heavy op of the CUDA backend with CUDA events after warm-up and
+// prints, per op and shape, the time and the achieved TFLOP/s (GEMMs,
+// attention) or GB/s (memory-bound ops) against the H100 SXM peaks
+// (bf16 dense 989 TFLOP/s, HBM3 3.35 TB/s).
+//   bench_kernels [--json PATH] [--quick]
+// FLOP counts: GEMM 2 N C OC; causal attention forward 2 x 2 B NH T^2 HS / 2
+// (two products, half the matrix), backward 2.5 x forward (the usual count of
+// five products; this backend recomputes the scores twice, which is not
+// counted). Bytes: each tensor read or written once.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/backend.h"
+
+#define PEAK_TFLOPS 989.0
+#define PEAK_GBS 3350.0
+
+static Backend *gpu;
+static FILE *json;
+static int json_first = 1, quick;
+
+
+static void *dev_random(size_t bytes) {
+    void *p = gpu->alloc_device(gpu, bytes);
+    if (!p) { fprintf(stderr, "bench: out of device memory (%zu bytes)\n", bytes); exit(1); }
+    // a fixed bit pattern of small bf16 values (0x3c00..: ~0.0078..) keeps softmax and GEMMs finite
+    uint16_t *h = malloc(bytes);
+    for (size_t i = 0; i < bytes / 2; i++) h[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x300) ^ (i & 1 ? 0x8000 : 0);
+    gpu->copy_h2d(gpu, p, h, bytes / 2 * 2, NULL);
+    gpu->synchronize(gpu);
+    free(h);
+    return p;
+}
+
+static void report(const char *op, const char *shape, double ms, double flops, double bytes) {
+    double tflops = flops / (ms * 1e-3) / 1e12, gbs = bytes / (ms * 1e-3) / 1e9;
+    if (flops > 0)
+        printf("%-22s %-34s %9.3f ms %9.1f TFLOP/s %6.1f%% of peak\n", op, shape, ms, tflops, 100.0 * tflops / PEAK_TFLOPS);
+    else
+        printf("%-22s %-34s %9.3f ms %9.1f GB/s    %6.1f%% of peak\n", op, shape, ms, gbs, 100.0 * gbs / PEAK_GBS);
+    fflush(stdout);
+    if (json) {
+        fprintf(json, "%s\n  {\"op\": \"%s\", \"shape\": \"%s\", \"ms\": %.5f, \"tflops\": %.2f, \"gbs\": %.1f}",
+                json_first ? "" : ",", op, shape, ms, flops > 0 ? tflops : 0.0, flops > 0 ? 0.0 : gbs);
+        json_first = 0;
+    }
+}
+
+typedef void (*RunFn)(void *arg);
+static double time_ms(RunFn fn, void *arg) {
+    int warm = 3, iters = quick ? 5 : 20;
+    for (int i = 0; i < warm; i++) fn(arg);
+    BackendEvent *e0 = gpu->event_create(gpu), *e1 = gpu->event_create(gpu);
+    gpu->event_record(gpu, e0, NULL);
+    for (int i = 0; i < iters; i++) fn(arg);
+    gpu->event_record(gpu, e1, NULL);
+    gpu->event_synchronize(gpu, e1);
+    double ms = gpu->event_elapsed_ms(gpu, e0, e1) / iters;
+    gpu->event_destroy(gpu, e0);
+    gpu->event_destroy(gpu, e1);
+    return ms;
+}
+
+// ---- GEMMs
+typedef struct { int N, C, OC, gelu, which; void *inp, *w, *bias, *out, *pre, *dout, *dinp, *dw; } MM;
+static void run_mm(void *p) {
+    MM *m = p;
+    if (m->which == 0) gpu->matmul_forward(gpu, NULL, m->out, m->gelu ? m->pre : NULL, m->inp, m->w, m->bias, m->N, m->C, m->OC);
+    else if (m->which == 1) gpu->matmul_backward(gpu, NULL, m->dinp, NULL, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
+    else gpu->matmul_backward(gpu, NULL, NULL, m->dw, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
+}
+static void bench_matmul(int N, int C, int OC, int gelu) {
+    MM m = {N, C, OC, gelu, 0, dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2), dev_random((size_t)OC * 2),
+            dev_random((size_t)N * OC * 2), dev_random((size_t)N * OC * 2), dev_random((size_t)N * OC * 2),
+            dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2)};
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
+    double fl = 2.0 * N * C * OC;
+    report(gelu ? "matmul_fwd+bias+gelu" : "matmul_fwd+bias", shape, time_ms(run_mm, &m), fl, 0);
+    m.which = 1;
+    report("matmul_bwd dinp", shape, time_ms(run_mm, &m), fl, 0);
+    m.which = 2;
+    report("matmul_bwd dweight", shape, time_ms(run_mm, &m), fl, 0);
+    void *all[] = {m.inp, m.w, m.bias, m.out, m.pre, m.dout, m.dinp, m.dw};
+    for (int i = 0; i < 8; i++) gpu->free_device(gpu, all[i]);
+}
+
+// ---- attention
+typedef struct { int B, T, NH, NKV, HS, bwd; void *qkv, *out, *lse, *dout, *dqkv; } ATT;
+static void run_att(void *p) {
+    ATT *a = p;
+    if (!a->bwd) gpu->attention_forward(gpu, NULL, a->out, a->lse, a->qkv, a->B, a->T, a->NH, a->NKV, a->HS);
+    else gpu->attention_backward(gpu, NULL, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->NH, a->NKV, a->HS);
+}
+static void bench_attention(int B, int T, int NH, int NKV, int HS) {
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
+    ATT a = {B, T, NH, NKV, HS, 0, dev_random(nqkv * 2), dev_random(nout * 2), dev_random((size_t)B * NH * T * 4),
+             dev_random(nout * 2), dev_random(nqkv * 2)};
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    double fl = 4.0 * B * NH * (double)T * T * HS / 2.0;
+    report("attention_fwd", shape, time_ms(run_att, &a), fl, 0);
+    run_att(&a);  // a real lse for the backward
+    a.bwd = 1;
+    report("attention_bwd", shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    void *all[] = {a.qkv, a.out, a.lse, a.dout, a.dqkv};
+    for (int i = 0; i < 5; i++) gpu->free_device(gpu, all[i]);
+}
+
+// ---- memory-bound ops
+typedef struct { int op; int64_t N, C; void *x, *y, *z, *w; float *f1, *f2, *f3; } MB;
+static void run_mb(void *p) {
+    MB *m = p;
+    switch (m->op) {
+    // x holds 2 N C elements: [inp | res_in]; w holds [weight | bias]
+    case 0: gpu->norm_forward(gpu, NULL, NORM_OP_LAYERNORM, m->z, m->y, m->f1, m->f2, m->x, (uint16_t *)m->x + m->N * m->C,
+                              m->w, (uint16_t *)m->w + m->C, m->N, m->C, 1e-5f); break;
+    case 1: gpu->norm_backward(gpu, NULL, NORM_OP_LAYERNORM, m->z, m->w, (uint16_t *)m->w + m->C, m->x, m->y, m->w,
+                               m->f1, m->f2, m->N, m->C); break;
+    case 2: gpu->gelu_forward(gpu, NULL, m->y, m->x, m->N * m->C); break;
+    case 3: gpu->swiglu_forward(gpu, NULL, m->y, m->x, m->N, m->C); break;
+    case 4: gpu->crossentropy_forward_backward(gpu, NULL, m->f1, m->x, (const int32_t *)m->w, m->N, m->C - 47, m->C, 1.0f / m->N); break;
+    case 5: gpu->adamw_update(gpu, NULL, m->x, m->f1, m->y, m->f2, m->f3, m->N, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1); break;
+    case 6: gpu->norm_squared_accumulate(gpu, NULL, m->f1, m->x, m->N); break;
+    case 7: gpu->rotary_forward(gpu, NULL, m->x, 1, m->N, 32, 8, 128, 10000.0f); break;
+    }
+}
+static void bench_memory(int op, const char *name, int64_t N, int64_t C, double bytes) {
+    size_t n = (size_t)N * C;
+    MB m = {op, N, C, dev_random(n * 2 * 2), dev_random(n * 2 * 2), dev_random(n * 2), dev_random((size_t)C * 2 * 2 + (size_t)N * 4),
+            dev_random(n * 4), dev_random(n * 4), dev_random(n * 4)};
+    if (op == 4) {  // valid targets
+        int32_t *t = malloc(N * 4);
+        for (int64_t i = 0; i < N; i++) t[i] = (int32_t)(i * 7919 % (C - 47));
+        gpu->copy_h2d(gpu, m.w, t, N * 4, NULL);
+        free(t);
+    }
+    if (op == 1)  // real statistics of y for the backward
+        gpu->norm_forward(gpu, NULL, NORM_OP_LAYERNORM, NULL, m.z, m.f1, m.f2, m.y, NULL, m.w, (uint16_t *)m.w + C, N, C, 1e-5f);
+    char shape[64];
+    snprintf(shape, sizeof shape, op >= 5 && op <= 6 ? "n=%lld" : "N=%lld C=%lld", (long long)(op >= 5 && op <= 6 ? (int64_t)n : N), (long long)C);
+    if (op == 7) snprintf(shape, sizeof shape, "T=%lld NH=32 NKV=8 HS=128", (long long)N);
+    report(name, shape, time_ms(run_mb, &m), 0, bytes);
+    void *all[] = {m.x, m.y, m.z, m.w, m.f1, m.f2, m.f3};
+    for (int i = 0; i < 7; i++) gpu->free_device(gpu, all[i]);
+}
+
+int main(int argc, char **argv) {
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else { fprintf(stderr, "usage: %s [--json PATH] [--quick]\n", argv[0]); return 2; }
+    }
+    char err[256];
+    gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
+    if (!gpu) { printf("# SKIP no GPU: %s\n", err); return 0; }
+    if (json_path && !(json = fopen(json_path, "w"))) { fprintf(stderr, "bench: cannot write %s\n", json_path); return 1; }
+    if (json) fprintf(json, "{\"peak_tflops\": %.0f, \"peak_gbs\": %.0f, \"results\": [", PEAK_TFLOPS, PEAK_GBS);
+    printf("%-22s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
+    bench_matmul(8192, 4096, 4096, 0);
+    bench_matmul(8192, 4096, 16384, 1);
+    bench_matmul(8192, 768, 3072, 1);
+    bench_attention(4, 2048, 16, 16, 128);
+    bench_attention(8, 1024, 12, 12, 64);
+    bench_attention(2, 4096, 32, 8, 128);
+    int64_t N = 8192, C = 4096;
+    bench_memory(0, "layernorm_fwd+residual", N, C, 4.0 * N * C * 2);
+    bench_memory(1, "layernorm_bwd", N, C, (4.0 * N * C + 2.0 * N * C) * 2);  // kernel + weight-grad pass
+    bench_memory(2, "gelu_fwd", N, C * 4, 2.0 * N * C * 4 * 2);
+    bench_memory(3, "swiglu_fwd", N, 11008, 3.0 * N * 11008 * 2);
+    bench_memory(4, "crossentropy_fwd_bwd", 8192, 50304, 8192.0 * 50304 * 2 * 3);  // two reads, one write
+    bench_memory(5, "adamw", 64 << 20, 1, (64 << 20) * 28.0);  // bf16 param+grad, f32 master, m, v: 2+2+3*(4+4)
+    bench_memory(6, "norm_squared", 256 << 20, 1, (256 << 20) * 2.0);
+    bench_memory(7, "rotary_fwd", 16384, 128 * 48, 16384.0 * 40 * 128 * 2 * 2);
+    if (json) { fprintf(json, "\n]}\n"); fclose(json); }
+    gpu->destroy(gpu);
+    return 0;
+}

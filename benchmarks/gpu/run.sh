@@ -1,0 +1,48 @@
+#!/bin/sh
+# Builds the CUDA backend, checks it against the CPU backend and times it, in
+# one go, on a GPU machine that may lack MPI, inih and lp_solve: the objects
+# are compiled with nvcc and gcc directly (no configure).
+#   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
+# Writes OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json.
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$top/build-gpu}
+mkdir -p "$out/obj"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+arch=${CUDA_ARCH:-sm_90}
+nvcc="$cuda/bin/nvcc"
+cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
+
+echo "== build ($arch)"
+objs=""
+for f in "$top"/kernels/cuda/*.cu; do
+    o="$out/obj/cuda_$(basename "$f" .cu).o"
+    "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+    objs="$objs $o"
+done
+for f in "$top"/kernels/cpu/*.c; do
+    o="$out/obj/cpu_$(basename "$f" .c).o"
+    gcc $cflags -c -o "$o" "$f" &
+    objs="$objs $o"
+done
+wait
+libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
+gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
+gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
+
+status=0
+echo "== correctness vs the CPU backend"
+"$out/test_cuda_kernels" 2>&1 | tee "$out/test.log" || status=1
+if grep -q '^not ok' "$out/test.log"; then status=1; fi
+
+if [ "${SANITIZE:-1}" != 0 ] && [ -x "$cuda/bin/compute-sanitizer" ]; then
+    echo "== compute-sanitizer (memcheck) on the correctness test"
+    "$cuda/bin/compute-sanitizer" --tool memcheck --error-exitcode 9 "$out/test_cuda_kernels" >"$out/sanitizer.log" 2>&1 \
+        && echo "memcheck: clean" || { echo "memcheck: errors (see $out/sanitizer.log)"; tail -30 "$out/sanitizer.log"; status=1; }
+fi
+
+echo "== timings"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader 2>/dev/null || true
+"$out/bench_kernels" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+exit $status

@@ -1,0 +1,203 @@
+// The CUDA backend: construction, memory, streams and events (CUDA runtime
+// API only; no driver library), and the op table. The ops live in one file
+// per family (norm.cu, matmul.cu, attention.cu, ...).
+//
+// Storage is bf16 only: every op reads bf16 and computes in fp32. fp32
+// storage is the CPU backend's job (it is the reference); asking for it here
+// fails cleanly with a reason.
+#include <string.h>
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_probe.h"
+
+enum {
+    SCRATCH_BYTES = 64 << 20,       // reduction partials (see cuda_common.cuh)
+    LT_WORKSPACE_BYTES = 32 << 20,  // cuBLASLt: Hopper kernels want >= 32 MiB
+};
+
+void *cuda_scratch(Backend *b, size_t bytes, const char *who) {
+    CudaCtx *ctx = cuda_ctx(b);
+    if (bytes > ctx->scratch_bytes) {
+        fprintf(stderr, "mist cuda backend: %s needs %zu bytes of scratch, the backend holds %zu "
+                        "(raise SCRATCH_BYTES in kernels/cuda/backend_cuda.cu)\n", who, bytes, ctx->scratch_bytes);
+        abort();
+    }
+    return ctx->scratch;
+}
+
+static void *cu_alloc_device(Backend *b, size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void cu_free_device(Backend *b, void *p) { if (p) CUDA_CHECK(cudaFree(p)); }
+static void *cu_alloc_pinned(Backend *b, size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void cu_free_pinned(Backend *b, void *p) { if (p) CUDA_CHECK(cudaFreeHost(p)); }
+static void cu_copy_h2d(Backend *b, void *dst, const void *src, size_t n, BackendStream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_stream(s)));
+}
+static void cu_copy_d2h(Backend *b, void *dst, const void *src, size_t n, BackendStream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cuda_stream(s)));
+}
+static void cu_copy_d2d(Backend *b, void *dst, const void *src, size_t n, BackendStream *s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cuda_stream(s)));
+}
+static void cu_memset(Backend *b, void *p, int value, size_t n, BackendStream *s) {
+    CUDA_CHECK(cudaMemsetAsync(p, value, n, cuda_stream(s)));
+}
+static size_t cu_reserved_bytes(Backend *b) {
+    CudaCtx *ctx = cuda_ctx(b);
+    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t);
+}
+
+static BackendStream *cu_stream_create(Backend *b) {
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    return (BackendStream *)st;
+}
+static void cu_stream_destroy(Backend *b, BackendStream *s) { if (s) CUDA_CHECK(cudaStreamDestroy(cuda_stream(s))); }
+static void cu_stream_synchronize(Backend *b, BackendStream *s) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
+static BackendEvent *cu_event_create(Backend *b) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return (BackendEvent *)e;
+}
+static void cu_event_destroy(Backend *b, BackendEvent *e) { if (e) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)e)); }
+static void cu_event_record(Backend *b, BackendEvent *e, BackendStream *s) {
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, cuda_stream(s)));
+}
+static void cu_stream_wait_event(Backend *b, BackendStream *s, BackendEvent *e) {
+    CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), (cudaEvent_t)e, 0));
+}
+static void cu_event_synchronize(Backend *b, BackendEvent *e) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e)); }
+static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *end) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return ms;
+}
+static void cu_synchronize(Backend *b) { CUDA_CHECK(cudaDeviceSynchronize()); }
+static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
+
+static void cu_destroy(Backend *b) {
+    if (!b) return;
+    CudaCtx *ctx = cuda_ctx(b);
+    if (ctx) {
+        cudaDeviceSynchronize();
+        cuda_matmul_destroy(b);
+        if (ctx->scratch) cudaFree(ctx->scratch);
+        if (ctx->lt_workspace) cudaFree(ctx->lt_workspace);
+        if (ctx->host_tokens) cudaFreeHost(ctx->host_tokens);
+        if (ctx->dev_order) cudaFree(ctx->dev_order);
+        free(ctx);
+    }
+    free(b);
+}
+
+extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen) {
+    if (dtype != MIST_BF16) {
+        snprintf(err, errlen, "cuda backend: storage dtype %s is not supported (allowed: bf16; "
+                 "hint: use the cpu backend for f32)", mist_dtype_name(dtype));
+        return NULL;
+    }
+    CudaProbe probe;
+    mist_cuda_probe(&probe);
+    if (probe.count == 0) {
+        snprintf(err, errlen, "cuda backend: no usable GPU: %s", probe.reason);
+        return NULL;
+    }
+    if (device < 0 || device >= probe.count) {
+        snprintf(err, errlen, "cuda backend: device %d does not exist (allowed: 0..%d)", device, probe.count - 1);
+        return NULL;
+    }
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major < 8) {
+        snprintf(err, errlen, "cuda backend: device %d has compute capability %d.%d; bf16 tensor cores need >= 8.0",
+                 device, prop.major, prop.minor);
+        cudaGetLastError();
+        return NULL;
+    }
+    Backend *b = (Backend *)calloc(1, sizeof *b);
+    CudaCtx *ctx = (CudaCtx *)calloc(1, sizeof *ctx);
+    if (!b || !ctx) {
+        free(b);
+        free(ctx);
+        snprintf(err, errlen, "cuda backend: out of host memory");
+        return NULL;
+    }
+    b->ctx = ctx;
+    ctx->sm_count = prop.multiProcessorCount;
+    if (cudaMalloc(&ctx->scratch, SCRATCH_BYTES) != cudaSuccess ||
+        cudaMalloc(&ctx->lt_workspace, LT_WORKSPACE_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda backend: cannot allocate %d MiB of scratch on device %d",
+                 (SCRATCH_BYTES + LT_WORKSPACE_BYTES) >> 20, device);
+        cu_destroy(b);
+        return NULL;
+    }
+    ctx->scratch_bytes = SCRATCH_BYTES;
+    ctx->lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    if (cuda_matmul_init(b, err, errlen) != 0) {
+        cu_destroy(b);
+        return NULL;
+    }
+    b->name = "cuda";
+    b->dtype = dtype;
+    b->device = device;
+    b->alloc_device = cu_alloc_device;
+    b->free_device = cu_free_device;
+    b->alloc_pinned = cu_alloc_pinned;
+    b->free_pinned = cu_free_pinned;
+    b->copy_h2d = cu_copy_h2d;
+    b->copy_d2h = cu_copy_d2h;
+    b->copy_d2d = cu_copy_d2d;
+    b->memset_device = cu_memset;
+    b->reserved_bytes = cu_reserved_bytes;
+    b->stream_create = cu_stream_create;
+    b->stream_destroy = cu_stream_destroy;
+    b->stream_synchronize = cu_stream_synchronize;
+    b->event_create = cu_event_create;
+    b->event_destroy = cu_event_destroy;
+    b->event_record = cu_event_record;
+    b->stream_wait_event = cu_stream_wait_event;
+    b->event_synchronize = cu_event_synchronize;
+    b->event_elapsed_ms = cu_event_elapsed_ms;
+    b->synchronize = cu_synchronize;
+    b->supports_op = cu_supports_op;
+    b->destroy = cu_destroy;
+    b->embedding_forward = cuda_embedding_forward;
+    b->embedding_backward = cuda_embedding_backward;
+    b->norm_forward = cuda_norm_forward;
+    b->norm_backward = cuda_norm_backward;
+    b->matmul_forward = cuda_matmul_forward;
+    b->matmul_backward = cuda_matmul_backward;
+    b->attention_forward = cuda_attention_forward;
+    b->attention_backward = cuda_attention_backward;
+    b->rotary_forward = cuda_rotary_forward;
+    b->rotary_backward = cuda_rotary_backward;
+    b->gelu_forward = cuda_gelu_forward;
+    b->gelu_backward = cuda_gelu_backward;
+    b->swiglu_forward = cuda_swiglu_forward;
+    b->swiglu_backward = cuda_swiglu_backward;
+    b->residual_forward = cuda_residual_forward;
+    b->crossentropy_forward_backward = cuda_crossentropy_forward_backward;
+    b->adamw_update = cuda_adamw_update;
+    b->norm_squared_accumulate = cuda_norm_squared_accumulate;
+    b->cast = cuda_cast;
+    b->scale = cuda_scale;
+    return b;
+}

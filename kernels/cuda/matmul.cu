@@ -1,0 +1,157 @@
+// Every GEMM of the backend goes through cuBLASLt (bf16 in/out, fp32 compute).
+// A plan (operation descriptor, three matrix layouts and the heuristic's best
+// algorithm) is built once per distinct shape/epilogue and cached, so a
+// training step pays the heuristic query only on its first iteration.
+//
+// Row-major to column-major: a row-major (R, K) matrix is a column-major
+// (K, R) one, so with out (N,OC) = inp (N,C) @ W(OC,C)^T:
+//   forward  outT (OC,N)  = op_T(W_cm (C,OC)) @ inp_cm (C,N)         m=OC n=N  k=C
+//   dinp     dinpT (C,N)  = W_cm (C,OC) @ dout_cm (OC,N)              m=C  n=N  k=OC
+//   dweight  dWT (C,OC)  += inp_cm (C,N) @ op_T(dout_cm (OC,N))       m=C  n=OC k=N  (beta = 1)
+// The forward bias (+ GELU with the pre-activation saved as aux) runs in the
+// epilogue. The bias gradient is a deterministic column sum (norm.cu), not the
+// BGRAD epilogue, whose reduction order is not documented.
+#include <cublasLt.h>
+#include <string.h>
+#include "kernels/cuda/cuda_common.cuh"
+
+enum { PLAN_CACHE = 128 };
+
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldc, epilogue, beta_one;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+static GemmPlan plans[PLAN_CACHE];
+static int plan_count;
+
+#define LT_CHECK(call)                                                                          \
+    do {                                                                                        \
+        cublasStatus_t st_ = (call);                                                            \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            fprintf(stderr, "mist cuda backend: %s failed at %s:%d (cublas status %d)\n", #call, \
+                    __FILE__, __LINE__, (int)st_);                                              \
+            abort();                                                                            \
+        }                                                                                       \
+    } while (0)
+
+static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int k, int lda, int ldb, int ldc,
+                          cublasLtEpilogue_t epilogue, int beta_one, int has_aux) {
+    for (int i = 0; i < plan_count; i++) {
+        GemmPlan *p = &plans[i];
+        if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
+            p->ldb == ldb && p->ldc == ldc && p->epilogue == (int)epilogue && p->beta_one == beta_one)
+            return p;
+    }
+    if (plan_count == PLAN_CACHE) {
+        fprintf(stderr, "mist cuda backend: more than %d distinct GEMM shapes; raise PLAN_CACHE in %s\n",
+                PLAN_CACHE, __FILE__);
+        abort();
+    }
+    CudaCtx *ctx = cuda_ctx(b);
+    GemmPlan *p = &plans[plan_count];
+    memset(p, 0, sizeof *p);
+    p->transa = transa; p->transb = transb; p->m = m; p->n = n; p->k = k;
+    p->lda = lda; p->ldb = ldb; p->ldc = ldc; p->epilogue = (int)epilogue; p->beta_one = beta_one;
+    LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        cudaDataType_t bt = CUDA_R_16BF;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (has_aux) {
+        int64_t ld = ldc;
+        cudaDataType_t at = CUDA_R_16BF;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
+    }
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = ctx->lt_workspace_bytes;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt_handle, p->desc, p->a, p->b, p->c, p->c,
+                                            pref, 1, &result, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) {
+        fprintf(stderr, "mist cuda backend: cuBLASLt has no algorithm for GEMM m=%d n=%d k=%d (transa %d transb %d, "
+                        "epilogue %d)\n", m, n, k, transa, transb, (int)epilogue);
+        abort();
+    }
+    p->algo = result.algo;
+    plan_count++;
+    return p;
+}
+
+static void gemm(Backend *b, cudaStream_t st, int transa, int transb, int m, int n, int k, const void *A, int lda,
+                 const void *B, int ldb, void *C, int ldc, float beta, cublasLtEpilogue_t epilogue,
+                 const void *bias, void *aux) {
+    CudaCtx *ctx = cuda_ctx(b);
+    GemmPlan *p = plan_for(b, transa, transb, m, n, k, lda, ldb, ldc, epilogue, beta != 0.0f, aux != NULL);
+    // pointers change from call to call; the descriptor keeps only the shape
+    if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    float alpha = 1.0f;
+    LT_CHECK(cublasLtMatmul((cublasLtHandle_t)ctx->lt_handle, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C,
+                            p->c, &p->algo, ctx->lt_workspace, ctx->lt_workspace_bytes, st));
+}
+
+__global__ void gelu_backward_inplace_kernel(bf16 *dout, const bf16 *pre, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        st(dout, i, ld(dout, i) * gelu_tanh_grad(ld(pre, i)));
+}
+
+extern "C" void cuda_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
+                                    const void *weight, const void *bias, int N, int C, int OC) {
+    cudaStream_t st = cuda_stream(s);
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+    if (pre_gelu) ep = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (bias) ep = CUBLASLT_EPILOGUE_BIAS;
+    gemm(b, st, 1, 0, OC, N, C, weight, C, inp, C, out, OC, 0.0f, ep, bias, pre_gelu);
+}
+
+extern "C" void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
+                                     void *dout, const void *inp, const void *weight, const void *pre_gelu,
+                                     int N, int C, int OC) {
+    cudaStream_t st = cuda_stream(s);
+    if (pre_gelu) {
+        size_t n = (size_t)N * OC;
+        gelu_backward_inplace_kernel<<<cuda_blocks(n, 256), 256, 0, st>>>((bf16 *)dout, (const bf16 *)pre_gelu, n);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dinp) gemm(b, st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    if (dweight) gemm(b, st, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    if (dbias) cuda_column_sum_accumulate(b, st, (bf16 *)dbias, (const bf16 *)dout, N, OC);
+}
+
+extern "C" int cuda_matmul_init(Backend *b, char *err, size_t errlen) {
+    CudaCtx *ctx = cuda_ctx(b);
+    cublasLtHandle_t h;
+    cublasStatus_t st = cublasLtCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cublasLtCreate failed (status %d)", (int)st);
+        return -1;
+    }
+    ctx->lt_handle = h;
+    return 0;
+}
+
+extern "C" void cuda_matmul_destroy(Backend *b) {
+    for (int i = 0; i < plan_count; i++) {
+        cublasLtMatrixLayoutDestroy(plans[i].a);
+        cublasLtMatrixLayoutDestroy(plans[i].b);
+        cublasLtMatrixLayoutDestroy(plans[i].c);
+        cublasLtMatmulDescDestroy(plans[i].desc);
+    }
+    plan_count = 0;
+    if (cuda_ctx(b)->lt_handle) cublasLtDestroy((cublasLtHandle_t)cuda_ctx(b)->lt_handle);
+}

@@ -1,0 +1,358 @@
+// CUDA backend vs the CPU backend: every op on fresh random inputs (the seed
+// is printed) at several shapes, both backends storing bf16, so the only
+// differences are summation order and where fp32 intermediates are rounded.
+// Outputs that an op overwrites are poisoned with NaN (all-ones bytes) on the
+// GPU before the call, so an element the kernel forgets to write fails.
+// Without a GPU every point prints `ok N # SKIP no GPU: <reason>`.
+//
+// Tolerances: |got - want| <= atol + rtol |want| per element, with
+//   rtol 2e-2 (bf16 keeps 8 mantissa bits: ~4e-3 per rounding, a few roundings
+//   apart between the two backends) and atol = 2e-2 x max|want| for results
+//   that are sums of many terms (GEMMs, attention, norms' weight gradients),
+//   where a small element can carry the absolute error of the large ones.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
+#include "tests/tap.h"
+
+static Backend *gpu, *cpu;
+static const double RTOL = 2e-2, ATOL_FRAC = 2e-2;
+
+// ---------------------------------------------------------------- helpers
+static uint64_t rng_state;
+static double urand(void) {  // xorshift64*, uniform in [0, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+// a tensor held twice: host copy (fed to the CPU backend) and device copy
+typedef struct { uint16_t *h; void *d; size_t n; } T16;
+typedef struct { float *h; float *d; size_t n; } T32;
+
+static T16 t16_random(size_t n, double lo, double hi) {
+    T16 t = {malloc(n * 2 + 2), gpu->alloc_device(gpu, n * 2 + 2), n};
+    for (size_t i = 0; i < n; i++) t.h[i] = mist_f32_to_bf16((float)(lo + (hi - lo) * urand()));
+    gpu->copy_h2d(gpu, t.d, t.h, n * 2, NULL);
+    return t;
+}
+// an output the op overwrites: host zeros, device NaN
+static T16 t16_out(size_t n) {
+    T16 t = {calloc(n + 1, 2), gpu->alloc_device(gpu, n * 2 + 2), n};
+    gpu->memset_device(gpu, t.d, 0xff, n * 2, NULL);
+    return t;
+}
+static T32 t32_random(size_t n, double lo, double hi) {
+    T32 t = {malloc(n * 4 + 4), gpu->alloc_device(gpu, n * 4 + 4), n};
+    for (size_t i = 0; i < n; i++) t.h[i] = (float)(lo + (hi - lo) * urand());
+    gpu->copy_h2d(gpu, t.d, t.h, n * 4, NULL);
+    return t;
+}
+static T32 t32_out(size_t n) {
+    T32 t = {calloc(n + 1, 4), gpu->alloc_device(gpu, n * 4 + 4), n};
+    gpu->memset_device(gpu, t.d, 0xff, n * 4, NULL);
+    return t;
+}
+static void t16_free(T16 *t) { free(t->h); gpu->free_device(gpu, t->d); }
+static void t32_free(T32 *t) { free(t->h); gpu->free_device(gpu, t->d); }
+
+// compare device against host reference: every element within tolerance
+static int check_values(const char *what, const float *got, const float *want, size_t n, double rtol, double atol_frac) {
+    double maxw = 0.0;
+    for (size_t i = 0; i < n; i++) maxw = fmax(maxw, fabs(want[i]));
+    double atol = atol_frac * maxw + 1e-6, worst = 0.0;
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (!(err <= atol + rtol * fabs(want[i]))) {
+            if (first == n) first = i;
+            bad++;
+        }
+        if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err;
+    }
+    if (bad)
+        diag("%s: %zu of %zu elements off; first [%zu] got %.6g want %.6g (max |want| %.3g, max err %.3g)", what, bad,
+             n, first, got[first], want[first], maxw, worst);
+    return bad == 0;
+}
+static int check16(const char *what, T16 *t, double rtol, double atol_frac) {
+    uint16_t *g = malloc(t->n * 2 + 2);
+    gpu->copy_d2h(gpu, g, t->d, t->n * 2, NULL);
+    gpu->synchronize(gpu);
+    float *gf = malloc(t->n * 4 + 4), *wf = malloc(t->n * 4 + 4);
+    for (size_t i = 0; i < t->n; i++) { gf[i] = mist_bf16_to_f32(g[i]); wf[i] = mist_bf16_to_f32(t->h[i]); }
+    int r = check_values(what, gf, wf, t->n, rtol, atol_frac);
+    free(g); free(gf); free(wf);
+    return r;
+}
+static int check32(const char *what, T32 *t, double rtol, double atol_frac) {
+    float *g = malloc(t->n * 4 + 4);
+    gpu->copy_d2h(gpu, g, t->d, t->n * 4, NULL);
+    gpu->synchronize(gpu);
+    int r = check_values(what, g, t->h, t->n, rtol, atol_frac);
+    free(g);
+    return r;
+}
+static int same_bits(const void *d1, const void *d2, size_t bytes) {
+    void *a = malloc(bytes), *c = malloc(bytes);
+    gpu->copy_d2h(gpu, a, d1, bytes, NULL);
+    gpu->copy_d2h(gpu, c, d2, bytes, NULL);
+    gpu->synchronize(gpu);
+    int r = memcmp(a, c, bytes) == 0;
+    free(a); free(c);
+    return r;
+}
+
+// ---------------------------------------------------------------- checks
+typedef struct { const char *name; int (*fn)(const int *p); int p[6]; } Check;
+
+static int check_embedding(const int *p) {
+    int B = p[0], T = p[1], C = p[2], V = p[3], use_wpe = p[4];
+    size_t N = (size_t)B * T;
+    T16 wte = t16_random((size_t)V * C, -1, 1), wpe = t16_random((size_t)T * C, -1, 1), out = t16_out(N * C);
+    int32_t *tok = malloc(N * 4);
+    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)(urand() * (V < 8 ? V : 8));  // repeats on purpose
+    int32_t *dtok = gpu->alloc_device(gpu, N * 4);
+    gpu->copy_h2d(gpu, dtok, tok, N * 4, NULL);
+    cpu->embedding_forward(cpu, NULL, out.h, tok, wte.h, use_wpe ? wpe.h : NULL, B, T, C);
+    gpu->embedding_forward(gpu, NULL, out.d, dtok, wte.d, use_wpe ? wpe.d : NULL, B, T, C);
+    int r = check16("embedding out", &out, 0, 1e-6);
+    T16 dout = t16_random(N * C, -1, 1);
+    cpu->embedding_backward(cpu, NULL, wte.h, use_wpe ? wpe.h : NULL, dout.h, tok, B, T, C);
+    gpu->embedding_backward(gpu, NULL, wte.d, use_wpe ? wpe.d : NULL, dout.d, dtok, B, T, C);
+    r &= check16("embedding dwte", &wte, RTOL, ATOL_FRAC);
+    if (use_wpe) r &= check16("embedding dwpe", &wpe, RTOL, ATOL_FRAC);
+    t16_free(&wte); t16_free(&wpe); t16_free(&out); t16_free(&dout);
+    free(tok); gpu->free_device(gpu, dtok);
+    return r;
+}
+
+static int check_norm(const int *p) {
+    int N = p[0], C = p[1], kind = p[2], fused = p[3], has_bias = p[4];
+    int ln = kind == NORM_OP_LAYERNORM;
+    size_t n = (size_t)N * C;
+    T16 inp = t16_random(n, -2, 2), res = t16_random(n, -1, 1), w = t16_random(C, 0.5, 1.5), bias = t16_random(C, -1, 1);
+    T16 res_out = t16_out(n), out = t16_out(n);
+    T32 mean = t32_out(N), rstd = t32_out(N);
+    cpu->norm_forward(cpu, NULL, kind, fused ? res_out.h : NULL, out.h, ln ? mean.h : NULL, rstd.h, inp.h,
+                      fused ? res.h : NULL, w.h, has_bias ? bias.h : NULL, N, C, 1e-5f);
+    gpu->norm_forward(gpu, NULL, kind, fused ? res_out.d : NULL, out.d, ln ? mean.d : NULL, rstd.d, inp.d,
+                      fused ? res.d : NULL, w.d, has_bias ? bias.d : NULL, N, C, 1e-5f);
+    int r = check16("norm out", &out, RTOL, 1e-2);
+    if (fused) r &= check16("norm res_out", &res_out, 0, 1e-6);
+    if (ln) r &= check32("norm mean", &mean, 1e-4, 1e-4);
+    r &= check32("norm rstd", &rstd, 1e-4, 1e-5);
+    // backward: dinp, dw, dbias accumulate onto random values
+    T16 dout = t16_random(n, -1, 1), dinp = t16_random(n, -1, 1), dw = t16_random(C, -1, 1), db = t16_random(C, -1, 1);
+    const T16 *x = fused ? &res_out : &inp;
+    cpu->norm_backward(cpu, NULL, kind, dinp.h, dw.h, has_bias ? db.h : NULL, dout.h, x->h, w.h,
+                       ln ? mean.h : NULL, rstd.h, N, C);
+    gpu->norm_backward(gpu, NULL, kind, dinp.d, dw.d, has_bias ? db.d : NULL, dout.d, x->d, w.d,
+                       ln ? mean.d : NULL, rstd.d, N, C);
+    r &= check16("norm dinp", &dinp, RTOL, ATOL_FRAC);
+    r &= check16("norm dw", &dw, RTOL, ATOL_FRAC);
+    if (has_bias) r &= check16("norm dbias", &db, RTOL, ATOL_FRAC);
+    T16 *all[] = {&inp, &res, &w, &bias, &res_out, &out, &dout, &dinp, &dw, &db};
+    for (int i = 0; i < 10; i++) t16_free(all[i]);
+    t32_free(&mean); t32_free(&rstd);
+    return r;
+}
+
+static int check_matmul(const int *p) {
+    int N = p[0], C = p[1], OC = p[2], has_bias = p[3], gelu = p[4];
+    T16 inp = t16_random((size_t)N * C, -1, 1), wt = t16_random((size_t)OC * C, -1, 1), bias = t16_random(OC, -1, 1);
+    T16 out = t16_out((size_t)N * OC), pre = t16_out((size_t)N * OC);
+    cpu->matmul_forward(cpu, NULL, out.h, gelu ? pre.h : NULL, inp.h, wt.h, has_bias ? bias.h : NULL, N, C, OC);
+    gpu->matmul_forward(gpu, NULL, out.d, gelu ? pre.d : NULL, inp.d, wt.d, has_bias ? bias.d : NULL, N, C, OC);
+    int r = check16("matmul out", &out, RTOL, ATOL_FRAC);
+    if (gelu) r &= check16("matmul pre_gelu", &pre, RTOL, ATOL_FRAC);
+    T16 dout = t16_random((size_t)N * OC, -1, 1), dinp = t16_out((size_t)N * C);
+    T16 dw = t16_random((size_t)OC * C, -1, 1), db = t16_random(OC, -1, 1);
+    // both sides use the CPU's pre-activation so dout *= gelu'(pre) sees the same input
+    if (gelu) gpu->copy_h2d(gpu, pre.d, pre.h, pre.n * 2, NULL);
+    cpu->matmul_backward(cpu, NULL, dinp.h, dw.h, has_bias ? db.h : NULL, dout.h, inp.h, wt.h, gelu ? pre.h : NULL, N, C, OC);
+    gpu->matmul_backward(gpu, NULL, dinp.d, dw.d, has_bias ? db.d : NULL, dout.d, inp.d, wt.d, gelu ? pre.d : NULL, N, C, OC);
+    if (gelu) r &= check16("matmul dout*gelu'", &dout, RTOL, 1e-3);
+    r &= check16("matmul dinp", &dinp, RTOL, ATOL_FRAC);
+    r &= check16("matmul dweight", &dw, RTOL, ATOL_FRAC);
+    if (has_bias) r &= check16("matmul dbias", &db, RTOL, ATOL_FRAC);
+    T16 *all[] = {&inp, &wt, &bias, &out, &pre, &dout, &dinp, &dw, &db};
+    for (int i = 0; i < 9; i++) t16_free(all[i]);
+    return r;
+}
+
+static int check_attention(const int *p) {
+    int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    T16 qkv = t16_random(nqkv, -1.5, 1.5), out = t16_out(nout);
+    T32 lse = t32_out(nl);
+    cpu->attention_forward(cpu, NULL, out.h, lse.h, qkv.h, B, T, NH, NKV, HS);
+    gpu->attention_forward(gpu, NULL, out.d, lse.d, qkv.d, B, T, NH, NKV, HS);
+    int r = check16("attention out", &out, RTOL, ATOL_FRAC);
+    r &= check32("attention lse", &lse, 1e-3, 1e-3);
+    // backward from the CPU's out and lse on both sides
+    gpu->copy_h2d(gpu, out.d, out.h, nout * 2, NULL);
+    gpu->copy_h2d(gpu, lse.d, lse.h, nl * 4, NULL);
+    T16 dout = t16_random(nout, -1, 1), dqkv = t16_out(nqkv);
+    cpu->attention_backward(cpu, NULL, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, NH, NKV, HS);
+    gpu->attention_backward(gpu, NULL, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HS);
+    r &= check16("attention dqkv", &dqkv, RTOL, ATOL_FRAC);
+    void *again = gpu->alloc_device(gpu, nqkv * 2);
+    gpu->attention_backward(gpu, NULL, again, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HS);
+    int det = same_bits(again, dqkv.d, nqkv * 2);
+    if (!det) diag("attention backward is not bitwise reproducible");
+    gpu->free_device(gpu, again);
+    t16_free(&qkv); t16_free(&out); t16_free(&dout); t16_free(&dqkv); t32_free(&lse);
+    return r && det;
+}
+
+static int check_rotary(const int *p) {
+    int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    T16 x = t16_random(n, -1, 1);
+    cpu->rotary_forward(cpu, NULL, x.h, B, T, NH, NKV, HS, 10000.0f);
+    gpu->rotary_forward(gpu, NULL, x.d, B, T, NH, NKV, HS, 10000.0f);
+    int r = check16("rotary forward", &x, RTOL, 1e-2);
+    gpu->copy_h2d(gpu, x.d, x.h, n * 2, NULL);
+    cpu->rotary_backward(cpu, NULL, x.h, B, T, NH, NKV, HS, 10000.0f);
+    gpu->rotary_backward(gpu, NULL, x.d, B, T, NH, NKV, HS, 10000.0f);
+    r &= check16("rotary backward", &x, RTOL, 1e-2);
+    t16_free(&x);
+    return r;
+}
+
+static int check_pointwise(const int *p) {
+    int N = p[0], F = p[1];
+    size_t n = (size_t)N * F;
+    T16 a = t16_random(n, -4, 4), c = t16_random(n, -1, 1), o = t16_out(n), d = t16_out(n);
+    cpu->gelu_forward(cpu, NULL, o.h, a.h, n);
+    gpu->gelu_forward(gpu, NULL, o.d, a.d, n);
+    int r = check16("gelu forward", &o, RTOL, 1e-3);
+    cpu->gelu_backward(cpu, NULL, d.h, a.h, c.h, n);
+    gpu->gelu_backward(gpu, NULL, d.d, a.d, c.d, n);
+    r &= check16("gelu backward", &d, RTOL, 1e-3);
+    cpu->residual_forward(cpu, NULL, o.h, a.h, c.h, n);
+    gpu->residual_forward(gpu, NULL, o.d, a.d, c.d, n);
+    r &= check16("residual", &o, 0, 1e-6);
+    T16 gu = t16_random(2 * n, -4, 4), so = t16_out(n), dgu = t16_out(2 * n);
+    cpu->swiglu_forward(cpu, NULL, so.h, gu.h, N, F);
+    gpu->swiglu_forward(gpu, NULL, so.d, gu.d, N, F);
+    r &= check16("swiglu forward", &so, RTOL, 1e-3);
+    cpu->swiglu_backward(cpu, NULL, dgu.h, c.h, gu.h, N, F);
+    gpu->swiglu_backward(gpu, NULL, dgu.d, c.d, gu.d, N, F);
+    r &= check16("swiglu backward", &dgu, RTOL, 1e-3);
+    cpu->scale(cpu, NULL, a.h, 0.37f, n);
+    gpu->scale(gpu, NULL, a.d, 0.37f, n);
+    r &= check16("scale", &a, 0, 1e-6);
+    T32 f = t32_random(n, -3, 3), back = t32_out(n);
+    T16 h = t16_out(n);
+    cpu->cast(cpu, NULL, h.h, MIST_BF16, f.h, MIST_F32, n);
+    gpu->cast(gpu, NULL, h.d, MIST_BF16, f.d, MIST_F32, n);
+    r &= check16("cast f32->bf16", &h, 0, 0);
+    cpu->cast(cpu, NULL, back.h, MIST_F32, h.h, MIST_BF16, n);
+    gpu->cast(gpu, NULL, back.d, MIST_F32, h.d, MIST_BF16, n);
+    r &= check32("cast bf16->f32", &back, 0, 0);
+    T16 *all[] = {&a, &c, &o, &d, &gu, &so, &dgu, &h};
+    for (int i = 0; i < 8; i++) t16_free(all[i]);
+    t32_free(&f); t32_free(&back);
+    return r;
+}
+
+static int check_crossentropy(const int *p) {
+    int N = p[0], V = p[1], Vp = p[2];
+    T16 z = t16_random((size_t)N * Vp, -4, 4);
+    T32 loss = t32_out(N);
+    int32_t *tg = malloc(N * 4);
+    for (int i = 0; i < N; i++) tg[i] = i % 7 == 3 ? -1 : (int32_t)(urand() * V);
+    int32_t *dtg = gpu->alloc_device(gpu, N * 4);
+    gpu->copy_h2d(gpu, dtg, tg, N * 4, NULL);
+    cpu->crossentropy_forward_backward(cpu, NULL, loss.h, z.h, tg, N, V, Vp, 1.0f / N);
+    gpu->crossentropy_forward_backward(gpu, NULL, loss.d, z.d, dtg, N, V, Vp, 1.0f / N);
+    int r = check32("crossentropy loss", &loss, 1e-3, 1e-4);
+    r &= check16("crossentropy dlogits", &z, RTOL, 1e-2);
+    t16_free(&z); t32_free(&loss); free(tg); gpu->free_device(gpu, dtg);
+    return r;
+}
+
+static int check_optimizer(const int *p) {
+    size_t n = (size_t)p[0];
+    T32 master = t32_random(n, -1, 1), m = t32_random(n, -0.01, 0.01), v = t32_random(n, 0, 1e-4);
+    T16 param = t16_out(n), grad = t16_random(n, -1, 1);
+    int r = 1;
+    for (int t = 1; t <= 3; t++) {
+        cpu->adamw_update(cpu, NULL, param.h, master.h, grad.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        gpu->adamw_update(gpu, NULL, param.d, master.d, grad.d, m.d, v.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    }
+    r &= check32("adamw master", &master, 1e-5, 1e-6);
+    r &= check32("adamw m", &m, 1e-5, 1e-6);
+    r &= check32("adamw v", &v, 1e-4, 1e-6);
+    r &= check16("adamw param", &param, 1e-2, 1e-6);
+    T32 acc = t32_random(1, 1, 2), acc2 = t32_out(1);
+    gpu->copy_h2d(gpu, acc2.d, acc.h, 4, NULL);
+    cpu->norm_squared_accumulate(cpu, NULL, acc.h, grad.h, n);
+    gpu->norm_squared_accumulate(gpu, NULL, acc.d, grad.d, n);
+    gpu->norm_squared_accumulate(gpu, NULL, acc2.d, grad.d, n);
+    r &= check32("norm_squared", &acc, 1e-5, 0);
+    int det = same_bits(acc.d, acc2.d, 4);
+    if (!det) diag("norm_squared_accumulate is not bitwise reproducible");
+    t32_free(&master); t32_free(&m); t32_free(&v); t16_free(&param); t16_free(&grad); t32_free(&acc); t32_free(&acc2);
+    return r && det;
+}
+
+static const Check checks[] = {
+    {"embedding forward/backward B=2 T=16 C=64 V=50 (wpe)", check_embedding, {2, 16, 64, 50, 1}},
+    {"embedding forward/backward B=3 T=33 C=200 V=1000 (no wpe)", check_embedding, {3, 33, 200, 1000, 0}},
+    {"layernorm fused residual, bias N=37 C=96", check_norm, {37, 96, NORM_OP_LAYERNORM, 1, 1}},
+    {"layernorm N=512 C=768", check_norm, {512, 768, NORM_OP_LAYERNORM, 0, 1}},
+    {"rmsnorm fused residual N=100 C=1000", check_norm, {100, 1000, NORM_OP_RMSNORM, 1, 0}},
+    {"matmul bias N=64 C=128 OC=96", check_matmul, {64, 128, 96, 1, 0}},
+    {"matmul no bias N=100 C=72 OC=40", check_matmul, {100, 72, 40, 0, 0}},
+    {"matmul + gelu, bias N=256 C=256 OC=512", check_matmul, {256, 256, 512, 1, 1}},
+    {"attention B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64}},
+    {"attention B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128}},
+    {"attention B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128}},
+    {"attention B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64}},
+    {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
+    {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
+    {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},
+    {"gelu, swiglu, residual, scale, cast N=256 F=3072", check_pointwise, {256, 3072}},
+    {"crossentropy N=33 V=1000 Vp=1024", check_crossentropy, {33, 1000, 1024}},
+    {"crossentropy N=8 V=50257 Vp=50304", check_crossentropy, {8, 50257, 50304}},
+    {"adamw + norm_squared n=1000", check_optimizer, {1000}},
+    {"adamw + norm_squared n=3000001", check_optimizer, {3000001}},
+};
+
+int main(void) {
+    int count = (int)(sizeof checks / sizeof checks[0]);
+    char err[256] = "";
+    tap_plan(count + 2);
+    gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
+    if (!gpu) {
+        for (int i = 0; i < count + 2; i++) printf("ok %d # SKIP no GPU: %s\n", i + 1, err);
+        return 0;
+    }
+    char err2[256] = "";
+    Backend *f32 = backend_cuda_create(MIST_F32, 0, err2, sizeof err2);
+    ok(f32 == NULL && strstr(err2, "bf16") != NULL, "f32 storage is refused with a reason (%s)", err2);
+    cpu = backend_cpu_create(MIST_BF16, err, sizeof err);
+    if (!cpu) {
+        printf("Bail out! backend_cpu_create(bf16): %s\n", err);
+        return 1;
+    }
+    rng_state = (uint64_t)time(NULL) * 2654435761u + 1;
+    diag("seed %llu", (unsigned long long)rng_state);
+    int all_ops = 1;
+    for (int op = 0; op < OP_COUNT; op++) all_ops &= gpu->supports_op(gpu, (BackendOp)op) != 0;
+    ok(all_ops && strcmp(gpu->name, "cuda") == 0, "cuda backend supports every op");
+    int failed = 0;
+    for (int i = 0; i < count; i++) failed |= !ok(checks[i].fn(checks[i].p), "%s", checks[i].name);
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+    return failed;
+}
