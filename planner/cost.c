@@ -20,21 +20,21 @@ const char *const stage_output_names[ST_OUTPUTS] = {
 
 // ---- small symbolic helpers
 
-Expr *cost_gt0(StageBuild *sb, Expr *a) { return ex_select(sb->x, a, sb->one, sb->zero); }
+Expr cost_gt0(StageBuild *sb, Expr a) { return ex_select(sb->x, a, sb->one, sb->zero); }
 
-Expr *cost_ge(StageBuild *sb, Expr *a, Expr *b) {
+Expr cost_ge(StageBuild *sb, Expr a, Expr b) {
     // integers: a >= b  <=>  a - b + 0.5 > 0
     return ex_select(sb->x, ex_add(sb->x, ex_sub(sb->x, a, b), ex_num(sb->x, 0.5)), sb->one, sb->zero);
 }
 
-Expr *cost_shard_bytes(StageBuild *sb, Expr *elems, Expr *divisor, int bytes_per_elem) {
+Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem) {
     ExprCtx *x = sb->x;
     return ex_mul(x, ex_ceil(x, ex_div(x, elems, divisor)), ex_num(x, bytes_per_elem));
 }
 
 // value_at[i] for a symbol equal to 2^i (i < n); larger values use the last
-static Expr *select_power_of_two(ExprCtx *x, Expr *sym, Expr *const *value_at, int n) {
-    Expr *e = value_at[n - 1];
+static Expr select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n) {
+    Expr e = value_at[n - 1];
     for (int i = n - 2; i >= 0; i--)
         e = ex_select(x, ex_sub(x, ex_num(x, 1.5 * (1 << i)), sym), value_at[i], e);
     return e;
@@ -43,47 +43,47 @@ static Expr *select_power_of_two(ExprCtx *x, Expr *sym, Expr *const *value_at, i
 // ---- compute
 
 // Roofline of one op: max(flops / (peak * eff), bytes / (bw * eff)) + launch.
-static Expr *roofline(StageBuild *sb, Expr *flops, Expr *bytes, int matmul) {
+static Expr roofline(StageBuild *sb, Expr flops, Expr bytes, int matmul) {
     ExprCtx *x = sb->x;
     const HwProfile *hw = sb->hw;
     double flops_rate = hw->peak_flops[sb->me->compute] * (matmul ? hw->flops_efficiency : 1.0);
-    Expr *t_flops = ex_div(x, flops, ex_num(x, flops_rate));
-    Expr *t_bytes = ex_div(x, bytes, ex_num(x, hw->mem_bandwidth * hw->bandwidth_efficiency));
+    Expr t_flops = ex_div(x, flops, ex_num(x, flops_rate));
+    Expr t_bytes = ex_div(x, bytes, ex_num(x, hw->mem_bandwidth * hw->bandwidth_efficiency));
     return ex_add(x, ex_max(x, t_flops, t_bytes), ex_num(x, hw->launch_seconds));
 }
 
 // A measured table entry overrides the roofline for the (b, tp) it lists:
 // select on b == entry.b and tp == entry.tp.
-static Expr *with_table(StageBuild *sb, const char *op, Expr *roof, int backward) {
+static Expr with_table(StageBuild *sb, const char *op, Expr roof, int backward) {
     if (!sb->table) return roof;
     ExprCtx *x = sb->x;
-    Expr *e = roof;
+    Expr e = roof;
     for (int i = 0; i < sb->table->n; i++) {
         const OpTimeEntry *t = &sb->table->entry[i];
         if (strcmp(t->op, op) || t->s != sb->cfg->model.seq_len) continue;
-        Expr *b_is = ex_mul(x, cost_ge(sb, sb->s[SYM_B], ex_num(x, t->b)), cost_ge(sb, ex_num(x, t->b), sb->s[SYM_B]));
-        Expr *tp_is = ex_mul(x, cost_ge(sb, sb->s[SYM_TP], ex_num(x, t->tp)), cost_ge(sb, ex_num(x, t->tp), sb->s[SYM_TP]));
+        Expr b_is = ex_mul(x, cost_ge(sb, sb->s[SYM_B], ex_num(x, t->b)), cost_ge(sb, ex_num(x, t->b), sb->s[SYM_B]));
+        Expr tp_is = ex_mul(x, cost_ge(sb, sb->s[SYM_TP], ex_num(x, t->tp)), cost_ge(sb, ex_num(x, t->tp), sb->s[SYM_TP]));
         e = ex_select(x, ex_mul(x, b_is, tp_is), ex_num(x, backward ? t->bwd_seconds : t->fwd_seconds), e);
     }
     return e;
 }
 
-static Expr *part_compute(StageBuild *sb, const PartExprs *part, int backward) {
-    Expr *sum = sb->zero;
+static Expr part_compute(StageBuild *sb, const PartExprs *part, int backward) {
+    Expr sum = sb->zero;
     for (int i = 0; i < part->n_ops; i++) {
         const OpExprs *op = &part->op[i];
-        Expr *roof = backward ? roofline(sb, op->bwd_flops, op->bwd_bytes, op->matmul)
+        Expr roof = backward ? roofline(sb, op->bwd_flops, op->bwd_bytes, op->matmul)
                               : roofline(sb, op->fwd_flops, op->fwd_bytes, op->matmul);
         sum = ex_add(sb->x, sum, with_table(sb, op->name, roof, backward));
     }
     return sum;
 }
 
-Expr *cost_part_compute_fwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 0); }
-Expr *cost_part_compute_bwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 1); }
+Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 0); }
+Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 1); }
 
-Expr *cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
-    Expr *sum = sb->zero;
+Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
+    Expr sum = sb->zero;
     for (int i = 0; i < part->n_ops; i++)
         sum = ex_add(sb->x, sum, backward ? part->op[i].bwd_flops : part->op[i].fwd_flops);
     return sum;
@@ -93,12 +93,12 @@ Expr *cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
 // reads and writes the fp32 master, m and v (24 B), reads the grad and writes
 // the working-precision weight: 24 + grad + param bytes (fp32 training: the
 // master is the weight: 4+4 r/w + 8+8 m,v r/w + 4 grad = 28).
-Expr *cost_optimizer_step(StageBuild *sb, Expr *params_stepped) {
+Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
     double bytes_per_param = me->param_bytes == 4 ? 28.0 : 24.0 + me->grad_bytes + me->param_bytes;
-    Expr *bytes = ex_mul(x, params_stepped, ex_num(x, bytes_per_param));
-    Expr *t = ex_div(x, bytes, ex_num(x, sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency));
+    Expr bytes = ex_mul(x, params_stepped, ex_num(x, bytes_per_param));
+    Expr t = ex_div(x, bytes, ex_num(x, sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency));
     return ex_mul(x, cost_gt0(sb, params_stepped), ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
 }
 
@@ -106,11 +106,11 @@ Expr *cost_optimizer_step(StageBuild *sb, Expr *params_stepped) {
 
 // Ring time with a symbolic group shape: factor * (bytes/k * (n-1)/n + beta),
 // with (k, beta) looked up from the (nodes, gpus per node) cell by selects.
-static Expr *ring(StageBuild *sb, CollKind kind, Expr *bytes, Expr *nodes, Expr *gpus) {
+static Expr ring(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpus) {
     ExprCtx *x = sb->x;
-    Expr *inv_k_row[PROFILE_SHAPES], *beta_row[PROFILE_SHAPES];
+    Expr inv_k_row[PROFILE_SHAPES], beta_row[PROFILE_SHAPES];
     for (int n = 0; n < PROFILE_SHAPES; n++) {
-        Expr *inv_k[PROFILE_SHAPES], *beta[PROFILE_SHAPES];
+        Expr inv_k[PROFILE_SHAPES], beta[PROFILE_SHAPES];
         for (int g = 0; g < PROFILE_SHAPES; g++) {
             inv_k[g] = ex_num(x, 1.0 / sb->hw->coll[n][g].k);
             beta[g] = ex_num(x, sb->hw->coll[n][g].beta);
@@ -118,66 +118,66 @@ static Expr *ring(StageBuild *sb, CollKind kind, Expr *bytes, Expr *nodes, Expr 
         inv_k_row[n] = select_power_of_two(x, gpus, inv_k, PROFILE_SHAPES);
         beta_row[n] = select_power_of_two(x, gpus, beta, PROFILE_SHAPES);
     }
-    Expr *inv_k = select_power_of_two(x, nodes, inv_k_row, PROFILE_SHAPES);
-    Expr *beta = select_power_of_two(x, nodes, beta_row, PROFILE_SHAPES);
-    Expr *n = ex_mul(x, nodes, gpus);
-    Expr *frac = ex_div(x, ex_sub(x, n, sb->one), n);  // (n-1)/n, 0 for a group of one
-    Expr *t = ex_add(x, ex_mul(x, ex_mul(x, bytes, inv_k), frac), ex_mul(x, beta, cost_ge(sb, n, ex_num(x, 2))));
+    Expr inv_k = select_power_of_two(x, nodes, inv_k_row, PROFILE_SHAPES);
+    Expr beta = select_power_of_two(x, nodes, beta_row, PROFILE_SHAPES);
+    Expr n = ex_mul(x, nodes, gpus);
+    Expr frac = ex_div(x, ex_sub(x, n, sb->one), n);  // (n-1)/n, 0 for a group of one
+    Expr t = ex_add(x, ex_mul(x, ex_mul(x, bytes, inv_k), frac), ex_mul(x, beta, cost_ge(sb, n, ex_num(x, 2))));
     return ex_mul(x, ex_mul(x, ex_num(x, sb->hw->coll_factor[kind]), t), cost_gt0(sb, bytes));
 }
 
 // DP groups span nodes first: a stage of dp*tp ranks on M-GPU nodes occupies
 // ceil(dp*tp/M) nodes; its DP group has min(dp, nodes) nodes and dp/that GPUs
 // per node.
-Expr *cost_dp_collective(StageBuild *sb, CollKind kind, Expr *bytes) {
+Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
     ExprCtx *x = sb->x;
-    Expr *M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
-    Expr *stage_nodes = ex_ceil(x, ex_div(x, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), M));
-    Expr *nodes = ex_min(x, sb->s[SYM_DP], stage_nodes);
-    Expr *gpus = ex_ceil(x, ex_div(x, sb->s[SYM_DP], nodes));
+    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
+    Expr stage_nodes = ex_ceil(x, ex_div(x, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), M));
+    Expr nodes = ex_min(x, sb->s[SYM_DP], stage_nodes);
+    Expr gpus = ex_ceil(x, ex_div(x, sb->s[SYM_DP], nodes));
     return ring(sb, kind, bytes, nodes, gpus);
 }
 
 // TP stays inside a node while it fits: min(tp, M) GPUs on ceil(tp/M) nodes.
-Expr *cost_tp_collective(StageBuild *sb, CollKind kind, Expr *bytes) {
+Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
     ExprCtx *x = sb->x;
-    Expr *M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
-    Expr *gpus = ex_min(x, sb->s[SYM_TP], M);
-    Expr *nodes = ex_ceil(x, ex_div(x, sb->s[SYM_TP], M));
+    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
+    Expr gpus = ex_min(x, sb->s[SYM_TP], M);
+    Expr nodes = ex_ceil(x, ex_div(x, sb->s[SYM_TP], M));
     return ring(sb, kind, bytes, nodes, gpus);
 }
 
 // Pipeline send to the neighbouring stage: bytes/k + beta with the cell of a
 // two-member group across nodes when the stage fills whole nodes (its
 // neighbour is then on another node), else inside a node.
-Expr *cost_p2p(StageBuild *sb, Expr *bytes) {
+Expr cost_p2p(StageBuild *sb, Expr bytes) {
     ExprCtx *x = sb->x;
     int M = sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1;
     LinkFit across = profile_coll_fit(sb->hw, 2, 1), inside = profile_coll_fit(sb->hw, 1, 2);
-    Expr *whole_nodes = cost_ge(sb, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), ex_num(x, M));
-    Expr *t_across = ex_add(x, ex_div(x, bytes, ex_num(x, across.k)), ex_num(x, across.beta));
-    Expr *t_inside = ex_add(x, ex_div(x, bytes, ex_num(x, inside.k)), ex_num(x, inside.beta));
+    Expr whole_nodes = cost_ge(sb, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), ex_num(x, M));
+    Expr t_across = ex_add(x, ex_div(x, bytes, ex_num(x, across.k)), ex_num(x, across.beta));
+    Expr t_inside = ex_add(x, ex_div(x, bytes, ex_num(x, inside.k)), ex_num(x, inside.beta));
     return ex_select(x, whole_nodes, t_across, t_inside);
 }
 
-static Expr *host_copy(StageBuild *sb, const LinkFit *f, Expr *bytes) {
+static Expr host_copy(StageBuild *sb, const LinkFit *f, Expr bytes) {
     ExprCtx *x = sb->x;
-    Expr *t = ex_add(x, ex_div(x, bytes, ex_num(x, f->k)), ex_num(x, f->beta));
+    Expr t = ex_add(x, ex_div(x, bytes, ex_num(x, f->k)), ex_num(x, f->beta));
     return ex_mul(x, t, cost_gt0(sb, bytes));
 }
-Expr *cost_h2d(StageBuild *sb, Expr *bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
-Expr *cost_d2h(StageBuild *sb, Expr *bytes) { return host_copy(sb, &sb->hw->d2h, bytes); }
+Expr cost_h2d(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
+Expr cost_d2h(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->d2h, bytes); }
 
 // ---- the model's parts as expressions
 
 // Parameter elements per TP rank: split tensors are ceil-divided over tp.
-static Expr *part_params(ExprCtx *x, Expr *tp, const ModelConfig *m, ModelPart part) {
+static Expr part_params(ExprCtx *x, Expr tp, const ModelConfig *m, ModelPart part) {
     ParamSpec spec[64];
-    int n = model_params(m, part, spec, 64);
-    Expr *sum = ex_num(x, 0);
+    int n = model_params(m, part, spec, 64);  // checked by model_exprs_build
+    Expr sum = ex_num(x, 0);
     for (int i = 0; i < n; i++) {
-        Expr *rows = ex_num(x, (double)spec[i].rows), *cols = ex_num(x, (double)spec[i].cols);
-        Expr *e;
+        Expr rows = ex_num(x, (double)spec[i].rows), cols = ex_num(x, (double)spec[i].cols);
+        Expr e;
         if (spec[i].tp_split == 1) e = ex_mul(x, ex_ceil(x, ex_div(x, rows, tp)), cols);
         else if (spec[i].tp_split == 2) e = ex_mul(x, rows, ex_ceil(x, ex_div(x, cols, tp)));
         else e = ex_mul(x, rows, cols);
@@ -188,29 +188,37 @@ static Expr *part_params(ExprCtx *x, Expr *tp, const ModelConfig *m, ModelPart p
 
 // Activation bytes from the model's concrete description, made symbolic: bytes
 // are affine in b (measured at b = 1, 2) and looked up per power-of-two tp.
-// which: 0 saved (not checkpointed), 1 saved when checkpointed, 2 not saved
-// (forward temporaries).
+// which: 0 saved (not checkpointed), 1 saved when checkpointed, 2 forward
+// temporaries (not saved, not a gradient), 3 every temporary (incl. the
+// backward's activation gradients, named d_*). A tp the model cannot split
+// into (model_acts fails) gets an impossible 1e30 bytes: it never fits.
 #define TP_LEVELS 7  // tp = 1 .. 64
-static Expr *part_act_bytes(ExprCtx *x, Expr *b, Expr *tp, const ModelConfig *m, ModelPart part, int which,
-                            int act_bytes) {
-    Expr *at_tp[TP_LEVELS];
+static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, ModelPart part, int which,
+                           int act_bytes) {
+    Expr at_tp[TP_LEVELS];
     for (int l = 0; l < TP_LEVELS; l++) {
         double bytes_at[2] = {0, 0};
+        int valid = 1;
         for (int bb = 1; bb <= 2; bb++) {
             ActSpec acts[128];
             int n = model_acts(m, part, bb, m->seq_len, 1 << l, acts, 128);
+            if (n < 0) valid = 0;
             for (int i = 0; i < n; i++) {
-                int keep = which == 0 ? acts[i].saved : which == 1 ? acts[i].ckpt_saved : !acts[i].saved;
+                int grad = !strncmp(acts[i].name, "d_", 2);
+                int keep = which == 0 ? acts[i].saved
+                         : which == 1 ? acts[i].ckpt_saved
+                         : which == 2 ? !acts[i].saved && !acts[i].ckpt_saved && !grad
+                                      : !acts[i].saved && !acts[i].ckpt_saved;
                 if (keep) bytes_at[bb - 1] += (double)acts[i].elems * (acts[i].f32 ? 4 : act_bytes);
             }
         }
         double slope = bytes_at[1] - bytes_at[0], intercept = bytes_at[0] - slope;
-        at_tp[l] = ex_add(x, ex_num(x, intercept), ex_mul(x, ex_num(x, slope), b));
+        at_tp[l] = valid ? ex_add(x, ex_num(x, intercept), ex_mul(x, ex_num(x, slope), b)) : ex_num(x, 1e30);
     }
     return select_power_of_two(x, tp, at_tp, TP_LEVELS);
 }
 
-static void add_op(PartExprs *p, const char *name, Expr *ff, Expr *fb, Expr *bf, Expr *bb, int matmul) {
+static void add_op(PartExprs *p, const char *name, Expr ff, Expr fb, Expr bf, Expr bb, int matmul) {
     if (p->n_ops >= PART_MAX_OPS) return;
     OpExprs *o = &p->op[p->n_ops++];
     snprintf(o->name, sizeof o->name, "%s", name);
@@ -224,9 +232,9 @@ static void add_op(PartExprs *p, const char *name, Expr *ff, Expr *fb, Expr *bf,
 // A matmul (tokens x in) @ (in x out): 2*tokens*in*out FLOPs forward, twice
 // that backward (input and weight grads); bytes = input + weight + output in
 // forward, twice that in backward.
-static void add_matmul(ExprCtx *x, PartExprs *p, const char *name, Expr *tokens, Expr *in, Expr *out, int elt) {
-    Expr *flops = ex_mul(x, ex_num(x, 2), ex_mul(x, tokens, ex_mul(x, in, out)));
-    Expr *bytes = ex_mul(x, ex_num(x, elt),
+static void add_matmul(ExprCtx *x, PartExprs *p, const char *name, Expr tokens, Expr in, Expr out, int elt) {
+    Expr flops = ex_mul(x, ex_num(x, 2), ex_mul(x, tokens, ex_mul(x, in, out)));
+    Expr bytes = ex_mul(x, ex_num(x, elt),
                          ex_add(x, ex_add(x, ex_mul(x, tokens, in), ex_mul(x, in, out)), ex_mul(x, tokens, out)));
     add_op(p, name, flops, bytes, ex_mul(x, ex_num(x, 2), flops), ex_mul(x, ex_num(x, 2), bytes), 1);
 }
@@ -234,11 +242,11 @@ static void add_matmul(ExprCtx *x, PartExprs *p, const char *name, Expr *tokens,
 // An elementwise / normalisation op over `elems` elements reading `reads` and
 // writing `writes` tensors of that size, `flops_per` FLOPs each; backward moves
 // one more tensor (the incoming grad) and does about twice the arithmetic.
-static void add_elementwise(ExprCtx *x, PartExprs *p, const char *name, Expr *elems, int reads, int writes,
+static void add_elementwise(ExprCtx *x, PartExprs *p, const char *name, Expr elems, int reads, int writes,
                             double flops_per, int elt) {
-    Expr *ff = ex_mul(x, ex_num(x, flops_per), elems);
-    Expr *fb = ex_mul(x, ex_num(x, (double)(reads + writes) * elt), elems);
-    Expr *bb = ex_mul(x, ex_num(x, (double)(reads + writes + 1) * elt), elems);
+    Expr ff = ex_mul(x, ex_num(x, flops_per), elems);
+    Expr fb = ex_mul(x, ex_num(x, (double)(reads + writes) * elt), elems);
+    Expr bb = ex_mul(x, ex_num(x, (double)(reads + writes + 1) * elt), elems);
     add_op(p, name, ff, fb, ex_mul(x, ex_num(x, 2), ff), bb, 0);
 }
 
@@ -249,22 +257,28 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
         snprintf(err, errlen, "%s: [model] needs layers, hidden, heads, ffn_hidden, vocab, seq_len >= 1", cfg->source);
         return -1;
     }
+    ParamSpec check[64];
+    if (model_params(m, PART_BLOCK, check, 64) < 0) {
+        snprintf(err, errlen, "%s: [model] hidden = %d, heads = %d, kv_heads = %d is not a model (heads must divide "
+                 "hidden, kv_heads divide heads)", cfg->source, m->hidden, m->heads, m->kv_heads);
+        return -1;
+    }
     int elt = cfg->train.precision == PREC_FP32 ? 4 : 2;
     me->param_bytes = elt;
     me->grad_bytes = elt;
     me->optimizer_bytes = elt == 4 ? 8 : 12;
     me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
 
-    Expr *b = ex_sym(x, "b"), *tp = ex_sym(x, "tp");
+    Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");
     double s = m->seq_len, h = m->hidden, hd = (double)m->hidden / m->heads;
     int kv = m->kv_heads > 0 ? m->kv_heads : m->heads;
-    Expr *tokens = ex_mul(x, b, ex_num(x, s));                       // b*s
-    Expr *H = ex_num(x, h);
-    Expr *qkv_out = ex_div(x, ex_num(x, (m->heads + 2.0 * kv) * hd), tp);  // per TP rank
-    Expr *heads_tp = ex_div(x, ex_num(x, m->heads), tp);
-    Expr *ffn_tp = ex_div(x, ex_num(x, m->ffn_hidden), tp);
-    Expr *h_tp = ex_div(x, H, tp);
-    Expr *th = ex_mul(x, tokens, H);  // elements of one (b, s, h) activation
+    Expr tokens = ex_mul(x, b, ex_num(x, s));                       // b*s
+    Expr H = ex_num(x, h);
+    Expr qkv_out = ex_div(x, ex_num(x, (m->heads + 2.0 * kv) * hd), tp);  // per TP rank
+    Expr heads_tp = ex_div(x, ex_num(x, m->heads), tp);
+    Expr ffn_tp = ex_div(x, ex_num(x, m->ffn_hidden), tp);
+    Expr h_tp = ex_div(x, H, tp);
+    Expr th = ex_mul(x, tokens, H);  // elements of one (b, s, h) activation
     int swiglu = m->activation == ACT_SWIGLU;
 
     // ---- block
@@ -275,22 +289,24 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
         add_elementwise(x, blk, "rotary", ex_mul(x, tokens, qkv_out), 1, 1, 6, elt);
     // attention core: QK^T and PV over the full s x s scores (Megatron
     // convention, no causal halving): 2 * 2*b*s*s*hd per head
-    Expr *attn_flops = ex_mul(x, ex_num(x, 4.0 * s * hd), ex_mul(x, tokens, heads_tp));
-    Expr *attn_bytes = ex_mul(x, ex_num(x, elt), ex_add(x, ex_mul(x, tokens, qkv_out), ex_mul(x, tokens, h_tp)));
+    Expr attn_flops = ex_mul(x, ex_num(x, 4.0 * s * hd), ex_mul(x, tokens, heads_tp));
+    Expr attn_bytes = ex_mul(x, ex_num(x, elt), ex_add(x, ex_mul(x, tokens, qkv_out), ex_mul(x, tokens, h_tp)));
     add_op(blk, "attention", attn_flops, attn_bytes, ex_mul(x, ex_num(x, 2), attn_flops),
            ex_mul(x, ex_num(x, 2), attn_bytes), 1);
     add_matmul(x, blk, "attn_proj", tokens, h_tp, H, elt);
-    add_elementwise(x, blk, "residual1", th, 2, 1, 1, elt);
-    add_elementwise(x, blk, "ln2", th, 1, 1, 8, elt);
+    if (!m->parallel_block) {  // a parallel block has one residual add and no ln2
+        add_elementwise(x, blk, "residual1", th, 2, 1, 1, elt);
+        add_elementwise(x, blk, "ln2", th, 1, 1, 8, elt);
+    }
     add_matmul(x, blk, "fc", tokens, H, swiglu ? ex_mul(x, ex_num(x, 2), ffn_tp) : ffn_tp, elt);
-    Expr *act_elems = ex_mul(x, tokens, ffn_tp);
+    Expr act_elems = ex_mul(x, tokens, ffn_tp);
     if (swiglu) add_elementwise(x, blk, "swiglu", act_elems, 2, 1, 8, elt);
     else add_elementwise(x, blk, "gelu", act_elems, 1, 1, 10, elt);
     add_matmul(x, blk, "fc_proj", tokens, ffn_tp, H, elt);
     add_elementwise(x, blk, "residual2", th, 2, 1, 1, elt);
     // Megatron TP: one all-reduce after attention and one after the MLP in
     // forward, and the two conjugate ones in backward, of a (b, s, h) tensor
-    Expr *tp_ar = ex_mul(x, ex_num(x, 2.0 * elt), th);
+    Expr tp_ar = ex_mul(x, ex_num(x, 2.0 * elt), th);
     blk->tp_comm_fwd = tp_ar;
     blk->tp_comm_bwd = tp_ar;
 
@@ -303,7 +319,7 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
 
     // ---- post: final norm, LM head, softmax cross-entropy
     PartExprs *post = &me->post;
-    Expr *V_tp = ex_div(x, ex_num(x, m->vocab), tp);
+    Expr V_tp = ex_div(x, ex_num(x, m->vocab), tp);
     add_elementwise(x, post, "lnf", th, 1, 1, 8, elt);
     add_matmul(x, post, "lm_head", tokens, H, V_tp, elt);
     add_elementwise(x, post, "cross_entropy", ex_mul(x, tokens, V_tp), 1, 1, 5, 4);
@@ -318,10 +334,9 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
         p->params = part_params(x, tp, m, ids[i]);
         p->saved = part_act_bytes(x, b, tp, m, ids[i], 0, elt);
         p->saved_ckpt = part_act_bytes(x, b, tp, m, ids[i], 1, elt);
+        // forward: the part's scratch; backward: scratch and the activation grads
         p->transient_fwd = part_act_bytes(x, b, tp, m, ids[i], 2, elt);
-        // backward holds the incoming and outgoing activation grads of the
-        // part plus the grads of its temporaries
-        p->transient_bwd = ex_add(x, p->transient_fwd, ex_mul(x, ex_num(x, 2.0 * elt), th));
+        p->transient_bwd = part_act_bytes(x, b, tp, m, ids[i], 3, elt);
         p->output = ex_mul(x, ex_num(x, elt), th);
     }
     return 0;
@@ -357,7 +372,7 @@ int stage_model_build(StageModel *sm, const MistConfig *cfg, const HwProfile *hw
     sb.x = sm->ctx;
     for (int i = 0; i < STAGE_SYMS; i++) {
         sb.s[i] = ex_sym(sm->ctx, stage_sym_names[i]);
-        sm->sym[i] = expr_symbol(sm->ctx, stage_sym_names[i]);
+        sm->sym[i] = expr_sym_index(sm->ctx, stage_sym_names[i]);
     }
     ModelExprs *me = malloc(sizeof *me);
     if (!me || model_exprs_build(me, sm->ctx, cfg, err, errlen) != 0) {
@@ -371,17 +386,18 @@ int stage_model_build(StageModel *sm, const MistConfig *cfg, const HwProfile *hw
     sb.me = me;
     sb.zero = ex_num(sm->ctx, 0);
     sb.one = ex_num(sm->ctx, 1);
-    Expr *dp_minus_1 = ex_sub(sm->ctx, sb.s[SYM_DP], sb.one);
+    Expr dp_minus_1 = ex_sub(sm->ctx, sb.s[SYM_DP], sb.one);
     sb.wshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_WS], dp_minus_1));
     sb.gshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_GS], dp_minus_1));
     sb.oshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_OS], dp_minus_1));
     sb.has_pre = sm->has_pre = has_pre;
     sb.has_post = sm->has_post = has_post;
+    for (int k = 0; k < ST_OUTPUTS; k++) sm->out[k] = EXPR_NONE;
     schedule_build(&sb, sm->out);
     memory_build(&sb, sm->out);
     free(me);
     for (int k = 0; k < ST_OUTPUTS; k++)
-        if (!sm->out[k]) sm->out[k] = sb.zero;
+        if (sm->out[k] == EXPR_NONE) sm->out[k] = sb.zero;
     sm->prog = expr_compile(sm->ctx, sm->out, ST_OUTPUTS);
     if (!sm->prog) {
         snprintf(err, errlen, "could not compile the stage model");
@@ -417,16 +433,16 @@ static void config_values(const StageConfig *c, double v[STAGE_SYMS]) {
 void stage_eval_scalar(const StageModel *sm, const StageConfig *c, double out[ST_OUTPUTS]) {
     double v[STAGE_SYMS];
     config_values(c, v);
-    int n = expr_num_symbols(sm->ctx);
+    int n = expr_num_syms(sm->ctx);
     double *values = calloc((size_t)n, sizeof *values);
     for (int i = 0; i < STAGE_SYMS; i++) values[sm->sym[i]] = v[i];
-    for (int k = 0; k < ST_OUTPUTS; k++) out[k] = expr_eval(sm->out[k], values);
+    for (int k = 0; k < ST_OUTPUTS; k++) out[k] = expr_eval(sm->ctx, sm->out[k], values);
     free(values);
 }
 
 void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS], double *const out[ST_OUTPUTS],
                       size_t n) {
-    int nsym = expr_num_symbols(sm->ctx);
+    int nsym = expr_num_syms(sm->ctx);
     const double **sym_cols = calloc((size_t)nsym, sizeof *sym_cols);
     double **out_cols = calloc(ST_OUTPUTS, sizeof *out_cols);
     double *scratch = NULL;

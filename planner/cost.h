@@ -76,22 +76,22 @@ typedef struct {
 #define PART_MAX_OPS 48
 typedef struct {
     char name[32];
-    Expr *fwd_flops, *bwd_flops;  // FLOPs
-    Expr *fwd_bytes, *bwd_bytes;  // bytes read + written
+    Expr fwd_flops, bwd_flops;  // FLOPs
+    Expr fwd_bytes, bwd_bytes;  // bytes read + written
     int matmul;                   // runs at the matmul efficiency (else bandwidth-bound elementwise)
 } OpExprs;
 
 typedef struct {
     int n_ops;
     OpExprs op[PART_MAX_OPS];
-    Expr *params;          // parameter elements per TP rank
-    Expr *saved;           // bytes kept for backward (not checkpointed)
-    Expr *saved_ckpt;      // bytes kept when checkpointed (the block input)
-    Expr *transient_fwd;   // bytes of forward temporaries beyond the saved set
-    Expr *transient_bwd;   // bytes of backward temporaries (input/output grads, workspaces)
-    Expr *output;          // bytes of the part's output activation
-    Expr *tp_comm_fwd;     // bytes all-reduced over TP in forward (0 at tp = 1)
-    Expr *tp_comm_bwd;     // bytes all-reduced over TP in backward
+    Expr params;          // parameter elements per TP rank
+    Expr saved;           // bytes kept for backward (not checkpointed)
+    Expr saved_ckpt;      // bytes kept when checkpointed (the block input)
+    Expr transient_fwd;   // bytes of forward temporaries beyond the saved set
+    Expr transient_bwd;   // bytes of backward temporaries (input/output grads, workspaces)
+    Expr output;          // bytes of the part's output activation
+    Expr tp_comm_fwd;     // bytes all-reduced over TP in forward (0 at tp = 1)
+    Expr tp_comm_bwd;     // bytes all-reduced over TP in backward
 } PartExprs;
 
 // The model's symbolic parts for one configuration (cost.c).
@@ -109,7 +109,7 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
 typedef struct {
     ExprCtx *ctx;             // owned
     ExprProgram *prog;        // every output, compiled
-    Expr *out[ST_OUTPUTS];
+    Expr out[ST_OUTPUTS];
     int sym[STAGE_SYMS];      // symbol index in ctx of each stage symbol
     int has_pre, has_post;    // first / last stage of the pipeline
 } StageModel;
@@ -136,37 +136,37 @@ typedef struct {
     const OpTable *table;
     const MistConfig *cfg;
     const ModelExprs *me;
-    Expr *s[STAGE_SYMS];
-    Expr *zero, *one;
-    Expr *wshard, *gshard, *oshard;  // divisors: dp when that state is sharded, else 1
+    Expr s[STAGE_SYMS];
+    Expr zero, one;
+    Expr wshard, gshard, oshard;  // divisors: dp when that state is sharded, else 1
     int has_pre, has_post;
 } StageBuild;
 
-Expr *cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
-Expr *cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
-Expr *cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
+Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
+Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
+Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
 // ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)
-Expr *cost_dp_collective(StageBuild *sb, CollKind kind, Expr *bytes);
-Expr *cost_tp_collective(StageBuild *sb, CollKind kind, Expr *bytes);
-Expr *cost_p2p(StageBuild *sb, Expr *bytes);  // one pipeline send between neighbouring stages
-Expr *cost_h2d(StageBuild *sb, Expr *bytes);
-Expr *cost_d2h(StageBuild *sb, Expr *bytes);
-Expr *cost_optimizer_step(StageBuild *sb, Expr *params_stepped);  // memory-bound Adam step
+Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes);
+Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes);
+Expr cost_p2p(StageBuild *sb, Expr bytes);  // one pipeline send between neighbouring stages
+Expr cost_h2d(StageBuild *sb, Expr bytes);
+Expr cost_d2h(StageBuild *sb, Expr bytes);
+Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound Adam step
 // ceil(elems / divisor) * bytes_per_elem
-Expr *cost_shard_bytes(StageBuild *sb, Expr *elems, Expr *divisor, int bytes_per_elem);
-Expr *cost_ge(StageBuild *sb, Expr *a, Expr *b);  // 1 if a >= b (integers) else 0
-Expr *cost_gt0(StageBuild *sb, Expr *a);          // 1 if a > 0 else 0
+Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
+Expr cost_ge(StageBuild *sb, Expr a, Expr b);  // 1 if a >= b (integers) else 0
+Expr cost_gt0(StageBuild *sb, Expr a);          // 1 if a > 0 else 0
 
 // schedule.c: fills ST_T, ST_D, ST_FWD_*, ST_BWD_*
-void schedule_build(StageBuild *sb, Expr *out[ST_OUTPUTS]);
+void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
 // memory.c: fills the memory outputs
-void memory_build(StageBuild *sb, Expr *out[ST_OUTPUTS]);
+void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
 
 // ---- scalar pieces with hand-checkable forms
 // overlap window rule (overlap.c); x[s] = seconds of work on stream s
 double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);
 // the same rule symbolically; NULL = no work on that stream
-Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const streams[STREAM_COUNT]);
+Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr streams[STREAM_COUNT]);
 // 1F1B total over S stages: (G-1)*max t + sum t + max(0, max_i(d_i - sum_{j<i} t_j))
 double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d);
 

@@ -6,8 +6,8 @@
 //   mist-optable 1
 //   # op          b     s     tp   fwd_us     bwd_us
 //   qkv           1     2048  1    986        1937
-// op is the op name the model description uses (see `mist-plan --ops`-style
-// listings in docs/plan-analyze.md); times are microseconds, per TP rank.
+// op is an op name of the cost model's op list (listed in docs/plan-analyze.md,
+// "Measured op table"); times are microseconds, per TP rank.
 #ifndef MIST_OPTABLE_H
 #define MIST_OPTABLE_H
 

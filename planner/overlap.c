@@ -41,22 +41,22 @@ double overlap_seconds(const HwProfile *p, const double in[STREAM_COUNT]) {
 }
 
 // 1 if e > OVERLAP_EPS else 0
-static Expr *busy_indicator(ExprCtx *x, Expr *e) {
+static Expr busy_indicator(ExprCtx *x, Expr e) {
     return ex_select(x, ex_sub(x, e, ex_num(x, OVERLAP_EPS)), ex_num(x, 1), ex_num(x, 0));
 }
 
-Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const in[STREAM_COUNT]) {
-    Expr *zero = ex_num(x, 0), *one = ex_num(x, 1);
-    Expr *rem[STREAM_COUNT];
+Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr in[STREAM_COUNT]) {
+    Expr zero = ex_num(x, 0), one = ex_num(x, 1);
+    Expr rem[STREAM_COUNT];
     int may_be_busy[STREAM_COUNT];  // constant-zero streams drop out of the unrolled rounds
     for (int s = 0; s < STREAM_COUNT; s++) {
-        rem[s] = in[s] ? in[s] : zero;
-        may_be_busy[s] = in[s] != NULL;  // callers pass NULL for a stream with no work
+        rem[s] = in[s] != EXPR_NONE ? in[s] : zero;
+        may_be_busy[s] = in[s] != EXPR_NONE;  // callers pass EXPR_NONE for a stream with no work
         if (may_be_busy[s]) rem[s] = ex_select(x, ex_sub(x, rem[s], ex_num(x, OVERLAP_EPS)), rem[s], zero);
     }
-    Expr *total = zero;
+    Expr total = zero;
     for (int round = 0; round < STREAM_COUNT - 1; round++) {
-        Expr *busy[STREAM_COUNT];
+        Expr busy[STREAM_COUNT];
         int candidates = 0;
         for (int s = 0; s < STREAM_COUNT; s++) {
             busy[s] = may_be_busy[s] ? busy_indicator(x, rem[s]) : zero;
@@ -65,7 +65,7 @@ Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const in[STREAM_COUNT])
         if (candidates < 2) break;
         // slowdown of stream s under the exact busy set: sum over sets A that
         // contain s of [busy set == A] * f[A][s]; 0 when fewer than 2 are busy.
-        Expr *factor[STREAM_COUNT];
+        Expr factor[STREAM_COUNT];
         for (int s = 0; s < STREAM_COUNT; s++) factor[s] = zero;
         for (unsigned A = 0; A < STREAM_SUBSETS; A++) {
             if (__builtin_popcount(A) < 2) continue;
@@ -73,7 +73,7 @@ Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const in[STREAM_COUNT])
             for (int s = 0; s < STREAM_COUNT; s++)
                 if ((A & STREAM_MASK(s)) && !may_be_busy[s]) possible = 0;
             if (!possible) continue;
-            Expr *is_set = one;
+            Expr is_set = one;
             for (int s = 0; s < STREAM_COUNT; s++) {
                 if (!may_be_busy[s]) continue;
                 is_set = ex_mul(x, is_set, (A & STREAM_MASK(s)) ? busy[s] : ex_sub(x, one, busy[s]));
@@ -83,19 +83,19 @@ Expr *overlap_expr(ExprCtx *x, const HwProfile *p, Expr *const in[STREAM_COUNT])
         }
         // w = min over busy streams of rem*f (a stream not busy, or a lone
         // busy stream, has factor 0, so the min is 0: no window this round)
-        Expr *w = NULL;
+        Expr w = EXPR_NONE;
         for (int s = 0; s < STREAM_COUNT; s++) {
             if (!may_be_busy[s]) continue;
-            Expr *scaled = ex_select(x, busy[s], ex_mul(x, rem[s], factor[s]), ex_num(x, 1e300));
-            w = w ? ex_min(x, w, scaled) : scaled;
+            Expr scaled = ex_select(x, busy[s], ex_mul(x, rem[s], factor[s]), ex_num(x, 1e300));
+            w = w != EXPR_NONE ? ex_min(x, w, scaled) : scaled;
         }
         // when nothing is busy every term is the 1e300 sentinel: clamp to 0
         w = ex_select(x, ex_sub(x, ex_num(x, 1e299), w), w, zero);
         total = ex_add(x, total, w);
         for (int s = 0; s < STREAM_COUNT; s++) {
             if (!may_be_busy[s]) continue;
-            Expr *left = ex_sub(x, ex_mul(x, rem[s], factor[s]), w);
-            Expr *f_safe = ex_max(x, factor[s], one);
+            Expr left = ex_sub(x, ex_mul(x, rem[s], factor[s]), w);
+            Expr f_safe = ex_max(x, factor[s], one);
             // still busy after the window: lose w/f; set the window (and
             // overlapped): finished; not overlapped this round: unchanged
             rem[s] = ex_select(x, ex_mul(x, busy[s], ex_sub(x, left, ex_num(x, OVERLAP_EPS))),

@@ -39,171 +39,171 @@ double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d) {
 }
 
 typedef struct {
-    Expr *C;        // compute of the block (incl. recompute / optimizer step)
-    Expr *E;        // TP all-reduces, not overlappable
-    Expr *Nw, *Ng;  // weight gathers, gradient sync
-    Expr *H, *D;    // host->device, device->host bytes-times
+    Expr C;        // compute of the block (incl. recompute / optimizer step)
+    Expr E;        // TP all-reduces, not overlappable
+    Expr Nw, Ng;  // weight gathers, gradient sync
+    Expr H, D;    // host->device, device->host bytes-times
 } Phase;
 
-static Expr *crit(StageBuild *sb, Expr *c, Expr *n, Expr *h, Expr *d) {
-    Expr *streams[STREAM_COUNT] = {c, n, h, d};
+static Expr crit(StageBuild *sb, Expr c, Expr n, Expr h, Expr d) {
+    Expr streams[STREAM_COUNT] = {c, n, h, d};
     return overlap_expr(sb->x, sb->hw, streams);
 }
 
-static Expr *sum2(ExprCtx *x, Expr *a, Expr *b) {
-    if (!a) return b;
-    if (!b) return a;
+static Expr sum2(ExprCtx *x, Expr a, Expr b) {
+    if (a == EXPR_NONE) return b;
+    if (b == EXPR_NONE) return a;
     return ex_add(x, a, b);
 }
 
 // Time of one phase over the stage's L blocks. nc/ck: the phase for a normal
 // and a checkpointed block. backward: blocks run last to first.
-static Expr *stage_phase(StageBuild *sb, const Phase *nc, const Phase *ck, int backward) {
+static Expr stage_phase(StageBuild *sb, const Phase *nc, const Phase *ck, int backward) {
     ExprCtx *x = sb->x;
-    Expr *L = sb->s[SYM_L], *c = sb->s[SYM_CKPT];
+    Expr L = sb->s[SYM_L], c = sb->s[SYM_CKPT];
     // the block that runs first / last in this phase is checkpointed when...
-    Expr *first_ck, *last_ck;
-    Expr *edge_first_is_ck = cost_ge(sb, c, L);  // block 0 is checkpointed iff c >= L
-    Expr *edge_last_is_ck = cost_gt0(sb, c);     // block L-1 iff c >= 1
+    Expr first_ck, last_ck;
+    Expr edge_first_is_ck = cost_ge(sb, c, L);  // block 0 is checkpointed iff c >= L
+    Expr edge_last_is_ck = cost_gt0(sb, c);     // block L-1 iff c >= 1
     first_ck = backward ? edge_last_is_ck : edge_first_is_ck;
     last_ck = backward ? edge_first_is_ck : edge_last_is_ck;
     // middle blocks: clip(c - 1, 0, L - 2) checkpointed, the rest normal
-    Expr *Lm2 = ex_max(x, ex_sub(x, L, ex_num(x, 2)), sb->zero);
-    Expr *mid_ck = ex_min(x, ex_max(x, ex_sub(x, c, sb->one), sb->zero), Lm2);
-    Expr *mid_nc = ex_sub(x, Lm2, mid_ck);
+    Expr Lm2 = ex_max(x, ex_sub(x, L, ex_num(x, 2)), sb->zero);
+    Expr mid_ck = ex_min(x, ex_max(x, ex_sub(x, c, sb->one), sb->zero), Lm2);
+    Expr mid_nc = ex_sub(x, Lm2, mid_ck);
 
     const Phase *ph[2] = {nc, ck};
-    Expr *pre[2], *first[2], *mid[2], *last[2], *post[2], *alone[2];
+    Expr pre[2], first[2], mid[2], last[2], post[2], alone[2];
     for (int k = 0; k < 2; k++) {
         const Phase *p = ph[k];
-        Expr *n_all = sum2(x, p->Nw, p->Ng);
+        Expr n_all = sum2(x, p->Nw, p->Ng);
         if (!backward) {
-            pre[k] = crit(sb, NULL, p->Nw, p->H, NULL);
-            first[k] = crit(sb, p->C, p->Nw, p->H, NULL);
+            pre[k] = crit(sb, EXPR_NONE, p->Nw, p->H, EXPR_NONE);
+            first[k] = crit(sb, p->C, p->Nw, p->H, EXPR_NONE);
             mid[k] = crit(sb, p->C, p->Nw, p->H, p->D);
-            last[k] = crit(sb, p->C, NULL, NULL, p->D);
-            post[k] = crit(sb, NULL, NULL, NULL, p->D);
+            last[k] = crit(sb, p->C, EXPR_NONE, EXPR_NONE, p->D);
+            post[k] = crit(sb, EXPR_NONE, EXPR_NONE, EXPR_NONE, p->D);
         } else {
-            pre[k] = crit(sb, NULL, p->Nw, p->H, NULL);
-            first[k] = crit(sb, p->C, p->Nw, p->H, NULL);
+            pre[k] = crit(sb, EXPR_NONE, p->Nw, p->H, EXPR_NONE);
+            first[k] = crit(sb, p->C, p->Nw, p->H, EXPR_NONE);
             mid[k] = crit(sb, p->C, n_all, p->H, p->D);
-            last[k] = crit(sb, p->C, p->Ng, NULL, p->D);
-            post[k] = crit(sb, NULL, p->Ng, NULL, p->D);
+            last[k] = crit(sb, p->C, p->Ng, EXPR_NONE, p->D);
+            post[k] = crit(sb, EXPR_NONE, p->Ng, EXPR_NONE, p->D);
         }
         alone[k] = p->C;
     }
     // choose the variant by the type of the edge block
-    Expr *pre_t = ex_select(x, first_ck, pre[1], pre[0]);
-    Expr *first_t = ex_select(x, first_ck, first[1], first[0]);
-    Expr *last_t = ex_select(x, last_ck, last[1], last[0]);
-    Expr *post_t = ex_select(x, last_ck, post[1], post[0]);
-    Expr *many = ex_add(x, ex_add(x, pre_t, first_t), ex_add(x, last_t, post_t));
+    Expr pre_t = ex_select(x, first_ck, pre[1], pre[0]);
+    Expr first_t = ex_select(x, first_ck, first[1], first[0]);
+    Expr last_t = ex_select(x, last_ck, last[1], last[0]);
+    Expr post_t = ex_select(x, last_ck, post[1], post[0]);
+    Expr many = ex_add(x, ex_add(x, pre_t, first_t), ex_add(x, last_t, post_t));
     many = ex_add(x, many, ex_add(x, ex_mul(x, mid_nc, mid[0]), ex_mul(x, mid_ck, mid[1])));
-    Expr *one_block = ex_add(x, pre_t, ex_add(x, ex_select(x, first_ck, alone[1], alone[0]), post_t));
-    Expr *t = ex_select(x, ex_sub(x, L, ex_num(x, 1.5)), many, one_block);
+    Expr one_block = ex_add(x, pre_t, ex_add(x, ex_select(x, first_ck, alone[1], alone[0]), post_t));
+    Expr t = ex_select(x, ex_sub(x, L, ex_num(x, 1.5)), many, one_block);
     // TP all-reduces of every block
-    Expr *n_ck = ex_min(x, c, L), *n_nc = ex_sub(x, L, n_ck);
-    Expr *e = ex_add(x, ex_mul(x, n_nc, nc->E), ex_mul(x, n_ck, ck->E));
+    Expr n_ck = ex_min(x, c, L), n_nc = ex_sub(x, L, n_ck);
+    Expr e = ex_add(x, ex_mul(x, n_nc, nc->E), ex_mul(x, n_ck, ck->E));
     return ex_add(x, t, e);
 }
 
-static Expr *mul_flag(ExprCtx *x, Expr *flag, Expr *e) { return ex_mul(x, flag, e); }
+static Expr mul_flag(ExprCtx *x, Expr flag, Expr e) { return ex_mul(x, flag, e); }
 
 // Time of the pre or post part: not overlapped with anything (its states are
 // never offloaded); returns per-micro-batch steady time, adds its extra
 // first/last micro-batch time to *extra.
-static Expr *edge_part_time(StageBuild *sb, const PartExprs *part, Expr **extra, Expr **flops) {
+static Expr edge_part_time(StageBuild *sb, const PartExprs *part, Expr *extra, Expr *flops) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
-    Expr *ws = sb->s[SYM_WS], *gs = sb->s[SYM_GS], *os = sb->s[SYM_OS];
-    Expr *Wf = ex_mul(x, part->params, ex_num(x, me->param_bytes));
-    Expr *Gf = ex_mul(x, part->params, ex_num(x, me->grad_bytes));
-    Expr *ag = cost_dp_collective(sb, COLL_ALL_GATHER, Wf);
-    Expr *rs = cost_dp_collective(sb, COLL_REDUCE_SCATTER, Gf);
-    Expr *ar = cost_dp_collective(sb, COLL_ALL_REDUCE, Gf);
-    Expr *cf = cost_part_compute_fwd(sb, part), *cb = cost_part_compute_bwd(sb, part);
-    Expr *e = ex_add(x, cost_tp_collective(sb, COLL_ALL_REDUCE, part->tp_comm_fwd),
+    Expr ws = sb->s[SYM_WS], gs = sb->s[SYM_GS], os = sb->s[SYM_OS];
+    Expr Wf = ex_mul(x, part->params, ex_num(x, me->param_bytes));
+    Expr Gf = ex_mul(x, part->params, ex_num(x, me->grad_bytes));
+    Expr ag = cost_dp_collective(sb, COLL_ALL_GATHER, Wf);
+    Expr rs = cost_dp_collective(sb, COLL_REDUCE_SCATTER, Gf);
+    Expr ar = cost_dp_collective(sb, COLL_ALL_REDUCE, Gf);
+    Expr cf = cost_part_compute_fwd(sb, part), cb = cost_part_compute_bwd(sb, part);
+    Expr e = ex_add(x, cost_tp_collective(sb, COLL_ALL_REDUCE, part->tp_comm_fwd),
                      cost_tp_collective(sb, COLL_ALL_REDUCE, part->tp_comm_bwd));
-    Expr *steady = ex_add(x, ex_add(x, cf, cb), ex_add(x, e, ex_add(x, mul_flag(x, ws, ag), mul_flag(x, gs, rs))));
+    Expr steady = ex_add(x, ex_add(x, cf, cb), ex_add(x, e, ex_add(x, mul_flag(x, ws, ag), mul_flag(x, gs, rs))));
     // first fwd: optimizer step of the shard + refresh gather when the
     // optimizer is sharded but weights are not (ZeRO-1/2); last bwd: the grad
     // sync not already done per micro-batch
-    Expr *step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, part->params, sb->oshard)));
-    Expr *refresh = mul_flag(x, ex_mul(x, os, ex_sub(x, sb->one, ws)), ag);
-    Expr *sync = ex_sub(x, ex_select(x, os, rs, ar), mul_flag(x, gs, rs));
+    Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, part->params, sb->oshard)));
+    Expr refresh = mul_flag(x, ex_mul(x, os, ex_sub(x, sb->one, ws)), ag);
+    Expr sync = ex_sub(x, ex_select(x, os, rs, ar), mul_flag(x, gs, rs));
     *extra = ex_add(x, *extra, ex_add(x, step, ex_add(x, refresh, sync)));
     *flops = ex_add(x, *flops, ex_add(x, cost_part_flops(sb, part, 0), cost_part_flops(sb, part, 1)));
     return steady;
 }
 
-void schedule_build(StageBuild *sb, Expr *out[ST_OUTPUTS]) {
+void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
     const PartExprs *blk = &me->block;
-    Expr *ws = sb->s[SYM_WS], *gs = sb->s[SYM_GS], *os = sb->s[SYM_OS];
-    Expr *wo = sb->s[SYM_WO], *go = sb->s[SYM_GO], *oo = sb->s[SYM_OO], *ao = sb->s[SYM_AO];
+    Expr ws = sb->s[SYM_WS], gs = sb->s[SYM_GS], os = sb->s[SYM_OS];
+    Expr wo = sb->s[SYM_WO], go = sb->s[SYM_GO], oo = sb->s[SYM_OO], ao = sb->s[SYM_AO];
 
     // sizes per rank
-    Expr *P = blk->params;
-    Expr *W_full = ex_mul(x, P, ex_num(x, me->param_bytes));
-    Expr *G_full = ex_mul(x, P, ex_num(x, me->grad_bytes));
-    Expr *W_shard = cost_shard_bytes(sb, P, sb->wshard, me->param_bytes);
-    Expr *G_shard = cost_shard_bytes(sb, P, sb->gshard, me->grad_bytes);
-    Expr *O_shard = cost_shard_bytes(sb, P, sb->oshard, me->optimizer_bytes);
+    Expr P = blk->params;
+    Expr W_full = ex_mul(x, P, ex_num(x, me->param_bytes));
+    Expr G_full = ex_mul(x, P, ex_num(x, me->grad_bytes));
+    Expr W_shard = cost_shard_bytes(sb, P, sb->wshard, me->param_bytes);
+    Expr G_shard = cost_shard_bytes(sb, P, sb->gshard, me->grad_bytes);
+    Expr O_shard = cost_shard_bytes(sb, P, sb->oshard, me->optimizer_bytes);
 
     // transfers (seconds)
-    Expr *AG_w = cost_dp_collective(sb, COLL_ALL_GATHER, W_full);
-    Expr *RS_g = cost_dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
-    Expr *AR_g = cost_dp_collective(sb, COLL_ALL_REDUCE, G_full);
-    Expr *W_in = cost_h2d(sb, ex_mul(x, W_shard, wo)), *W_out = cost_d2h(sb, ex_mul(x, W_shard, wo));
-    Expr *G_in = cost_h2d(sb, ex_mul(x, G_shard, go)), *G_out = cost_d2h(sb, ex_mul(x, G_shard, go));
-    Expr *O_in = cost_h2d(sb, ex_mul(x, O_shard, oo)), *O_out = cost_d2h(sb, ex_mul(x, O_shard, oo));
-    Expr *A_in[2], *A_out[2];
-    Expr *saved[2] = {blk->saved, blk->saved_ckpt};
+    Expr AG_w = cost_dp_collective(sb, COLL_ALL_GATHER, W_full);
+    Expr RS_g = cost_dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
+    Expr AR_g = cost_dp_collective(sb, COLL_ALL_REDUCE, G_full);
+    Expr W_in = cost_h2d(sb, ex_mul(x, W_shard, wo)), W_out = cost_d2h(sb, ex_mul(x, W_shard, wo));
+    Expr G_in = cost_h2d(sb, ex_mul(x, G_shard, go)), G_out = cost_d2h(sb, ex_mul(x, G_shard, go));
+    Expr O_in = cost_h2d(sb, ex_mul(x, O_shard, oo)), O_out = cost_d2h(sb, ex_mul(x, O_shard, oo));
+    Expr A_in[2], A_out[2];
+    Expr saved[2] = {blk->saved, blk->saved_ckpt};
     for (int k = 0; k < 2; k++) {
         A_in[k] = cost_h2d(sb, ex_mul(x, saved[k], ao));
         A_out[k] = cost_d2h(sb, ex_mul(x, saved[k], ao));
     }
 
     // compute
-    Expr *Cf = cost_part_compute_fwd(sb, blk), *Cb = cost_part_compute_bwd(sb, blk);
-    Expr *Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
-    Expr *Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
-    Expr *step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
+    Expr Cf = cost_part_compute_fwd(sb, blk), Cb = cost_part_compute_bwd(sb, blk);
+    Expr Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
+    Expr Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
+    Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
 
     Phase fwd_first[2], fwd_other[2], bwd_last[2], bwd_other[2];
     for (int k = 0; k < 2; k++) {  // k = 0 normal, 1 checkpointed
-        fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, mul_flag(x, os, AG_w), NULL,
+        fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, mul_flag(x, os, AG_w), EXPR_NONE,
                                ex_add(x, O_in, G_in), ex_add(x, ex_add(x, O_out, W_out), A_out[k])};
-        fwd_other[k] = (Phase){Cf, Ef, mul_flag(x, ws, AG_w), NULL, W_in, A_out[k]};
-        Expr *C = k ? ex_add(x, Cf, Cb) : Cb;
-        Expr *E = k ? ex_add(x, Ef, Eb) : Eb;
-        Expr *H = ex_add(x, ex_add(x, W_in, G_in), A_in[k]);
+        fwd_other[k] = (Phase){Cf, Ef, mul_flag(x, ws, AG_w), EXPR_NONE, W_in, A_out[k]};
+        Expr C = k ? ex_add(x, Cf, Cb) : Cb;
+        Expr E = k ? ex_add(x, Ef, Eb) : Eb;
+        Expr H = ex_add(x, ex_add(x, W_in, G_in), A_in[k]);
         bwd_last[k] = (Phase){C, E, mul_flag(x, ws, AG_w), ex_select(x, os, RS_g, AR_g), H, G_out};
         bwd_other[k] = (Phase){C, E, mul_flag(x, ws, AG_w), mul_flag(x, gs, RS_g), H, G_out};
     }
-    Expr *t_fwd_first = stage_phase(sb, &fwd_first[0], &fwd_first[1], 0);
-    Expr *t_fwd_other = stage_phase(sb, &fwd_other[0], &fwd_other[1], 0);
-    Expr *t_bwd_last = stage_phase(sb, &bwd_last[0], &bwd_last[1], 1);
-    Expr *t_bwd_other = stage_phase(sb, &bwd_other[0], &bwd_other[1], 1);
+    Expr t_fwd_first = stage_phase(sb, &fwd_first[0], &fwd_first[1], 0);
+    Expr t_fwd_other = stage_phase(sb, &fwd_other[0], &fwd_other[1], 0);
+    Expr t_bwd_last = stage_phase(sb, &bwd_last[0], &bwd_last[1], 1);
+    Expr t_bwd_other = stage_phase(sb, &bwd_other[0], &bwd_other[1], 1);
 
     // executed FLOPs per micro-batch: every block fwd + bwd, plus the
     // recomputed forward of the checkpointed ones
-    Expr *L = sb->s[SYM_L], *n_ck = ex_min(x, sb->s[SYM_CKPT], L);
-    Expr *ff = cost_part_flops(sb, blk, 0), *fb = cost_part_flops(sb, blk, 1);
-    Expr *flops = ex_add(x, ex_mul(x, L, ex_add(x, ff, fb)), ex_mul(x, n_ck, ff));
+    Expr L = sb->s[SYM_L], n_ck = ex_min(x, sb->s[SYM_CKPT], L);
+    Expr ff = cost_part_flops(sb, blk, 0), fb = cost_part_flops(sb, blk, 1);
+    Expr flops = ex_add(x, ex_mul(x, L, ex_add(x, ff, fb)), ex_mul(x, n_ck, ff));
 
     // pre / post parts, pipeline sends
-    Expr *edge_t = sb->zero, *edge_d = sb->zero;
+    Expr edge_t = sb->zero, edge_d = sb->zero;
     if (sb->has_pre) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->pre, &edge_d, &flops));
     if (sb->has_post) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->post, &edge_d, &flops));
-    Expr *act = blk->output;  // (b, s, h) per rank
+    Expr act = blk->output;  // (b, s, h) per rank
     if (!sb->has_post) edge_t = ex_add(x, edge_t, cost_p2p(sb, act));  // send activations forward
     if (!sb->has_pre) edge_t = ex_add(x, edge_t, cost_p2p(sb, act));   // send input grads backward
 
-    Expr *multi_t = ex_add(x, t_fwd_other, t_bwd_other);
-    Expr *multi_d = ex_sub(x, ex_add(x, t_fwd_first, t_bwd_last), multi_t);
-    Expr *several = ex_sub(x, sb->s[SYM_G], ex_num(x, 1.5));  // G >= 2
+    Expr multi_t = ex_add(x, t_fwd_other, t_bwd_other);
+    Expr multi_d = ex_sub(x, ex_add(x, t_fwd_first, t_bwd_last), multi_t);
+    Expr several = ex_sub(x, sb->s[SYM_G], ex_num(x, 1.5));  // G >= 2
     // with one micro-batch it is both the first and the last: t holds all, d = 0
     out[ST_T] = ex_add(x, ex_select(x, several, multi_t, ex_add(x, t_fwd_first, t_bwd_last)), edge_t);
     out[ST_D] = ex_select(x, several, ex_add(x, multi_d, edge_d), sb->zero);

@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "runtime/launch.h"
 #ifdef HAVE_CUDA
 #include "kernels/cuda/device_probe.h"
@@ -78,6 +82,17 @@ int launch_init(int *argc, char ***argv, Launch *out) {
         L->local_size = 1;
     }
 
+#ifdef _OPENMP
+    // Ranks on one host share its cores. Unless OMP_NUM_THREADS says otherwise,
+    // give each rank cores / ranks-on-host threads (at least 1): one thread per
+    // core in every rank oversubscribes the host local_size times over, and
+    // spinning OpenMP threads then slow the job down by an order of magnitude.
+    if (!getenv("OMP_NUM_THREADS")) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long per_rank = cores > 0 ? cores / L->local_size : 1;
+        omp_set_num_threads(per_rank < 1 ? 1 : (int)per_rank);
+    }
+#endif
     char why[192];
     pick_device(L, why, sizeof why);
     // Announce the CPU fallback once for the job: the lowest rank that fell back speaks.

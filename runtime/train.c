@@ -1,10 +1,383 @@
-// Training loop: not built yet; the runtime stops where training would start.
-#include <stdio.h>
+// The training loop of one pipeline stage with data parallelism over ranks
+// (ZeRO-0): G micro-batches of b sequences per rank, gradients summed over
+// the dp group, global-norm clipping, AdamW, logs, validation, checkpoints.
+//
+// Loss scaling: every micro-batch's cross-entropy gradient is scaled by
+// dloss = 1 / (b*T*G*dp), so after accumulating G micro-batches and summing
+// over dp ranks the gradient is the mean over all tokens of the global batch,
+// the same quantity for any (dp, G, b) with the same b*G*dp.
+#include <config.h>  // the build's config (HAVE_CUDA), not runtime/config.h
 #include "runtime/train.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "runtime/checkpoint.h"
+#include "runtime/comm.h"
+#include "runtime/dataloader.h"
 #include "runtime/grid.h"
+#include "runtime/model_runtime.h"
+#include "runtime/trainlog.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const MistConfig *cfg;
+    const Grid *grid;
+    const CommBackend *comm;
+    ModelRuntime *r;
+    int G;
+} Run;
+
+// Sum of per-token losses of one micro-batch over the dp group, added in the
+// order of the global sample stream (rank r holds sequences r*b .. r*b+b-1 of
+// the micro-batch), so the total is the same bits for any dp / G split.
+static double micro_batch_loss_sum(Run *run) {
+    ModelRuntime *r = run->r;
+    Backend *be = r->be;
+    size_t N = (size_t)r->B * r->T;
+    float *h_losses = arena_ptr(&r->h_losses), *all = arena_ptr(&r->h_gather);
+    be->copy_d2h(be, h_losses, arena_ptr(&r->t_losses), N * sizeof(float), r->stream);
+    be->stream_synchronize(be, r->stream);
+    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(h_losses, all, N, MIST_F32, run->grid->dp));
+    else memcpy(all, h_losses, N * sizeof(float));
+    double sum = 0.0;
+    for (size_t i = 0; i < (size_t)r->dp * N; i++) sum += all[i];
+    return sum;
+}
+
+static int load_batch(Run *run, DataLoader *dl, int64_t it, int g, char *err, size_t errlen) {
+    ModelRuntime *r = run->r;
+    Backend *be = r->be;
+    size_t bytes = (size_t)r->B * r->T * sizeof(int32_t);
+    int32_t *hi = arena_ptr(&r->h_inputs), *ht = arena_ptr(&r->h_targets);
+    if (dataloader_next_batch(dl, it, g, hi, ht, err, errlen)) return -1;
+    be->copy_h2d(be, arena_ptr(&r->t_inputs), hi, bytes, r->stream);
+    be->copy_h2d(be, arena_ptr(&r->t_targets), ht, bytes, r->stream);
+    return 0;
+}
+
+static double validation_loss(Run *run, DataLoader *vdl, int batches, char *err, size_t errlen, int *rc) {
+    double sum = 0.0;
+    for (int g = 0; g < batches; g++) {
+        if (load_batch(run, vdl, 0, g, err, errlen)) {
+            *rc = 1;
+            return NAN;
+        }
+        mr_forward_backward(run->r, 0.0f);
+        sum += micro_batch_loss_sum(run);
+    }
+    return sum / ((double)batches * run->r->dp * run->r->B * run->r->T);
+}
+
+// Every parameter tensor as a checkpoint entry over the fp32 weights (the
+// master copy under bf16) and the Adam moments. On the CPU backend device
+// memory is host memory and the arrays are used in place; otherwise `host`
+// (3P floats, allocated once before step 0) mirrors them around save/load.
+static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
+    CkptTensor *t = calloc((size_t)r->num_tensors, sizeof *t);
+    float *w = r->t_master.bytes ? arena_ptr(&r->t_master) : arena_ptr(&r->t_params);
+    float *m = arena_ptr(&r->t_m), *v = arena_ptr(&r->t_v);
+    if (host) {
+        w = host;
+        m = host + r->P;
+        v = host + 2 * r->P;
+    }
+    for (int i = 0; i < r->num_tensors; i++) {
+        const ParamTensor *p = &r->tensors[i];
+        t[i].name = p->name;
+        t[i].ndim = p->cols == 1 ? 1 : 2;
+        t[i].shape[0] = p->rows;
+        t[i].shape[1] = p->cols;
+        t[i].param = w + p->offset;
+        t[i].adam_m = m + p->offset;
+        t[i].adam_v = v + p->offset;
+    }
+    return t;
+}
+
+// copy the fp32 weights and Adam moments between the device and the host mirror
+static void mirror_state(ModelRuntime *r, float *host, int to_host) {
+    Backend *be = r->be;
+    void *dev[3] = {r->t_master.bytes ? arena_ptr(&r->t_master) : arena_ptr(&r->t_params), arena_ptr(&r->t_m),
+                    arena_ptr(&r->t_v)};
+    size_t bytes = r->P * sizeof(float);
+    for (int k = 0; k < 3; k++) {
+        if (to_host) be->copy_d2h(be, host + k * r->P, dev[k], bytes, r->stream);
+        else be->copy_h2d(be, dev[k], host + k * r->P, bytes, r->stream);
+    }
+    be->stream_synchronize(be, r->stream);
+}
+
+static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
+    const Plan *p = &cfg->plan.plan;
+    if (p->num_stages != 1) {
+        snprintf(err, errlen, "[plan] stages = %d: the training runtime runs one pipeline stage; allowed: 1. "
+                              "Hint: set stages = 1 and put every layer in [stage.0]", p->num_stages);
+        return 2;
+    }
+    const StagePlan *s = &p->stage[0];
+    if (s->tp != 1 || s->zero != 0 || s->wo > 0 || s->go > 0 || s->oo > 0 || s->ao > 0) {
+        snprintf(err, errlen, "[stage.0] tp = %d, zero = %d, offload fractions (wo/go/oo/ao): the training runtime "
+                              "supports tp = 1, zero = 0 and no offloading; allowed: tp = 1, zero = 0, 0 offload. "
+                              "Hint: use dp for parallelism", s->tp, s->zero);
+        return 2;
+    }
+    if (cfg->train.precision == PREC_FP16) {
+        snprintf(err, errlen, "[train] precision = fp16: not supported by the training runtime; allowed: fp32, bf16");
+        return 2;
+    }
+    if (strcmp(grid->device, "cpu") != 0 && strncmp(grid->device, "cuda", 4) != 0) {
+        snprintf(err, errlen, "unknown device '%s'", grid->device);
+        return 1;
+    }
+    return 0;
+}
 
 int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
-    (void)cfg;
-    if (grid->world_rank == 0) printf("mist: configuration and process grid ready; training would start here\n");
-    return 0;
+    const CommBackend *comm = grid->comm;
+    int rank = grid->world_rank, root = rank == 0;
+    char err[1024] = "";
+    int rc = check_supported(cfg, grid, err, sizeof err);
+    if (rc) {
+        if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+        return rc;
+    }
+    const StagePlan *sp = &cfg->plan.plan.stage[0];
+    const TrainConfig *tc = &cfg->train;
+    int G = cfg->plan.plan.G, dp = grid->dp_size;
+    MistDtype dtype = tc->precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
+    // the device the launcher picked for this rank: "cuda:N", or "cpu" (the
+    // device is then emulated: its memory is the accounted arena)
+    Backend *be = NULL;
+#ifdef HAVE_CUDA
+    if (!strncmp(grid->device, "cuda:", 5)) be = backend_cuda_create(dtype, atoi(grid->device + 5), err, sizeof err);
+    else
+#endif
+        be = backend_cpu_create(dtype, err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "mist-train: rank %d: cannot start the %s backend: %s\n", rank, grid->device, err);
+        return 1;
+    }
+    int on_host = !strcmp(be->name, "cpu");
+    static ModelRuntime model;  // large (parameter table): not on the stack
+    ModelRuntime *r = &model;
+    rc = mr_layout(r, &cfg->model, sp->b, sp->ckpt, dp, err, sizeof err);
+    if (rc) {
+        if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+        be->destroy(be);
+        return rc;
+    }
+    if (mr_plan_memory(r, be, err, sizeof err)) {
+        fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
+        mr_free(r);
+        be->destroy(be);
+        return 1;
+    }
+    int64_t pred_dev, pred_host;
+    mr_memory_predict(r, &pred_dev, &pred_host);
+    if (root) {
+        char a[32], b2[32];
+        trainlog_format_bytes(pred_dev, a, sizeof a);
+        trainlog_format_bytes(pred_host, b2, sizeof b2);
+        printf("mist: %zu parameters, dtype %s, b=%d G=%d dp=%d ckpt=%d\n", r->P, mist_dtype_name(dtype), r->B, G, dp,
+               r->ckpt);
+        printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
+               (long long)pred_host);
+        fflush(stdout);
+    }
+    mr_init_params(r, tc->seed);
+    Run run = {cfg, grid, comm, r, G};
+
+    r->opt = (Optimizer){.backend = be, .stream = r->stream, .params = arena_ptr(&r->t_params),
+                         .grads = arena_ptr(&r->t_grads),
+                         .master = r->t_master.bytes ? arena_ptr(&r->t_master) : NULL,
+                         .m = arena_ptr(&r->t_m), .v = arena_ptr(&r->t_v), .norm_acc = arena_ptr(&r->t_norm_acc),
+                         .num_params = r->P, .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
+                         .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
+                         .weight_decay = tc->weight_decay};
+
+    DataLoader *dl = NULL, *vdl = NULL;
+    TrainLog *log = NULL;
+    float *host_state = NULL;  // host mirror for checkpoints when device memory is not host memory
+    if (!on_host && cfg->checkpoint.dir[0]) host_state = malloc(3 * r->P * sizeof(float));
+    CkptTensor *ct = ckpt_tensors(r, host_state);
+    int exit_code = 0;
+    if (dataloader_open(&dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, err, sizeof err) ||
+        dataloader_set_rank(dl, tc->global_batch, r->B, dp, grid->dp_index, err, sizeof err)) {
+        fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", rank, err);
+        exit_code = 1;
+        goto done;
+    }
+    int val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
+    if (cfg->data.val[0] && cfg->data.val_interval > 0) {
+        if (dataloader_open(&vdl, cfg->data.val, r->T, r->V, 0, tc->seed, err, sizeof err) ||
+            dataloader_set_rank(vdl, (int64_t)r->B * dp * val_batches, r->B, dp, grid->dp_index, err, sizeof err)) {
+            fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", rank, err);
+            exit_code = 1;
+            goto done;
+        }
+    }
+
+    // ---- resume ----
+    CkptState st = {0};
+    int64_t start = 0;
+    const char *ckdir = cfg->checkpoint.dir;
+    if (ckdir[0] && cfg->checkpoint.resume) {
+        char path[1024];
+        int found = checkpoint_load_latest(ckdir, &cfg->model, &st, ct, r->num_tensors, path, sizeof path, err,
+                                           sizeof err);
+        if (found < 0) {
+            fprintf(stderr, "mist-train: rank %d: resume: %s\n", rank, err);
+            exit_code = 1;
+            goto done;
+        }
+        if (found == 1) {
+            if (st.data_position != dataloader_position(dl, st.step)) {
+                fprintf(stderr, "mist-train: rank %d: resume from %s: data position %lld does not match step %lld "
+                        "x global_batch %lld (hint: resume with the global_batch the checkpoint was written with)\n",
+                        rank, path, (long long)st.data_position, (long long)st.step, (long long)tc->global_batch);
+                exit_code = 1;
+                goto done;
+            }
+            if (host_state) mirror_state(r, host_state, 0);
+            start = st.step;
+            r->opt.t = st.adam_t;
+            if (r->t_master.bytes)  // bf16 params are re-rounded from the fp32 master
+                be->cast(be, r->stream, r->opt.params, dtype, r->opt.master, MIST_F32, r->P);
+            be->stream_synchronize(be, r->stream);
+            if (root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)start);
+        }
+    }
+    log = start > 0 ? trainlog_open_resume(&cfg->log, rank, start + 1, err, sizeof err)
+                    : trainlog_open(&cfg->log, rank, err, sizeof err);
+    if (!log) {
+        fprintf(stderr, "mist-train: rank %d: [log]: %s\n", rank, err);
+        exit_code = 1;
+        goto done;
+    }
+
+    // ---- iterations ----
+    int64_t skipped = st.skipped, nonfinite = st.nonfinite, consecutive = 0;
+    float dloss = (float)(1.0 / ((double)r->B * r->T * G * dp));
+    IterStats stats = {0};
+    int have_stats = 0;
+    double tokens_per_iter = (double)tc->global_batch * r->T;
+    // MIST_FAULT_NAN_FROM=k makes the loss of iteration k and later NaN, to test
+    // the skip-and-abort path (set it on every rank: the decision must agree)
+    const char *fault = getenv("MIST_FAULT_NAN_FROM");
+    int64_t nan_from = fault ? atoll(fault) : 0;
+    for (int64_t it = start; it < tc->steps; it++) {
+        double t0 = now_s();
+        be->memset_device(be, r->opt.grads, 0, r->P * r->x, r->stream);
+        double loss_sum = 0.0;
+        for (int g = 0; g < G; g++) {
+            if (load_batch(&run, dl, it, g, err, sizeof err)) {
+                fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", rank, err);
+                comm->abort(1, "data error");
+            }
+            mr_forward_backward(r, dloss);
+            loss_sum += micro_batch_loss_sum(&run);
+        }
+        double loss = loss_sum / ((double)G * dp * r->B * r->T);
+        if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
+        be->stream_synchronize(be, r->stream);
+        if (dp > 1)  // sum over the dp group; dloss already divides by the global token count
+            commCheck(comm, comm->all_reduce(r->opt.grads, r->opt.grads, r->P, dtype, COMM_SUM, grid->dp));
+        double norm = optimizer_grad_norm(&r->opt);
+        double lr = lr_at(tc, it);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            nonfinite++;
+            skipped++;
+            consecutive++;
+            if (root) fprintf(stderr, "mist-train: warning: iteration %lld: loss %g, grad norm %g not finite; "
+                              "step skipped (%lld in a row, abort after %d)\n", (long long)it + 1, loss, norm,
+                              (long long)consecutive, tc->max_nonfinite);
+            if (consecutive >= tc->max_nonfinite) {
+                if (root) fprintf(stderr, "mist-train: %lld consecutive non-finite iterations: stopping "
+                                  "(hint: lower [train] lr or raise grad_clip)\n", (long long)consecutive);
+                exit_code = 1;
+                goto done;
+            }
+        } else {
+            consecutive = 0;
+            optimizer_step(&r->opt, (float)lr, optimizer_clip_scale(norm, tc->grad_clip));
+        }
+        be->stream_synchronize(be, r->stream);
+        double dt = now_s() - t0;
+        stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
+                            .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
+                            .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
+                            // model FLOPs: 6 per parameter per token, plus attention 12*L*T*C per token
+                            .tflops_per_device = (6.0 * r->P + 12.0 * r->L * r->T * r->C) * tokens_per_iter /
+                                                 dt / (dp * 1e12),
+                            .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
+                            .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
+        have_stats = 1;
+        if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
+            int vrc = 0;
+            stats.val_loss = validation_loss(&run, vdl, val_batches, err, sizeof err, &vrc);
+            if (vrc) {
+                fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", rank, err);
+                comm->abort(1, "data error");
+            }
+            stats.has_val = 1;
+        }
+        trainlog_iteration(log, &stats);
+        if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
+                         it + 1 == tc->steps)) {
+            st.step = it + 1;
+            st.adam_t = r->opt.t;
+            st.data_position = dataloader_position(dl, it + 1);
+            st.skipped = skipped;
+            st.nonfinite = nonfinite;
+            int crc = 0;
+            if (root && host_state) mirror_state(r, host_state, 1);
+            if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, ct, r->num_tensors, err,
+                                            sizeof err);
+            if (crc) {
+                fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, err);
+                comm->abort(1, "checkpoint error");
+            }
+            commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
+        }
+    }
+
+    // ---- summary: predicted vs measured peaks of every rank ----
+    {
+        RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,
+                           (int64_t)arena_peak_bytes(&r->host)};
+        RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
+        commCheck(comm, comm->all_gather(&mine, all, sizeof mine, MIST_U8, grid->world));
+        if (root) {
+            char a[32], b2[32];
+            trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);
+            trainlog_format_bytes(mine.measured_host_peak_bytes, b2, sizeof b2);
+            printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
+                   "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)pred_dev, b2,
+                   (long long)mine.measured_host_peak_bytes, (long long)pred_host);
+            if (cfg->log.summary[0] &&
+                trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL, err,
+                                       sizeof err)) {
+                fprintf(stderr, "mist-train: [log] summary: %s\n", err);
+                exit_code = 1;
+            }
+        }
+        free(all);
+    }
+
+done:
+    if (log) trainlog_close(log);
+    if (dl) dataloader_close(dl);
+    if (vdl) dataloader_close(vdl);
+    free(ct);
+    free(host_state);
+    mr_free(r);
+    be->destroy(be);
+    return exit_code;
 }

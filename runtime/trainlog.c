@@ -141,7 +141,7 @@ TrainLog *trainlog_open_resume(const LogConfig *cfg, int rank, int64_t first_ite
 void trainlog_iteration(TrainLog *t, const IterStats *s) {
     if (!t || !t->active) return;
     char buf[1024];
-    if (s->iteration % t->interval == 0 || s->iteration == s->steps) {
+    if (s->iteration == 1 || s->iteration % t->interval == 0 || s->iteration == s->steps) {  // the first shows the starting loss
         trainlog_format_line(s, buf, sizeof buf);
         fprintf(t->out, "%s\n", buf);
         fflush(t->out);

@@ -80,13 +80,13 @@ static void test_overlap(void) {
     // symbolic == scalar on random inputs (with zeros)
     ExprCtx *ctx = expr_ctx_new();
     const char *names[4] = {"xc", "xn", "xh", "xd"};
-    Expr *in[4];
+    Expr in[4];
     int idx[4];
     for (int s = 0; s < 4; s++) {
         in[s] = ex_sym(ctx, names[s]);
-        idx[s] = expr_symbol(ctx, names[s]);
+        idx[s] = expr_sym_index(ctx, names[s]);
     }
-    Expr *e = overlap_expr(ctx, &p, in);
+    Expr e = overlap_expr(ctx, &p, in);
     unsigned seed = 7;
     int agree = 1;
     for (int trial = 0; trial < 2000 && agree; trial++) {
@@ -95,7 +95,7 @@ static void test_overlap(void) {
             xs[s] = frand(&seed) < 0.3 ? 0 : frand(&seed) * 1e-2;
             v[idx[s]] = xs[s];
         }
-        double a = overlap_seconds(&p, xs), b = expr_eval(e, v);
+        double a = overlap_seconds(&p, xs), b = expr_eval(ctx, e, v);
         agree = fabs(a - b) <= 1e-12 + 1e-9 * a;
         if (!agree) diag("x = %g %g %g %g: scalar %.12g symbolic %.12g", xs[0], xs[1], xs[2], xs[3], a, b);
     }

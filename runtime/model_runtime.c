@@ -1,0 +1,392 @@
+// Memory plan, memory prediction, and forward/backward of one micro-batch.
+#include "runtime/model_runtime.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------- sizes
+// Every activation size comes from models/model.h (model_acts), the same
+// description the planner evaluates symbolically. Carving looks tensors up by
+// name; the prediction below instead sums them by their saved / ckpt_saved
+// flags, never looking at the arena, so a mismatch between the two shows up
+// as predicted != measured.
+typedef struct {
+    size_t x_nc;        // the block input x (N,C): the one tensor a checkpointed block keeps
+    size_t block_rest;  // one block's other saved tensors
+    size_t scratch;     // projection outputs (transient)
+    size_t grads_bufs;  // backward gradient buffers (transient)
+    size_t post;        // lnf and its statistics
+    size_t logits, losses;
+} ActSizes;
+
+static size_t spec_bytes(const ModelRuntime *r, const ActSpec *a) {
+    return (size_t)a->elems * (a->f32 ? sizeof(float) : r->x);
+}
+
+// bytes of the tensor `name` of a part's list; 0 when the model does not have it
+// (the layernorm mean under rmsnorm)
+static size_t act_bytes(const ModelRuntime *r, const ActSpec *list, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i].name, name)) return spec_bytes(r, &list[i]);
+    return 0;
+}
+
+static ActSizes act_sizes(const ModelRuntime *r) {
+    ActSizes s = {0};
+    for (int i = 0; i < r->n_block_acts; i++) {
+        const ActSpec *a = &r->block_acts[i];
+        size_t bytes = spec_bytes(r, a);
+        if (a->ckpt_saved) s.x_nc += bytes;
+        else if (a->saved) s.block_rest += bytes;
+        else if (!strcmp(a->name, "scratch")) s.scratch += bytes;
+        else s.grads_bufs += bytes;
+    }
+    for (int i = 0; i < r->n_post_acts; i++) {
+        const ActSpec *a = &r->post_acts[i];
+        size_t bytes = spec_bytes(r, a);
+        if (!strcmp(a->name, "logits")) s.logits += bytes;
+        else if (!strcmp(a->name, "losses")) s.losses += bytes;
+        else if (strcmp(a->name, "x") != 0) s.post += bytes;  // x is the last block's output, counted as x_nc
+    }
+    return s;
+}
+
+static int is_ckpt_block(const ModelRuntime *r, int l) { return l >= r->L - r->ckpt; }
+
+static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) {
+    size_t P = r->P, N = (size_t)r->B * r->T;
+    size_t master = r->be->dtype == MIST_F32 ? 0 : P * sizeof(float);
+    // params + grads (X), master, m, v (f32), grad-norm accumulator, tokens, targets, losses
+    return 2 * P * r->x + master + 2 * P * sizeof(float) + sizeof(float) + 2 * N * sizeof(int32_t) + s->losses;
+}
+
+void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
+    ActSizes s = act_sizes(r);
+    size_t live = persistent_device_bytes(r, &s), peak = live;
+#define GROW(n) do { live += (n); if (live > peak) peak = live; } while (0)
+    GROW(s.x_nc);                       // x_0
+    for (int l = 0; l < r->L; l++) {    // forward
+        GROW(s.block_rest);             // own tensors, or the recompute workspace
+        GROW(s.x_nc);                   // x_{l+1}
+        GROW(s.scratch);                // projection scratch
+        live -= s.scratch;
+        if (is_ckpt_block(r, l)) live -= s.block_rest;
+    }
+    GROW(s.post + s.logits);            // final norm, logits
+    GROW(s.grads_bufs);                 // backward starts
+    live -= s.logits;
+    live -= s.post + s.x_nc;            // lnf and the last block's output
+    for (int l = r->L - 1; l >= 0; l--) {
+        if (is_ckpt_block(r, l)) {
+            GROW(s.block_rest + s.scratch);  // recompute into the workspace (+ scratch)
+            live -= s.scratch;
+        }
+        live -= s.block_rest + s.x_nc;  // the block's tensors and its input
+    }
+#undef GROW
+    *device_peak = (int64_t)peak;
+    size_t N = (size_t)r->B * r->T;
+    // host: token staging, per-token losses, all ranks' losses of a micro-batch
+    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float));
+}
+
+// ---------------------------------------------------------------- plan
+// the tensors of one block besides its input x
+static void carve_block(ModelRuntime *r, BlockActs *a) {
+    Arena *d = &r->dev;
+    const ActSpec *l = r->block_acts;
+    int n = r->n_block_acts;
+    arena_carve(d, &a->ln1, act_bytes(r, l, n, "ln1"), "acts.ln1");
+    arena_carve(d, &a->ln1_mean, act_bytes(r, l, n, "ln1_mean"), "acts.ln1_mean");
+    arena_carve(d, &a->ln1_rstd, act_bytes(r, l, n, "ln1_rstd"), "acts.ln1_rstd");
+    arena_carve(d, &a->qkv, act_bytes(r, l, n, "qkv"), "acts.qkv");
+    arena_carve(d, &a->att, act_bytes(r, l, n, "att"), "acts.att");
+    arena_carve(d, &a->lse, act_bytes(r, l, n, "lse"), "acts.lse");
+    arena_carve(d, &a->mid, act_bytes(r, l, n, "mid"), "acts.mid");
+    arena_carve(d, &a->ln2, act_bytes(r, l, n, "ln2"), "acts.ln2");
+    arena_carve(d, &a->ln2_mean, act_bytes(r, l, n, "ln2_mean"), "acts.ln2_mean");
+    arena_carve(d, &a->ln2_rstd, act_bytes(r, l, n, "ln2_rstd"), "acts.ln2_rstd");
+    arena_carve(d, &a->fc, act_bytes(r, l, n, "fc"), "acts.fc");
+    arena_carve(d, &a->act, act_bytes(r, l, n, "act"), "acts.act");
+}
+
+// The tensors forward/backward cannot run without, with the sizes they need.
+static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
+    size_t N = (size_t)r->B * r->T, x = r->x;
+    struct { const ActSpec *list; int n; const char *name; size_t want; } need[] = {
+        {r->block_acts, r->n_block_acts, "x", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "ln1", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "ln1_rstd", N * sizeof(float)},
+        {r->block_acts, r->n_block_acts, "qkv", N * r->QKV * x},
+        {r->block_acts, r->n_block_acts, "att", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "lse", (size_t)r->B * r->NH * r->T * sizeof(float)},
+        {r->block_acts, r->n_block_acts, "mid", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "ln2", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "fc", N * r->FC * x},
+        {r->block_acts, r->n_block_acts, "act", N * r->F * x},
+        {r->block_acts, r->n_block_acts, "scratch", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_res", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_ln", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_att", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_qkv", N * r->QKV * x},
+        {r->block_acts, r->n_block_acts, "d_act", N * r->F * x},
+        {r->post_acts, r->n_post_acts, "x", N * r->C * x},
+        {r->post_acts, r->n_post_acts, "lnf", N * r->C * x},
+        {r->post_acts, r->n_post_acts, "lnf_rstd", N * sizeof(float)},
+        {r->post_acts, r->n_post_acts, "logits", N * r->V * x},
+        {r->post_acts, r->n_post_acts, "losses", N * sizeof(float)},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
+        size_t got = act_bytes(r, need[i].list, need[i].n, need[i].name);
+        if (got < need[i].want) {
+            snprintf(err, errlen, "models/model.h: activation '%s' of the %s is %zu bytes; the runtime writes %zu "
+                     "(b=%d, s=%d)", need[i].name, need[i].list == r->block_acts ? "block" : "post part", got,
+                     need[i].want, r->B, r->T);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
+    r->be = be;
+    r->x = mist_dtype_size(be->dtype);
+    r->stream = be->stream_create(be);
+    arena_init(&r->dev, "device", ARENA_DEVICE);
+    arena_init(&r->host, "host", ARENA_HOST);
+    Arena *d = &r->dev, *h = &r->host;
+    size_t P = r->P, N = (size_t)r->B * r->T;
+    r->n_block_acts = model_acts(&r->m, PART_BLOCK, r->B, r->T, 1, r->block_acts, MODEL_MAX_ACTS);
+    r->n_post_acts = model_acts(&r->m, PART_POST, r->B, r->T, 1, r->post_acts, MODEL_MAX_ACTS);
+    if (r->n_block_acts < 0 || r->n_post_acts < 0) {
+        snprintf(err, errlen, "models/model.h: model_acts failed for b=%d s=%d", r->B, r->T);
+        return 1;
+    }
+    if (check_acts(r, err, errlen)) return 1;
+    const ActSpec *bl = r->block_acts, *po = r->post_acts;
+    int nb = r->n_block_acts, np = r->n_post_acts;
+    arena_carve(d, &r->t_params, P * r->x, "params");
+    arena_carve(d, &r->t_grads, P * r->x, "grads");
+    arena_carve(d, &r->t_master, be->dtype == MIST_F32 ? 0 : P * sizeof(float), "master");
+    arena_carve(d, &r->t_m, P * sizeof(float), "adam_m");
+    arena_carve(d, &r->t_v, P * sizeof(float), "adam_v");
+    arena_carve(d, &r->t_norm_acc, sizeof(float), "grad_norm_acc");
+    arena_carve(d, &r->t_inputs, N * sizeof(int32_t), "inputs");
+    arena_carve(d, &r->t_targets, N * sizeof(int32_t), "targets");
+    arena_carve(d, &r->t_losses, act_bytes(r, po, np, "losses"), "losses");
+    r->acts = calloc((size_t)r->L, sizeof *r->acts);
+    for (int l = 0; l < r->L; l++) {
+        arena_carve(d, &r->acts[l].x, act_bytes(r, bl, nb, "x"), "acts.x");
+        if (!is_ckpt_block(r, l)) carve_block(r, &r->acts[l]);
+    }
+    if (r->ckpt > 0) carve_block(r, &r->work);  // shared by every checkpointed block
+    arena_carve(d, &r->x_out, act_bytes(r, po, np, "x"), "acts.x_out");
+    arena_carve(d, &r->scratch, act_bytes(r, bl, nb, "scratch"), "scratch");
+    arena_carve(d, &r->lnf, act_bytes(r, po, np, "lnf"), "acts.lnf");
+    arena_carve(d, &r->lnf_mean, act_bytes(r, po, np, "lnf_mean"), "acts.lnf_mean");
+    arena_carve(d, &r->lnf_rstd, act_bytes(r, po, np, "lnf_rstd"), "acts.lnf_rstd");
+    arena_carve(d, &r->logits, act_bytes(r, po, np, "logits"), "logits");
+    arena_carve(d, &r->d_res, act_bytes(r, bl, nb, "d_res"), "grad.residual");
+    arena_carve(d, &r->d_ln, act_bytes(r, bl, nb, "d_ln"), "grad.norm_out");
+    arena_carve(d, &r->d_att, act_bytes(r, bl, nb, "d_att"), "grad.att");
+    arena_carve(d, &r->d_qkv, act_bytes(r, bl, nb, "d_qkv"), "grad.qkv");
+    arena_carve(d, &r->d_act, act_bytes(r, bl, nb, "d_act"), "grad.act");
+    arena_carve(d, &r->d_fc, act_bytes(r, bl, nb, "d_fc"), "grad.fc");  // used by swiglu
+    arena_carve(h, &r->h_inputs, N * sizeof(int32_t), "host.inputs");
+    arena_carve(h, &r->h_targets, N * sizeof(int32_t), "host.targets");
+    arena_carve(h, &r->h_losses, N * sizeof(float), "host.losses");
+    arena_carve(h, &r->h_gather, (size_t)r->dp * N * sizeof(float), "host.losses_all_ranks");
+    if (arena_reserve(d, be, err, errlen) || arena_reserve(h, be, err, errlen)) return 1;
+    // optimizer view of the flat buffers
+    r->opt_tensors = calloc((size_t)r->num_tensors, sizeof *r->opt_tensors);
+    for (int i = 0; i < r->num_tensors; i++)
+        r->opt_tensors[i] = (OptimTensor){r->tensors[i].offset, r->tensors[i].count, r->tensors[i].decay};
+    return 0;
+}
+
+void mr_free(ModelRuntime *r) {
+    if (r->be && r->stream) r->be->stream_destroy(r->be, r->stream);
+    arena_free(&r->dev);
+    arena_free(&r->host);
+    free(r->acts);
+    free(r->blk);
+    free(r->opt_tensors);
+    r->acts = NULL;
+    r->blk = NULL;
+    r->opt_tensors = NULL;
+}
+
+// ---------------------------------------------------------------- forward / backward
+static void *ptr_or_null(const ArenaTensor *t) { return t->bytes ? arena_ptr(t) : NULL; }
+
+// a live tensor of 0 bytes (the layernorm mean under rmsnorm) is passed as NULL
+static void *take(ArenaTensor *t) {
+    void *p = arena_take(t);
+    return t->bytes ? p : NULL;
+}
+
+static void take_rest(BlockActs *a) {
+    ArenaTensor *ts[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
+                         &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) take(ts[i]);
+}
+
+static void release_rest(BlockActs *a) {
+    ArenaTensor *ts[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
+                         &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) arena_release(ts[i]);
+}
+
+#define PARAM(off) ((off) < 0 ? NULL : (void *)((char *)params + (size_t)(off) * r->x))
+#define GRAD(off) ((off) < 0 ? NULL : (void *)((char *)grads + (size_t)(off) * r->x))
+
+// Block l forward up to the MLP activation; the projection output of the MLP
+// is left in scratch (the caller adds it to the residual stream or drops it).
+static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
+    Backend *be = r->be;
+    BackendStream *st = r->stream;
+    const void *params = arena_ptr(&r->t_params);
+    const BlockParams *bp = &r->blk[l];
+    NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
+    int N = r->B * r->T;
+    float eps = (float)r->m.norm_eps;
+    void *scratch = arena_ptr(&r->scratch);
+    be->norm_forward(be, st, nk, NULL, arena_ptr(&a->ln1), ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd),
+                     xin, NULL, PARAM(bp->ln1_w), PARAM(bp->ln1_b), N, r->C, eps);
+    be->matmul_forward(be, st, arena_ptr(&a->qkv), NULL, arena_ptr(&a->ln1), PARAM(bp->qkv_w), PARAM(bp->qkv_b),
+                       N, r->C, r->QKV);
+    if (r->m.position == POS_ROTARY)
+        be->rotary_forward(be, st, arena_ptr(&a->qkv), r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
+    be->attention_forward(be, st, arena_ptr(&a->att), arena_ptr(&a->lse), arena_ptr(&a->qkv), r->B, r->T, r->NH,
+                          r->NKV, r->HS);
+    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), PARAM(bp->proj_b), N, r->C, r->C);
+    // mid = x + attention projection, ln2 = norm(mid), fused
+    be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
+                     arena_ptr(&a->ln2_rstd), scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
+    if (r->m.activation == ACT_SWIGLU) {
+        be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, arena_ptr(&a->ln2), PARAM(bp->fc_w), PARAM(bp->fc_b),
+                           N, r->C, r->FC);
+        be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
+    } else {  // fc keeps the pre-activation, act = gelu(fc) (fused epilogue)
+        be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), arena_ptr(&a->ln2), PARAM(bp->fc_w),
+                           PARAM(bp->fc_b), N, r->C, r->F);
+    }
+}
+
+static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
+    Backend *be = r->be;
+    BackendStream *st = r->stream;
+    const void *params = arena_ptr(&r->t_params);
+    void *grads = arena_ptr(&r->t_grads);
+    const BlockParams *bp = &r->blk[l];
+    NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
+    int N = r->B * r->T;
+    void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln), *d_act = arena_ptr(&r->d_act);
+    // d_res = dL/dx_{l+1}; MLP projection: d_act = d_res Wfcproj
+    be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
+                        PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
+    if (r->m.activation == ACT_SWIGLU) {
+        void *d_fc = arena_ptr(&r->d_fc);
+        be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
+        be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, arena_ptr(&a->ln2), PARAM(bp->fc_w),
+                            NULL, N, r->C, r->FC);
+    } else {
+        be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, arena_ptr(&a->ln2), PARAM(bp->fc_w),
+                            arena_ptr(&a->fc), N, r->C, r->F);
+    }
+    // d_res += norm backward: now dL/dmid
+    be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
+                      PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
+    void *d_att = arena_ptr(&r->d_att), *d_qkv = arena_ptr(&r->d_qkv);
+    be->matmul_backward(be, st, d_att, GRAD(bp->proj_w), GRAD(bp->proj_b), d_res, arena_ptr(&a->att),
+                        PARAM(bp->proj_w), NULL, N, r->C, r->C);
+    be->attention_backward(be, st, d_qkv, d_att, arena_ptr(&a->qkv), arena_ptr(&a->att), arena_ptr(&a->lse), r->B,
+                           r->T, r->NH, r->NKV, r->HS);
+    if (r->m.position == POS_ROTARY)
+        be->rotary_backward(be, st, d_qkv, r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
+    be->matmul_backward(be, st, d_ln, GRAD(bp->qkv_w), GRAD(bp->qkv_b), d_qkv, arena_ptr(&a->ln1), PARAM(bp->qkv_w),
+                        NULL, N, r->C, r->QKV);
+    // d_res += norm backward: now dL/dx_l
+    be->norm_backward(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, xin, PARAM(bp->ln1_w),
+                      ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
+}
+
+void mr_forward_backward(ModelRuntime *r, float dloss) {
+    Backend *be = r->be;
+    BackendStream *st = r->stream;
+    const void *params = arena_ptr(&r->t_params);
+    void *grads = arena_ptr(&r->t_grads);
+    const int32_t *inputs = arena_ptr(&r->t_inputs), *targets = arena_ptr(&r->t_targets);
+    NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
+    int N = r->B * r->T;
+    be->embedding_forward(be, st, take(&r->acts[0].x), inputs, PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
+    for (int l = 0; l < r->L; l++) {
+        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[l];
+        take_rest(a);
+        ArenaTensor *next = l + 1 < r->L ? &r->acts[l + 1].x : &r->x_out;
+        void *xnext = take(next);
+        take(&r->scratch);
+        const void *xin = arena_ptr(&r->acts[l].x);
+        block_forward_to_act(r, l, a, xin);
+        be->matmul_forward(be, st, arena_ptr(&r->scratch), NULL, arena_ptr(&a->act), PARAM(r->blk[l].fcproj_w),
+                           PARAM(r->blk[l].fcproj_b), N, r->F, r->C);
+        be->residual_forward(be, st, xnext, arena_ptr(&a->mid), arena_ptr(&r->scratch), (size_t)N * r->C);
+        arena_release(&r->scratch);
+        if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
+    }
+    void *lnf = take(&r->lnf), *lnf_mean = take(&r->lnf_mean), *lnf_rstd = take(&r->lnf_rstd);
+    void *logits = take(&r->logits);
+    be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
+                     PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
+    be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);  // (N, V)
+    // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot)
+    be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, targets, N, r->V, r->V, dloss);
+    if (dloss == 0.0f) {  // evaluation: drop every activation
+        arena_release(&r->logits);
+        arena_release(&r->lnf);
+        arena_release(&r->lnf_mean);
+        arena_release(&r->lnf_rstd);
+        arena_release(&r->x_out);
+        for (int l = r->L - 1; l >= 0; l--) {
+            if (!is_ckpt_block(r, l)) release_rest(&r->acts[l]);
+            arena_release(&r->acts[l].x);
+        }
+        return;
+    }
+    // ---- backward ----
+    void *d_res = take(&r->d_res), *d_ln = take(&r->d_ln);
+    take(&r->d_att);
+    take(&r->d_qkv);
+    take(&r->d_act);
+    take(&r->d_fc);
+    be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);
+    arena_release(&r->logits);
+    be->memset_device(be, d_res, 0, (size_t)N * r->C * r->x, st);
+    be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out), PARAM(r->lnf_w),
+                      lnf_mean, lnf_rstd, N, r->C);
+    arena_release(&r->lnf);
+    arena_release(&r->lnf_mean);
+    arena_release(&r->lnf_rstd);
+    arena_release(&r->x_out);
+    for (int l = r->L - 1; l >= 0; l--) {
+        BlockActs *a = &r->acts[l];
+        const void *xin = arena_ptr(&r->acts[l].x);
+        if (is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
+            a = &r->work;
+            take_rest(a);
+            take(&r->scratch);
+            block_forward_to_act(r, l, a, xin);
+            arena_release(&r->scratch);
+        }
+        block_backward(r, l, a, xin);
+        release_rest(a);
+        arena_release(&r->acts[l].x);
+    }
+    be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->B, r->T, r->C);
+    arena_release(&r->d_res);
+    arena_release(&r->d_ln);
+    arena_release(&r->d_att);
+    arena_release(&r->d_qkv);
+    arena_release(&r->d_act);
+    arena_release(&r->d_fc);
+}

@@ -1,0 +1,110 @@
+// The model as the training loop runs it on one rank (one pipeline stage
+// holding every block, tp = 1): where each parameter lives in the flat
+// buffers, which activation tensors each block keeps, the memory plan that
+// carves all of them from the arenas before step 0, and forward/backward
+// written with backend ops only (so every backend runs the same code).
+//
+// Layout of the flat buffers (params, grads, master, m, v: P elements each):
+// the tensors of model_params() for PART_PRE, then block 0..L-1, then PART_POST.
+//
+// Residual stream of block l (N = b*T rows, C = hidden):
+//   x_l (N,C) -> ln1 = norm(x_l) -> qkv = ln1 Wqkv^T (+rotary) -> att = attention(qkv)
+//   -> mid = x_l + att Wproj^T -> ln2 = norm(mid) -> fc = ln2 Wfc^T -> act = gelu(fc) | swiglu(fc)
+//   -> x_{l+1} = mid + act Wfcproj^T
+// A checkpointed block keeps only x_l; its other tensors are taken from one
+// shared recompute workspace in backward.
+#ifndef MIST_MODEL_RUNTIME_H
+#define MIST_MODEL_RUNTIME_H
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/backend.h"
+#include "models/model.h"
+#include "runtime/arena.h"
+#include "runtime/config.h"
+#include "runtime/optimizer.h"
+
+#define MR_MAX_TENSORS_PER_PART 16
+#define MR_MAX_TENSORS 4096
+
+typedef struct {
+    char name[64];        // "block.3.qkv_w" (the checkpoint name)
+    int64_t rows, cols;   // cols = 1 for vectors
+    size_t offset, count; // elements in the flat buffers
+    int decay;
+    int residual_proj;    // attn_proj_w / fc_proj_w: init std / sqrt(2L)
+    int unit_init;        // norm weights: 1
+    int zero_init;        // biases: 0
+} ParamTensor;
+
+// Offsets (in elements) of one block's parameters; -1 when absent.
+typedef struct {
+    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+} BlockParams;
+
+// One block's activations (what forward writes and backward reads).
+typedef struct {
+    ArenaTensor x;                   // X(N,C) block input (kept when checkpointed)
+    ArenaTensor ln1, ln1_mean, ln1_rstd;  // X(N,C), f32(N) (layernorm only), f32(N)
+    ArenaTensor qkv;                 // X(N,QKV) after rotary
+    ArenaTensor att, lse;            // X(N,C), f32(B,NH,T)
+    ArenaTensor mid;                 // X(N,C) residual after attention
+    ArenaTensor ln2, ln2_mean, ln2_rstd;
+    ArenaTensor fc;                  // X(N,FC) pre-activation (FC = F gelu, 2F swiglu)
+    ArenaTensor act;                 // X(N,F)
+} BlockActs;
+
+typedef struct ModelRuntime {
+    ModelConfig m;
+    Backend *be;
+    BackendStream *stream;
+    int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;
+    int ckpt;              // blocks L-ckpt .. L-1 recompute in backward
+    size_t x;              // bytes per storage element
+    // parameters
+    ParamTensor tensors[MR_MAX_TENSORS];
+    int num_tensors;
+    size_t P;
+    int64_t wte, wpe, lnf_w, lnf_b, lm_head;  // offsets, -1 when absent
+    BlockParams *blk;      // (L)
+    // activations as models/model.h lists them for this micro-batch (tp = 1)
+    ActSpec block_acts[MODEL_MAX_ACTS], post_acts[MODEL_MAX_ACTS];
+    int n_block_acts, n_post_acts;
+    // arenas and tensors
+    Arena dev, host;
+    ArenaTensor t_params, t_grads, t_master, t_m, t_v, t_norm_acc;
+    ArenaTensor t_inputs, t_targets, t_losses;     // device: i32(N), i32(N), f32(N)
+    ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
+    BlockActs *acts;       // (L) own tensors for non-checkpointed blocks
+    BlockActs work;        // recompute workspace of checkpointed blocks
+    ArenaTensor x_out;     // X(N,C) output of the last block
+    ArenaTensor scratch;   // X(N,C) projection outputs (transient)
+    ArenaTensor lnf, lnf_mean, lnf_rstd, logits;   // X(N,C), f32(N), f32(N), X(N,V)
+    ArenaTensor d_res, d_ln, d_att, d_qkv, d_act, d_fc;  // backward gradient buffers
+    int dp;
+    // optimizer over the flat buffers
+    OptimTensor *opt_tensors;
+    Optimizer opt;
+} ModelRuntime;
+
+// Reads the parameter layout from models/model.h and checks what this runtime
+// supports. 0, or 2 with err (config error).
+int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen);
+// Carves every tensor from the arenas (sized by model_acts) and reserves them
+// once. 0, or 1 with err.
+int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);
+// Predicted peak bytes of the device and host arenas for one iteration, from
+// the model description alone (sizes of the same phases, no arena involved).
+void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak);
+// Takes the tensors that live for the whole run (params, grads, optimizer
+// state, token buffers) and fills params from the seeded counter-based RNG.
+void mr_init_params(ModelRuntime *r, uint64_t seed);
+// Value of element i of tensor k at init (pure function, for tests).
+float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed);
+
+// One micro-batch: tokens already in t_inputs / t_targets. Forward, fused
+// cross-entropy with dloss (0 = no backward: evaluation), backward
+// accumulating into grads. Per-token losses land in t_losses.
+void mr_forward_backward(ModelRuntime *r, float dloss);
+void mr_free(ModelRuntime *r);
+
+#endif

@@ -1,0 +1,169 @@
+// Parameter layout in the flat buffers (from models/model.h) and seeded init.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "models/model.h"
+#include "runtime/model_runtime.h"
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int64_t find(const ModelRuntime *r, const char *name) {
+    for (int i = 0; i < r->num_tensors; i++)
+        if (strcmp(r->tensors[i].name, name) == 0) return (int64_t)r->tensors[i].offset;
+    return -1;
+}
+
+static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const char *prefix, char *err, size_t errlen) {
+    ParamSpec spec[MR_MAX_TENSORS_PER_PART];
+    int n = model_params(m, part, spec, MR_MAX_TENSORS_PER_PART);
+    if (n > MR_MAX_TENSORS_PER_PART || r->num_tensors + n > MR_MAX_TENSORS) {
+        snprintf(err, errlen, "model has too many parameter tensors (%d in one part; at most %d)", n,
+                 MR_MAX_TENSORS_PER_PART);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        ParamTensor *t = &r->tensors[r->num_tensors++];
+        snprintf(t->name, sizeof t->name, "%.23s%.31s", prefix, spec[i].name);
+        t->rows = spec[i].rows;
+        t->cols = spec[i].cols;
+        t->count = (size_t)(spec[i].rows * spec[i].cols);
+        t->offset = r->P;
+        t->decay = spec[i].decay;
+        t->residual_proj = !strcmp(spec[i].name, "attn_proj_w") || !strcmp(spec[i].name, "fc_proj_w");
+        // norm weights start at 1 and every bias at 0 (a norm is then the identity scale)
+        t->unit_init = !strncmp(spec[i].name, "ln", 2) && ends_with(spec[i].name, "_w");
+        t->zero_init = ends_with(spec[i].name, "_b");
+        r->P += t->count;
+    }
+    return 0;
+}
+
+int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    r->m = *m;
+    r->B = B;
+    r->T = m->seq_len;
+    r->C = m->hidden;
+    r->NH = m->heads;
+    r->NKV = m->kv_heads;
+    r->HS = m->hidden / m->heads;
+    r->F = m->ffn_hidden;
+    r->FC = m->activation == ACT_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
+    r->QKV = (r->NH + 2 * r->NKV) * r->HS;
+    r->V = m->vocab;
+    r->L = m->layers;
+    r->ckpt = ckpt;
+    r->dp = dp;
+    if (m->parallel_block) {
+        snprintf(err, errlen, "[model] parallel_block = 1: not supported by the training runtime yet; "
+                              "allowed: 0. Hint: set parallel_block = 0");
+        return 2;
+    }
+    if (r->HS * r->NH != r->C) {
+        snprintf(err, errlen, "[model] hidden = %d is not a multiple of heads = %d", r->C, r->NH);
+        return 2;
+    }
+    if (ckpt < 0 || ckpt > r->L) {
+        snprintf(err, errlen, "[stage.0] ckpt = %d: allowed 0..%d (the stage's blocks)", ckpt, r->L);
+        return 2;
+    }
+    int rc = add_part(r, m, PART_PRE, "", err, errlen);
+    r->blk = calloc((size_t)r->L, sizeof *r->blk);
+    for (int l = 0; l < r->L && !rc; l++) {
+        char prefix[24];
+        snprintf(prefix, sizeof prefix, "block.%d.", l);
+        int first = r->num_tensors;
+        rc = add_part(r, m, PART_BLOCK, prefix, err, errlen);
+        if (rc) break;
+        BlockParams *bp = &r->blk[l];
+        int64_t *slots[] = {&bp->ln1_w, &bp->ln1_b, &bp->qkv_w, &bp->qkv_b, &bp->proj_w, &bp->proj_b,
+                            &bp->ln2_w, &bp->ln2_b, &bp->fc_w, &bp->fc_b, &bp->fcproj_w, &bp->fcproj_b};
+        const char *names[] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b",
+                               "ln2_w", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b"};
+        for (int k = 0; k < 12; k++) {
+            *slots[k] = -1;
+            for (int i = first; i < r->num_tensors; i++)
+                if (!strcmp(r->tensors[i].name + strlen(prefix), names[k])) *slots[k] = (int64_t)r->tensors[i].offset;
+        }
+        if (bp->ln1_w < 0 || bp->qkv_w < 0 || bp->proj_w < 0 || bp->ln2_w < 0 || bp->fc_w < 0 || bp->fcproj_w < 0) {
+            snprintf(err, errlen, "models/model.h block parameters lack one of ln1_w qkv_w attn_proj_w ln2_w fc_w fc_proj_w");
+            rc = 2;
+        }
+    }
+    if (!rc) rc = add_part(r, m, PART_POST, "", err, errlen);
+    if (rc) return rc;
+    r->wte = find(r, "wte");
+    r->wpe = find(r, "wpe");
+    r->lnf_w = find(r, "lnf_w");
+    r->lnf_b = find(r, "lnf_b");
+    r->lm_head = m->tied_embeddings ? r->wte : find(r, "lm_head_w");
+    if (r->wte < 0 || r->lnf_w < 0 || r->lm_head < 0) {
+        snprintf(err, errlen, "models/model.h pre/post parameters lack one of wte lnf_w lm_head_w");
+        return 2;
+    }
+    return 0;
+}
+
+// splitmix64: a counter-based generator, value = f(seed, tensor, index), so
+// the init is the same for any rank count and any order of filling.
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed) {
+    const ParamTensor *t = &r->tensors[k];
+    if (t->unit_init) return 1.0f;
+    if (t->zero_init) return 0.0f;
+    double std = r->m.init_std;
+    if (t->residual_proj) std /= sqrt(2.0 * r->L);
+    uint64_t bits = mix64(mix64(seed ^ mix64((uint64_t)k + 1)) + (uint64_t)i);
+    // Box-Muller from two 32-bit uniforms in (0, 1]
+    double u1 = ((double)(bits >> 32) + 1.0) / 4294967296.0;
+    double u2 = ((double)(bits & 0xffffffffu) + 1.0) / 4294967296.0;
+    double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return (float)(std * z);
+}
+
+void mr_init_params(ModelRuntime *r, uint64_t seed) {
+    Backend *be = r->be;
+    // tensors that live for the whole run
+    void *params = arena_take(&r->t_params);
+    void *grads = arena_take(&r->t_grads);
+    float *master = r->t_master.bytes ? arena_take(&r->t_master) : NULL;
+    float *m = arena_take(&r->t_m), *v = arena_take(&r->t_v);
+    float *acc = arena_take(&r->t_norm_acc);
+    arena_take(&r->t_inputs);
+    arena_take(&r->t_targets);
+    arena_take(&r->t_losses);
+    arena_take(&r->h_inputs);
+    arena_take(&r->h_targets);
+    arena_take(&r->h_losses);
+    arena_take(&r->h_gather);
+    // values are made on the host in chunks and copied into the fp32 weights
+    // (the master under bf16, else the params); bf16 params are cast from them
+    enum { CHUNK = 4096 };
+    float stage[CHUNK];
+    float *dst32 = master ? master : (float *)params;
+    for (int k = 0; k < r->num_tensors; k++) {
+        const ParamTensor *t = &r->tensors[k];
+        for (size_t i = 0; i < t->count; i += CHUNK) {
+            size_t n = t->count - i < CHUNK ? t->count - i : CHUNK;
+            for (size_t j = 0; j < n; j++) stage[j] = mr_init_value(r, k, i + j, seed);
+            be->copy_h2d(be, dst32 + t->offset + i, stage, n * sizeof(float), r->stream);
+            be->stream_synchronize(be, r->stream);
+        }
+    }
+    if (master) be->cast(be, r->stream, params, be->dtype, master, MIST_F32, r->P);
+    be->memset_device(be, grads, 0, r->P * r->x, r->stream);
+    be->memset_device(be, m, 0, r->P * sizeof(float), r->stream);
+    be->memset_device(be, v, 0, r->P * sizeof(float), r->stream);
+    be->memset_device(be, acc, 0, sizeof(float), r->stream);
+    be->stream_synchronize(be, r->stream);
+}

@@ -1,0 +1,114 @@
+#!/bin/sh
+# mist-plan --analyze: the table and the JSON object, exit 3 naming the stage
+# that does not fit and its shortfall, exit 2 for usage, plan and profile
+# errors, and a two-stage plan file whose per-stage ranges and 1F1B total are
+# consistent with the stage times it prints.
+. "$MIST_SRCDIR/tests/lib.sh"
+PLAN="$MIST_BUILDDIR/mist-plan"
+TINY="$MIST_SRCDIR/examples/tiny.ini"
+GPT="$MIST_SRCDIR/examples/gpt3-1.3b.ini"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+out=$("$PLAN" --help 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- '--analyze' && printf '%s' "$out" | grep -q -- '--json'
+tap_ok $? "--help prints the usage and exits 0"
+
+out=$("$PLAN" "$TINY" --analyze 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^iteration: ' && printf '%s' "$out" | grep -q 'MFU' &&
+    printf '%s' "$out" | grep -Eq '^0 +0-1 +4x1 +4 .* yes$'
+tap_ok $? "tiny example: one stage (layers 0-1, mesh 4x1, b 4) that fits, iteration time and MFU"
+
+"$PLAN" "$TINY" --analyze --json >"$tmp/tiny.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$tmp/tiny.json")" -eq 1 ]
+tap_ok $? "--json prints one line"
+missing=""
+for key in params_total flops_per_iteration iteration_seconds stages layers dp tp b zero ckpt t_stable_seconds \
+    t_delta_seconds peak_bytes_fwd peak_bytes_bwd memory weights grads optimizer activations buffers host_bytes; do
+    grep -q "\"$key\": " "$tmp/tiny.json" || missing="$missing $key"
+done
+[ -z "$missing" ]
+tap_ok $? "--json has every documented field (missing:${missing:- none})"
+grep -Eq '"params_total": [0-9]+,' "$tmp/tiny.json" && grep -Eq '"peak_bytes_fwd": [0-9]+,' "$tmp/tiny.json" &&
+    grep -Eq '"weights": [0-9]+,' "$tmp/tiny.json" && grep -Eq '"layers": \[0, 1\]' "$tmp/tiny.json"
+tap_ok $? "bytes and parameter counts are integers, layers is [first, last]"
+# peak >= weights + grads + optimizer + activations must hold for the fwd peak's parts
+awk -v RS=',' '/"peak_bytes_bwd"/{split($0,a,": "); peak=a[2]} /"weights"/{split($0,a,": "); s+=a[2]}
+    /"grads"/{split($0,a,": "); s+=a[2]} /"optimizer"/{split($0,a,": "); s+=a[2]}
+    END{exit !(peak > s && s > 0)}' "$tmp/tiny.json"
+tap_ok $? "the backward peak exceeds the states it contains"
+
+# a plan that cannot fit: GPT-3 1.3B, 64 sequences per L4, no sharding
+"$PLAN" "$GPT" --analyze --hardware l4 -o stage.0.b=64 -o plan.G=1 -o stage.0.zero=0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 3 ] && grep -Eq 'stage 0 .*does not fit.*short by [0-9]+ bytes' "$tmp/err"
+tap_ok $? "a plan over the memory exits 3 naming the stage and the shortfall in bytes (rc=$rc)"
+grep -q ' NO$' "$tmp/out"
+tap_ok $? "the table marks the stage that does not fit"
+
+# the same with ZeRO-3 over 8 ranks and full recompute fits on an 80 GB H100
+"$PLAN" "$GPT" --analyze --hardware h100-80g -o stage.0.b=4 -o plan.G=16 -o stage.0.zero=3 -o stage.0.ckpt=24 >/dev/null 2>&1
+tap_ok $? "GPT-3 1.3B with ZeRO-3 and recompute fits on h100-80g"
+
+# a two-stage plan file: the stages' layer ranges, and the 1F1B total from the printed stage times
+cat >"$tmp/two.ini" <<'EOF'
+[plan]
+G = 4
+stages = 2
+[stage.0]
+layers = 1
+dp = 2
+tp = 1
+b = 2
+zero = 1
+ckpt = 1
+[stage.1]
+layers = 1
+dp = 2
+tp = 1
+b = 2
+zero = 2
+ao = 0.5
+EOF
+"$PLAN" "$TINY" --analyze "$tmp/two.ini" --json >"$tmp/two.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q '"layers": \[0, 0\]' "$tmp/two.json" && grep -q '"layers": \[1, 1\]' "$tmp/two.json"
+tap_ok $? "a two-stage plan file: stages hold layers 0-0 and 1-1 (rc=$rc $(cat "$tmp/err"))"
+grep -o '"\(iteration_seconds\|t_stable_seconds\|t_delta_seconds\)": [0-9.e+-]*' "$tmp/two.json" | tr -d '":' |
+    awk '$1 == "iteration_seconds" {it = $2 + 0} $1 == "t_stable_seconds" {t[nt++] = $2 + 0}
+    $1 == "t_delta_seconds" {d[nd++] = $2 + 0}
+    END {G = 4; tm = t[0] > t[1] ? t[0] : t[1]; x = d[0]; if (d[1] - t[0] > x) x = d[1] - t[0]; if (x < 0) x = 0;
+        want = (G - 1) * tm + t[0] + t[1] + x; r = it - want; if (r < 0) r = -r;
+        exit !(nt == 2 && nd == 2 && it > 0 && r <= 1e-9 * want)}'
+tap_ok $? "iteration_seconds = (G-1) max t + sum t + max(0, max_i(d_i - sum_{j<i} t_j))"
+
+# usage and input errors exit 2
+printf '[plan]\nmode = auto\n' >"$tmp/auto.ini"
+sed '/^\[plan\]/,$d' "$TINY" | sed "s#data/tiny#$MIST_SRCDIR/examples/data/tiny#" >"$tmp/auto.ini"
+printf '[plan]\nmode = auto\n' >>"$tmp/auto.ini"
+out=$("$PLAN" "$tmp/auto.ini" --analyze 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'mode = auto'
+tap_ok $? "mode = auto without a plan file exits 2 with a hint (rc=$rc)"
+out=$("$PLAN" "$TINY" --analyze --hardware no-such-gpu 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'no-such-gpu'
+tap_ok $? "an unknown hardware profile exits 2 and names it"
+printf '[profile]\nbase = l4\n[compute]\nflops_efficiency = 2\n' >"$tmp/bad.ini"
+out=$("$PLAN" "$TINY" --analyze --hardware "$tmp/bad.ini" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'bad.ini:4: .*flops_efficiency'
+tap_ok $? "a bad profile file exits 2 naming file, line and key"
+out=$("$PLAN" "$TINY" --analyze -o stage.0.b=3 2>&1); rc=$?
+[ $rc -eq 2 ]
+tap_ok $? "a plan whose b*dp*G is not the global batch exits 2"
+out=$("$PLAN" "$TINY" --frobnicate 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q "frobnicate"
+tap_ok $? "an unknown option exits 2"
+
+# a measured op table overrides the roofline: qkv at 1 ms fwd + 2 ms bwd in each of the
+# 2 blocks makes t grow by 6 ms less the roofline time it replaces
+printf 'mist-optable 1\n# op b s tp fwd_us bwd_us\nqkv 4 64 1 1000 2000\n' >"$tmp/ops.txt"
+"$PLAN" "$TINY" --analyze --json --hardware cpu >"$tmp/a.json" 2>/dev/null
+"$PLAN" "$TINY" --analyze --json --hardware cpu --op-table "$tmp/ops.txt" >"$tmp/b.json" 2>/dev/null
+ta=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/a.json" | head -1 | sed 's/.*: //')
+tb=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/b.json" | head -1 | sed 's/.*: //')
+awk -v a="$ta" -v b="$tb" 'BEGIN{exit !(b > a + 0.003 && b < a + 0.006)}'
+tap_ok $? "a measured op table entry replaces the roofline for that op ($ta s -> $tb s)"
+
+tap_end
