@@ -196,8 +196,9 @@ static void test_jsonl(void) {
 
     static char lines[16][1024];
     int n = read_lines(outpath, lines, 16);
-    ok(n == 2 && strstr(lines[0], "iteration        2/") && strstr(lines[1], "iteration        4/"),
-       "interval 2: lines for iterations 2 and 4 only (got %d lines)", n);
+    ok(n == 3 && strstr(lines[0], "iteration        1/") && strstr(lines[1], "iteration        2/") &&
+           strstr(lines[2], "iteration        4/"),
+       "interval 2: lines for the first iteration, then 2 and 4 only (got %d lines)", n);
     n = read_lines(cfg.jsonl, lines, 16);
     ok(n == 5, "JSONL: one line per iteration (5, got %d)", n);
     int valid = 1, keys = 1, order = 1;
