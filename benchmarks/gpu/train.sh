@@ -1,0 +1,36 @@
+#!/bin/sh
+# End-to-end training on one GPU with no MPI, inih or lp_solve installed:
+# compiles the runtime's model code, the cost model and both backends with
+# nvcc/gcc directly and runs benchmarks/gpu/bench_train (tracking vs the CPU
+# backend, then GPT-2 124M and GPT-3 1.3B throughput, MFU and memory).
+#   benchmarks/gpu/train.sh [OUTDIR]    (default OUTDIR: build-gpu/)
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), INIH_DIR (a folder with
+# include/ini.h and lib/libinih.a when inih is not installed), QUICK=1.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$top/build-gpu}
+mkdir -p "$out/obj-train"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+arch=${CUDA_ARCH:-sm_90}
+inc=""; inih="-linih"
+if [ -n "${INIH_DIR:-}" ]; then inc="-I$INIH_DIR/include"; inih="$INIH_DIR/lib/libinih.a"; fi
+cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top $inc"
+objs=""
+for f in "$top"/kernels/cuda/*.cu; do
+    o="$out/obj-train/cuda_$(basename "$f" .cu).o"
+    "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+    objs="$objs $o"
+done
+for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/planner/expr_program.c \
+         "$top"/planner/profile.c "$top"/planner/profile_presets.c "$top"/planner/optable.c "$top"/planner/cost.c \
+         "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
+         "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c; do
+    o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
+    gcc $cflags -fopenmp -c -o "$o" "$f" &
+    objs="$objs $o"
+done
+wait
+gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
+    -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
+"$out/bench_train" ${QUICK:+--quick} --json "$out/bench_train.json" 2>&1 | tee "$out/bench_train.log"
