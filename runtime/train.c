@@ -165,6 +165,17 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         return 1;
     }
     int on_host = !strcmp(be->name, "cpu");
+    // The MPI comm backend moves host memory: gradients in GPU memory need
+    // CUDA-aware MPI or NCCL, which this build does not use yet. Every rank of
+    // the stage reaches the same verdict, so all stop together.
+    if (!on_host && dp > 1) {
+        if (root)
+            fprintf(stderr, "mist-train: %s: [stage.0] dp = %d on GPUs: data parallelism across GPUs needs the NCCL "
+                    "comm backend, which is not available yet; allowed: dp = 1 per GPU job. Hint: run one rank, or "
+                    "MIST_DEVICE=cpu to train data-parallel on the CPU backend\n", cfg->source, dp);
+        be->destroy(be);
+        return 1;
+    }
     static ModelRuntime model;  // large (parameter table): not on the stack
     ModelRuntime *r = &model;
     rc = mr_layout(r, &cfg->model, sp->b, sp->ckpt, dp, err, sizeof err);
