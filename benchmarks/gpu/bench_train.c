@@ -88,6 +88,30 @@ static double step(Run *u, Backend *be, int step_index, int V, float lr) {
     return sum / u->N;
 }
 
+// Where one step's time goes: events around each phase (after warm-up).
+static void breakdown(Run *u, Backend *be, int step_index, int V) {
+    ModelRuntime *r = &u->r;
+    BackendEvent *e[5];
+    for (int i = 0; i < 5; i++) e[i] = be->event_create(be);
+    for (int i = 0; i < u->N; i++) u->in[i] = i % V, u->tg[i] = (i + 1) % V;
+    be->event_record(be, e[0], r->stream);
+    be->copy_h2d(be, arena_ptr(&r->t_inputs), u->in, (size_t)u->N * 4, r->stream);
+    be->copy_h2d(be, arena_ptr(&r->t_targets), u->tg, (size_t)u->N * 4, r->stream);
+    be->memset_device(be, r->opt.grads, 0, r->P * r->x, r->stream);
+    be->event_record(be, e[1], r->stream);
+    mr_forward_backward(r, 1.0f / (float)u->N);
+    be->event_record(be, e[2], r->stream);
+    double norm = optimizer_grad_norm(&r->opt);
+    be->event_record(be, e[3], r->stream);
+    optimizer_step(&r->opt, 1e-4f, optimizer_clip_scale(norm, 1.0));
+    be->event_record(be, e[4], r->stream);
+    be->event_synchronize(be, e[4]);
+    printf("    step %d phases (ms): upload + zero grads %.2f | forward + backward %.2f | grad norm %.2f | AdamW %.2f\n",
+           step_index, be->event_elapsed_ms(be, e[0], e[1]), be->event_elapsed_ms(be, e[1], e[2]),
+           be->event_elapsed_ms(be, e[2], e[3]), be->event_elapsed_ms(be, e[3], e[4]));
+    for (int i = 0; i < 5; i++) be->event_destroy(be, e[i]);
+}
+
 static void teardown(Run *u) {
     mr_free(&u->r);
     free(u->in), free(u->tg), free(u->losses);
@@ -204,6 +228,7 @@ int main(int argc, char **argv) {
                     c ? "," : "", k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
                     measured, (long long)u.predicted_peak, pred_ms);
         fail |= (int64_t)measured != u.predicted_peak;
+        breakdown(&u, gpu, warm + timed, k->m.vocab);
         gpu->event_destroy(gpu, e0), gpu->event_destroy(gpu, e1);
         teardown(&u);
     }
