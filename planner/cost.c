@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/ops.h"
 #include "planner/cost.h"
+#include "planner/expr_node.h"
 
 const char *const stage_sym_names[STAGE_SYMS] = {"b",  "dp", "tp", "ws", "gs", "os", "ckpt",
                                                   "wo", "go", "oo", "ao", "G",  "p",  "L"};
@@ -47,8 +49,10 @@ static Expr roofline(StageBuild *sb, Expr flops, Expr bytes, int matmul) {
     ExprCtx *x = sb->x;
     const HwProfile *hw = sb->hw;
     double flops_rate = hw->peak_flops[sb->me->compute] * (matmul ? hw->flops_efficiency : 1.0);
-    Expr t_flops = ex_div(x, flops, ex_num(x, flops_rate));
-    Expr t_bytes = ex_div(x, bytes, ex_num(x, hw->mem_bandwidth * hw->bandwidth_efficiency));
+    // rates as multiplies by their reciprocals: cheaper than a divide in batched
+    // evaluation and merged with the FLOP / byte counts' constants (an ulp apart)
+    Expr t_flops = ex_mul(x, flops, ex_num(x, 1.0 / flops_rate));
+    Expr t_bytes = ex_mul(x, bytes, ex_num(x, 1.0 / (hw->mem_bandwidth * hw->bandwidth_efficiency)));
     return ex_add(x, ex_max(x, t_flops, t_bytes), ex_num(x, hw->launch_seconds));
 }
 
@@ -98,7 +102,7 @@ Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped) {
     const ModelExprs *me = sb->me;
     double bytes_per_param = me->param_bytes == 4 ? 28.0 : 24.0 + me->grad_bytes + me->param_bytes;
     Expr bytes = ex_mul(x, params_stepped, ex_num(x, bytes_per_param));
-    Expr t = ex_div(x, bytes, ex_num(x, sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency));
+    Expr t = ex_mul(x, bytes, ex_num(x, 1.0 / (sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency)));
     return ex_mul(x, cost_gt0(sb, params_stepped), ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
 }
 
@@ -155,14 +159,14 @@ Expr cost_p2p(StageBuild *sb, Expr bytes) {
     int M = sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1;
     LinkFit across = profile_coll_fit(sb->hw, 2, 1), inside = profile_coll_fit(sb->hw, 1, 2);
     Expr whole_nodes = cost_ge(sb, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), ex_num(x, M));
-    Expr t_across = ex_add(x, ex_div(x, bytes, ex_num(x, across.k)), ex_num(x, across.beta));
-    Expr t_inside = ex_add(x, ex_div(x, bytes, ex_num(x, inside.k)), ex_num(x, inside.beta));
+    Expr t_across = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / across.k)), ex_num(x, across.beta));
+    Expr t_inside = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / inside.k)), ex_num(x, inside.beta));
     return ex_select(x, whole_nodes, t_across, t_inside);
 }
 
 static Expr host_copy(StageBuild *sb, const LinkFit *f, Expr bytes) {
     ExprCtx *x = sb->x;
-    Expr t = ex_add(x, ex_div(x, bytes, ex_num(x, f->k)), ex_num(x, f->beta));
+    Expr t = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / f->k)), ex_num(x, f->beta));
     return ex_mul(x, t, cost_gt0(sb, bytes));
 }
 Expr cost_h2d(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
@@ -218,47 +222,90 @@ static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, Mo
     return select_power_of_two(x, tp, at_tp, TP_LEVELS);
 }
 
-static void add_op(PartExprs *p, const char *name, Expr ff, Expr fb, Expr bf, Expr bb, int matmul) {
-    if (p->n_ops >= PART_MAX_OPS) return;
-    OpExprs *o = &p->op[p->n_ops++];
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->fwd_flops = ff;
-    o->fwd_bytes = fb;
-    o->bwd_flops = bf;
-    o->bwd_bytes = bb;
-    o->matmul = matmul;
+// ---- the op list from models/: one description for planner and runtime
+
+// models/model_build.c writes its expressions in symbols b, s, tp, eb; a stage
+// fixes s (the model's seq_len) and eb (the storage precision), so the op
+// list is built in a scratch context and copied node by node into the stage
+// context with s and eb replaced by numbers and b, tp by the stage symbols.
+// Handles of a context are topologically ordered (children first), so one
+// pass over the scratch nodes maps every one; the stage context re-simplifies
+// each node as it is rebuilt, folding the constant s and eb away.
+static int transplant(ExprCtx *dst, ExprCtx *src, Expr b, Expr tp, double s, double eb, Expr *map, char *err,
+                      size_t errlen) {
+    size_t n = expr_ctx_num_nodes(src);
+    for (size_t i = 0; i < n; i++) {
+        const ExprNode nd = expr_ctx_nodes(src)[i];
+        int leaf = nd.op == EXPR_OP_NUM || nd.op == EXPR_OP_SYM;  // a of a symbol is its index, not a handle
+        Expr a = !leaf && nd.a >= 0 ? map[nd.a] : EXPR_NONE, bb = !leaf && nd.b >= 0 ? map[nd.b] : EXPR_NONE;
+        Expr c = !leaf && nd.c >= 0 ? map[nd.c] : EXPR_NONE;
+        switch ((ExprOp)nd.op) {
+        case EXPR_OP_NUM: map[i] = ex_num(dst, nd.value); break;
+        case EXPR_OP_SYM: {
+            const char *name = expr_sym_name(src, nd.a);
+            if (!strcmp(name, "b")) map[i] = b;
+            else if (!strcmp(name, "tp")) map[i] = tp;
+            else if (!strcmp(name, "s")) map[i] = ex_num(dst, s);
+            else if (!strcmp(name, "eb")) map[i] = ex_num(dst, eb);
+            else {
+                snprintf(err, errlen, "planner/cost.c: the model's op list uses symbol '%s'; the stage model knows "
+                         "b, s, tp, eb", name);
+                return -1;
+            }
+            break;
+        }
+        case EXPR_OP_ADD: map[i] = ex_add(dst, a, bb); break;
+        case EXPR_OP_SUB: map[i] = ex_sub(dst, a, bb); break;
+        case EXPR_OP_MUL: map[i] = ex_mul(dst, a, bb); break;
+        case EXPR_OP_DIV: map[i] = ex_div(dst, a, bb); break;
+        case EXPR_OP_MAX: map[i] = ex_max(dst, a, bb); break;
+        case EXPR_OP_MIN: map[i] = ex_min(dst, a, bb); break;
+        case EXPR_OP_CEIL: map[i] = ex_ceil(dst, a); break;
+        case EXPR_OP_FLOOR: map[i] = ex_floor(dst, a); break;
+        case EXPR_OP_SELECT: map[i] = ex_select(dst, a, bb, c); break;
+        default:
+            snprintf(err, errlen, "planner/cost.c: unknown expression node op %d", nd.op);
+            return -1;
+        }
+    }
+    return 0;
 }
 
-// A matmul (tokens x in) @ (in x out): 2*tokens*in*out FLOPs forward, twice
-// that backward (input and weight grads); bytes = input + weight + output in
-// forward, twice that in backward.
-static void add_matmul(ExprCtx *x, PartExprs *p, const char *name, Expr tokens, Expr in, Expr out, int elt) {
-    Expr flops = ex_mul(x, ex_num(x, 2), ex_mul(x, tokens, ex_mul(x, in, out)));
-    Expr bytes = ex_mul(x, ex_num(x, elt),
-                         ex_add(x, ex_add(x, ex_mul(x, tokens, in), ex_mul(x, in, out)), ex_mul(x, tokens, out)));
-    add_op(p, name, flops, bytes, ex_mul(x, ex_num(x, 2), flops), ex_mul(x, ex_num(x, 2), bytes), 1);
-}
+// Matmuls and attention run at the matmul efficiency of the profile; the
+// rest (norms, residual adds, activations, lookups, the loss) are elementwise.
+static int op_is_matmul(ModelOpKind k) { return k == MOP_MATMUL || k == MOP_MATMUL_GELU || k == MOP_ATTENTION; }
 
-// An elementwise / normalisation op over `elems` elements reading `reads` and
-// writing `writes` tensors of that size, `flops_per` FLOPs each; backward moves
-// one more tensor (the incoming grad) and does about twice the arithmetic.
-static void add_elementwise(ExprCtx *x, PartExprs *p, const char *name, Expr elems, int reads, int writes,
-                            double flops_per, int elt) {
-    Expr ff = ex_mul(x, ex_num(x, flops_per), elems);
-    Expr fb = ex_mul(x, ex_num(x, (double)(reads + writes) * elt), elems);
-    Expr bb = ex_mul(x, ex_num(x, (double)(reads + writes + 1) * elt), elems);
-    add_op(p, name, ff, fb, ex_mul(x, ex_num(x, 2), ff), bb, 0);
+// One part's ops, executed FLOPs (hw_flops: causal attention, elementwise
+// arithmetic) and bytes, and its tensor-parallel all-reduce payloads.
+static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const Expr *map) {
+    p->tp_comm_fwd = p->tp_comm_bwd = ex_num(x, 0);
+    for (int i = 0; i < ol->n_ops && p->n_ops < PART_MAX_OPS; i++) {
+        const ModelOp *mo = &ol->op[i];
+        OpExprs *o = &p->op[p->n_ops++];
+        snprintf(o->name, sizeof o->name, "%s", mo->name);
+        o->fwd_flops = map[mo->hw_flops_fwd];
+        o->bwd_flops = map[mo->hw_flops_bwd];
+        o->fwd_bytes = map[mo->bytes_fwd];
+        o->bwd_bytes = map[mo->bytes_bwd];
+        o->matmul = op_is_matmul(mo->kind);
+        p->tp_comm_fwd = ex_add(x, p->tp_comm_fwd, map[mo->tp_comm_fwd]);
+        p->tp_comm_bwd = ex_add(x, p->tp_comm_bwd, map[mo->tp_comm_bwd]);
+    }
 }
 
 int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen) {
-    const ModelConfig *m = &cfg->model;
+    ModelConfig mc = cfg->model;
+    const ModelConfig *m = &mc;
     memset(me, 0, sizeof *me);
+    if (errlen > 0) err[0] = '\0';
     if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->seq_len < 1 || m->vocab < 1 || m->ffn_hidden < 1) {
         snprintf(err, errlen, "%s: [model] needs layers, hidden, heads, ffn_hidden, vocab, seq_len >= 1", cfg->source);
         return -1;
     }
+    if (mc.kv_heads <= 0) mc.kv_heads = mc.heads;  // unset: multi-head attention
     ParamSpec check[64];
-    if (model_params(m, PART_BLOCK, check, 64) < 0) {
+    char why[256];
+    if (model_params(m, PART_BLOCK, check, 64) < 0 || model_check(m, why, sizeof why) != 0) {
         snprintf(err, errlen, "%s: [model] hidden = %d, heads = %d, kv_heads = %d is not a model (heads must divide "
                  "hidden, kv_heads divide heads)", cfg->source, m->hidden, m->heads, m->kv_heads);
         return -1;
@@ -270,65 +317,34 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
 
     Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");
-    double s = m->seq_len, h = m->hidden, hd = (double)m->hidden / m->heads;
-    int kv = m->kv_heads > 0 ? m->kv_heads : m->heads;
-    Expr tokens = ex_mul(x, b, ex_num(x, s));                       // b*s
-    Expr H = ex_num(x, h);
-    Expr qkv_out = ex_div(x, ex_num(x, (m->heads + 2.0 * kv) * hd), tp);  // per TP rank
-    Expr heads_tp = ex_div(x, ex_num(x, m->heads), tp);
-    Expr ffn_tp = ex_div(x, ex_num(x, m->ffn_hidden), tp);
-    Expr h_tp = ex_div(x, H, tp);
-    Expr th = ex_mul(x, tokens, H);  // elements of one (b, s, h) activation
-    int swiglu = m->activation == ACT_SWIGLU;
+    Expr th = ex_mul(x, ex_mul(x, b, ex_num(x, m->seq_len)), ex_num(x, m->hidden));  // (b, s, h) elements
 
-    // ---- block
-    PartExprs *blk = &me->block;
-    add_elementwise(x, blk, "ln1", th, 1, 1, 8, elt);
-    add_matmul(x, blk, "qkv", tokens, H, qkv_out, elt);
-    if (m->position == POS_ROTARY)
-        add_elementwise(x, blk, "rotary", ex_mul(x, tokens, qkv_out), 1, 1, 6, elt);
-    // attention core: QK^T and PV over the full s x s scores (Megatron
-    // convention, no causal halving): 2 * 2*b*s*s*hd per head
-    Expr attn_flops = ex_mul(x, ex_num(x, 4.0 * s * hd), ex_mul(x, tokens, heads_tp));
-    Expr attn_bytes = ex_mul(x, ex_num(x, elt), ex_add(x, ex_mul(x, tokens, qkv_out), ex_mul(x, tokens, h_tp)));
-    add_op(blk, "attention", attn_flops, attn_bytes, ex_mul(x, ex_num(x, 2), attn_flops),
-           ex_mul(x, ex_num(x, 2), attn_bytes), 1);
-    add_matmul(x, blk, "attn_proj", tokens, h_tp, H, elt);
-    if (!m->parallel_block) {  // a parallel block has one residual add and no ln2
-        add_elementwise(x, blk, "residual1", th, 2, 1, 1, elt);
-        add_elementwise(x, blk, "ln2", th, 1, 1, 8, elt);
+    // ---- the op lists of models/ (compute time and TP all-reduces)
+    PartExprs *parts[3] = {&me->pre, &me->block, &me->post};
+    ModelPart ids[3] = {PART_PRE, PART_BLOCK, PART_POST};
+    ExprCtx *mx = expr_ctx_new();
+    ModelOpList *ol = malloc(3 * sizeof *ol);
+    Expr *map = NULL;
+    int rc = mx && ol ? 0 : -1;
+    for (int i = 0; rc == 0 && i < 3; i++)
+        if (model_build(mx, m, ids[i], &ol[i]) != 0) {
+            snprintf(err, errlen, "%s: [model] the model description rejects this model", cfg->source);
+            rc = -1;
+        }
+    if (rc == 0) {
+        map = malloc(expr_ctx_num_nodes(mx) * sizeof *map);
+        rc = map ? transplant(x, mx, b, tp, m->seq_len, elt, map, err, errlen) : -1;
     }
-    add_matmul(x, blk, "fc", tokens, H, swiglu ? ex_mul(x, ex_num(x, 2), ffn_tp) : ffn_tp, elt);
-    Expr act_elems = ex_mul(x, tokens, ffn_tp);
-    if (swiglu) add_elementwise(x, blk, "swiglu", act_elems, 2, 1, 8, elt);
-    else add_elementwise(x, blk, "gelu", act_elems, 1, 1, 10, elt);
-    add_matmul(x, blk, "fc_proj", tokens, ffn_tp, H, elt);
-    add_elementwise(x, blk, "residual2", th, 2, 1, 1, elt);
-    // Megatron TP: one all-reduce after attention and one after the MLP in
-    // forward, and the two conjugate ones in backward, of a (b, s, h) tensor
-    Expr tp_ar = ex_mul(x, ex_num(x, 2.0 * elt), th);
-    blk->tp_comm_fwd = tp_ar;
-    blk->tp_comm_bwd = tp_ar;
-
-    // ---- pre: token (+ position) embedding lookup; backward scatters grads
-    PartExprs *pre = &me->pre;
-    add_op(pre, "embedding", ex_num(x, 0), ex_mul(x, ex_num(x, 2.0 * elt), th), ex_num(x, 0),
-           ex_mul(x, ex_num(x, 3.0 * elt), th), 0);
-    pre->tp_comm_fwd = ex_mul(x, ex_num(x, elt), th);  // vocab-parallel lookup: all-reduce the (b, s, h) result
-    pre->tp_comm_bwd = ex_num(x, 0);
-
-    // ---- post: final norm, LM head, softmax cross-entropy
-    PartExprs *post = &me->post;
-    Expr V_tp = ex_div(x, ex_num(x, m->vocab), tp);
-    add_elementwise(x, post, "lnf", th, 1, 1, 8, elt);
-    add_matmul(x, post, "lm_head", tokens, H, V_tp, elt);
-    add_elementwise(x, post, "cross_entropy", ex_mul(x, tokens, V_tp), 1, 1, 5, 4);
-    post->tp_comm_fwd = ex_mul(x, ex_num(x, 3.0 * 4), tokens);  // max, sum, target logit per token (fp32)
-    post->tp_comm_bwd = ex_mul(x, ex_num(x, elt), th);          // grad of the LM head input
+    for (int i = 0; rc == 0 && i < 3; i++) part_from_ops(parts[i], x, &ol[i], map);
+    free(map);
+    free(ol);
+    if (mx) expr_ctx_free(mx);
+    if (rc != 0) {
+        if (!err[0]) snprintf(err, errlen, "out of memory building the model's op list");
+        return -1;
+    }
 
     // ---- parameters and activations from the model description
-    PartExprs *parts[3] = {pre, blk, post};
-    ModelPart ids[3] = {PART_PRE, PART_BLOCK, PART_POST};
     for (int i = 0; i < 3; i++) {
         PartExprs *p = parts[i];
         p->params = part_params(x, tp, m, ids[i]);
@@ -360,8 +376,28 @@ double model_flops_per_iteration(const MistConfig *cfg) {
 
 // ---- stage model assembly and evaluation
 
+StagePattern stage_pattern_of(const StageConfig *c) {
+    StagePattern p = {c->zero, c->wo != 0, c->go != 0, c->oo != 0, c->ao != 0};
+    return p;
+}
+
+int stage_pattern_has(const StagePattern *p, const StageConfig *c) {
+    StagePattern q = stage_pattern_of(c);
+    return p->zero == q.zero && p->wo == q.wo && p->go == q.go && p->oo == q.oo && p->ao == q.ao;
+}
+
+void stage_pattern_name(const StagePattern *p, char *buf, size_t len) {
+    snprintf(buf, len, "z%d%s%s%s%s", p->zero, p->wo ? " wo" : "", p->go ? " go" : "", p->oo ? " oo" : "",
+             p->ao ? " ao" : "");
+}
+
 int stage_model_build(StageModel *sm, const MistConfig *cfg, const HwProfile *hw, const OpTable *table, int has_pre,
                       int has_post, char *err, size_t errlen) {
+    return stage_model_build_pattern(sm, cfg, hw, table, has_pre, has_post, NULL, err, errlen);
+}
+
+int stage_model_build_pattern(StageModel *sm, const MistConfig *cfg, const HwProfile *hw, const OpTable *table,
+                              int has_pre, int has_post, const StagePattern *pattern, char *err, size_t errlen) {
     memset(sm, 0, sizeof *sm);
     sm->ctx = expr_ctx_new();
     if (!sm->ctx) {
@@ -373,6 +409,19 @@ int stage_model_build(StageModel *sm, const MistConfig *cfg, const HwProfile *hw
     for (int i = 0; i < STAGE_SYMS; i++) {
         sb.s[i] = ex_sym(sm->ctx, stage_sym_names[i]);
         sm->sym[i] = expr_sym_index(sm->ctx, stage_sym_names[i]);
+    }
+    if (pattern) {
+        // the pattern's discrete choices become constants (the symbols stay
+        // registered, so evaluation takes the same columns and ignores them)
+        sm->specialised = 1;
+        sm->pattern = *pattern;
+        sb.s[SYM_WS] = ex_num(sm->ctx, pattern->zero >= 3);
+        sb.s[SYM_GS] = ex_num(sm->ctx, pattern->zero >= 2);
+        sb.s[SYM_OS] = ex_num(sm->ctx, pattern->zero >= 1);
+        if (!pattern->wo) sb.s[SYM_WO] = ex_num(sm->ctx, 0);
+        if (!pattern->go) sb.s[SYM_GO] = ex_num(sm->ctx, 0);
+        if (!pattern->oo) sb.s[SYM_OO] = ex_num(sm->ctx, 0);
+        if (!pattern->ao) sb.s[SYM_AO] = ex_num(sm->ctx, 0);
     }
     ModelExprs *me = malloc(sizeof *me);
     if (!me || model_exprs_build(me, sm->ctx, cfg, err, errlen) != 0) {

@@ -71,12 +71,14 @@ typedef struct {
     double wo, go, oo, ao;
 } StageConfig;
 
-// Per-part symbolic quantities the model description provides (cost.c builds
-// them from models/model.h). Bytes and elements are per TP rank.
+// Per-part symbolic quantities the model description provides: cost.c copies
+// the op list of models/ops.h (model_build) with s and eb fixed for the
+// config, and takes params and activations from models/model.h. Bytes and
+// elements are per TP rank.
 #define PART_MAX_OPS 48
 typedef struct {
     char name[32];
-    Expr fwd_flops, bwd_flops;  // FLOPs
+    Expr fwd_flops, bwd_flops;  // FLOPs the kernels execute (ModelOp hw_flops_*)
     Expr fwd_bytes, bwd_bytes;  // bytes read + written
     int matmul;                   // runs at the matmul efficiency (else bandwidth-bound elementwise)
 } OpExprs;
@@ -105,6 +107,23 @@ typedef struct {
 
 int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen);
 
+// A discrete pattern of stage configurations: the ZeRO level and which
+// offload ratios are nonzero. The search evaluates one program per pattern, so
+// a model specialised to a pattern has the ZeRO flags and the zero ratios as
+// constants: absent streams (no weight gathers under ZeRO-0, no host copies
+// without offload) and zero terms fold away when the model is built.
+typedef struct {
+    int zero;                // 0..3
+    int wo, go, oo, ao;      // 1: that offload ratio may be nonzero; 0: it is 0
+} StagePattern;
+
+// The pattern a configuration belongs to.
+StagePattern stage_pattern_of(const StageConfig *c);
+// Whether c belongs to pattern p.
+int stage_pattern_has(const StagePattern *p, const StageConfig *c);
+// Short name, e.g. "z3 wo ao" or "z0" (buf of at least 24 bytes).
+void stage_pattern_name(const StagePattern *p, char *buf, size_t len);
+
 // ---- a compiled stage model
 typedef struct {
     ExprCtx *ctx;             // owned
@@ -112,12 +131,20 @@ typedef struct {
     Expr out[ST_OUTPUTS];
     int sym[STAGE_SYMS];      // symbol index in ctx of each stage symbol
     int has_pre, has_post;    // first / last stage of the pipeline
+    int specialised;          // built for `pattern` only (else for every configuration)
+    StagePattern pattern;
 } StageModel;
 
 // Build the model of a stage (has_pre: holds the embedding; has_post: holds the
 // final norm, LM head and loss). table may be NULL. Returns 0 or -1 with err.
 int stage_model_build(StageModel *m, const MistConfig *cfg, const HwProfile *hw, const OpTable *table, int has_pre,
                       int has_post, char *err, size_t errlen);
+// The same model specialised to one pattern (pattern NULL: general). Its
+// results equal the general model's for configurations of that pattern
+// (up to re-association of constants, ~1e-15 relative); for others they are
+// meaningless.
+int stage_model_build_pattern(StageModel *m, const MistConfig *cfg, const HwProfile *hw, const OpTable *table,
+                              int has_pre, int has_post, const StagePattern *pattern, char *err, size_t errlen);
 void stage_model_free(StageModel *m);
 
 // Evaluate every output for one configuration (tree walk, no program).

@@ -13,6 +13,7 @@
 // one unrolls the at most three rounds with selects on "stream s still busy".
 #include <math.h>
 #include "planner/cost.h"
+#include "planner/expr_node.h"
 
 // A stream whose remaining work is below this counts as finished.
 #define OVERLAP_EPS 1e-12
@@ -45,42 +46,52 @@ static Expr busy_indicator(ExprCtx *x, Expr e) {
     return ex_select(x, ex_sub(x, e, ex_num(x, OVERLAP_EPS)), ex_num(x, 1), ex_num(x, 0));
 }
 
+// 1 when e is a constant no stream could count as work (<= OVERLAP_EPS): a
+// stream folded to 0 at build time, e.g. weight gathers under ZeRO-0 or host
+// copies of a specialised model without offload
+static int constant_idle(ExprCtx *x, Expr e) {
+    const ExprNode *n = &expr_ctx_nodes(x)[e];
+    return n->op == EXPR_OP_NUM && n->value <= OVERLAP_EPS;
+}
+
+// f[A][s] for the busy set A grown by streams t.. (each may-busy one either
+// in or out); 0 when fewer than two streams are busy
+static Expr slowdown_tree(ExprCtx *x, const HwProfile *p, const Expr busy[STREAM_COUNT],
+                          const int may_be_busy[STREAM_COUNT], int s, int t, unsigned A) {
+    if (t == STREAM_COUNT) return ex_num(x, __builtin_popcount(A) >= 2 ? p->slowdown[A][s] : 0.0);
+    if (t == s || !may_be_busy[t]) return slowdown_tree(x, p, busy, may_be_busy, s, t + 1, A);
+    Expr in = slowdown_tree(x, p, busy, may_be_busy, s, t + 1, A | STREAM_MASK(t));
+    Expr out = slowdown_tree(x, p, busy, may_be_busy, s, t + 1, A);
+    return ex_select(x, busy[t], in, out);  // equal branches fold to one
+}
+
 Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr in[STREAM_COUNT]) {
     Expr zero = ex_num(x, 0), one = ex_num(x, 1);
     Expr rem[STREAM_COUNT];
-    int may_be_busy[STREAM_COUNT];  // constant-zero streams drop out of the unrolled rounds
+    int may_be_busy[STREAM_COUNT];  // idle streams drop out of the unrolled rounds
     for (int s = 0; s < STREAM_COUNT; s++) {
-        rem[s] = in[s] != EXPR_NONE ? in[s] : zero;
-        may_be_busy[s] = in[s] != EXPR_NONE;  // callers pass EXPR_NONE for a stream with no work
+        // callers pass EXPR_NONE for a stream with no work; a constant 0 is the same
+        may_be_busy[s] = in[s] != EXPR_NONE && !constant_idle(x, in[s]);
+        rem[s] = may_be_busy[s] ? in[s] : zero;
         if (may_be_busy[s]) rem[s] = ex_select(x, ex_sub(x, rem[s], ex_num(x, OVERLAP_EPS)), rem[s], zero);
     }
     Expr total = zero;
-    for (int round = 0; round < STREAM_COUNT - 1; round++) {
+    // every round with two or more busy streams finishes at least the one that
+    // sets the window (its rem*f - w is exactly 0), so k streams that may be
+    // busy need at most k - 1 rounds
+    int candidates = 0;
+    for (int s = 0; s < STREAM_COUNT; s++) candidates += may_be_busy[s];
+    for (int round = 0; round < candidates - 1; round++) {
         Expr busy[STREAM_COUNT];
-        int candidates = 0;
-        for (int s = 0; s < STREAM_COUNT; s++) {
-            busy[s] = may_be_busy[s] ? busy_indicator(x, rem[s]) : zero;
-            candidates += may_be_busy[s];
-        }
-        if (candidates < 2) break;
-        // slowdown of stream s under the exact busy set: sum over sets A that
-        // contain s of [busy set == A] * f[A][s]; 0 when fewer than 2 are busy.
+        for (int s = 0; s < STREAM_COUNT; s++) busy[s] = may_be_busy[s] ? busy_indicator(x, rem[s]) : zero;
+        // slowdown of stream s under the exact busy set A: f[A][s] when s is
+        // busy and |A| >= 2, else 0; a decision tree of selects on the other
+        // streams' busy flags picks the constant
         Expr factor[STREAM_COUNT];
-        for (int s = 0; s < STREAM_COUNT; s++) factor[s] = zero;
-        for (unsigned A = 0; A < STREAM_SUBSETS; A++) {
-            if (__builtin_popcount(A) < 2) continue;
-            int possible = 1;
-            for (int s = 0; s < STREAM_COUNT; s++)
-                if ((A & STREAM_MASK(s)) && !may_be_busy[s]) possible = 0;
-            if (!possible) continue;
-            Expr is_set = one;
-            for (int s = 0; s < STREAM_COUNT; s++) {
-                if (!may_be_busy[s]) continue;
-                is_set = ex_mul(x, is_set, (A & STREAM_MASK(s)) ? busy[s] : ex_sub(x, one, busy[s]));
-            }
-            for (int s = 0; s < STREAM_COUNT; s++)
-                if (A & STREAM_MASK(s)) factor[s] = ex_add(x, factor[s], ex_mul(x, is_set, ex_num(x, p->slowdown[A][s])));
-        }
+        for (int s = 0; s < STREAM_COUNT; s++)
+            factor[s] = may_be_busy[s]
+                      ? ex_select(x, busy[s], slowdown_tree(x, p, busy, may_be_busy, s, 0, STREAM_MASK(s)), zero)
+                      : zero;
         // w = min over busy streams of rem*f (a stream not busy, or a lone
         // busy stream, has factor 0, so the min is 0: no window this round)
         Expr w = EXPR_NONE;

@@ -15,6 +15,7 @@
 #include <omp.h>
 #endif
 #include "tests/kernel_ref.h"
+#include "kernels/cpu/cpu_ops.h"  // cpu_gemm_use_blas: the blocked GEMM packs panels in the workspace
 
 static const double FWD_TOL = 1e-5, FD_TOL = 1e-3, BF16_TOL = 2e-2;
 
@@ -55,7 +56,7 @@ static void test_memory_and_events(void) {
     b->synchronize(b);
     float ms = b->event_elapsed_ms(b, e0, e1);
     ok(ms >= 29.0f && ms < 5000.0f, "event_elapsed_ms measures a 30 ms sleep: %.2f ms", ms);
-    ok(b->reserved_bytes(b) == 0, "cpu holds no memory outside the arenas");
+    ok(b->reserved_bytes(b) == 0, "a fresh cpu backend holds no workspace outside the arenas yet");
     b->event_destroy(b, e0);
     b->event_destroy(b, e1);
     b->stream_destroy(b, s);
@@ -390,6 +391,140 @@ static void test_determinism(void) {
     b->destroy(b);
 }
 
+// ---------------------------------------------------------------- workspace
+// Nothing may be allocated inside a training step, so ops take their
+// temporaries (fp32 copies of bf16 tensors, GEMM panels, sort arrays, per-thread
+// rows) from a grow-only workspace owned by the backend. After one warm-up call
+// of an op with a shape, a second call with that shape (or a smaller one) must
+// not grow reserved_bytes, and must give the same bits: stale workspace
+// contents must never leak into a result.
+typedef struct {
+    int B, T, C, OC, NH, NKV, HS, V;
+    void *x, *w, *bias, *y, *pre, *dy, *dx, *dw;   // x (N,C), w (OC,C), bias (OC), y pre dy (N,OC), dx (N,C), dw (OC,C)
+    void *qkv, *att, *datt, *dqkv;                 // qkv dqkv (N,(NH+2NKV)*HS), att datt (N,NH*HS)
+    float *lse, *mean, *rstd, *acc;                // (B,NH,T), (N), (N), (1)
+    int32_t *tok;                                  // (N) in [0, V)
+    void *wte, *wpe, *emb, *dwte, *dwpe;           // (V,C), (T,C), (N,C), (V,C), (T,C)
+} WsCase;
+
+typedef struct { const void *p[3]; size_t bytes[3]; } WsResult;  // what one call produced
+
+static void *ws_random(MistDtype dt, size_t n) {
+    Backend tmp = {.dtype = dt};
+    float *f = ref_random(n, -1, 1);
+    void *p = ref_store(&tmp, f, n);
+    free(f);
+    return p;
+}
+
+static WsResult ws_matmul(Backend *b, WsCase *c) {
+    int N = c->B * c->T;
+    size_t es = mist_dtype_size(b->dtype);
+    memset(c->dw, 0, (size_t)c->OC * c->C * es);  // dweight accumulates
+    b->matmul_forward(b, NULL, c->y, c->pre, c->x, c->w, c->bias, N, c->C, c->OC);
+    b->matmul_backward(b, NULL, c->dx, c->dw, NULL, c->dy, c->x, c->w, NULL, N, c->C, c->OC);
+    return (WsResult){{c->y, c->dx, c->dw}, {(size_t)N * c->OC * es, (size_t)N * c->C * es, (size_t)c->OC * c->C * es}};
+}
+
+static WsResult ws_matmul_blocked(Backend *b, WsCase *c) {
+    int previous = cpu_gemm_use_blas(0);
+    WsResult r = ws_matmul(b, c);
+    cpu_gemm_use_blas(previous);
+    return r;
+}
+
+static WsResult ws_attention(Backend *b, WsCase *c) {
+    size_t es = mist_dtype_size(b->dtype), N = (size_t)c->B * c->T;
+    b->attention_forward(b, NULL, c->att, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+    b->attention_backward(b, NULL, c->dqkv, c->datt, c->qkv, c->att, c->lse, c->B, c->T, c->NH, c->NKV, c->HS);
+    return (WsResult){{c->att, c->dqkv, c->lse},
+                      {N * c->NH * c->HS * es, N * (c->NH + 2 * c->NKV) * c->HS * es,
+                       (size_t)c->B * c->NH * c->T * sizeof(float)}};
+}
+
+static WsResult ws_norm(Backend *b, WsCase *c) {
+    int N = c->B * c->T;
+    size_t es = mist_dtype_size(b->dtype);
+    memset(c->dx, 0, (size_t)N * c->C * es);  // dinp and dw accumulate
+    memset(c->dw, 0, (size_t)c->C * es);
+    // w, bias and dy are big enough to serve as the (C) norm weights and the (N,C) gradient
+    b->norm_forward(b, NULL, NORM_OP_LAYERNORM, NULL, c->emb, c->mean, c->rstd, c->x, NULL, c->w, c->bias, N,
+                    c->C, 1e-5f);
+    b->norm_backward(b, NULL, NORM_OP_LAYERNORM, c->dx, c->dw, NULL, c->dy, c->x, c->w, c->mean, c->rstd, N, c->C);
+    return (WsResult){{c->emb, c->dx, c->dw}, {(size_t)N * c->C * es, (size_t)N * c->C * es, (size_t)c->C * es}};
+}
+
+static WsResult ws_embedding(Backend *b, WsCase *c) {
+    int N = c->B * c->T;
+    size_t es = mist_dtype_size(b->dtype);
+    memset(c->dwte, 0, (size_t)c->V * c->C * es);  // both accumulate
+    memset(c->dwpe, 0, (size_t)c->T * c->C * es);
+    b->embedding_forward(b, NULL, c->emb, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    b->embedding_backward(b, NULL, c->dwte, c->dwpe, c->dy, c->tok, c->B, c->T, c->C);
+    return (WsResult){{c->emb, c->dwte, c->dwpe},
+                      {(size_t)N * c->C * es, (size_t)c->V * c->C * es, (size_t)c->T * c->C * es}};
+}
+
+static WsResult ws_norm_squared(Backend *b, WsCase *c) {
+    c->acc[0] = 0.0f;
+    b->norm_squared_accumulate(b, NULL, c->acc, c->x, (size_t)c->B * c->T * c->C);
+    return (WsResult){{c->acc}, {sizeof(float)}};
+}
+
+static void test_workspace(MistDtype dt) {
+    // OC > 256 and C past one GEMM panel edge, so the blocked loop packs several panels
+    WsCase c = {.B = 2, .T = 40, .C = 72, .OC = 300, .NH = 4, .NKV = 2, .HS = 16, .V = 50};
+    size_t N = (size_t)c.B * c.T, row = (size_t)(c.NH + 2 * c.NKV) * c.HS;
+    c.x = ws_random(dt, N * c.C); c.w = ws_random(dt, (size_t)c.OC * c.C); c.bias = ws_random(dt, c.OC);
+    c.y = ws_random(dt, N * c.OC); c.pre = ws_random(dt, N * c.OC); c.dy = ws_random(dt, N * c.OC);
+    c.dx = ws_random(dt, N * c.C); c.dw = ws_random(dt, (size_t)c.OC * c.C);
+    c.qkv = ws_random(dt, N * row); c.dqkv = ws_random(dt, N * row);
+    c.att = ws_random(dt, N * c.NH * c.HS); c.datt = ws_random(dt, N * c.NH * c.HS);
+    c.lse = malloc((size_t)c.B * c.NH * c.T * sizeof(float));
+    c.mean = malloc(N * sizeof(float)); c.rstd = malloc(N * sizeof(float)); c.acc = malloc(sizeof(float));
+    c.tok = malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) c.tok[i] = ref_randint(c.V / 4);  // repeats: groups of several rows
+    c.wte = ws_random(dt, (size_t)c.V * c.C); c.wpe = ws_random(dt, (size_t)c.T * c.C);
+    c.emb = ws_random(dt, N * c.C); c.dwte = ws_random(dt, (size_t)c.V * c.C);
+    c.dwpe = ws_random(dt, (size_t)c.T * c.C);
+
+    static const struct { const char *name; WsResult (*run)(Backend *, WsCase *); } ops[] = {
+        {"matmul", ws_matmul}, {"matmul (blocked GEMM)", ws_matmul_blocked}, {"attention", ws_attention}, {"norm", ws_norm},
+        {"embedding", ws_embedding}, {"norm_squared", ws_norm_squared}};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        Backend *b = ref_backend(dt);  // fresh: the workspace holds only this op's needs
+        WsResult first = ops[k].run(b, &c);
+        void *snap[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3 && first.p[i]; i++) {
+            snap[i] = malloc(first.bytes[i]);
+            memcpy(snap[i], first.p[i], first.bytes[i]);
+        }
+        size_t warm = b->reserved_bytes(b);
+        WsResult second = ops[k].run(b, &c);
+        size_t again = b->reserved_bytes(b);
+        int same = 1;
+        for (int i = 0; i < 3 && first.p[i]; i++) same &= memcmp(snap[i], second.p[i], first.bytes[i]) == 0;
+        c.B = 1;  // a smaller shape fits in what the larger one reserved
+        ops[k].run(b, &c);
+        c.B = 2;
+        size_t smaller = b->reserved_bytes(b);
+        ok(again == warm && smaller == warm && same,
+           "%s %s: second call and a smaller shape keep the workspace at %zu B (then %zu, %zu) and the bits",
+           mist_dtype_name(dt), ops[k].name, warm, again, smaller);
+        if (dt == MIST_BF16 && (ops[k].run == ws_matmul || ops[k].run == ws_attention))
+            ok(warm > 0, "bf16 %s widens its operands into the workspace (reserved_bytes %zu > 0)", ops[k].name,
+               warm);
+        if (ops[k].run == ws_matmul_blocked)
+            ok(warm > 0, "%s %s holds its packing panels in the workspace (reserved_bytes %zu > 0)",
+               mist_dtype_name(dt), ops[k].name, warm);
+        for (int i = 0; i < 3; i++) free(snap[i]);
+        b->destroy(b);
+    }
+    void *bufs[] = {c.x, c.w, c.bias, c.y, c.pre, c.dy, c.dx, c.dw, c.qkv, c.dqkv, c.att, c.datt, c.lse,
+                    c.mean, c.rstd, c.acc, c.tok, c.wte, c.wpe, c.emb, c.dwte, c.dwpe};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
 int main(void) {
     ref_seed_from_env_or_clock();
     test_memory_and_events();
@@ -401,5 +536,7 @@ int main(void) {
     test_adamw(MIST_BF16);
     test_norm_squared();
     test_determinism();
+    test_workspace(MIST_F32);
+    test_workspace(MIST_BF16);
     return tap_done();
 }

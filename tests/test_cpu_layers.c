@@ -226,13 +226,14 @@ static void test_gemm(void) {
     float *C0 = ref_random((size_t)M * N, -1, 1), *C = malloc((size_t)M * N * 4);
     double *want = malloc((size_t)M * N * sizeof(double));
     double worst_blocked = 0.0, worst_blas = 0.0;
+    Backend *b = ref_backend(MIST_F32);  // owns the blocked loop's packing panels
     for (int blas = 0; blas < 2; blas++) {
         int previous = cpu_gemm_use_blas(blas);
         for (int tA = 0; tA < 2; tA++)
             for (int tB = 0; tB < 2; tB++)
                 for (int beta = 0; beta < 2; beta++) {
                     memcpy(C, C0, (size_t)M * N * 4);
-                    cpu_gemm(tA, tB, M, N, K, A, tA ? M : K, B, tB ? K : N, (float)beta, C, N);
+                    cpu_gemm(b, tA, tB, M, N, K, A, tA ? M : K, B, tB ? K : N, (float)beta, C, N);
                     gemm_ref(want, tA, tB, M, N, K, A, B, beta, C0);
                     double e = ref_rel_err(C, want, (size_t)M * N, 1e-30);
                     if (blas) worst_blas = fmax(worst_blas, e);
@@ -247,6 +248,7 @@ static void test_gemm(void) {
 #else
     ok(1, "# SKIP built without OpenBLAS (cpu_gemm runs the blocked loop: rel err %.2e)", worst_blas);
 #endif
+    b->destroy(b);
     free(A); free(B); free(C0); free(C); free(want);
 }
 

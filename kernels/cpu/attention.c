@@ -6,7 +6,8 @@
 // qkv X(B,T,(NH+2*NKV)*HS), per token [q heads | k heads | v heads];
 // query head h reads kv head g = h / (NH/NKV); s_tj = q_t . k_j / sqrt(HS), j <= t.
 // bf16 tensors are widened to fp32 copies once per call (bf16 is computed in
-// fp32); f32 tensors are used in place.
+// fp32); f32 tensors are used in place. Copies and per-thread rows live in the
+// backend's workspace (no allocation inside a step, cpu_ops.h).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,12 +65,13 @@ void cpu_attention_forward(Backend *b, BackendStream *s, void *out, float *lse, 
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     size_t n_out = (size_t)B * T * NH * HS;
-    float *qkv_buf;
-    const float *x = cpu_as_f32(qkv, dt, (size_t)B * T * a.row, &qkv_buf);  // (B, T, (NH+2NKV)*HS)
-    float *o32 = dt == MIST_F32 ? out : cpu_scratch(n_out * sizeof(float));  // (B, T, NH*HS)
+    const float *x = cpu_as_f32(b, CPU_WS_IN0, qkv, dt, (size_t)B * T * a.row);  // (B, T, (NH+2NKV)*HS)
+    float *o32 = dt == MIST_F32 ? out : cpu_scratch(b, CPU_WS_OUT, n_out * sizeof(float));  // (B, T, NH*HS)
+    size_t p_stride;
+    char *p_rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, (size_t)T * sizeof(float), &p_stride);
     CPU_PRAGMA(omp parallel)
     {
-        float *p = cpu_scratch((size_t)T * sizeof(float));  // (T) one causal row of scores
+        float *p = cpu_thread_part(p_rows, p_stride);  // (T) one causal row of scores
         CPU_PRAGMA(omp for schedule(dynamic, 8))
         for (long row = 0; row < (long)B * NH * T; row++) {
             int t = row % T, h = row / T % NH, bb = row / T / NH, g = h / group;
@@ -90,13 +92,8 @@ void cpu_attention_forward(Backend *b, BackendStream *s, void *out, float *lse, 
             for (int j = 0; j <= t; j++) axpy(o, p[j] * inv, x + v_at(&a, bb, j, g), HS);
             if (lse) lse[((size_t)bb * NH + h) * T + t] = mx + logf(sum);
         }
-        free(p);
     }
-    if (o32 != out) {
-        cpu_from_f32(out, dt, o32, n_out);
-        free(o32);
-    }
-    free(qkv_buf);
+    if (o32 != out) cpu_from_f32(out, dt, o32, n_out);
 }
 
 // dqkv X(B,T,(NH+2*NKV)*HS) = (overwrite). With p_tj = exp(s_tj - lse_t),
@@ -117,12 +114,11 @@ void cpu_attention_backward(Backend *b, BackendStream *s, void *dqkv, const void
     float scale = 1.0f / sqrtf((float)HS);
     long q_rows = (long)B * NH * T, kv_rows = (long)B * NKV * T;
     size_t n_qkv = (size_t)B * T * a.row, n_out = (size_t)B * T * NH * HS;
-    float *x_buf, *do_buf, *o_buf;
-    const float *x = cpu_as_f32(qkv, dt, n_qkv, &x_buf);      // (B, T, (NH+2NKV)*HS)
-    const float *dy = cpu_as_f32(dout, dt, n_out, &do_buf);   // (B, T, NH*HS)
-    const float *y = cpu_as_f32(out, dt, n_out, &o_buf);      // (B, T, NH*HS)
-    float *dx = dt == MIST_F32 ? dqkv : cpu_scratch(n_qkv * sizeof(float));  // (B, T, (NH+2NKV)*HS)
-    float *D = cpu_scratch((size_t)q_rows * sizeof(float));  // (B, NH, T)
+    const float *x = cpu_as_f32(b, CPU_WS_IN0, qkv, dt, n_qkv);     // (B, T, (NH+2NKV)*HS)
+    const float *dy = cpu_as_f32(b, CPU_WS_IN1, dout, dt, n_out);   // (B, T, NH*HS)
+    const float *y = cpu_as_f32(b, CPU_WS_IN2, out, dt, n_out);     // (B, T, NH*HS)
+    float *dx = dt == MIST_F32 ? dqkv : cpu_scratch(b, CPU_WS_OUT, n_qkv * sizeof(float));  // (B, T, (NH+2NKV)*HS)
+    float *D = cpu_scratch(b, CPU_WS_AUX0, (size_t)q_rows * sizeof(float));  // (B, NH, T)
 
     CPU_PRAGMA(omp parallel)
     {
@@ -168,12 +164,5 @@ void cpu_attention_backward(Backend *b, BackendStream *s, void *dqkv, const void
             for (int d = 0; d < HS; d++) dk[d] *= scale;
         }
     }
-    if (dx != dqkv) {
-        cpu_from_f32(dqkv, dt, dx, n_qkv);
-        free(dx);
-    }
-    free(D);
-    free(o_buf);
-    free(do_buf);
-    free(x_buf);
+    if (dx != dqkv) cpu_from_f32(dqkv, dt, dx, n_qkv);
 }

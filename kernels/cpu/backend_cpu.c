@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -21,15 +24,51 @@ enum { WIDEN_MIN_PARALLEL = 65536 };  // below this, threads cost more than they
 struct BackendStream { int unused; };       // work is done when the call returns
 struct BackendEvent { double ms; int recorded; };  // wall time at record
 
-void *cpu_scratch(size_t bytes) {
-    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    void *p = aligned_alloc(CPU_ALIGN, rounded ? rounded : CPU_ALIGN);
-    if (!p) {
-        fprintf(stderr, "mist cpu backend: out of host memory allocating %zu bytes of scratch\n"
-                        "  hint: reduce the micro-batch size or sequence length\n", bytes);
+// The backend's context: the grow-only workspace (cpu_ops.h says why).
+typedef struct {
+    void *slot[CPU_WS_SLOTS];         // 64-byte aligned, NULL until first used
+    size_t slot_bytes[CPU_WS_SLOTS];  // capacity of each slot
+} CpuContext;
+
+static size_t round_up_align(size_t bytes) { return (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN; }
+
+void *cpu_scratch(Backend *b, CpuWorkspaceSlot slot, size_t bytes) {
+    CpuContext *ctx = b->ctx;
+    if (slot < 0 || slot >= CPU_WS_SLOTS) {
+        fprintf(stderr, "mist cpu backend: workspace slot %d does not exist (allowed: 0..%d)\n", (int)slot,
+                CPU_WS_SLOTS - 1);
         abort();
     }
-    return p;
+    size_t rounded = round_up_align(bytes ? bytes : 1);
+    if (rounded > ctx->slot_bytes[slot]) {
+        // grow only: the old contents are not needed (each request starts a new buffer)
+        free(ctx->slot[slot]);
+        ctx->slot[slot] = aligned_alloc(CPU_ALIGN, rounded);
+        if (!ctx->slot[slot]) {
+            fprintf(stderr, "mist cpu backend: out of host memory growing workspace slot %d to %zu bytes\n"
+                            "  hint: reduce the micro-batch size or sequence length\n", (int)slot, rounded);
+            abort();
+        }
+        ctx->slot_bytes[slot] = rounded;
+    }
+    return ctx->slot[slot];
+}
+
+void *cpu_scratch_per_thread(Backend *b, CpuWorkspaceSlot slot, size_t per_thread, size_t *stride) {
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();  // an OpenMP team opened after this has at most this many
+#endif
+    *stride = round_up_align(per_thread ? per_thread : 1);
+    return cpu_scratch(b, slot, (size_t)threads * *stride);
+}
+
+void *cpu_thread_part(void *base, size_t stride) {
+    int thread = 0;
+#ifdef _OPENMP
+    thread = omp_get_thread_num();
+#endif
+    return (char *)base + (size_t)thread * stride;
 }
 
 void cpu_to_f32(float *dst, const void *src, MistDtype t, size_t n) {
@@ -44,14 +83,11 @@ void cpu_from_f32(void *dst, MistDtype t, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) cpu_st(dst, t, i, src[i]);
 }
 
-float *cpu_as_f32(const void *p, MistDtype t, size_t n, float **owned) {
-    if (t == MIST_F32) {
-        *owned = NULL;
-        return (float *)p;
-    }
-    *owned = cpu_scratch(n * sizeof(float));
-    cpu_to_f32(*owned, p, t, n);
-    return *owned;
+float *cpu_as_f32(Backend *b, CpuWorkspaceSlot slot, const void *p, MistDtype t, size_t n) {
+    if (t == MIST_F32) return (float *)p;
+    float *copy = cpu_scratch(b, slot, n * sizeof(float));
+    cpu_to_f32(copy, p, t, n);
+    return copy;
 }
 
 // ---- memory ----
@@ -66,7 +102,13 @@ static void cpu_copy(Backend *b, void *dst, const void *src, size_t bytes, Backe
 static void cpu_memset(Backend *b, void *p, int value, size_t bytes, BackendStream *s) {
     if (bytes) memset(p, value, bytes);
 }
-static size_t cpu_reserved_bytes(Backend *b) { return 0; }  // scratch is freed after each op
+// the workspace is the only host memory the backend holds outside the arenas
+static size_t cpu_reserved_bytes(Backend *b) {
+    const CpuContext *ctx = b->ctx;
+    size_t total = 0;
+    for (int i = 0; i < CPU_WS_SLOTS; i++) total += ctx->slot_bytes[i];
+    return total;
+}
 
 // ---- ordering: nothing is ever pending ----
 static double now_ms(void) {
@@ -92,7 +134,12 @@ static float cpu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent 
 }
 static void cpu_synchronize(Backend *b) {}
 static int cpu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
-static void cpu_destroy(Backend *b) { free(b); }
+static void cpu_destroy(Backend *b) {
+    CpuContext *ctx = b->ctx;
+    for (int i = 0; i < CPU_WS_SLOTS; i++) free(ctx->slot[i]);
+    free(ctx);
+    free(b);
+}
 
 Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     if (dtype != MIST_F32 && dtype != MIST_BF16) {
@@ -102,14 +149,17 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
         return NULL;
     }
     Backend *b = calloc(1, sizeof(Backend));
-    if (!b) {
+    CpuContext *ctx = calloc(1, sizeof(CpuContext));  // empty workspace: grows on first use
+    if (!b || !ctx) {
+        free(b);
+        free(ctx);
         if (err) snprintf(err, errlen, "cpu backend: out of host memory");
         return NULL;
     }
     b->name = "cpu";
     b->dtype = dtype;
     b->device = 0;
-    b->ctx = NULL;
+    b->ctx = ctx;
     b->alloc_device = cpu_alloc;
     b->free_device = cpu_free;
     b->alloc_pinned = cpu_alloc;

@@ -35,23 +35,47 @@ static inline void cpu_st(void *p, MistDtype t, size_t i, float v) {
 void cpu_to_f32(float *dst, const void *src, MistDtype t, size_t n);
 void cpu_from_f32(void *dst, MistDtype t, const float *src, size_t n);
 
-// a storage tensor X(n) as fp32: the tensor itself when f32 (*owned = NULL),
-// else a widened scratch copy that the caller frees (*owned, free(NULL) is fine)
-float *cpu_as_f32(const void *p, MistDtype t, size_t n, float **owned);
+// ---- workspace (backend_cpu.c). The runtime sizes every buffer before step 0
+// and carves it from arenas; nothing may be allocated inside a step. Ops still
+// need temporaries (fp32 copies of bf16 tensors, GEMM packing panels, sort
+// arrays), so the backend owns a grow-only workspace, like a cuBLAS workspace:
+// each slot is reallocated only when an op asks for more than it holds, so
+// after the first step with a given shape no op allocates. reserved_bytes
+// reports the workspace's total. One op uses each slot for one buffer at a
+// time; ops on a backend run one after another (streams are synchronous).
+typedef enum {
+    CPU_WS_IN0, CPU_WS_IN1, CPU_WS_IN2,     // fp32 copies of bf16 inputs
+    CPU_WS_OUT,                             // fp32 result before rounding to storage
+    CPU_WS_AUX0, CPU_WS_AUX1, CPU_WS_AUX2,  // op-specific arrays (row stats, sort buffers, partial sums)
+    CPU_WS_THREAD,                          // per-thread rows inside an OpenMP region
+    CPU_WS_GEMM_PACK,                       // per-thread packing panels of the blocked GEMM
+    CPU_WS_SLOTS
+} CpuWorkspaceSlot;
 
-// 64-byte aligned host allocation of at least `bytes` (never NULL for 0);
-// aborts with a message when the host is out of memory (scratch only).
-void *cpu_scratch(size_t bytes);
+// 64-byte aligned buffer of at least `bytes` in `slot`, valid until the next
+// request for the same slot; aborts with a message when the host is out of memory
+void *cpu_scratch(Backend *b, CpuWorkspaceSlot slot, size_t bytes);
+
+// Per-thread buffers: one region of (max threads) x per_thread bytes, each
+// part rounded up to 64 bytes. Call outside the parallel region; inside it,
+// cpu_thread_part(base, stride) is the calling thread's part (stride from here).
+void *cpu_scratch_per_thread(Backend *b, CpuWorkspaceSlot slot, size_t per_thread, size_t *stride);
+void *cpu_thread_part(void *base, size_t stride);
+
+// a storage tensor X(n) as fp32: the tensor itself when t is f32, else a
+// widened copy in the workspace slot
+float *cpu_as_f32(Backend *b, CpuWorkspaceSlot slot, const void *p, MistDtype t, size_t n);
 
 // ---- GEMM (matmul.c). Row-major, C(M,N) = op(A)(M,K) @ op(B)(K,N) + beta*C.
 // transA: A is stored (K,M); transB: B is stored (N,K). beta == 0 ignores C's
 // old contents. Both paths give the same bits for any thread count: the
 // blocked loop sums each C element over k in order on one thread, and OpenBLAS
-// runs single-threaded on C tiles of a fixed size (matmul.c says why).
-void cpu_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+// runs single-threaded on C tiles of a fixed size (matmul.c says why). The
+// blocked loop packs its panels in b's workspace (CPU_WS_GEMM_PACK).
+void cpu_gemm(Backend *b, int transA, int transB, int M, int N, int K, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 // the portable cache-blocked loop (used when OpenBLAS is absent or disabled)
-void cpu_gemm_blocked(int transA, int transB, int M, int N, int K, const float *A, int lda,
+void cpu_gemm_blocked(Backend *b, int transA, int transB, int M, int N, int K, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
 // route cpu_gemm through OpenBLAS (when built with it) or the blocked loop;
 // returns the previous setting. Default: OpenBLAS when available.

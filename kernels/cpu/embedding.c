@@ -1,6 +1,7 @@
 // Token + position embedding. Backward is deterministic without atomics:
-// rows are grouped by token id (a stable sort), each group is summed in fp32
-// in row order and added to its dwte row once, by one thread.
+// rows are grouped by token id (a stable radix sort), each group is summed in fp32
+// in row order and added to its dwte row once, by one thread. The sort arrays
+// and per-thread accumulators live in the backend's workspace (cpu_ops.h).
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/cpu_ops.h"
@@ -22,11 +23,24 @@ void cpu_embedding_forward(Backend *b, BackendStream *s, void *out, const int32_
 
 typedef struct { int32_t token; int32_t row; } TokenRow;
 
-// sort by token, then by row, so every group is visited in row order
-static int token_row_cmp(const void *a, const void *b) {
-    const TokenRow *x = a, *y = b;
-    if (x->token != y->token) return x->token < y->token ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
+// Stable LSD radix sort of a (N) by token, 8 bits a pass, ping-ponging with
+// tmp (N); returns whichever buffer holds the result. Rows come in row order,
+// so stability leaves every group in row order. Not qsort: glibc's qsort
+// mallocs its merge buffer, and nothing may allocate inside a step.
+static TokenRow *sort_by_token(TokenRow *a, TokenRow *tmp, int N) {
+    uint32_t max_token = 0;
+    for (int i = 0; i < N; i++)
+        if ((uint32_t)a[i].token > max_token) max_token = (uint32_t)a[i].token;
+    for (int shift = 0; shift < 32 && (max_token >> shift) > 0; shift += 8) {
+        size_t start[257] = {0};  // start[d] = first slot of digit d
+        for (int i = 0; i < N; i++) start[(((uint32_t)a[i].token >> shift) & 255u) + 1]++;
+        for (int d = 0; d < 256; d++) start[d + 1] += start[d];
+        for (int i = 0; i < N; i++) tmp[start[((uint32_t)a[i].token >> shift) & 255u]++] = a[i];
+        TokenRow *swap = a;
+        a = tmp;
+        tmp = swap;
+    }
+    return a;
 }
 
 // dwte X(V,C) += ; dwpe X(maxT,C) += (may be NULL); dout X(B,T,C)
@@ -36,9 +50,11 @@ void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe
     int N = B * T;
     if (dwpe) {
         // dwpe[t] += sum over b of dout[b,t], each position owned by one thread
+        size_t acc_stride;
+        char *acc_rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, (size_t)C * sizeof(float), &acc_stride);
         CPU_PRAGMA(omp parallel)
         {
-            float *acc = cpu_scratch((size_t)C * sizeof(float));  // (C)
+            float *acc = cpu_thread_part(acc_rows, acc_stride);  // (C)
             CPU_PRAGMA(omp for schedule(static))
             for (int t = 0; t < T; t++) {
                 for (int c = 0; c < C; c++) acc[c] = 0.0f;
@@ -47,21 +63,23 @@ void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe
                 for (int c = 0; c < C; c++)
                     cpu_st(dwpe, dt, (size_t)t * C + c, cpu_ld(dwpe, dt, (size_t)t * C + c) + acc[c]);
             }
-            free(acc);
         }
     }
     if (!dwte) return;
-    TokenRow *order = cpu_scratch((size_t)N * sizeof(TokenRow));  // (N)
-    int *group_start = cpu_scratch(((size_t)N + 1) * sizeof(int));  // (groups + 1)
-    for (int i = 0; i < N; i++) order[i] = (TokenRow){tokens[i], i};
-    qsort(order, N, sizeof(TokenRow), token_row_cmp);
+    TokenRow *unsorted = cpu_scratch(b, CPU_WS_AUX0, (size_t)N * sizeof(TokenRow));  // (N)
+    TokenRow *sort_tmp = cpu_scratch(b, CPU_WS_AUX1, (size_t)N * sizeof(TokenRow));  // (N)
+    int *group_start = cpu_scratch(b, CPU_WS_AUX2, ((size_t)N + 1) * sizeof(int));  // (groups + 1)
+    for (int i = 0; i < N; i++) unsorted[i] = (TokenRow){tokens[i], i};
+    const TokenRow *order = sort_by_token(unsorted, sort_tmp, N);  // (N) by token, then row
     int groups = 0;
     for (int i = 0; i < N; i++)
         if (i == 0 || order[i].token != order[i - 1].token) group_start[groups++] = i;
     group_start[groups] = N;
+    size_t acc_stride;
+    char *acc_rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, (size_t)C * sizeof(float), &acc_stride);
     CPU_PRAGMA(omp parallel)
     {
-        float *acc = cpu_scratch((size_t)C * sizeof(float));  // (C)
+        float *acc = cpu_thread_part(acc_rows, acc_stride);  // (C)
         CPU_PRAGMA(omp for schedule(dynamic, 16))
         for (int g = 0; g < groups; g++) {
             for (int c = 0; c < C; c++) acc[c] = 0.0f;
@@ -70,8 +88,5 @@ void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe
             size_t w = (size_t)order[group_start[g]].token * C;
             for (int c = 0; c < C; c++) cpu_st(dwte, dt, w + c, cpu_ld(dwte, dt, w + c) + acc[c]);
         }
-        free(acc);
     }
-    free(group_start);
-    free(order);
 }

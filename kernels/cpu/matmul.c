@@ -2,6 +2,8 @@
 // The GEMM goes through OpenBLAS cblas_sgemm when the build has it, else
 // through a cache-blocked loop; bf16 operands are widened to fp32 scratch
 // first (bf16 is computed in fp32), results rounded once on the way out.
+// All scratch (fp32 copies, accumulators, packing panels) is carved from the
+// backend's grow-only workspace: nothing is allocated inside a step (cpu_ops.h).
 #ifdef HAVE_CONFIG_H
 #include <config.h>
 #endif
@@ -72,7 +74,7 @@ static void gemm_panel(const float *restrict Ap, const float *restrict Bp, int m
     }
 }
 
-void cpu_gemm_blocked(int transA, int transB, int M, int N, int K, const float *A, int lda,
+void cpu_gemm_blocked(Backend *b, int transA, int transB, int M, int N, int K, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
     if (beta != 1.0f) {
         CPU_PRAGMA(omp parallel for schedule(static))
@@ -82,10 +84,14 @@ void cpu_gemm_blocked(int transA, int transB, int M, int N, int K, const float *
     }
     int mblocks = (M + GEMM_MB - 1) / GEMM_MB, nblocks = (N + GEMM_NB - 1) / GEMM_NB;
     // one thread owns each C block and walks k in a fixed order: bit-identical for any thread count
+    size_t pack_stride;  // per thread: the A panel, then the B panel
+    char *packs = cpu_scratch_per_thread(b, CPU_WS_GEMM_PACK,
+                                         ((size_t)GEMM_MB * GEMM_KB + (size_t)GEMM_KB * GEMM_NB) * sizeof(float),
+                                         &pack_stride);
     CPU_PRAGMA(omp parallel)
     {
-        float *Ap = cpu_scratch((size_t)GEMM_MB * GEMM_KB * sizeof(float));  // (MB, KB)
-        float *Bp = cpu_scratch((size_t)GEMM_KB * GEMM_NB * sizeof(float));  // (KB, NB)
+        float *Ap = cpu_thread_part(packs, pack_stride);  // (MB, KB)
+        float *Bp = Ap + (size_t)GEMM_MB * GEMM_KB;       // (KB, NB)
         CPU_PRAGMA(omp for schedule(static))
         for (int blk = 0; blk < mblocks * nblocks; blk++) {
             int i0 = blk / nblocks * GEMM_MB, j0 = blk % nblocks * GEMM_NB;
@@ -100,8 +106,6 @@ void cpu_gemm_blocked(int transA, int transB, int M, int N, int K, const float *
                 gemm_panel(Ap, Bp, mb, nb, kb, C + (size_t)i0 * ldc + j0, ldc);
             }
         }
-        free(Bp);
-        free(Ap);
     }
 }
 
@@ -130,7 +134,7 @@ static void gemm_blas_tiled(int transA, int transB, int M, int N, int K, const f
 }
 #endif
 
-void cpu_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+void cpu_gemm(Backend *b, int transA, int transB, int M, int N, int K, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
 #ifdef HAVE_OPENBLAS
@@ -139,7 +143,7 @@ void cpu_gemm(int transA, int transB, int M, int N, int K, const float *A, int l
         return;
     }
 #endif
-    cpu_gemm_blocked(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    cpu_gemm_blocked(b, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 // out X(N,OC) = inp X(N,C) @ weight X(OC,C)^T + bias X(OC);
@@ -148,11 +152,10 @@ void cpu_gemm(int transA, int transB, int M, int N, int K, const float *A, int l
 void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
                         const void *weight, const void *bias, int N, int C, int OC) {
     MistDtype dt = b->dtype;
-    float *inp_buf, *w_buf;
-    const float *inp32 = cpu_as_f32(inp, dt, (size_t)N * C, &inp_buf);    // (N, C)
-    const float *w32 = cpu_as_f32(weight, dt, (size_t)OC * C, &w_buf);    // (OC, C)
-    float *acc = dt == MIST_F32 ? out : cpu_scratch((size_t)N * OC * sizeof(float));  // (N, OC)
-    cpu_gemm(0, 1, N, OC, C, inp32, C, w32, C, 0.0f, acc, OC);
+    const float *inp32 = cpu_as_f32(b, CPU_WS_IN0, inp, dt, (size_t)N * C);   // (N, C)
+    const float *w32 = cpu_as_f32(b, CPU_WS_IN1, weight, dt, (size_t)OC * C); // (OC, C)
+    float *acc = dt == MIST_F32 ? out : cpu_scratch(b, CPU_WS_OUT, (size_t)N * OC * sizeof(float));  // (N, OC)
+    cpu_gemm(b, 0, 1, N, OC, C, inp32, C, w32, C, 0.0f, acc, OC);
     CPU_PRAGMA(omp parallel for schedule(static))
     for (int i = 0; i < N; i++) {
         for (int o = 0; o < OC; o++) {
@@ -165,9 +168,6 @@ void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu,
             cpu_st(out, dt, k, y);
         }
     }
-    if (acc != out) free(acc);
-    free(w_buf);
-    free(inp_buf);
 }
 
 // dinp X(N,C) = dout @ weight (skipped when NULL); dweight X(OC,C) += dout^T @ inp;
@@ -195,29 +195,19 @@ void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight
             for (int o = o0; o < o1; o++) cpu_st(dbias, dt, o, cpu_ld(dbias, dt, o) + acc[o - o0]);
         }
     }
-    float *dout_buf;
-    const float *dout32 = cpu_as_f32(dout, dt, n_out, &dout_buf);  // (N, OC)
+    // workspace slots: dout32 stays in IN0 throughout; the dinp and dweight
+    // products run one after the other, so they reuse IN1 and OUT
+    const float *dout32 = cpu_as_f32(b, CPU_WS_IN0, dout, dt, n_out);  // (N, OC)
     if (dinp) {
-        float *w_buf;
-        const float *w32 = cpu_as_f32(weight, dt, (size_t)OC * C, &w_buf);  // (OC, C)
-        float *dinp32 = dt == MIST_F32 ? dinp : cpu_scratch((size_t)N * C * sizeof(float));  // (N, C)
-        cpu_gemm(0, 0, N, C, OC, dout32, OC, w32, C, 0.0f, dinp32, C);
-        if (dinp32 != dinp) {
-            cpu_from_f32(dinp, dt, dinp32, (size_t)N * C);
-            free(dinp32);
-        }
-        free(w_buf);
+        const float *w32 = cpu_as_f32(b, CPU_WS_IN1, weight, dt, (size_t)OC * C);  // (OC, C)
+        float *dinp32 = dt == MIST_F32 ? dinp : cpu_scratch(b, CPU_WS_OUT, (size_t)N * C * sizeof(float));  // (N, C)
+        cpu_gemm(b, 0, 0, N, C, OC, dout32, OC, w32, C, 0.0f, dinp32, C);
+        if (dinp32 != dinp) cpu_from_f32(dinp, dt, dinp32, (size_t)N * C);
     }
     if (dweight) {
-        float *inp_buf, *dw_buf;
-        const float *inp32 = cpu_as_f32(inp, dt, (size_t)N * C, &inp_buf);  // (N, C)
-        float *dw32 = cpu_as_f32(dweight, dt, (size_t)OC * C, &dw_buf);     // (OC, C)
-        cpu_gemm(1, 0, OC, C, N, dout32, OC, inp32, C, 1.0f, dw32, C);
-        if (dw_buf) {
-            cpu_from_f32(dweight, dt, dw32, (size_t)OC * C);
-            free(dw_buf);
-        }
-        free(inp_buf);
+        const float *inp32 = cpu_as_f32(b, CPU_WS_IN1, inp, dt, (size_t)N * C);  // (N, C)
+        float *dw32 = cpu_as_f32(b, CPU_WS_OUT, dweight, dt, (size_t)OC * C);     // (OC, C)
+        cpu_gemm(b, 1, 0, OC, C, N, dout32, OC, inp32, C, 1.0f, dw32, C);
+        if (dw32 != dweight) cpu_from_f32(dweight, dt, dw32, (size_t)OC * C);
     }
-    free(dout_buf);
 }

@@ -11,9 +11,11 @@ void cpu_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, 
                       float *mean, float *rstd, const void *inp, const void *res_in,
                       const void *w, const void *bias, int N, int C, float eps) {
     MistDtype dt = b->dtype;
+    size_t x_stride;  // per-thread rows from the backend's workspace (no allocation in a step)
+    char *x_rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, (size_t)C * sizeof(float), &x_stride);
     CPU_PRAGMA(omp parallel)
     {
-        float *x = cpu_scratch((size_t)C * sizeof(float));  // (C) the row being normalised
+        float *x = cpu_thread_part(x_rows, x_stride);  // (C) the row being normalised
         CPU_PRAGMA(omp for schedule(static))
         for (int i = 0; i < N; i++) {
             size_t o = (size_t)i * C;
@@ -42,7 +44,6 @@ void cpu_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, 
             if (mean && kind == NORM_OP_LAYERNORM) mean[i] = mu;
             if (rstd) rstd[i] = r;
         }
-        free(x);
     }
 }
 
@@ -58,10 +59,12 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
     MistDtype dt = b->dtype;
     int is_ln = kind == NORM_OP_LAYERNORM;
     if (dinp) {
+        size_t stride;  // per thread: g then xhat, from the backend's workspace
+        char *rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, 2 * (size_t)C * sizeof(float), &stride);
         CPU_PRAGMA(omp parallel)
         {
-            float *g = cpu_scratch((size_t)C * sizeof(float));     // (C) dout * w
-            float *xhat = cpu_scratch((size_t)C * sizeof(float));  // (C)
+            float *g = cpu_thread_part(rows, stride);  // (C) dout * w
+            float *xhat = g + C;                        // (C)
             CPU_PRAGMA(omp for schedule(static))
             for (int i = 0; i < N; i++) {
                 size_t o = (size_t)i * C;
@@ -80,8 +83,6 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
                     cpu_st(dinp, dt, o + c, cpu_ld(dinp, dt, o + c) + dx);
                 }
             }
-            free(xhat);
-            free(g);
         }
     }
     if (!dw && !dbias) return;

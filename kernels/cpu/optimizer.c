@@ -48,7 +48,7 @@ void cpu_adamw_update(Backend *b, BackendStream *s, void *param, float *master, 
 void cpu_norm_squared_accumulate(Backend *b, BackendStream *s, float *acc, const void *grad, size_t n) {
     MistDtype dt = b->dtype;
     size_t chunks = (n + NORM_SQ_CHUNK - 1) / NORM_SQ_CHUNK;
-    double *partial = cpu_scratch((chunks ? chunks : 1) * sizeof(double));  // (chunks)
+    double *partial = cpu_scratch(b, CPU_WS_AUX0, (chunks ? chunks : 1) * sizeof(double));  // (chunks)
     CPU_PRAGMA(omp parallel for schedule(static) if (chunks > 1))
     for (size_t c = 0; c < chunks; c++) {
         size_t i0 = c * NORM_SQ_CHUNK, i1 = i0 + NORM_SQ_CHUNK < n ? i0 + NORM_SQ_CHUNK : n;
@@ -62,5 +62,4 @@ void cpu_norm_squared_accumulate(Backend *b, BackendStream *s, float *acc, const
     double total = 0.0;
     for (size_t c = 0; c < chunks; c++) total += partial[c];
     acc[0] = (float)((double)acc[0] + total);
-    free(partial);
 }
