@@ -32,7 +32,9 @@ typedef struct BackendEvent BackendEvent;    // a point in a stream
 typedef enum {
     OP_EMBEDDING, OP_NORM, OP_MATMUL, OP_MATMUL_GELU, OP_ATTENTION, OP_ROTARY,
     OP_GELU, OP_SWIGLU, OP_RESIDUAL, OP_CROSSENTROPY, OP_ADAMW, OP_NORM_SQ,
-    OP_CAST, OP_COUNT
+    OP_CAST,
+    OP_VOCAB_PARALLEL,  // the *_range embedding ops and the crossentropy_vocab_* passes
+    OP_COUNT
 } BackendOp;
 
 typedef enum { NORM_OP_LAYERNORM = 0, NORM_OP_RMSNORM = 1 } NormOp;
@@ -138,6 +140,31 @@ struct Backend {
     // ignored (loss 0, gradient 0).
     void (*crossentropy_forward_backward)(Backend *b, BackendStream *s, float *losses, void *logits,
                                           const int32_t *targets, int N, int V, int Vp, float dloss);
+
+    // ---- vocabulary-parallel forms (tensor parallelism): this rank holds rows
+    // [v0, v0 + Vt) of wte and of the LM head, i.e. logits columns [v0, v0 + Vt).
+    // Only backends whose supports_op(OP_VOCAB_PARALLEL) is true fill these.
+    // out X(B,T,C) = (v0 <= token < v0 + Vt ? wte X(Vt,C)[token - v0] : 0) + wpe[t] (wpe may
+    // be NULL); the sum over ranks is the full embedding.
+    void (*embedding_forward_range)(Backend *b, BackendStream *s, void *out, const int32_t *tokens,
+                                    const void *wte, const void *wpe, int v0, int Vt, int B, int T, int C);
+    // dwte X(Vt,C) += for tokens in [v0, v0 + Vt) only; dwpe X(maxT,C) += (may be NULL)
+    void (*embedding_backward_range)(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                                     const int32_t *tokens, int v0, int Vt, int B, int T, int C);
+    // Cross-entropy over logits X(N,Vp) whose columns 0..Vt-1 are vocabulary v0..v0+Vt-1, in
+    // three passes; the caller reduces over the vocabulary's ranks between them:
+    //   vocab_max:    rowmax f32(N) = max of the rank's columns      -> all-reduce MAX
+    //   vocab_stats:  stats f32(2N) = [sum exp(z - rowmax) | target logit or 0] -> all-reduce SUM
+    //   vocab_finish: losses f32(N) = log(stats[i]) + rowmax - stats[N+i]; if dloss != 0 the
+    //                 logits become dloss * (softmax - onehot) (padding columns 0).
+    // Targets < 0 are ignored (loss 0, gradient 0), as in the fused op.
+    void (*crossentropy_vocab_max)(Backend *b, BackendStream *s, float *rowmax, const void *logits, int N, int Vt,
+                                   int Vp);
+    void (*crossentropy_vocab_stats)(Backend *b, BackendStream *s, float *stats, const void *logits,
+                                     const float *rowmax, const int32_t *targets, int v0, int N, int Vt, int Vp);
+    void (*crossentropy_vocab_finish)(Backend *b, BackendStream *s, float *losses, void *logits, const float *rowmax,
+                                      const float *stats, const int32_t *targets, int v0, int N, int Vt, int Vp,
+                                      float dloss);
 
     // AdamW with decoupled weight decay and bias correction at step t (1-based).
     // grad X(n) is multiplied by grad_scale first (clipping). master f32(n) holds the

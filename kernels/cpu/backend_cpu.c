@@ -198,6 +198,11 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->swiglu_backward = cpu_swiglu_backward;
     b->residual_forward = cpu_residual_forward;
     b->crossentropy_forward_backward = cpu_crossentropy_forward_backward;
+    b->embedding_forward_range = cpu_embedding_forward_range;
+    b->embedding_backward_range = cpu_embedding_backward_range;
+    b->crossentropy_vocab_max = cpu_crossentropy_vocab_max;
+    b->crossentropy_vocab_stats = cpu_crossentropy_vocab_stats;
+    b->crossentropy_vocab_finish = cpu_crossentropy_vocab_finish;
     b->adamw_update = cpu_adamw_update;
     b->norm_squared_accumulate = cpu_norm_squared_accumulate;
     b->cast = cpu_cast;

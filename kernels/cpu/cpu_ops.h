@@ -120,6 +120,17 @@ void cpu_residual_forward(Backend *b, BackendStream *s, void *out, const void *a
                           size_t n);
 void cpu_crossentropy_forward_backward(Backend *b, BackendStream *s, float *losses, void *logits,
                                        const int32_t *targets, int N, int V, int Vp, float dloss);
+void cpu_embedding_forward_range(Backend *b, BackendStream *s, void *out, const int32_t *tokens, const void *wte,
+                                 const void *wpe, int v0, int Vt, int B, int T, int C);
+void cpu_embedding_backward_range(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                                  const int32_t *tokens, int v0, int Vt, int B, int T, int C);
+void cpu_crossentropy_vocab_max(Backend *b, BackendStream *s, float *rowmax, const void *logits, int N, int Vt,
+                                int Vp);
+void cpu_crossentropy_vocab_stats(Backend *b, BackendStream *s, float *stats, const void *logits,
+                                  const float *rowmax, const int32_t *targets, int v0, int N, int Vt, int Vp);
+void cpu_crossentropy_vocab_finish(Backend *b, BackendStream *s, float *losses, void *logits, const float *rowmax,
+                                   const float *stats, const int32_t *targets, int v0, int N, int Vt, int Vp,
+                                   float dloss);
 void cpu_adamw_update(Backend *b, BackendStream *s, void *param, float *master, const void *grad,
                       float *m, float *v, size_t n, float lr, float beta1, float beta2,
                       float eps, float weight_decay, float grad_scale, int t);

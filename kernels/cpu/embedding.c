@@ -2,23 +2,32 @@
 // rows are grouped by token id (a stable radix sort), each group is summed in fp32
 // in row order and added to its dwte row once, by one thread. The sort arrays
 // and per-thread accumulators live in the backend's workspace (cpu_ops.h).
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/cpu_ops.h"
 
-// out X(B,T,C) = wte X(V,C)[tokens (B,T)] + wpe X(maxT,C)[t] (wpe may be NULL)
-void cpu_embedding_forward(Backend *b, BackendStream *s, void *out, const int32_t *tokens,
-                           const void *wte, const void *wpe, int B, int T, int C) {
+// out X(B,T,C) = wte[token - v0] for tokens in [v0, v0 + Vt) (else 0) + wpe X(maxT,C)[t]
+// (wpe may be NULL). The whole vocabulary is v0 = 0, Vt = INT32_MAX.
+void cpu_embedding_forward_range(Backend *b, BackendStream *s, void *out, const int32_t *tokens, const void *wte,
+                                 const void *wpe, int v0, int Vt, int B, int T, int C) {
     MistDtype dt = b->dtype;
     CPU_PRAGMA(omp parallel for schedule(static))
     for (long bt = 0; bt < (long)B * T; bt++) {
-        size_t row = (size_t)tokens[bt] * C, pos = (size_t)(bt % T) * C, o = (size_t)bt * C;
+        int64_t local = (int64_t)tokens[bt] - v0;
+        int here = local >= 0 && local < Vt;
+        size_t row = here ? (size_t)local * C : 0, pos = (size_t)(bt % T) * C, o = (size_t)bt * C;
         for (int c = 0; c < C; c++) {
-            float v = cpu_ld(wte, dt, row + c);
+            float v = here ? cpu_ld(wte, dt, row + c) : 0.0f;
             if (wpe) v += cpu_ld(wpe, dt, pos + c);
             cpu_st(out, dt, o + c, v);
         }
     }
+}
+
+void cpu_embedding_forward(Backend *b, BackendStream *s, void *out, const int32_t *tokens,
+                           const void *wte, const void *wpe, int B, int T, int C) {
+    cpu_embedding_forward_range(b, s, out, tokens, wte, wpe, 0, INT32_MAX, B, T, C);
 }
 
 typedef struct { int32_t token; int32_t row; } TokenRow;
@@ -43,9 +52,10 @@ static TokenRow *sort_by_token(TokenRow *a, TokenRow *tmp, int N) {
     return a;
 }
 
-// dwte X(V,C) += ; dwpe X(maxT,C) += (may be NULL); dout X(B,T,C)
-void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
-                            const int32_t *tokens, int B, int T, int C) {
+// dwte X(Vt,C) += for the rows of tokens in [v0, v0 + Vt) (others are another
+// rank's); dwpe X(maxT,C) += (may be NULL); dout X(B,T,C)
+void cpu_embedding_backward_range(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                                  const int32_t *tokens, int v0, int Vt, int B, int T, int C) {
     MistDtype dt = b->dtype;
     int N = B * T;
     if (dwpe) {
@@ -69,12 +79,16 @@ void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe
     TokenRow *unsorted = cpu_scratch(b, CPU_WS_AUX0, (size_t)N * sizeof(TokenRow));  // (N)
     TokenRow *sort_tmp = cpu_scratch(b, CPU_WS_AUX1, (size_t)N * sizeof(TokenRow));  // (N)
     int *group_start = cpu_scratch(b, CPU_WS_AUX2, ((size_t)N + 1) * sizeof(int));  // (groups + 1)
-    for (int i = 0; i < N; i++) unsorted[i] = (TokenRow){tokens[i], i};
-    const TokenRow *order = sort_by_token(unsorted, sort_tmp, N);  // (N) by token, then row
+    int n = 0;  // rows whose token is in this range, as local ids
+    for (int i = 0; i < N; i++) {
+        int64_t local = (int64_t)tokens[i] - v0;
+        if (local >= 0 && local < Vt) unsorted[n++] = (TokenRow){(int32_t)local, i};
+    }
+    const TokenRow *order = sort_by_token(unsorted, sort_tmp, n);  // (n) by token, then row
     int groups = 0;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < n; i++)
         if (i == 0 || order[i].token != order[i - 1].token) group_start[groups++] = i;
-    group_start[groups] = N;
+    group_start[groups] = n;
     size_t acc_stride;
     char *acc_rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, (size_t)C * sizeof(float), &acc_stride);
     CPU_PRAGMA(omp parallel)
@@ -89,4 +103,9 @@ void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe
             for (int c = 0; c < C; c++) cpu_st(dwte, dt, w + c, cpu_ld(dwte, dt, w + c) + acc[c]);
         }
     }
+}
+
+void cpu_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                            const int32_t *tokens, int B, int T, int C) {
+    cpu_embedding_backward_range(b, s, dwte, dwpe, dout, tokens, 0, INT32_MAX, B, T, C);
 }

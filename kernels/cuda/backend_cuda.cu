@@ -85,7 +85,9 @@ static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *
     return ms;
 }
 static void cu_synchronize(Backend *b) { CUDA_CHECK(cudaDeviceSynchronize()); }
-static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
+// The vocabulary-parallel ops serve tensor parallelism, which on GPUs needs
+// the NCCL comm backend; until then this backend leaves them out.
+static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT && op != OP_VOCAB_PARALLEL; }
 
 static void cu_destroy(Backend *b) {
     if (!b) return;
