@@ -97,3 +97,16 @@ void tp_shard_extract(const TpShard *s, const ParamSpec *p, const void *global, 
 void tp_shard_insert(const TpShard *s, const ParamSpec *p, const void *shard, void *global, size_t elem) {
     copy_ranges(s, p, global, shard, elem, 0);
 }
+
+int64_t tp_shard_global_index(const TpShard *s, const ParamSpec *p, int64_t i) {
+    int64_t row = i / s->cols, col = i % s->cols;
+    int64_t *local = s->split == 2 ? &col : &row;  // the split coordinate
+    for (int k = 0; k < s->n; k++) {
+        if (*local < s->count[k]) {
+            *local += s->first[k];
+            break;
+        }
+        *local -= s->count[k];
+    }
+    return row * p->cols + col;
+}

@@ -36,6 +36,11 @@ typedef struct {
 // err naming the tensor and the degree that does not divide it.
 int tp_shard(const ModelConfig *m, const ParamSpec *p, int tp, int t, TpShard *out, char *err, size_t errlen);
 
+// Index in the global tensor of element i of the shard (row-major in both):
+// parameter init draws each element from its global index, so a model starts
+// from the same weights under any tp.
+int64_t tp_shard_global_index(const TpShard *s, const ParamSpec *p, int64_t i);
+
 // global (p->rows x p->cols, row-major, elem bytes each) -> shard (rows x cols)
 void tp_shard_extract(const TpShard *s, const ParamSpec *p, const void *global, void *shard, size_t elem);
 // shard -> its place in global (the rest of global untouched)

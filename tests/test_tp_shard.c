@@ -48,7 +48,10 @@ static int covers_exactly(const ModelConfig *m, int tp) {
                 memset(sh, 0xff, N * sizeof *sh);
                 tp_shard_extract(&s, &ps[k], g, sh, sizeof *sh);
                 tp_shard_insert(&s, &ps[k], sh, back, sizeof *sh);
-                for (int64_t i = 0; i < s.rows * s.cols; i++) hits[(size_t)sh[i]]++;  // values are global indices
+                for (int64_t i = 0; i < s.rows * s.cols; i++) {
+                    hits[(size_t)sh[i]]++;  // values are global indices
+                    if (tp_shard_global_index(&s, &ps[k], i) != (int64_t)sh[i]) good = 0;
+                }
             }
             for (size_t i = 0; i < N; i++) {
                 if (back[i] != g[i] || hits[i] != (split ? 1 : tp)) {
@@ -139,7 +142,7 @@ int main(void) {
     gpt(&g);
     llama(&l);
     ok(covers_exactly(&g, 1) && covers_exactly(&g, 2) && covers_exactly(&g, 4),
-       "GPT (V 257, tied, biases): tp 1, 2, 4 shards cover every tensor exactly; round trip restores it");
+       "GPT (V 257, tied, biases): tp 1, 2, 4 shards cover every tensor exactly; round trip restores it; global indices agree");
     ok(covers_exactly(&l, 1) && covers_exactly(&l, 2), "Llama (GQA 8/2, SwiGLU, V 259, untied): tp 1, 2 likewise");
 
     ParamSpec buf[MODEL_MAX_PARAMS];
