@@ -53,24 +53,63 @@ static ActSizes act_sizes(const ModelRuntime *r) {
 
 static int is_ckpt_block(const ModelRuntime *r, int l) { return l >= r->L - r->ckpt; }
 
+// A block's saved tensors besides its input x, in BlockActs order.
+enum { N_REST = 12 };
+static const char *const REST_NAMES[N_REST] = {"ln1", "ln1_mean", "ln1_rstd", "qkv", "att", "lse",
+                                               "mid", "ln2", "ln2_mean", "ln2_rstd", "fc", "act"};
+static ArenaTensor *rest_tensor(BlockActs *a, int k) {
+    ArenaTensor *ts[N_REST] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
+                               &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
+    return ts[k];
+}
+
+// Activation offload (ao): which saved tensors of a non-checkpointed block
+// wait on the host between its forward and its backward. Tensors are moved
+// whole (a kernel needs each one contiguous in device memory): the largest
+// first, while their sum stays within ao times the block's saved bytes
+// (besides x, the block input, which stays). Bit k: REST_NAMES[k].
+static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes) {
+    size_t bytes[N_REST], total = 0, sum = 0;
+    for (int k = 0; k < N_REST; k++) total += bytes[k] = act_bytes(r, r->block_acts, r->n_block_acts, REST_NAMES[k]);
+    double budget = r->ao * (double)total;
+    unsigned mask = 0;
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < N_REST; k++)
+            if (!(mask >> k & 1) && bytes[k] > 0 && (double)(sum + bytes[k]) <= budget &&
+                (best < 0 || bytes[k] > bytes[best]))
+                best = k;
+        if (best < 0) break;
+        mask |= 1u << best;
+        sum += bytes[best];
+    }
+    *offloaded_bytes = sum;
+    return mask;
+}
+
 static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) {
-    size_t P = r->P, N = (size_t)r->B * r->T;
-    size_t master = r->be->dtype == MIST_F32 ? 0 : P * sizeof(float);
-    // params + grads (X), master, m, v (f32), grad-norm accumulator, tokens, targets, losses
-    return 2 * P * r->x + master + 2 * P * sizeof(float) + sizeof(float) + 2 * N * sizeof(int32_t) + s->losses;
+    size_t N = (size_t)r->B * r->T, states, host;
+    // params, grads, master, m, v (each unit's resident part) and the staging
+    // of sharded / offloaded units: runtime/zero.c
+    zero_predict(r, &states, &host);
+    // + grad-norm accumulator, tokens, targets, losses
+    return states + sizeof(float) + 2 * N * sizeof(int32_t) + s->losses;
 }
 
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
     ActSizes s = act_sizes(r);
-    size_t live = persistent_device_bytes(r, &s), peak = live;
+    size_t off;  // bytes of a non-checkpointed block that wait on the host
+    act_offload_mask(r, &off);
+    size_t live = persistent_device_bytes(r, &s), peak = live, host_acts = 0;
 #define GROW(n) do { live += (n); if (live > peak) peak = live; } while (0)
     GROW(s.x_nc);                       // x_0
     for (int l = 0; l < r->L; l++) {    // forward
-        GROW(s.block_rest);             // own tensors, or the recompute workspace
+        GROW(s.block_rest);             // own tensors (+ the swap workspace), or the recompute workspace
         GROW(s.x_nc);                   // x_{l+1}
         GROW(s.scratch);                // projection scratch
         live -= s.scratch;
         if (is_ckpt_block(r, l)) live -= s.block_rest;
+        else live -= off, host_acts += off;  // swapped out
     }
     GROW(s.post + s.logits);            // final norm, logits
     GROW(s.grads_bufs);                 // backward starts
@@ -80,34 +119,32 @@ void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *hos
         if (is_ckpt_block(r, l)) {
             GROW(s.block_rest + s.scratch);  // recompute into the workspace (+ scratch)
             live -= s.scratch;
+        } else {
+            GROW(off);                  // swapped in
         }
         live -= s.block_rest + s.x_nc;  // the block's tensors and its input
     }
 #undef GROW
     *device_peak = (int64_t)peak;
     size_t N = (size_t)r->B * r->T;
-    // host: token staging, per-token losses, all ranks' losses of a micro-batch
-    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float));
+    // host: token staging, per-token losses, all ranks' losses of a micro-batch,
+    // the offloaded parts of params, grads and optimizer state, and at the end
+    // of the forward the offloaded activations of every non-checkpointed block
+    size_t states_dev, states_host;
+    zero_predict(r, &states_dev, &states_host);
+    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + states_host + host_acts);
 }
 
 // ---------------------------------------------------------------- plan
-// the tensors of one block besides its input x
-static void carve_block(ModelRuntime *r, BlockActs *a) {
-    Arena *d = &r->dev;
-    const ActSpec *l = r->block_acts;
-    int n = r->n_block_acts;
-    arena_carve(d, &a->ln1, act_bytes(r, l, n, "ln1"), "acts.ln1");
-    arena_carve(d, &a->ln1_mean, act_bytes(r, l, n, "ln1_mean"), "acts.ln1_mean");
-    arena_carve(d, &a->ln1_rstd, act_bytes(r, l, n, "ln1_rstd"), "acts.ln1_rstd");
-    arena_carve(d, &a->qkv, act_bytes(r, l, n, "qkv"), "acts.qkv");
-    arena_carve(d, &a->att, act_bytes(r, l, n, "att"), "acts.att");
-    arena_carve(d, &a->lse, act_bytes(r, l, n, "lse"), "acts.lse");
-    arena_carve(d, &a->mid, act_bytes(r, l, n, "mid"), "acts.mid");
-    arena_carve(d, &a->ln2, act_bytes(r, l, n, "ln2"), "acts.ln2");
-    arena_carve(d, &a->ln2_mean, act_bytes(r, l, n, "ln2_mean"), "acts.ln2_mean");
-    arena_carve(d, &a->ln2_rstd, act_bytes(r, l, n, "ln2_rstd"), "acts.ln2_rstd");
-    arena_carve(d, &a->fc, act_bytes(r, l, n, "fc"), "acts.fc");
-    arena_carve(d, &a->act, act_bytes(r, l, n, "act"), "acts.act");
+// the tensors of one block besides its input x: those of `keep` (bits of
+// REST_NAMES) with their size, the others as 0-byte placeholders
+static void carve_block(ModelRuntime *r, BlockActs *a, Arena *arena, unsigned keep) {
+    static const char *const what[N_REST] = {"acts.ln1", "acts.ln1_mean", "acts.ln1_rstd", "acts.qkv", "acts.att",
+                                             "acts.lse", "acts.mid", "acts.ln2", "acts.ln2_mean", "acts.ln2_rstd",
+                                             "acts.fc", "acts.act"};
+    for (int k = 0; k < N_REST; k++)
+        arena_carve(arena, rest_tensor(a, k),
+                    keep >> k & 1 ? act_bytes(r, r->block_acts, r->n_block_acts, REST_NAMES[k]) : 0, what[k]);
 }
 
 // The tensors forward/backward cannot run without, with the sizes they need.
@@ -155,7 +192,7 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_init(&r->dev, "device", ARENA_DEVICE);
     arena_init(&r->host, "host", ARENA_HOST);
     Arena *d = &r->dev, *h = &r->host;
-    size_t P = r->P, N = (size_t)r->B * r->T;
+    size_t N = (size_t)r->B * r->T;
     r->n_block_acts = model_acts(&r->m, PART_BLOCK, r->B, r->T, 1, r->block_acts, MODEL_MAX_ACTS);
     r->n_post_acts = model_acts(&r->m, PART_POST, r->B, r->T, 1, r->post_acts, MODEL_MAX_ACTS);
     if (r->n_block_acts < 0 || r->n_post_acts < 0) {
@@ -163,13 +200,11 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
         return 1;
     }
     if (check_acts(r, err, errlen)) return 1;
+    size_t off_bytes;
+    r->act_mask = act_offload_mask(r, &off_bytes);
     const ActSpec *bl = r->block_acts, *po = r->post_acts;
     int nb = r->n_block_acts, np = r->n_post_acts;
-    arena_carve(d, &r->t_params, P * r->x, "params");
-    arena_carve(d, &r->t_grads, P * r->x, "grads");
-    arena_carve(d, &r->t_master, be->dtype == MIST_F32 ? 0 : P * sizeof(float), "master");
-    arena_carve(d, &r->t_m, P * sizeof(float), "adam_m");
-    arena_carve(d, &r->t_v, P * sizeof(float), "adam_v");
+    zero_carve(r);  // params, grads, master, m, v and their staging
     arena_carve(d, &r->t_norm_acc, sizeof(float), "grad_norm_acc");
     arena_carve(d, &r->t_inputs, N * sizeof(int32_t), "inputs");
     arena_carve(d, &r->t_targets, N * sizeof(int32_t), "targets");
@@ -177,9 +212,13 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     r->acts = calloc((size_t)r->L, sizeof *r->acts);
     for (int l = 0; l < r->L; l++) {
         arena_carve(d, &r->acts[l].x, act_bytes(r, bl, nb, "x"), "acts.x");
-        if (!is_ckpt_block(r, l)) carve_block(r, &r->acts[l]);
+        if (!is_ckpt_block(r, l)) carve_block(r, &r->acts[l], d, ~r->act_mask);
     }
-    if (r->ckpt > 0) carve_block(r, &r->work);  // shared by every checkpointed block
+    if (r->ckpt > 0) carve_block(r, &r->work, d, ~0u);  // shared by every checkpointed block
+    // offloaded activations: one device workspace, a host copy per non-checkpointed block
+    carve_block(r, &r->aws, d, r->act_mask);
+    r->hacts = calloc((size_t)r->L, sizeof *r->hacts);
+    for (int l = 0; l < r->L; l++) carve_block(r, &r->hacts[l], h, is_ckpt_block(r, l) ? 0u : r->act_mask);
     arena_carve(d, &r->x_out, act_bytes(r, po, np, "x"), "acts.x_out");
     arena_carve(d, &r->scratch, act_bytes(r, bl, nb, "scratch"), "scratch");
     arena_carve(d, &r->lnf, act_bytes(r, po, np, "lnf"), "acts.lnf");
@@ -208,7 +247,14 @@ void mr_free(ModelRuntime *r) {
     if (r->be && r->stream) r->be->stream_destroy(r->be, r->stream);
     arena_free(&r->dev);
     arena_free(&r->host);
+    zero_free(r);
+    free(r->units);
+    free(r->unit_first_tensor);
+    r->units = NULL;
+    r->unit_first_tensor = NULL;
     free(r->acts);
+    free(r->hacts);
+    r->hacts = NULL;
     free(r->blk);
     free(r->opt_tensors);
     r->acts = NULL;
@@ -237,15 +283,54 @@ static void release_rest(BlockActs *a) {
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) arena_release(ts[i]);
 }
 
-#define PARAM(off) ((off) < 0 ? NULL : (void *)((char *)params + (size_t)(off) * r->x))
-#define GRAD(off) ((off) < 0 ? NULL : (void *)((char *)grads + (size_t)(off) * r->x))
+// The tensors block l computes with: its own, and the offloaded ones in the
+// swap workspace (a copy of the descriptors; liveness stays with the originals).
+static BlockActs act_view(ModelRuntime *r, int l) {
+    BlockActs v = r->acts[l];
+    for (int k = 0; k < N_REST; k++)
+        if (r->act_mask >> k & 1) *rest_tensor(&v, k) = *rest_tensor(&r->aws, k);
+    return v;
+}
+
+// after block l's forward: its offloaded tensors go to the host (d2h), the workspace is free
+static void acts_swap_out(ModelRuntime *r, int l) {
+    for (int k = 0; k < N_REST; k++) {
+        if (!(r->act_mask >> k & 1)) continue;
+        ArenaTensor *dev = rest_tensor(&r->aws, k), *host = rest_tensor(&r->hacts[l], k);
+        r->be->copy_d2h(r->be, arena_take(host), arena_ptr(dev), dev->bytes, r->stream);
+        arena_release(dev);
+    }
+}
+
+// before block l's backward: back into the workspace (h2d)
+static void acts_swap_in(ModelRuntime *r, int l) {
+    for (int k = 0; k < N_REST; k++) {
+        if (!(r->act_mask >> k & 1)) continue;
+        ArenaTensor *dev = rest_tensor(&r->aws, k), *host = rest_tensor(&r->hacts[l], k);
+        r->be->copy_h2d(r->be, arena_take(dev), arena_ptr(host), dev->bytes, r->stream);
+        arena_release(host);
+    }
+}
+
+static void take_masked(BlockActs *a, unsigned mask) {
+    for (int k = 0; k < N_REST; k++)
+        if (mask >> k & 1) arena_take(rest_tensor(a, k));
+}
+static void release_masked(BlockActs *a, unsigned mask) {
+    for (int k = 0; k < N_REST; k++)
+        if (mask >> k & 1) arena_release(rest_tensor(a, k));
+}
+
+// weights and gradients are addressed by flat offset; zero.c knows which
+// buffer holds each unit now (in place, or a gathered / swapped-in copy)
+#define PARAM(off) zero_w(r, (off))
+#define GRAD(off) zero_g(r, (off))
 
 // Block l forward up to the MLP activation; the projection output of the MLP
 // is left in scratch (the caller adds it to the residual stream or drops it).
 static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
-    const void *params = arena_ptr(&r->t_params);
     const BlockParams *bp = &r->blk[l];
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
@@ -276,8 +361,6 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
 static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
-    const void *params = arena_ptr(&r->t_params);
-    void *grads = arena_ptr(&r->t_grads);
     const BlockParams *bp = &r->blk[l];
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
@@ -314,28 +397,37 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
 void mr_forward_backward(ModelRuntime *r, float dloss) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
-    const void *params = arena_ptr(&r->t_params);
-    void *grads = arena_ptr(&r->t_grads);
     const int32_t *inputs = arena_ptr(&r->t_inputs), *targets = arena_ptr(&r->t_targets);
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
+    // unit u: 0 embedding, 1 + l block l, L + 1 final norm and head
+    zero_fwd_begin(r, 0);
     be->embedding_forward(be, st, take(&r->acts[0].x), inputs, PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
     for (int l = 0; l < r->L; l++) {
-        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[l];
+        int swapped = !is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
+        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[l], view;
         take_rest(a);
+        if (swapped) {
+            take_masked(&r->aws, r->act_mask);
+            view = act_view(r, l);
+            a = &view;
+        }
         ArenaTensor *next = l + 1 < r->L ? &r->acts[l + 1].x : &r->x_out;
         void *xnext = take(next);
         take(&r->scratch);
         const void *xin = arena_ptr(&r->acts[l].x);
+        zero_fwd_begin(r, 1 + l);
         block_forward_to_act(r, l, a, xin);
         be->matmul_forward(be, st, arena_ptr(&r->scratch), NULL, arena_ptr(&a->act), PARAM(r->blk[l].fcproj_w),
                            PARAM(r->blk[l].fcproj_b), N, r->F, r->C);
         be->residual_forward(be, st, xnext, arena_ptr(&a->mid), arena_ptr(&r->scratch), (size_t)N * r->C);
         arena_release(&r->scratch);
         if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
+        else if (swapped) acts_swap_out(r, l);
     }
     void *lnf = take(&r->lnf), *lnf_mean = take(&r->lnf_mean), *lnf_rstd = take(&r->lnf_rstd);
     void *logits = take(&r->logits);
+    zero_fwd_begin(r, r->L + 1);
     be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
                      PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
     be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);  // (N, V)
@@ -348,7 +440,10 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
         arena_release(&r->lnf_rstd);
         arena_release(&r->x_out);
         for (int l = r->L - 1; l >= 0; l--) {
-            if (!is_ckpt_block(r, l)) release_rest(&r->acts[l]);
+            if (!is_ckpt_block(r, l)) {
+                release_rest(&r->acts[l]);
+                release_masked(&r->hacts[l], r->act_mask);
+            }
             arena_release(&r->acts[l].x);
         }
         return;
@@ -359,30 +454,43 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     take(&r->d_qkv);
     take(&r->d_act);
     take(&r->d_fc);
+    zero_bwd_begin(r, r->L + 1);
     be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);
     arena_release(&r->logits);
     be->memset_device(be, d_res, 0, (size_t)N * r->C * r->x, st);
     be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out), PARAM(r->lnf_w),
                       lnf_mean, lnf_rstd, N, r->C);
+    zero_bwd_end(r, r->L + 1);
     arena_release(&r->lnf);
     arena_release(&r->lnf_mean);
     arena_release(&r->lnf_rstd);
     arena_release(&r->x_out);
     for (int l = r->L - 1; l >= 0; l--) {
-        BlockActs *a = &r->acts[l];
+        BlockActs *a = &r->acts[l], view = r->acts[l];
         const void *xin = arena_ptr(&r->acts[l].x);
+        int swapped = !is_ckpt_block(r, l) && r->act_mask;
+        zero_bwd_begin(r, 1 + l);
         if (is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
             a = &r->work;
             take_rest(a);
             take(&r->scratch);
             block_forward_to_act(r, l, a, xin);
             arena_release(&r->scratch);
+            view = *a;
+        } else if (swapped) {  // the offloaded tensors come back into the workspace
+            acts_swap_in(r, l);
+            view = act_view(r, l);
         }
-        block_backward(r, l, a, xin);
+        block_backward(r, l, &view, xin);
+        zero_bwd_end(r, 1 + l);
         release_rest(a);
+        if (swapped) release_masked(&r->aws, r->act_mask);
         arena_release(&r->acts[l].x);
     }
+    zero_bwd_begin(r, 0);
     be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->B, r->T, r->C);
+    zero_bwd_end(r, 0);
+    zero_bwd_finish(r);
     arena_release(&r->d_res);
     arena_release(&r->d_ln);
     arena_release(&r->d_att);

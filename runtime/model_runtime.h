@@ -4,15 +4,23 @@
 // carves all of them from the arenas before step 0, and forward/backward
 // written with backend ops only (so every backend runs the same code).
 //
-// Layout of the flat buffers (params, grads, master, m, v: P elements each):
-// the tensors of model_params() for PART_PRE, then block 0..L-1, then PART_POST.
+// Layout of the flat buffers (params, grads, master, m, v): the tensors of
+// model_params() for PART_PRE, then block 0..L-1, then PART_POST. Each of
+// these parts is a unit; under ZeRO >= 1 every unit is padded to a multiple of
+// dp, and each state keeps per unit either the whole unit or this rank's
+// shard, split between the device and host arenas (runtime/zero.h). Weights
+// and gradients are reached through zero_w / zero_g, which know where each
+// unit is held at the moment.
 //
 // Residual stream of block l (N = b*T rows, C = hidden):
 //   x_l (N,C) -> ln1 = norm(x_l) -> qkv = ln1 Wqkv^T (+rotary) -> att = attention(qkv)
 //   -> mid = x_l + att Wproj^T -> ln2 = norm(mid) -> fc = ln2 Wfc^T -> act = gelu(fc) | swiglu(fc)
 //   -> x_{l+1} = mid + act Wfcproj^T
 // A checkpointed block keeps only x_l; its other tensors are taken from one
-// shared recompute workspace in backward.
+// shared recompute workspace in backward. Under activation offload (ao > 0) a
+// non-checkpointed block computes its largest saved tensors (up to ao of its
+// saved bytes) in one shared device workspace, copies them to its own host
+// buffers after its forward and back before its backward.
 #ifndef MIST_MODEL_RUNTIME_H
 #define MIST_MODEL_RUNTIME_H
 #include <stddef.h>
@@ -22,6 +30,10 @@
 #include "runtime/arena.h"
 #include "runtime/config.h"
 #include "runtime/optimizer.h"
+#include "runtime/zero.h"
+
+struct CommBackend;
+struct CommGroup;
 
 #define MR_MAX_TENSORS_PER_PART 16
 #define MR_MAX_TENSORS 4096
@@ -63,7 +75,8 @@ typedef struct ModelRuntime {
     // parameters
     ParamTensor tensors[MR_MAX_TENSORS];
     int num_tensors;
-    size_t P;
+    size_t P;              // parameters
+    size_t Pp;             // flat buffer length: P plus each unit's padding to a multiple of dp (zero >= 1)
     int64_t wte, wpe, lnf_w, lnf_b, lm_head;  // offsets, -1 when absent
     BlockParams *blk;      // (L)
     // activations as models/model.h lists them for this micro-batch (tp = 1)
@@ -76,19 +89,47 @@ typedef struct ModelRuntime {
     ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
     BlockActs *acts;       // (L) own tensors for non-checkpointed blocks
     BlockActs work;        // recompute workspace of checkpointed blocks
+    double ao;             // activation offload fraction
+    unsigned act_mask;     // saved tensors a non-checkpointed block offloads (bits: BlockActs order after x)
+    BlockActs aws;         // device workspace of the offloaded tensors (the others 0 bytes)
+    BlockActs *hacts;      // (L) host copies of the offloaded tensors
     ArenaTensor x_out;     // X(N,C) output of the last block
     ArenaTensor scratch;   // X(N,C) projection outputs (transient)
     ArenaTensor lnf, lnf_mean, lnf_rstd, logits;   // X(N,C), f32(N), f32(N), X(N,V)
     ArenaTensor d_res, d_ln, d_att, d_qkv, d_act, d_fc;  // backward gradient buffers
     int dp;
+    // ZeRO sharding and offloading (runtime/zero.h): units pre, block 0..L-1, post
+    int zero, dp_rank;
+    double wo, go, oo;
+    int num_units;                 // L + 2
+    MrUnit *units;                 // (num_units)
+    int *unit_first_tensor;        // (num_units + 1): tensors of unit u are [first[u], first[u+1])
+    Store sw, sg, smaster, sm, sv; // weights, grads, fp32 master (bf16 only), Adam m, v
+    ArenaTensor wstage[4], gstage[4];  // staging: pre, post, block ring 0, 1 (0 bytes when unused)
+    ArenaTensor gacc, oswap[3];    // swap-in of stored grads / master, m, v (0 bytes when unused)
+    void **wbase, **gbase;         // (num_units) where each unit's full weights / grads are now
+    struct CommRequest **wreq, **greq;  // (num_units) gathers / reductions in flight
+    unsigned char *due, *need_gather, *save_after, *gkind, *gbegun;  // (num_units) schedule flags
+    int slot_unit[4];              // unit whose weights a W staging buffer holds, -1 none
+    int gpend[4], ngpend;          // units whose gradient reduction is in flight
+    float step_lr, step_scale;     // the deferred optimizer step
+    int64_t step_t;
+    int micro_last;                // the current micro-batch is the iteration's last (gradient sync)
+    const struct CommBackend *comm;  // NULL or dp == 1: no collectives
+    struct CommGroup *dpg;
     // optimizer over the flat buffers
     OptimTensor *opt_tensors;
     Optimizer opt;
 } ModelRuntime;
 
 // Reads the parameter layout from models/model.h and checks what this runtime
-// supports. 0, or 2 with err (config error).
+// supports. 0, or 2 with err (config error). Unsharded, nothing offloaded.
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen);
+// The same for dp rank `dp_rank` of a stage with ZeRO level `zero` and
+// offload fractions wo, go, oo, ao of weights, grads, optimizer state and
+// saved activations.
+int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
+                      double wo, double go, double oo, double ao, char *err, size_t errlen);
 // Carves every tensor from the arenas (sized by model_acts) and reserves them
 // once. 0, or 1 with err.
 int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);
@@ -96,12 +137,14 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);
 // the model description alone (sizes of the same phases, no arena involved).
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak);
 // Takes the tensors that live for the whole run (params, grads, optimizer
-// state, token buffers) and fills params from the seeded counter-based RNG.
+// state, staging, token buffers) and fills params from the seeded
+// counter-based RNG (every rank its own shard).
 void mr_init_params(ModelRuntime *r, uint64_t seed);
 // Value of element i of tensor k at init (pure function, for tests).
 float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed);
 
-// One micro-batch: tokens already in t_inputs / t_targets. Forward, fused
+// One micro-batch: tokens already in t_inputs / t_targets; r->micro_last
+// says whether gradients are synchronised over dp after it. Forward, fused
 // cross-entropy with dloss (0 = no backward: evaluation), backward
 // accumulating into grads. Per-token losses land in t_losses.
 void mr_forward_backward(ModelRuntime *r, float dloss);

@@ -31,19 +31,38 @@ static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const
         t->rows = spec[i].rows;
         t->cols = spec[i].cols;
         t->count = (size_t)(spec[i].rows * spec[i].cols);
-        t->offset = r->P;
+        t->offset = r->Pp;
         t->decay = spec[i].decay;
         t->residual_proj = !strcmp(spec[i].name, "attn_proj_w") || !strcmp(spec[i].name, "fc_proj_w");
         // norm weights start at 1 and every bias at 0 (a norm is then the identity scale)
         t->unit_init = !strncmp(spec[i].name, "ln", 2) && ends_with(spec[i].name, "_w");
         t->zero_init = ends_with(spec[i].name, "_b");
         r->P += t->count;
+        r->Pp += t->count;
     }
+    // the part is one unit; under sharding it is padded to dp equal shards
+    MrUnit *U = &r->units[r->num_units];
+    U->count = r->Pp - U->off;
+    U->shard = r->zero >= 1 ? (U->count + (size_t)r->dp - 1) / (size_t)r->dp : U->count;
+    U->padded = r->zero >= 1 ? U->shard * (size_t)r->dp : U->count;
+    r->Pp = U->off + U->padded;
+    r->num_units++;
+    r->units[r->num_units].off = r->Pp;
+    r->unit_first_tensor[r->num_units] = r->num_tensors;
     return 0;
 }
 
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
+    return mr_layout_sharded(r, m, B, ckpt, dp, 0, 0, 0.0, 0.0, 0.0, 0.0, err, errlen);
+}
+
+int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
+                      double wo, double go, double oo, double ao, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
+    r->zero = zero;
+    r->dp_rank = dp_rank;
+    r->wo = wo, r->go = go, r->oo = oo, r->ao = ao;
+    r->micro_last = 1;
     r->m = *m;
     r->B = B;
     r->T = m->seq_len;
@@ -71,6 +90,14 @@ int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, ch
         snprintf(err, errlen, "[stage.0] ckpt = %d: allowed 0..%d (the stage's blocks)", ckpt, r->L);
         return 2;
     }
+    if (zero < 0 || zero > 3 || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||
+        !(oo >= 0 && oo <= 1) || !(ao >= 0 && ao <= 1)) {
+        snprintf(err, errlen, "[stage.0] zero = %d, dp rank %d of %d, wo = %g, go = %g, oo = %g, ao = %g; allowed: "
+                 "zero 0..3, offload fractions in [0, 1]", zero, dp_rank, dp, wo, go, oo, ao);
+        return 2;
+    }
+    r->units = calloc((size_t)r->L + 3, sizeof *r->units);
+    r->unit_first_tensor = calloc((size_t)r->L + 3, sizeof *r->unit_first_tensor);
     int rc = add_part(r, m, PART_PRE, "", err, errlen);
     r->blk = calloc((size_t)r->L, sizeof *r->blk);
     for (int l = 0; l < r->L && !rc; l++) {
@@ -134,10 +161,11 @@ float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed) {
 void mr_init_params(ModelRuntime *r, uint64_t seed) {
     Backend *be = r->be;
     // tensors that live for the whole run
-    void *params = arena_take(&r->t_params);
-    void *grads = arena_take(&r->t_grads);
-    float *master = r->t_master.bytes ? arena_take(&r->t_master) : NULL;
-    float *m = arena_take(&r->t_m), *v = arena_take(&r->t_v);
+    arena_take(&r->t_params);
+    arena_take(&r->t_grads);
+    arena_take(&r->t_master);
+    arena_take(&r->t_m);
+    arena_take(&r->t_v);
     float *acc = arena_take(&r->t_norm_acc);
     arena_take(&r->t_inputs);
     arena_take(&r->t_targets);
@@ -146,24 +174,20 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     arena_take(&r->h_targets);
     arena_take(&r->h_losses);
     arena_take(&r->h_gather);
-    // values are made on the host in chunks and copied into the fp32 weights
-    // (the master under bf16, else the params); bf16 params are cast from them
-    enum { CHUNK = 4096 };
-    float stage[CHUNK];
-    float *dst32 = master ? master : (float *)params;
+    zero_take(r);
+    // the fp32 weights of the whole model are made on the host (padding 0);
+    // every rank keeps its part (bf16 weights are rounded from them)
+    float *w = calloc(r->Pp ? r->Pp : 1, sizeof(float));
+    if (!w) {
+        fprintf(stderr, "mist: out of host memory for the initial weights (%zu floats)\n", r->Pp);
+        abort();
+    }
     for (int k = 0; k < r->num_tensors; k++) {
         const ParamTensor *t = &r->tensors[k];
-        for (size_t i = 0; i < t->count; i += CHUNK) {
-            size_t n = t->count - i < CHUNK ? t->count - i : CHUNK;
-            for (size_t j = 0; j < n; j++) stage[j] = mr_init_value(r, k, i + j, seed);
-            be->copy_h2d(be, dst32 + t->offset + i, stage, n * sizeof(float), r->stream);
-            be->stream_synchronize(be, r->stream);
-        }
+        for (size_t i = 0; i < t->count; i++) w[t->offset + i] = mr_init_value(r, k, i, seed);
     }
-    if (master) be->cast(be, r->stream, params, be->dtype, master, MIST_F32, r->P);
-    be->memset_device(be, grads, 0, r->P * r->x, r->stream);
-    be->memset_device(be, m, 0, r->P * sizeof(float), r->stream);
-    be->memset_device(be, v, 0, r->P * sizeof(float), r->stream);
+    zero_distribute(r, w, NULL, NULL);
+    free(w);
     be->memset_device(be, acc, 0, sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
 }

@@ -1,6 +1,8 @@
-// The training loop of one pipeline stage with data parallelism over ranks
-// (ZeRO-0): G micro-batches of b sequences per rank, gradients summed over
-// the dp group, global-norm clipping, AdamW, logs, validation, checkpoints.
+// The training loop of one pipeline stage with data parallelism over ranks:
+// G micro-batches of b sequences per rank, gradients reduced over the dp
+// group (all-reduce, or reduce-scatter into shards under ZeRO >= 1; the
+// per-unit schedule of gathers, swaps and deferred optimizer steps is in
+// runtime/zero.c), global-norm clipping, AdamW, logs, validation, checkpoints.
 //
 // Loss scaling: every micro-batch's cross-entropy gradient is scaled by
 // dloss = 1 / (b*T*G*dp), so after accumulating G micro-batches and summing
@@ -75,19 +77,15 @@ static double validation_loss(Run *run, DataLoader *vdl, int batches, char *err,
     return sum / ((double)batches * run->r->dp * run->r->B * run->r->T);
 }
 
-// Every parameter tensor as a checkpoint entry over the fp32 weights (the
-// master copy under bf16) and the Adam moments. On the CPU backend device
-// memory is host memory and the arrays are used in place; otherwise `host`
-// (3P floats, allocated once before step 0) mirrors them around save/load.
+// Every parameter tensor as a checkpoint entry over host arrays in the flat
+// padded layout: fp32 weights (the master under bf16), Adam m, Adam v (3 x Pp
+// floats). Checkpoints hold whole tensors, so the shards of every rank are
+// gathered into these arrays before a save (zero_collect) and each rank takes
+// its own part of them after a load (zero_distribute): a checkpoint written
+// under one plan resumes under any other.
 static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
     CkptTensor *t = calloc((size_t)r->num_tensors, sizeof *t);
-    float *w = r->t_master.bytes ? arena_ptr(&r->t_master) : arena_ptr(&r->t_params);
-    float *m = arena_ptr(&r->t_m), *v = arena_ptr(&r->t_v);
-    if (host) {
-        w = host;
-        m = host + r->P;
-        v = host + 2 * r->P;
-    }
+    float *w = host, *m = host + r->Pp, *v = host + 2 * r->Pp;
     for (int i = 0; i < r->num_tensors; i++) {
         const ParamTensor *p = &r->tensors[i];
         t[i].name = p->name;
@@ -101,19 +99,6 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
     return t;
 }
 
-// copy the fp32 weights and Adam moments between the device and the host mirror
-static void mirror_state(ModelRuntime *r, float *host, int to_host) {
-    Backend *be = r->be;
-    void *dev[3] = {r->t_master.bytes ? arena_ptr(&r->t_master) : arena_ptr(&r->t_params), arena_ptr(&r->t_m),
-                    arena_ptr(&r->t_v)};
-    size_t bytes = r->P * sizeof(float);
-    for (int k = 0; k < 3; k++) {
-        if (to_host) be->copy_d2h(be, host + k * r->P, dev[k], bytes, r->stream);
-        else be->copy_h2d(be, dev[k], host + k * r->P, bytes, r->stream);
-    }
-    be->stream_synchronize(be, r->stream);
-}
-
 static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
     const Plan *p = &cfg->plan.plan;
     if (p->num_stages != 1) {
@@ -122,12 +107,12 @@ static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, s
         return 2;
     }
     const StagePlan *s = &p->stage[0];
-    if (s->tp != 1 || s->zero != 0 || s->wo > 0 || s->go > 0 || s->oo > 0 || s->ao > 0) {
-        snprintf(err, errlen, "[stage.0] tp = %d, zero = %d, offload fractions (wo/go/oo/ao): the training runtime "
-                              "supports tp = 1, zero = 0 and no offloading; allowed: tp = 1, zero = 0, 0 offload. "
-                              "Hint: use dp for parallelism", s->tp, s->zero);
+    if (s->tp != 1) {
+        snprintf(err, errlen, "[stage.0] tp = %d: the training runtime does not run tensor parallelism yet; allowed: "
+                              "tp = 1. Hint: use dp (with zero = 1..3) for parallelism", s->tp);
         return 2;
     }
+
     if (cfg->train.precision == PREC_FP16) {
         snprintf(err, errlen, "[train] precision = fp16: not supported by the training runtime; allowed: fp32, bf16");
         return 2;
@@ -178,7 +163,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
     static ModelRuntime model;  // large (parameter table): not on the stack
     ModelRuntime *r = &model;
-    rc = mr_layout(r, &cfg->model, sp->b, sp->ckpt, dp, err, sizeof err);
+    rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
+                           sp->ao, err, sizeof err);
     if (rc) {
         if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
@@ -196,28 +182,33 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         char a[32], b2[32];
         trainlog_format_bytes(pred_dev, a, sizeof a);
         trainlog_format_bytes(pred_host, b2, sizeof b2);
-        printf("mist: %zu parameters, dtype %s, b=%d G=%d dp=%d ckpt=%d\n", r->P, mist_dtype_name(dtype), r->B, G, dp,
-               r->ckpt);
+        printf("mist: %zu parameters, dtype %s, b=%d G=%d dp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", r->P,
+               mist_dtype_name(dtype), r->B, G, dp, r->ckpt, r->zero, r->wo, r->go, r->oo, r->ao);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
                (long long)pred_host);
         fflush(stdout);
     }
+    r->comm = comm;
+    r->dpg = grid->dp;
     mr_init_params(r, tc->seed);
     Run run = {cfg, grid, comm, r, G};
-
-    r->opt = (Optimizer){.backend = be, .stream = r->stream, .params = arena_ptr(&r->t_params),
-                         .grads = arena_ptr(&r->t_grads),
-                         .master = r->t_master.bytes ? arena_ptr(&r->t_master) : NULL,
-                         .m = arena_ptr(&r->t_m), .v = arena_ptr(&r->t_v), .norm_acc = arena_ptr(&r->t_norm_acc),
-                         .num_params = r->P, .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
+    // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
+    r->opt = (Optimizer){.backend = be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),
+                         .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
                          .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
                          .weight_decay = tc->weight_decay};
 
     DataLoader *dl = NULL, *vdl = NULL;
     TrainLog *log = NULL;
-    float *host_state = NULL;  // host mirror for checkpoints when device memory is not host memory
-    if (!on_host && cfg->checkpoint.dir[0]) host_state = malloc(3 * r->P * sizeof(float));
-    CkptTensor *ct = ckpt_tensors(r, host_state);
+    float *host_state = NULL;  // whole-model fp32 weights, m, v for checkpoints (3 x Pp, padding 0)
+    if (cfg->checkpoint.dir[0] && !(host_state = calloc(3 * r->Pp, sizeof(float)))) {
+        fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu floats)\n", rank,
+                r->Pp);
+        mr_free(r);
+        be->destroy(be);
+        return 1;
+    }
+    CkptTensor *ct = host_state ? ckpt_tensors(r, host_state) : NULL;
     int exit_code = 0;
     if (dataloader_open(&dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, err, sizeof err) ||
         dataloader_set_rank(dl, tc->global_batch, r->B, dp, grid->dp_index, err, sizeof err)) {
@@ -256,12 +247,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                 exit_code = 1;
                 goto done;
             }
-            if (host_state) mirror_state(r, host_state, 0);
+            // every rank takes its shard (bf16 weights are re-rounded from the fp32 master)
+            zero_distribute(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             start = st.step;
             r->opt.t = st.adam_t;
-            if (r->t_master.bytes)  // bf16 params are re-rounded from the fp32 master
-                be->cast(be, r->stream, r->opt.params, dtype, r->opt.master, MIST_F32, r->P);
-            be->stream_synchronize(be, r->stream);
             if (root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)start);
         }
     }
@@ -285,27 +274,28 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     int64_t nan_from = fault ? atoll(fault) : 0;
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
-        be->memset_device(be, r->opt.grads, 0, r->P * r->x, r->stream);
         double loss_sum = 0.0;
         for (int g = 0; g < G; g++) {
             if (load_batch(&run, dl, it, g, err, sizeof err)) {
                 fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", rank, err);
                 comm->abort(1, "data error");
             }
+            r->micro_last = g == G - 1;  // gradients are reduced over dp after the last one
             mr_forward_backward(r, dloss);
             loss_sum += micro_batch_loss_sum(&run);
         }
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
         if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
         be->stream_synchronize(be, r->stream);
-        if (dp > 1)  // sum over the dp group; dloss already divides by the global token count
-            commCheck(comm, comm->all_reduce(r->opt.grads, r->opt.grads, r->P, dtype, COMM_SUM, grid->dp));
-        double norm = optimizer_grad_norm(&r->opt);
+        // gradients are summed over dp (dloss already divides by the global token
+        // count); the norm covers every rank's shard
+        double norm = zero_grad_norm(r);
         double lr = lr_at(tc, it);
         if (!isfinite(loss) || !isfinite(norm)) {
             nonfinite++;
             skipped++;
             consecutive++;
+            zero_clear_grads(r);
             if (root) fprintf(stderr, "mist-train: warning: iteration %lld: loss %g, grad norm %g not finite; "
                               "step skipped (%lld in a row, abort after %d)\n", (long long)it + 1, loss, norm,
                               (long long)consecutive, tc->max_nonfinite);
@@ -317,7 +307,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             }
         } else {
             consecutive = 0;
-            optimizer_step(&r->opt, (float)lr, optimizer_clip_scale(norm, tc->grad_clip));
+            // deferred: each unit steps just before its first use in the next iteration
+            zero_schedule_step(r, (float)lr, optimizer_clip_scale(norm, tc->grad_clip));
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
@@ -332,6 +323,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         have_stats = 1;
         if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
             int vrc = 0;
+            zero_flush(r);
             stats.val_loss = validation_loss(&run, vdl, val_batches, err, sizeof err, &vrc);
             if (vrc) {
                 fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", rank, err);
@@ -348,7 +340,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             st.skipped = skipped;
             st.nonfinite = nonfinite;
             int crc = 0;
-            if (root && host_state) mirror_state(r, host_state, 1);
+            zero_flush(r);
+            zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, ct, r->num_tensors, err,
                                             sizeof err);
             if (crc) {
@@ -359,6 +352,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         }
     }
 
+    zero_flush(r);  // the last iteration's step
     // ---- summary: predicted vs measured peaks of every rank ----
     {
         RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,

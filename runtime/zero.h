@@ -1,0 +1,99 @@
+// ZeRO sharding and host offloading of the training state, per unit.
+//
+// A *unit* is the flat parameter range of one part of the stage: the
+// embedding ("pre", unit 0), each block (units 1..L), the final norm and head
+// ("post", unit L+1). Every state (weights W, gradients G, fp32 master, Adam
+// m and v) is stored unit after unit. When optimizer state is sharded
+// (zero >= 1) each unit is padded to a multiple of dp:
+//   padded = dp * shard,  shard = ceil(count / dp),
+// and dp rank r owns unit positions [r*shard, (r+1)*shard) — so a reduce-
+// scatter or all-gather of one unit works in place on equal blocks.
+//
+// Which states are sharded (shard elements per unit, else `padded`):
+//   zero 1: optimizer (master, m, v);  zero 2: + G;  zero 3: + W.
+// Offload: of each unit's stored elements n, the last floor(f*n) live in the
+// host arena (f = wo, go, oo for W, G, and master/m/v), the rest in the device
+// arena. Compute never touches host memory: those parts are copied into
+// device staging buffers around use (h2d in, d2h out).
+//
+// Device staging (taken for the whole run, sized once):
+//   W staging when zero = 3 or wo > 0: one buffer for pre, one for post (the
+//     tied head reads pre's weights at the far end of the stage), a ring of 2
+//     for blocks (block i+1 is gathered while block i computes);
+//   G staging when zero >= 2 or go > 0: the same four buffers for gradients;
+//   gacc when go > 0: one unit's stored gradient (to add into it);
+//   opt swap when oo > 0: one unit's step range of master/m/v.
+//
+// Schedule (DESIGN.md §4): the optimizer step of a unit is deferred into the
+// first forward micro-batch of the next iteration, just before the unit's
+// weights are gathered; weights of unit u+1 are prefetched (step, swap-in,
+// all-gather started) when unit u starts; a unit's gradient reduction
+// (all-reduce, or reduce-scatter when sharded) starts when its backward ends
+// and is completed after the next unit's backward, where its result is needed.
+#ifndef MIST_ZERO_H
+#define MIST_ZERO_H
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/arena.h"
+
+struct ModelRuntime;
+struct CommRequest;
+
+typedef struct {
+    size_t off;     // first element in the flat (padded) layout
+    size_t count;   // parameters of the unit
+    size_t padded;  // count rounded up to a multiple of dp when sharded (else count)
+    size_t shard;   // padded / dp when sharded (else padded)
+} MrUnit;
+
+// One state split between the arenas, unit after unit.
+typedef struct {
+    ArenaTensor *dev;   // device part of every unit
+    ArenaTensor host;   // host part of every unit
+    size_t elem;        // bytes per element
+    size_t *n, *h;      // per unit: stored elements, of which the last h on the host
+    size_t *base;       // per unit: unit position of stored element 0 (r*shard when sharded)
+    size_t *dev_off, *host_off;  // per unit, in elements
+    size_t dev_elems, host_elems;
+} Store;
+
+// Elements unit u stores of a state (sharded or not, offload fraction f):
+// *n in all, *h of them on the host. Pure arithmetic, shared with the prediction.
+void zero_state_elems(const struct ModelRuntime *r, int sharded, double f, int u, size_t *n, size_t *h);
+// Persistent bytes of states and staging: device and host arena.
+void zero_predict(const struct ModelRuntime *r, size_t *device_bytes, size_t *host_bytes);
+// Carves stores and staging (mr_plan_memory), takes them for the run (mr_init_params).
+void zero_carve(struct ModelRuntime *r);
+void zero_take(struct ModelRuntime *r);
+void zero_free(struct ModelRuntime *r);
+
+// Pointer to the element at flat offset `off` in the buffer that holds its
+// unit's full weights / gradients now (NULL for off < 0).
+void *zero_w(struct ModelRuntime *r, int64_t off);
+void *zero_g(struct ModelRuntime *r, int64_t off);
+
+// Hooks of the forward / backward of one micro-batch (model_runtime.c).
+void zero_fwd_begin(struct ModelRuntime *r, int u);
+void zero_bwd_begin(struct ModelRuntime *r, int u);
+void zero_bwd_end(struct ModelRuntime *r, int u);
+void zero_bwd_finish(struct ModelRuntime *r);
+
+// After the last micro-batch: global gradient norm (sum of squares over this
+// rank's shards, all-reduced over dp when sharded).
+double zero_grad_norm(struct ModelRuntime *r);
+// The step of every unit at (lr, grad_scale), deferred to the unit's next use.
+void zero_schedule_step(struct ModelRuntime *r, float lr, float grad_scale);
+// A skipped step: gradients back to zero.
+void zero_clear_grads(struct ModelRuntime *r);
+// Runs every deferred step and completes every gather (before validation,
+// checkpoints, the end of the run).
+void zero_flush(struct ModelRuntime *r);
+
+// Whole-model fp32 state <-> the stores. Arrays are in the flat padded layout
+// (r->Pp floats; padding zero). distribute: every rank takes its part (W is
+// rounded from w under bf16; m, v NULL = zeros; G is zeroed). collect: every
+// rank gets the full arrays (all-gather of the shards over dp).
+void zero_distribute(struct ModelRuntime *r, const float *w, const float *m, const float *v);
+void zero_collect(struct ModelRuntime *r, float *w, float *m, float *v);
+
+#endif
