@@ -1,12 +1,15 @@
 // mist-plan: plan or analyze a training configuration offline, for any
 // cluster size, without an MPI launch (it never calls MPI_Init).
+//   mist-plan CONFIG.ini [--nodes N --gpus-per-node M] [--space NAME] [--out PLAN.ini] ...
 //   mist-plan CONFIG.ini --analyze [PLAN.ini] [--hardware NAME|FILE] [--json]
 //             [--op-table FILE] [-o section.key=value]...
-// Exit codes: 0 ok, 2 config/usage error, 3 the plan does not fit.
+// Exit codes: 0 ok, 2 config/usage error, 3 no plan / the plan does not fit.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "planner/analyze.h"
+#include "planner/search.h"
 #include "planner/optable.h"
 #include "planner/profile.h"
 #include "runtime/config_load.h"
@@ -15,28 +18,133 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: mist-plan CONFIG.ini --analyze [PLAN.ini] [options]\n"
+            "usage: mist-plan CONFIG.ini [search options] [options]\n"
+            "       mist-plan CONFIG.ini --analyze [PLAN.ini] [options]\n"
             "\n"
-            "Predict per-stage time and memory of a fixed plan with the cost model.\n"
-            "The plan comes from PLAN.ini ([plan] + [stage.N]) or the config's own [plan].\n"
+            "Without --analyze: search the fastest plan that fits, print it with the search\n"
+            "statistics, and (with --out) write it as a plan file for mist-train and --analyze.\n"
+            "With --analyze: predict per-stage time and memory of a fixed plan, from PLAN.ini\n"
+            "([plan] + [stage.N]) or the config's own [plan].\n"
+            "\n"
+            "search options:\n"
+            "  --nodes N                nodes (default: [cluster] nodes)\n"
+            "  --gpus-per-node M        devices per node (default: [cluster] gpus_per_node)\n"
+            "  --space NAME             megatron | zero | ckpt | offload | full (default: [plan] space)\n"
+            "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
+            "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
+            "                           included (default: all; a sample can miss the optimum)\n"
             "\n"
             "options:\n"
-            "  --analyze [PLAN.ini]     analyze a fixed plan (required for now)\n"
+            "  --analyze [PLAN.ini]     analyze a fixed plan instead of searching\n"
             "  --hardware NAME|FILE     hardware profile: l4, a100-40g, a100-80g, h100-80g, h200, cpu,\n"
             "                           or a profile INI file (default: [cluster] hardware, else cpu)\n"
             "  --op-table FILE          measured per-op latencies overriding the roofline\n"
-            "  --json                   print one JSON object instead of the table\n"
+            "  --json                   print one JSON object instead of the table (a search adds\n"
+            "                           its statistics as \"search\")\n"
             "  -o section.key=value     override a config value (repeatable)\n"
             "  -h, --help               this text\n"
             "\n"
-            "exit status: 0 ok, 2 config or usage error, 3 a stage does not fit in device memory\n"
-            "docs: docs/plan-analyze.md\n");
+            "exit status: 0 ok, 2 config or usage error, 3 nothing fits in device memory\n"
+            "docs: docs/plan-search.md, docs/plan-analyze.md\n");
+}
+
+// A JSON object printed by f(a, cfg, stream) with `, "search": {...}` added
+// before its closing brace.
+static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg, const SearchStats *st,
+                                   const SearchOptions *so, const SearchResult *r) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) {
+        analysis_print_json(an, cfg, stdout);
+        return;
+    }
+    analysis_print_json(an, cfg, m);
+    fclose(m);
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '}')) {
+        int brace = buf[len - 1] == '}';
+        len--;
+        if (brace) break;
+    }
+    fwrite(buf, 1, len, stdout);
+    free(buf);
+    printf(", \"search\": {");
+    search_stats_print_json(st, so, stdout);
+    printf(", \"found\": %s", r->found ? "true" : "false");
+    if (!r->found && r->have_closest)
+        printf(", \"closest_stage\": %d, \"shortfall_bytes\": %lld", r->closest_stage, (long long)r->shortfall);
+    printf("}}\n");
+}
+
+// Write the plan next to its final name, then rename: a reader never sees half a file.
+static int write_plan_file(const Plan *plan, const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "mist-plan: --out %s: cannot write %s\n", path, tmp);
+        return 2;
+    }
+    fprintf(f, "; written by mist-plan: the fastest plan found; mist-train -o plan.file=%s, or mist-plan --analyze\n",
+            path);
+    plan_write_ini(plan, f);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "mist-plan: --out %s: writing the plan failed\n", path);
+        remove(tmp);
+        return 2;
+    }
+    return 0;
+}
+
+// Search, print the plan in the --analyze format plus the statistics, write it.
+static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
+                             const char *out_path, int json) {
+    static SearchResult r;
+    SearchStats st;
+    char err[1024];
+    int rc = plan_search(cfg, hw, table, so, &r, &st, err, sizeof err);
+    if (rc == 2) {
+        fprintf(stderr, "mist-plan: %s: %s\n", cfg->source, err);
+        return 2;
+    }
+    const Plan *shown = rc == 0 ? &r.plan : r.have_closest ? &r.closest : NULL;
+    static PlanAnalysis an;
+    static MistConfig c2;
+    c2 = *cfg;
+    c2.cluster.device_memory = r.capacity;
+    if (shown && plan_analyze(&an, &c2, shown, hw, table, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-plan: internal error: the search's plan does not analyze: %s\n", err);
+        return 1;
+    }
+    if (shown) {
+        if (json) print_json_with_search(&an, cfg, &st, so, &r);
+        else {
+            if (rc != 0) printf("no plan fits; the closest plan:\n");
+            analysis_print_text(&an, cfg, stdout);
+            search_stats_print_text(&st, so, stdout);
+        }
+    } else if (!json) {
+        search_stats_print_text(&st, so, stdout);
+    }
+    if (rc == 3) {
+        fprintf(stderr, "mist-plan: %s: ", cfg->source);
+        search_print_no_fit(&r, cfg, stderr);
+        return 3;
+    }
+    if (out_path) {
+        if (write_plan_file(&r.plan, out_path) != 0) return 2;
+        if (!json) printf("plan written to %s\n", out_path);
+    } else if (!json) {
+        printf("(--out PLAN.ini saves this plan)\n");
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     const char *config_path = NULL, *plan_path = NULL, *hardware = NULL, *op_table = NULL;
+    const char *out_path = NULL, *space_name = NULL;
     const char *overrides[MAX_OVERRIDES];
-    int n_overrides = 0, analyze = 0, json = 0;
+    int n_overrides = 0, analyze = 0, json = 0, nodes = 0, gpn = 0, frontier_max = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -47,6 +155,25 @@ int main(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') plan_path = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--nodes") || !strcmp(a, "--gpus-per-node") || !strcmp(a, "--frontier-max")) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || !end || *end || v < 1 || v > 1000000) {
+                fprintf(stderr, "mist-plan: %s needs a positive integer, got '%s' (see --help)\n", a,
+                        i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--nodes")) nodes = (int)v;
+            else if (!strcmp(a, "--gpus-per-node")) gpn = (int)v;
+            else frontier_max = (int)v;
+        } else if (!strcmp(a, "--space") || !strcmp(a, "--out")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mist-plan: %s needs a value (see --help)\n", a);
+                return 2;
+            }
+            if (!strcmp(a, "--space")) space_name = argv[++i];
+            else out_path = argv[++i];
         } else if (!strcmp(a, "--hardware") || !strcmp(a, "--op-table") || !strcmp(a, "-o")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mist-plan: %s needs a value (see --help)\n", a);
@@ -76,8 +203,19 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (!analyze) {
-        fprintf(stderr, "mist-plan: only --analyze is available so far: give a fixed plan to analyze (see --help)\n");
+    PlanSpace space = SPACE_FULL;
+    if (space_name && search_space_parse(space_name, &space) != 0) {
+        fprintf(stderr, "mist-plan: --space %s: unknown space; allowed: megatron, zero, ckpt, offload, full\n",
+                space_name);
+        return 2;
+    }
+    if (frontier_max == 1) {
+        fprintf(stderr, "mist-plan: --frontier-max 1: a sample keeps both ends of a frontier; allowed: 2 or more\n");
+        return 2;
+    }
+    if (analyze && (space_name || out_path || nodes || gpn || frontier_max)) {
+        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node and --frontier-max belong to a search; "
+                        "--analyze evaluates a fixed plan (hint: drop --analyze to search)\n");
         return 2;
     }
 
@@ -86,6 +224,32 @@ int main(int argc, char **argv) {
     if (config_load(&cfg, config_path, overrides, n_overrides, 0, err, sizeof err) != 0) {
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;
+    }
+    if (!analyze) {
+        HwProfile hw;
+        const char *hw_name = hardware ? hardware : cfg.cluster.hardware[0] ? cfg.cluster.hardware : "cpu";
+        if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
+            fprintf(stderr, "mist-plan: %s\n", err);
+            return 2;
+        }
+        OpTable table, *tablep = NULL;
+        if (op_table) {
+            if (optable_load(&table, op_table, err, sizeof err) != 0) {
+                fprintf(stderr, "mist-plan: %s\n", err);
+                return 2;
+            }
+            tablep = &table;
+        }
+        SearchOptions so;
+        search_options_default(&so, &cfg);
+        if (nodes) so.nodes = nodes;
+        if (gpn) so.gpus_per_node = gpn;
+        if (space_name) so.space = space;
+        so.frontier_max = frontier_max;
+        so.progress = isatty(STDERR_FILENO);
+        int rc = search_and_report(&cfg, &hw, tablep, &so, out_path, json);
+        if (tablep) optable_free(tablep);
+        return rc;
     }
     static Plan plan;
     if (plan_path) {

@@ -15,9 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "planner/analyze.h"
+#include "planner/profile.h"
+#include "planner/search.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/config.h"
 #include "runtime/config_load.h"
+#include "runtime/fileutil.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"
 #include "runtime/train.h"
@@ -59,7 +63,8 @@ static void print_usage(FILE *f) {
             "Environment:\n"
             "  MIST_DEVICE=cpu  use the CPU backend even when a GPU is present\n"
             "\n"
-            "Exit status: 0 done, 1 runtime failure, 2 configuration or usage error.\n"
+            "Exit status: 0 done, 1 runtime failure, 2 configuration or usage error,\n"
+            "3 [plan] mode = auto found no plan that fits.\n"
             "\n"
             "Examples:\n"
             "  mpirun -np 4 mist-train examples/tiny.ini\n"
@@ -155,16 +160,95 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
     return 0;
 }
 
-// The plan to run. Every rank holds the same config, so every rank reaches
-// the same verdict without talking; rank 0 prints it.
+// Rank 0 searches and reports; returns 0 (plan filled), 3 (nothing fits) or 2.
+static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, Plan *plan) {
+    HwProfile hw;
+    char err[1024];
+    const char *hw_name = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
+    if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-train: %s: [cluster] hardware: %s\n", cfg->source, err);
+        return MIST_EXIT_CONFIG;
+    }
+    SearchOptions so;
+    search_options_default(&so, cfg);
+    so.nodes = nodes;
+    so.gpus_per_node = gpus_per_node;
+    train_runtime_limits(&so.limits);
+    static SearchResult r;
+    SearchStats st;
+    int rc = plan_search(cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
+    if (rc == 2) {
+        fprintf(stderr, "mist-train: %s: [plan] mode = auto: %s\n", cfg->source, err);
+        return MIST_EXIT_CONFIG;
+    }
+    if (rc == 3) {
+        fprintf(stderr, "mist-train: %s: [plan] mode = auto, %d rank(s) (%d node(s) x %d), hardware %s, within what "
+                "the runtime executes (1 stage, tp 1): ", cfg->source, nodes * gpus_per_node,
+                nodes, gpus_per_node, hw.name);
+        search_print_no_fit(&r, cfg, stderr);
+        return 3;
+    }
+    *plan = r.plan;
+    if (plan_validate(plan, &cfg->model, cfg->train.global_batch, nodes * gpus_per_node, "the planner's plan", err,
+                      sizeof err) != 0) {
+        fprintf(stderr, "mist-train: internal error: %s\n", err);
+        return 1;
+    }
+    static PlanAnalysis an;
+    printf("mist-train: [plan] mode = auto: the planner's plan for %d rank(s) (%d node(s) x %d), hardware %s, space "
+           "%s within the runtime's limits\n", nodes * gpus_per_node, nodes, gpus_per_node, hw.name,
+           search_space_name(so.space));
+    if (plan_analyze(&an, cfg, plan, &hw, NULL, err, sizeof err) == 0) analysis_print_text(&an, cfg, stdout);
+    search_stats_print_text(&st, &so, stdout);
+    if (cfg->checkpoint.dir[0]) {
+        // saved next to the checkpoints: a resumed or later run can pin it with -o plan.file=...
+        char path[MIST_PATH_MAX + 16], *text = NULL;
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/plan.ini", cfg->checkpoint.dir);
+        FILE *m = open_memstream(&text, &len);
+        if (m) {
+            fprintf(m, "; the plan mist-train chose ([plan] mode = auto) for %d rank(s); reuse: -o plan.file=%s\n",
+                    nodes * gpus_per_node, path);
+            plan_write_ini(plan, m);
+            fclose(m);
+        }
+        if (!text || mist_write_file_atomic(path, text, len, err, sizeof err) != 0)
+            fprintf(stderr, "mist-train: warning: could not save the plan to %s: %s\n", path, text ? err : "no memory");
+        else
+            printf("plan saved to %s\n", path);
+        free(text);
+    } else {
+        printf("plan not saved ([checkpoint] dir is empty; with one it goes to DIR/plan.ini)\n");
+    }
+    fflush(stdout);
+    return 0;
+}
+
+// The plan to run. A fixed plan (or a plan file) is already in cfg. With
+// [plan] mode = auto, rank 0 searches for the real world size -- nodes x ranks
+// per node as launched -- within what the runtime executes, prints the plan,
+// saves it next to the checkpoints and broadcasts it; when nothing fits every
+// rank ends with exit code 3.
 static int resolve_plan(MistConfig *cfg, const Launch *L) {
-    if (cfg->plan.mode != PLAN_AUTO) return 0;
-    if (L->world_rank == 0)
-        fprintf(stderr,
-                "mist-train: %s: [plan] mode = auto, but automatic planning is not available in this build yet.\n"
-                "Hint: set mode = fixed and describe the stages (G, num_stages and [stage.N] dp, tp, layers, ...).\n",
-                cfg->source);
-    return MIST_EXIT_CONFIG;
+    if (cfg->plan.mode != PLAN_AUTO || cfg->plan.file[0]) return 0;
+    // ranks per host: equal on every host gives nodes x gpus_per_node; otherwise one flat node
+    int lmin = L->local_size, lmax = L->local_size;
+    if (MPI_Allreduce(MPI_IN_PLACE, &lmin, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        MPI_Allreduce(MPI_IN_PLACE, &lmax, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "sharing the ranks per host failed");
+    int gpn = L->world_size, nodes = 1;
+    if (lmin == lmax && lmin > 0 && L->world_size % lmin == 0) gpn = lmin, nodes = L->world_size / lmin;
+    int status = 0;
+    static Plan plan;
+    memset(&plan, 0, sizeof plan);
+    if (L->world_rank == 0) status = plan_on_rank0(cfg, nodes, gpn, &plan);
+    if (MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "sharing the planner's status failed");
+    if (status) return status;
+    if (MPI_Bcast(&plan, (int)sizeof plan, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "broadcasting the plan failed");
+    cfg->plan.plan = plan;
+    return 0;
 }
 
 static int finish(int code) {

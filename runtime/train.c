@@ -18,6 +18,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dataloader.h"
+#include "planner/search.h"
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
 #include "runtime/trainlog.h"
@@ -99,6 +100,13 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
     return t;
 }
 
+void train_runtime_limits(SearchLimits *lim) {
+    memset(lim, 0, sizeof *lim);
+    lim->max_stages = 1;
+    lim->max_tp = 1;
+}
+
+// Keep in step with train_runtime_limits().
 static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
     const Plan *p = &cfg->plan.plan;
     if (p->num_stages != 1) {

@@ -5,6 +5,13 @@
 #include "runtime/config.h"
 
 struct Grid;
+struct SearchLimits;
+
+// What this runtime executes, for the planner's search under [plan] mode = auto:
+// one pipeline stage, tp = 1, any ZeRO level, any offload ratios, checkpointing.
+// check_supported() in train.c enforces the same limits on a fixed plan; widen
+// both together.
+void train_runtime_limits(struct SearchLimits *lim);
 
 // Runs cfg->train.steps iterations (or resumes) on this rank's part of the grid.
 // Returns the process exit code: 0 on success, 2 on a config/plan error, 1 otherwise.

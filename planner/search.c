@@ -1,0 +1,571 @@
+// The outer search: every (stages S, micro-batches G, mesh set) combination
+// of the space, best lower bound first; per combination the intra-stage
+// frontiers (search_stage.c) and the inter-stage solve (milp.h).
+//
+// Bounds (docs/plan-search.md has the proofs):
+//  - a combination's lower bound is G * t_min(ceil(L/S)): some stage holds at
+//    least ceil(L/S) blocks, the 1F1B total is at least G * t of any stage,
+//    and t_min(l) (no ckpt, no offload, memory ignored, best mesh and ZeRO
+//    level) is below the t of every candidate with l or more blocks;
+//    combinations are visited in increasing bound and the loop stops at the
+//    first bound above the incumbent;
+//  - layer counts: a stage of l blocks with G * t_min(l) above the incumbent
+//    is never in a better plan, which caps l at l_hi; the others then hold at
+//    most (S-1) * l_hi blocks, so l >= L - (S-1) * l_hi.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "planner/milp.h"
+#include "planner/pareto.h"
+#include "planner/search_internal.h"
+
+typedef struct {
+    int S, G, nmesh;
+    Mesh mesh[SEARCH_MAX_MESHES];
+    double lb;
+} Combo;
+
+// A frontier of one (stage class, layer count): points sorted by t.
+typedef struct {
+    int n;
+    double *t, *d;
+    Cand *c;
+} Front;
+
+// The winning inter-stage problem, kept to confirm it with lp_solve.
+typedef struct {
+    MilpProblem p;
+    MilpFrontier *f;
+    int *opts;
+    double *vals;
+} SavedProblem;
+
+void search_options_default(SearchOptions *o, const MistConfig *cfg) {
+    memset(o, 0, sizeof *o);
+    o->nodes = cfg->cluster.nodes > 0 ? cfg->cluster.nodes : 1;
+    o->gpus_per_node = cfg->cluster.gpus_per_node > 0 ? cfg->cluster.gpus_per_node : 1;
+    o->space = cfg->plan.space;
+    o->confirm_lp = 1;
+}
+
+static int stage_kind(int i, int S) { return (i == 0) | (i == S - 1) << 1; }
+static int stage_p(int i, int S, int G) { return S - i - 1 < G - 1 ? S - i - 1 : G - 1; }
+
+static int cmp_combo(const void *a, const void *b) {
+    const Combo *x = a, *y = b;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    if (x->S != y->S) return x->S - y->S;
+    return x->G - y->G;
+}
+
+static void front_free(Front *f) {
+    free(f->t), free(f->d), free(f->c);
+    memset(f, 0, sizeof *f);
+}
+
+static void saved_free(SavedProblem *sp) {
+    free(sp->f), free(sp->opts), free(sp->vals);
+    memset(sp, 0, sizeof *sp);
+}
+
+// Pareto frontier of a candidate list (optionally a bounded sample of it).
+static int front_build(Search *s, const CandList *in, Front *out) {
+    memset(out, 0, sizeof *out);
+    if (!in->n) return 0;
+    double *t = malloc((size_t)in->n * sizeof *t), *d = malloc((size_t)in->n * sizeof *d);
+    int *idx = malloc((size_t)in->n * sizeof *idx), *smp = malloc((size_t)in->n * sizeof *smp);
+    if (!t || !d || !idx || !smp) goto oom;
+    for (int i = 0; i < in->n; i++) t[i] = in->v[i].t, d[i] = in->v[i].d;
+    int m = pareto_frontier(t, d, in->n, idx);
+    if (m < 0) goto oom;
+    if (s->opt->frontier_max >= 2 && m > s->opt->frontier_max) {
+        m = pareto_sample(t, idx, m, s->opt->frontier_max, smp);
+        memcpy(idx, smp, (size_t)m * sizeof *idx);
+    }
+    out->t = malloc((size_t)m * sizeof *out->t);
+    out->d = malloc((size_t)m * sizeof *out->d);
+    out->c = malloc((size_t)m * sizeof *out->c);
+    if (!out->t || !out->d || !out->c) goto oom;
+    for (int k = 0; k < m; k++) {
+        out->t[k] = t[idx[k]], out->d[k] = d[idx[k]], out->c[k] = in->v[idx[k]];
+    }
+    out->n = m;
+    s->stats->frontiers++;
+    s->stats->frontier_points += m;
+    if (m > s->stats->frontier_max_points) s->stats->frontier_max_points = m;
+    free(t), free(d), free(idx), free(smp);
+    return 0;
+oom:
+    free(t), free(d), free(idx), free(smp);
+    front_free(out);
+    snprintf(s->err, sizeof s->err, "out of memory building a frontier");
+    return -1;
+}
+
+static int kinds_of(int S, int *kinds) {
+    if (S == 1) {
+        kinds[0] = KIND_ONLY;
+        return 1;
+    }
+    kinds[0] = KIND_FIRST, kinds[1] = KIND_LAST;
+    if (S == 2) return 2;
+    kinds[2] = KIND_MIDDLE;
+    return 3;
+}
+
+typedef struct {
+    int found;
+    Plan plan;
+    double T;
+    SavedProblem saved;
+} Best;
+
+// Search one combination; improves *best and s->incumbent. 0 or -1 (s->err).
+static int combo_search(Search *s, const Combo *c, Best *best) {
+    int S = c->S, G = c->G, L = s->L;
+    if (s->rules.uniform) {  // one configuration for every stage
+        StagePlan sp;
+        double T = INFINITY;
+        int rc = uniform_search(s, S, G, &c->mesh[0], &sp, &T);
+        if (rc < 0) return -1;
+        if (rc > 0 && T < s->incumbent) {
+            s->incumbent = T;
+            best->found = 1;
+            best->T = T;
+            best->plan.G = G;
+            best->plan.num_stages = S;
+            for (int i = 0; i < S; i++) best->plan.stage[i] = sp;
+            saved_free(&best->saved);  // nothing to confirm: no inter-stage problem
+        }
+        return 0;
+    }
+    int kinds[3], nk = kinds_of(S, kinds);
+    int plist[KINDS][MIST_MAX_STAGES], np[KINDS] = {0};
+    for (int i = 0; i < S; i++) {
+        int k = stage_kind(i, S), p = stage_p(i, S, G), seen = 0;
+        for (int j = 0; j < np[k]; j++) seen |= plist[k][j] == p;
+        if (!seen) plist[k][np[k]++] = p;
+    }
+    for (int k = 0; k < KINDS; k++)  // ascending
+        for (int a = 1; a < np[k]; a++)
+            for (int b = a; b > 0 && plist[k][b - 1] > plist[k][b]; b--) {
+                int tmp = plist[k][b];
+                plist[k][b] = plist[k][b - 1], plist[k][b - 1] = tmp;
+            }
+    int lo, hi, lhi[KINDS] = {0};
+    static double tmin[KINDS][4097];  // t_min(l) per kind (full space)
+    if (s->rules.uniform) {
+        lo = hi = L / S;
+        for (int q = 0; q < nk; q++) lhi[kinds[q]] = hi;
+    } else {
+        int top = 0;
+        for (int q = 0; q < nk; q++) {
+            // t_min(l) grows with l: the layer cap is the last l with G * t_min(l) under the incumbent
+            if (stage_t_lower_bounds(s, kinds[q], L - S + 1, G, c->mesh, c->nmesh, tmin[kinds[q]]) != 0) return -1;
+            int cap = 0;
+            for (int l = 1; l <= L - S + 1; l++)
+                if (G * tmin[kinds[q]][l] <= s->incumbent * (1 + 1e-12)) cap = l;
+            lhi[kinds[q]] = cap;
+            if (cap > top) top = cap;
+        }
+        hi = top;
+        lo = L - (S - 1) * hi;
+        if (lo < 1) lo = 1;
+        if (hi < lo || (long)S * hi < L) return 0;  // no split fits under the bound
+    }
+    // tau: the least t per block over the kinds and layer counts the stages may take, so the
+    // other stages of a stage with l blocks sum to at least tau * (L - l)
+    double tau = INFINITY;
+    if (S > 1 && !s->rules.uniform)
+        for (int q = 0; q < nk; q++)
+            for (int l = lo; l <= lhi[kinds[q]]; l++) tau = fmin(tau, tmin[kinds[q]][l] / l);
+    if (isinf(tau)) tau = 0;
+    int O = hi - lo + 1;
+    // fronts[kind][pi][o]
+    Front *fronts = calloc((size_t)KINDS * MIST_MAX_STAGES * O, sizeof *fronts);
+    // (layer counts, in-flight counts) candidate lists of one kind
+    CandList *lists = calloc((size_t)O * MIST_MAX_STAGES, sizeof *lists);
+    MilpFrontier *mf = calloc((size_t)S * O, sizeof *mf);
+    int *opts = malloc((size_t)O * sizeof *opts);
+    int rc = -1;
+    if (!fronts || !mf || !opts || !lists) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        goto done;
+    }
+#define FRONT(k, pi, o) fronts[((size_t)(k) * MIST_MAX_STAGES + (pi)) * O + (o)]
+    for (int o = 0; o < O; o++) opts[o] = lo + o;
+    s->tau = tau;
+    for (int q = 0; q < nk; q++) {
+        int k = kinds[q];
+        if (lhi[k] < lo) continue;
+        int nl = lhi[k] - lo + 1;
+        for (int j = 0; j < nl * np[k]; j++) lists[j].n = 0;
+        if (stage_candidates(s, k, lo, lhi[k], G, c->mesh, c->nmesh, plist[k], np[k], lists) != 0) goto done;
+        for (int li = 0; li < nl; li++)
+            for (int pi = 0; pi < np[k]; pi++)
+                if (front_build(s, &lists[li * np[k] + pi], &FRONT(k, pi, li)) != 0) goto done;
+    }
+    for (int i = 0; i < S; i++) {
+        int k = stage_kind(i, S), p = stage_p(i, S, G), pi = 0;
+        while (plist[k][pi] != p) pi++;
+        for (int o = 0; o < O; o++) {
+            const Front *f = &FRONT(k, pi, o);
+            mf[i * O + o] = (MilpFrontier){f->n, f->t, f->d};
+        }
+    }
+    MilpProblem prob = {S, L, G, O, opts, mf, 0, 0};
+    MilpSolution sol;
+    double t0 = search_now();
+    MilpStatus st = milp_solve_dp(&prob, &sol);
+    s->stats->dp_seconds += search_now() - t0;
+    s->stats->dp_solves++;
+    if (st == MILP_ERROR) {
+        snprintf(s->err, sizeof s->err, "inter-stage solve: %s", sol.error);
+        goto done;
+    }
+    // ties replace a uniform-pass plan too, so that the inter-stage problem can be confirmed
+    if (st == MILP_OPTIMAL && (sol.objective < s->incumbent || (!best->saved.f && sol.objective <= s->incumbent * (1 + 1e-12)))) {
+        s->incumbent = sol.objective;
+        best->found = 1;
+        best->T = sol.objective;
+        Plan *pl = &best->plan;
+        memset(pl, 0, sizeof *pl);
+        pl->G = G;
+        pl->num_stages = S;
+        for (int i = 0; i < S; i++) {
+            int k = stage_kind(i, S), p = stage_p(i, S, G), pi = 0;
+            while (plist[k][pi] != p) pi++;
+            const Cand *cd = &FRONT(k, pi, sol.option[i]).c[sol.point[i]];
+            const Mesh *me = &c->mesh[cd->mesh];
+            StagePlan *sp = &pl->stage[i];
+            sp->layers = sol.layers[i];
+            sp->dp = me->dp;
+            sp->tp = me->tp;
+            sp->b = (int)(s->B / ((int64_t)G * me->dp));
+            sp->zero = cd->zero;
+            sp->ckpt = cd->ckpt;
+            sp->wo = space_ratio_wg(&s->rules, cd->wo_q);
+            sp->go = space_ratio_wg(&s->rules, cd->go_q);
+            sp->oo = space_ratio_oa(&s->rules, cd->oo_q);
+            sp->ao = space_ratio_oa(&s->rules, cd->ao_q);
+        }
+        // keep the problem for the lp_solve confirmation
+        SavedProblem *sv = &best->saved;
+        saved_free(sv);
+        size_t total = 0;
+        for (int j = 0; j < S * O; j++) total += (size_t)mf[j].npoints;
+        sv->f = malloc((size_t)S * O * sizeof *sv->f);
+        sv->opts = malloc((size_t)O * sizeof *sv->opts);
+        sv->vals = malloc((2 * total + 1) * sizeof *sv->vals);
+        if (!sv->f || !sv->opts || !sv->vals) {
+            snprintf(s->err, sizeof s->err, "out of memory");
+            goto done;
+        }
+        memcpy(sv->opts, opts, (size_t)O * sizeof *opts);
+        double *v = sv->vals;
+        for (int j = 0; j < S * O; j++) {
+            int n = mf[j].npoints;
+            memcpy(v, mf[j].t, (size_t)n * sizeof *v);
+            memcpy(v + n, mf[j].d, (size_t)n * sizeof *v);
+            sv->f[j] = (MilpFrontier){n, v, v + n};
+            v += 2 * n;
+        }
+        sv->p = prob;
+        sv->p.option_layers = sv->opts;
+        sv->p.frontier = sv->f;
+    }
+    rc = 0;
+done:
+    if (fronts)
+        for (size_t j = 0; j < (size_t)KINDS * MIST_MAX_STAGES * O; j++) front_free(&fronts[j]);
+    if (lists)
+        for (size_t j = 0; j < (size_t)O * MIST_MAX_STAGES; j++) cand_free(&lists[j]);
+    free(lists), free(fronts), free(mf), free(opts);
+    return rc;
+#undef FRONT
+}
+
+// Nothing fits: per (S, G, mesh), a balanced split with every stage at its
+// least-memory choice (highest allowed ckpt; of every ZeRO level and offload
+// pattern with its ratios at the maximum, the lowest peak); the plan whose
+// worst stage misses by the least.
+static int closest_plan(Search *s, SearchResult *r) {
+    r->have_closest = 0;
+    int64_t best_short = INT64_MAX;
+    for (int S = 1; S <= s->L && S <= MIST_MAX_STAGES; S++) {
+        if (!space_stage_count_ok(s, S)) continue;
+        Mesh meshes[SEARCH_MAX_MESHES];
+        int nm = space_meshes(s, s->N / S, meshes, SEARCH_MAX_MESHES);
+        for (int G = 1; G <= s->B; G++) {
+            if (s->B % G) continue;
+            for (int mi = 0; mi < nm; mi++) {
+                int64_t per = (int64_t)G * meshes[mi].dp;
+                if (s->B % per) continue;
+                Plan pl;
+                memset(&pl, 0, sizeof pl);
+                pl.G = G;
+                pl.num_stages = S;
+                int64_t worst = INT64_MIN;
+                int worst_stage = 0;
+                for (int i = 0; i < S; i++) {
+                    int l = s->L / S + (i >= S - s->L % S);  // the extra blocks go to the last stages (fewer in flight)
+                    int ck = s->rules.no_ckpt ? 0 : l;
+                    int64_t best_peak = INT64_MAX;
+                    int best_z = 0, best_mask = 0;
+                    for (int z = 0; z < 4; z++) {
+                        if (!(s->rules.zero_mask >> z & 1)) continue;
+                        for (int mask = 0; mask < (s->rules.offload ? 16 : 1); mask++) {
+                            StageModel *m = stage_model_get(s, stage_kind(i, S), z, mask);
+                            if (!m || search_reserve(s, 1) != 0) return -1;
+                            search_set_row(s, 0, &meshes[mi], (int)(s->B / per), z, ck, mask & 1, (mask >> 1) & 1,
+                                           (mask >> 2) & 1, (mask >> 3) & 1, G, stage_p(i, S, G), l);
+                            search_eval(s, m, 1);
+                            int64_t peak = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0]));
+                            if (peak < best_peak) best_peak = peak, best_z = z, best_mask = mask;
+                        }
+                    }
+                    pl.stage[i] = (StagePlan){l, meshes[mi].dp, meshes[mi].tp, (int)(s->B / per), best_z, ck,
+                                              best_mask & 1, (best_mask >> 1) & 1, (best_mask >> 2) & 1,
+                                              (best_mask >> 3) & 1};
+                    if (best_peak - s->capacity > worst) worst = best_peak - s->capacity, worst_stage = i;
+                }
+                if (worst < best_short) {
+                    best_short = worst;
+                    r->have_closest = 1;
+                    r->closest = pl;
+                    r->closest_stage = worst_stage;
+                    r->shortfall = worst;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void progress(Search *s, long long done, long long total, int final) {
+    if (!s->opt->progress) return;
+    double now = search_now();
+    if (final) {
+        if (s->t_progress > 0) fprintf(stderr, "\r\033[K");
+        return;
+    }
+    if (now - s->t_start < 1.0 || now - s->t_progress < 0.2) return;
+    s->t_progress = now;
+    if (isinf(s->incumbent))
+        fprintf(stderr, "\rmist-plan: searching: %lld/%lld combinations, %lld candidates, no plan fits yet\033[K", done,
+                total, s->stats->candidates);
+    else
+        fprintf(stderr, "\rmist-plan: searching: %lld/%lld combinations, %lld candidates, best %.4g s\033[K", done,
+                total, s->stats->candidates, s->incumbent);
+}
+
+// One pass over a space; best and s->incumbent carry over between passes.
+static void rules_for(Search *s, PlanSpace space) {
+    space_rules(&s->rules, space, &s->opt->limits);
+    if (s->opt->offload_steps_wg > 0 && s->opt->offload_steps_wg <= SEARCH_WG_STEPS)
+        s->rules.wg_steps = s->opt->offload_steps_wg;
+    if (s->opt->offload_steps_oa > 0 && s->opt->offload_steps_oa <= SEARCH_OA_STEPS)
+        s->rules.oa_steps = s->opt->offload_steps_oa;
+    space_grid(s);
+}
+
+static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) {
+    rules_for(s, space);
+    int ncombo = 0, cap = 64;
+    Combo *combos = malloc((size_t)cap * sizeof *combos);
+    if (!combos) return -1;
+    for (int S = 1; S <= s->L && S <= MIST_MAX_STAGES; S++) {
+        if (!space_stage_count_ok(s, S)) continue;
+        Mesh meshes[SEARCH_MAX_MESHES];
+        int nm = space_meshes(s, s->N / S, meshes, SEARCH_MAX_MESHES);
+        for (int G = 1; G <= s->B; G++) {
+            if (s->B % G) continue;
+            Combo c = {S, G, 0, {{0, 0}}, 0};
+            for (int mi = 0; mi < nm; mi++) {
+                if (s->B % ((int64_t)G * meshes[mi].dp)) continue;
+                if (s->rules.uniform) {
+                    Combo u = c;
+                    u.nmesh = 1;
+                    u.mesh[0] = meshes[mi];
+                    if (ncombo == cap) {
+                        Combo *n2 = realloc(combos, (size_t)(cap *= 2) * sizeof *combos);
+                        if (!n2) goto oom;
+                        combos = n2;
+                    }
+                    combos[ncombo++] = u;
+                } else {
+                    c.mesh[c.nmesh++] = meshes[mi];
+                }
+            }
+            if (!s->rules.uniform && c.nmesh) {
+                if (ncombo == cap) {
+                    Combo *n2 = realloc(combos, (size_t)(cap *= 2) * sizeof *combos);
+                    if (!n2) goto oom;
+                    combos = n2;
+                }
+                combos[ncombo++] = c;
+            }
+        }
+    }
+    for (int j = 0; j < ncombo; j++) {
+        Combo *c = &combos[j];
+        int kinds[3], nk = kinds_of(c->S, kinds);
+        int lstar = (s->L + c->S - 1) / c->S;
+        double lb = INFINITY;
+        for (int q = 0; q < nk; q++) {
+            double t = stage_t_lower_bound(s, kinds[q], lstar, c->G, c->mesh, c->nmesh);
+            if (t < 0) goto fail;
+            lb = fmin(lb, t);
+        }
+        c->lb = c->G * lb;
+    }
+    qsort(combos, (size_t)ncombo, sizeof *combos, cmp_combo);
+    if (count_stats) s->stats->combos = ncombo;
+    for (int j = 0; j < ncombo; j++) {
+        if (combos[j].lb > s->incumbent * (1 + 1e-12)) break;  // sorted: none after it can win
+        if (count_stats) s->stats->combos_searched++;
+        if (combo_search(s, &combos[j], best) != 0) goto fail;
+        progress(s, j + 1, ncombo, 0);
+    }
+    free(combos);
+    return 0;
+oom:
+    snprintf(s->err, sizeof s->err, "out of memory listing combinations");
+fail:
+    free(combos);
+    return -1;
+}
+
+int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *opt,
+                SearchResult *result, SearchStats *stats, char *err, size_t errlen) {
+    memset(result, 0, sizeof *result);
+    memset(stats, 0, sizeof *stats);
+    stats->lp_agrees = -1;
+    static Search s;  // model cache: keep it off the stack
+    memset(&s, 0, sizeof s);
+    s.cfg = cfg, s.hw = hw, s.table = table, s.opt = opt, s.stats = stats;
+    s.L = cfg->model.layers;
+    s.B = cfg->train.global_batch;
+    s.N = opt->nodes * opt->gpus_per_node;
+    s.capacity = opt->capacity > 0 ? opt->capacity
+                 : cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory
+                                                  : hw->memory_bytes;
+    s.incumbent = INFINITY;
+    s.t_start = search_now();
+    result->capacity = s.capacity;
+    if (opt->nodes < 1 || opt->gpus_per_node < 1) {
+        snprintf(err, errlen, "search: %d node(s) x %d GPU(s) per node; allowed: both >= 1", opt->nodes,
+                 opt->gpus_per_node);
+        return 2;
+    }
+    if (s.B < 1 || s.L < 1) {
+        snprintf(err, errlen, "search: global_batch %lld, layers %d; allowed: both >= 1", (long long)s.B, s.L);
+        return 2;
+    }
+    int any = 0;
+    space_rules(&s.rules, opt->space, &opt->limits);
+    for (int S = 1; S <= s.L && S <= MIST_MAX_STAGES; S++) {
+        Mesh m[SEARCH_MAX_MESHES];
+        if (space_stage_count_ok(&s, S) && space_meshes(&s, s.N / S, m, SEARCH_MAX_MESHES) > 0) any = 1;
+    }
+    if (!any) {
+        snprintf(err, errlen, "search: no pipeline layout of %d layers tiles %d node(s) x %d GPU(s) in space %s "
+                 "(stages must divide the devices%s, and tp must divide heads, kv_heads, ffn_hidden); hint: change "
+                 "the cluster size or use --space full", s.L, opt->nodes, opt->gpus_per_node,
+                 search_space_name(opt->space), s.rules.uniform ? " and the layers" : "");
+        return 2;
+    }
+    Best best;
+    memset(&best, 0, sizeof best);
+    int rc = 0;
+    // Warm start: a plan of a smaller space (uniform stages, no offload) is a
+    // plan of the larger one; its time bounds the larger search from the start.
+    if (opt->space >= SPACE_OFFLOAD && search_pass(&s, SPACE_CKPT, &best, 0) != 0) rc = -1;
+    if (!rc && search_pass(&s, opt->space, &best, 1) != 0) rc = -1;
+    progress(&s, 0, 0, 1);
+    if (rc) {
+        snprintf(err, errlen, "search: %s", s.err);
+        saved_free(&best.saved);
+        search_models_free(&s);
+        return 2;
+    }
+    if (best.found) {
+        result->found = 1;
+        result->plan = best.plan;
+        result->iteration_seconds = best.T;
+        if (opt->confirm_lp && best.saved.f) {
+            MilpSolution sol;
+            best.saved.p.cutoff = best.T * (1 + 1e-9);
+            best.saved.p.time_limit = 10;
+            double t0 = search_now();
+            MilpStatus st = milp_solve(&best.saved.p, &sol);
+            stats->lp_seconds += search_now() - t0;
+            stats->lp_solves++;
+            stats->lp_agrees = st == MILP_OPTIMAL && fabs(sol.objective - best.T) <= 1e-9 * best.T;
+        }
+    } else {
+        rules_for(&s, opt->space);
+        if (closest_plan(&s, result) != 0) {
+            snprintf(err, errlen, "search: %s", s.err);
+            saved_free(&best.saved);
+            search_models_free(&s);
+            return 2;
+        }
+    }
+    saved_free(&best.saved);
+    search_models_free(&s);
+    stats->seconds = search_now() - s.t_start;
+    return best.found ? 0 : 3;
+}
+
+void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f) {
+    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %.3f s wall\n", search_space_name(o->space), o->nodes,
+            o->gpus_per_node, s->seconds);
+    fprintf(f, "  candidates evaluated %lld (%lld fit) in %lld batches, %.3f s evaluating, %lld stage models "
+               "compiled in %.3f s\n",
+            s->candidates, s->candidates_fit, s->classes, s->eval_seconds, s->models_built, s->model_seconds);
+    fprintf(f, "  combinations (stages, G, meshes) %lld, searched %lld, the rest bounded out\n", s->combos,
+            s->combos_searched);
+    fprintf(f, "  frontiers %lld, %lld points (mean %.1f, largest %d)\n", s->frontiers, s->frontier_points,
+            s->frontiers ? (double)s->frontier_points / s->frontiers : 0.0, s->frontier_max_points);
+    fprintf(f, "  inter-stage solves: %lld by the label-setting DP (%.3f ms)", s->dp_solves, 1e3 * s->dp_seconds);
+    if (s->lp_solves)
+        fprintf(f, ", %lld lp_solve MILP confirmation (%.3f ms): %s\n", s->lp_solves, 1e3 * s->lp_seconds,
+                s->lp_agrees > 0 ? "same optimum" : "DISAGREES");
+    else
+        fprintf(f, "\n");
+}
+
+void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f) {
+    fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"seconds\": %.6g, ",
+            search_space_name(o->space), o->nodes, o->gpus_per_node, s->seconds);
+    fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"batches\": %lld, \"eval_seconds\": %.6g, ",
+            s->candidates, s->candidates_fit, s->classes, s->eval_seconds);
+    fprintf(f, "\"models_built\": %lld, \"model_seconds\": %.6g, \"combinations\": %lld, "
+               "\"combinations_searched\": %lld, ",
+            s->models_built, s->model_seconds, s->combos, s->combos_searched);
+    fprintf(f, "\"frontiers\": %lld, \"frontier_points\": %lld, \"frontier_max_points\": %d, ", s->frontiers,
+            s->frontier_points, s->frontier_max_points);
+    fprintf(f, "\"dp_solves\": %lld, \"dp_seconds\": %.6g, \"lp_solves\": %lld, \"lp_seconds\": %.6g, "
+               "\"lp_agrees\": %s",
+            s->dp_solves, s->dp_seconds, s->lp_solves, s->lp_seconds,
+            s->lp_agrees < 0 ? "null" : s->lp_agrees ? "true" : "false");
+}
+
+void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) {
+    if (!r->have_closest) {
+        fprintf(f, "no plan in the space fits in %lld bytes per device, and no layout could be evaluated\n",
+                (long long)r->capacity);
+        return;
+    }
+    const Plan *p = &r->closest;
+    const StagePlan *w = &p->stage[r->closest_stage];
+    fprintf(f, "no plan fits in %.2f GiB per device. Closest: %d stage(s), G = %d, stage %d (%d layers, mesh %dx%d, "
+               "b %d, zero %d, ckpt %d, offload %.2g/%.2g/%.2g/%.2g) is short by %lld bytes (%.2f GiB).\n",
+            r->capacity / 1073741824.0, p->num_stages, p->G, r->closest_stage, w->layers, w->dp, w->tp, w->b, w->zero,
+            w->ckpt, w->wo, w->go, w->oo, w->ao, (long long)r->shortfall, r->shortfall / 1073741824.0);
+    fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
+               "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
+}

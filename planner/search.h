@@ -1,0 +1,100 @@
+// The plan search (DESIGN.md §3, §7): the fastest plan that fits, for a model,
+// a batch, a cluster of nodes x gpus_per_node devices and a hardware profile.
+//
+//   search_space.c  the discrete space: stage counts, meshes, G, what each
+//                   --space allows, the offload grid, the runtime's limits
+//   search_stage.c  intra-stage: one batched evaluation per class of
+//                   candidates, the memory filter, the (t, d) Pareto frontier
+//   search.c        the outer loop over (stages, G, meshes) with bounds, the
+//                   inter-stage solve (label-setting DP, confirmed by lp_solve),
+//                   the closest plan when nothing fits, the statistics
+//
+// How it works and why each pruning is safe: docs/plan-search.md.
+#ifndef MIST_SEARCH_H
+#define MIST_SEARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "planner/optable.h"
+#include "planner/plan.h"
+#include "planner/profile.h"
+#include "runtime/config.h"
+
+// What the executor can run. mist-plan searches without limits; mist-train
+// passes what its runtime executes today (runtime/train.h), and the limits
+// widen as the runtime grows. Zero fields mean "no limit".
+typedef struct SearchLimits {
+    int max_stages;   // pipeline stages, 0 = any
+    int max_tp;       // tensor-parallel degree, 0 = any
+    int zero_levels;  // bit z set: ZeRO level z allowed; 0 = all four
+    int no_offload;   // 1: every offload ratio stays 0
+    int no_ckpt;      // 1: no activation checkpointing
+} SearchLimits;
+
+typedef struct {
+    int nodes, gpus_per_node;  // the cluster: nodes x gpus_per_node devices (TP stays inside a node)
+    PlanSpace space;           // megatron | zero | ckpt | offload | full
+    SearchLimits limits;
+    int64_t capacity;          // device bytes per rank; 0: [cluster] device_memory, else the profile's
+    int frontier_max;          // > 0: keep a bounded sample of each frontier (both ends kept); 0: all of it
+    int offload_steps_wg;      // grid of wo and go: multiples of 1/steps; 0: 4 (quarters), at most 4
+    int offload_steps_oa;      // grid of oo and ao; 0: 8 (eighths), at most 8
+    int confirm_lp;            // 1: re-solve the winning inter-stage problem with lp_solve (milp.h)
+    int progress;              // 1: a progress line on stderr once the search runs longer than a second
+} SearchOptions;
+
+// Defaults: the config's [cluster] nodes x gpus_per_node and [plan] space,
+// no limits, the whole frontier, lp_solve confirmation on, no progress line.
+void search_options_default(SearchOptions *o, const MistConfig *cfg);
+
+typedef struct {
+    long long candidates;          // stage configurations evaluated (one per batch column)
+    long long candidates_fit;      // of those, within device memory
+    long long classes;             // batched evaluations: (G, mesh, layers, ckpt / in-flight) groups
+    long long frontiers;           // (stage position, layer count) frontiers built
+    long long frontier_points;     // points over all of them
+    int frontier_max_points;       // largest frontier
+    long long combos;              // (stages, G, mesh set) combinations of the space
+    long long combos_searched;     // ... searched (the rest were bounded out)
+    long long dp_solves;           // inter-stage solves with the label-setting DP (milp_solve_dp)
+    double dp_seconds;
+    long long lp_solves;           // confirmations with lp_solve (milp_solve)
+    double lp_seconds;
+    int lp_agrees;                 // 1: lp_solve found the same optimum (relative 1e-9); -1: not run
+    long long models_built;        // stage models compiled (one per stage kind x ZeRO x offload pattern)
+    double model_seconds;          // time compiling them
+    double eval_seconds;           // time in stage_eval_batch
+    double seconds;                // wall time of the whole search
+} SearchStats;
+
+typedef struct {
+    int found;                 // 1: plan is the fastest plan that fits
+    Plan plan;
+    double iteration_seconds;  // its predicted 1F1B iteration time (pattern-specialised evaluation)
+    // nothing fits (found == 0): the plan that came closest and by how much
+    int have_closest;
+    Plan closest;
+    int closest_stage;         // its stage that misses by the most
+    int64_t shortfall;         // bytes over capacity on that stage
+    int64_t capacity;          // the capacity searched against
+} SearchResult;
+
+// Search. Returns 0 when a plan fits (result->found), 3 when nothing in the
+// space fits (result->closest, shortfall), 2 with a message in err for a
+// request that cannot be searched (e.g. no stage count divides the devices).
+int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *opt,
+                SearchResult *result, SearchStats *stats, char *err, size_t errlen);
+
+// Name of a space ("megatron" .. "full").
+const char *search_space_name(PlanSpace s);
+// Parse a space name; returns 0 or -1.
+int search_space_parse(const char *name, PlanSpace *out);
+
+// Statistics as text lines, and as the members of a JSON object (no braces).
+void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f);
+void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f);
+// "nothing fits" explanation (closest plan, shortfall) for stderr.
+void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f);
+
+#endif

@@ -1,0 +1,118 @@
+// Shared state of the plan search (search.c, search_space.c, search_stage.c).
+// Not part of the public interface: see planner/search.h.
+#ifndef MIST_SEARCH_INTERNAL_H
+#define MIST_SEARCH_INTERNAL_H
+
+#include "planner/cost.h"
+#include "planner/search.h"
+
+#define SEARCH_MAX_MESHES 16
+// offload grid (largest): weights and grads in quarters, optimizer state and activations in eighths
+#define SEARCH_WG_STEPS 4
+#define SEARCH_OA_STEPS 8
+#define SEARCH_GRID_MAX ((SEARCH_WG_STEPS + 1) * (SEARCH_WG_STEPS + 1) * (SEARCH_OA_STEPS + 1) * (SEARCH_OA_STEPS + 1))
+
+typedef struct {
+    int dp, tp;
+} Mesh;
+
+// Stage kinds: which edge parts the stage holds. Index = has_pre | has_post << 1.
+enum { KIND_MIDDLE = 0, KIND_FIRST = 1, KIND_LAST = 2, KIND_ONLY = 3, KINDS = 4 };
+
+// One evaluated stage configuration that fits. Offload ratios are grid steps:
+// wo = wo_q / SEARCH_WG_STEPS etc., so they print and compare exactly.
+typedef struct {
+    double t, d;
+    int mesh;                  // index into the combo's mesh list
+    short ckpt;
+    signed char zero;
+    unsigned char wo_q, go_q, oo_q, ao_q;
+} Cand;
+
+typedef struct {
+    Cand *v;
+    int n, cap;
+} CandList;
+
+// What a space lets each stage choose (after the limits).
+typedef struct {
+    int zero_mask;       // bit z: ZeRO level z
+    int ckpt_any;        // 1: ckpt 0..l; 0: {0, l} (all or nothing), unless no_ckpt
+    int no_ckpt;         // 1: ckpt = 0 only
+    int offload;         // 1: offload ratios on the grid
+    int uniform;         // 1: every stage has L/S layers and the same mesh
+    int max_stages, max_tp;
+    int wg_steps, oa_steps;  // offload grid: wo, go in multiples of 1/wg_steps; oo, ao of 1/oa_steps
+} SpaceRules;
+
+typedef struct Search {
+    const MistConfig *cfg;
+    const HwProfile *hw;
+    const OpTable *table;
+    const SearchOptions *opt;
+    SearchStats *stats;
+    SpaceRules rules;
+    int64_t capacity;
+    int L;               // model blocks
+    int64_t B;           // global batch
+    int N;               // devices
+    double incumbent;    // best plan time so far (INFINITY: none)
+    double tau;          // the other stages of a stage of l blocks sum to at least tau * (L - l) of t
+    // compiled stage models, built when first needed: [kind][zero][offload mask wo|go<<1|oo<<2|ao<<3]
+    StageModel *models[KINDS][4][16];
+    // batch buffers: (cap,) per symbol and per output
+    double *cols[STAGE_SYMS];
+    double *outs[ST_OUTPUTS];
+    size_t cap;
+    // offload grid points per nonzero-ratio mask: (wo, go, oo, ao) steps, all nonzero in the mask
+    unsigned char grid[16][SEARCH_GRID_MAX][4];
+    int grid_n[16];
+    double t_start, t_progress;  // for the progress line
+    char err[512];
+} Search;
+
+// ---- search_space.c
+void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim);
+// meshes of n devices: dp x tp = n, tp dividing gpus_per_node, heads, kv_heads, ffn; tp <= max_tp
+int space_meshes(const Search *s, int n, Mesh *out, int max);
+// whether S stages of N/S devices each can tile the cluster (node-aligned)
+int space_stage_count_ok(const Search *s, int S);
+// checkpoint counts a stage of l blocks may use, ascending; returns the count
+int space_ckpt_options(const SpaceRules *r, int l, int *out);
+double space_ratio_wg(const SpaceRules *r, int q);
+double space_ratio_oa(const SpaceRules *r, int q);
+// fill s->grid for the rules' steps
+void space_grid(Search *s);
+double search_now(void);
+
+// ---- search_stage.c
+// The compiled model of (kind, zero, offload mask), built on first use; NULL on failure (s->err).
+StageModel *stage_model_get(Search *s, int kind, int zero, int mask);
+// Make room for n batch columns.
+int search_reserve(Search *s, size_t n);
+// Evaluate n rows already written in s->cols with model m (times, peaks).
+void search_eval(Search *s, StageModel *m, size_t n);
+// Fastest steady time over meshes and allowed ZeRO levels of a stage of l blocks
+// with no checkpointing and no offload, memory ignored (a lower bound on t of
+// every candidate of that l: t is nondecreasing in ckpt and offload ratios).
+double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes, int nmesh);
+// The same for every l in 1..lmax at once: tmin[l]. 0 or -1.
+int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshes, int nmesh, double *tmin);
+// All candidates of stage kind `kind` with lo..hi blocks for each in-flight
+// count plist[0..np) (ascending), meshes[0..nmesh), that fit and pass the
+// bound G*t + max(0, d, tau * (L - l)) <= incumbent;
+// out[(l - lo) * np + k] receives those with l blocks that fit at plist[k].
+int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *meshes, int nmesh, const int *plist,
+                     int np, CandList *out);
+// Write row i of the batch columns.
+void search_set_row(Search *s, size_t i, const Mesh *me, int b, int zero, int ckpt, double wo, double go, double oo,
+                    double ao, int G, int p, int l);
+int cand_push(CandList *c, const Cand *x);
+// ---- search_uniform.c
+// Best configuration shared by all S stages of L/S blocks on mesh me (uniform spaces) that is
+// faster than both the incumbent and *best_T: 1 (best_sp, best_T updated), 0 none, -1 error.
+int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T);
+void cand_free(CandList *c);
+void search_models_free(Search *s);
+
+#endif

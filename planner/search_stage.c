@@ -1,0 +1,460 @@
+// Intra-stage search: the candidates of one stage kind and layer count,
+// evaluated in batches with models specialised to a ZeRO level and offload
+// pattern, filtered by device memory and by the incumbent's bound.
+//
+// Batch order: one batch holds every (mesh, layer count, ckpt) cell of a
+// stage kind for one ZeRO level and offload pattern (the engine evaluates in
+// fixed-size chunks, so a few large batches cost far less than many small
+// ones); inside it, rows of one cell are adjacent and the in-flight count and
+// the offload ratios vary innermost. G and the ZeRO level are constant.
+//
+// Pruning here (why it cannot lose the optimum: docs/plan-search.md):
+//  - bound: the 1F1B total is at least G*t_i + max(0, d_i, sum of the other
+//    stages' t) for every stage i, so a candidate above the incumbent by that
+//    bound cannot be in a better plan;
+//  - offload only where it is needed: with a (ZeRO, ckpt) that fits without
+//    offload at in-flight count p, every offloading variant is no faster in t
+//    and d (both nondecreasing in each ratio) and lands on or behind the
+//    frontier, so the offload grid is evaluated only for the in-flight counts
+//    where the ratios-zero candidate does not fit;
+//  - within one offload pattern (which ratios are nonzero) memory is
+//    nonincreasing in wo, go and oo, so their maximum with the best ao step
+//    uses the least memory of the pattern: when none fits, the pattern is
+//    skipped.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "planner/search_internal.h"
+
+StageModel *stage_model_get(Search *s, int kind, int zero, int mask) {
+    StageModel **slot = &s->models[kind][zero][mask];
+    if (*slot) return *slot;
+    StageModel *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(s->err, sizeof s->err, "out of memory building a stage model");
+        return NULL;
+    }
+    StagePattern pat = {zero, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, (mask >> 3) & 1};
+    double t0 = search_now();
+    if (stage_model_build_pattern(m, s->cfg, s->hw, s->table, kind & 1, (kind >> 1) & 1, &pat, s->err,
+                                  sizeof s->err) != 0) {
+        free(m);
+        return NULL;
+    }
+    s->stats->models_built++;
+    s->stats->model_seconds += search_now() - t0;
+    *slot = m;
+    return m;
+}
+
+void search_models_free(Search *s) {
+    for (int k = 0; k < KINDS; k++)
+        for (int z = 0; z < 4; z++)
+            for (int m = 0; m < 16; m++)
+                if (s->models[k][z][m]) {
+                    stage_model_free(s->models[k][z][m]);
+                    free(s->models[k][z][m]);
+                    s->models[k][z][m] = NULL;
+                }
+    for (int i = 0; i < STAGE_SYMS; i++) free(s->cols[i]), s->cols[i] = NULL;
+    for (int i = 0; i < ST_OUTPUTS; i++) free(s->outs[i]), s->outs[i] = NULL;
+    s->cap = 0;
+}
+
+int search_reserve(Search *s, size_t n) {
+    if (n <= s->cap) return 0;
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < n) cap *= 2;
+    for (int i = 0; i < STAGE_SYMS; i++) {
+        double *p = realloc(s->cols[i], cap * sizeof *p);
+        if (!p) goto oom;
+        s->cols[i] = p;
+    }
+    for (int k = 0; k < ST_OUTPUTS; k++) {
+        if (k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD) continue;
+        double *p = realloc(s->outs[k], cap * sizeof *p);
+        if (!p) goto oom;
+        s->outs[k] = p;
+    }
+    s->cap = cap;
+    return 0;
+oom:
+    snprintf(s->err, sizeof s->err, "out of memory for %zu batch columns", cap);
+    return -1;
+}
+
+void search_eval(Search *s, StageModel *m, size_t n) {
+    if (!n) return;
+    double *outs[ST_OUTPUTS] = {0};
+    outs[ST_T] = s->outs[ST_T];
+    outs[ST_D] = s->outs[ST_D];
+    outs[ST_PEAK_FWD] = s->outs[ST_PEAK_FWD];
+    outs[ST_PEAK_BWD] = s->outs[ST_PEAK_BWD];
+    double t0 = search_now();
+    stage_eval_batch(m, (const double *const *)s->cols, outs, n);
+    s->stats->eval_seconds += search_now() - t0;
+    s->stats->candidates += (long long)n;
+    s->stats->classes++;
+}
+
+void search_set_row(Search *s, size_t i, const Mesh *me, int b, int zero, int ckpt, double wo, double go, double oo,
+                    double ao, int G, int p, int l) {
+    double **c = s->cols;
+    c[SYM_B][i] = b;
+    c[SYM_DP][i] = me->dp;
+    c[SYM_TP][i] = me->tp;
+    c[SYM_WS][i] = zero >= 3;
+    c[SYM_GS][i] = zero >= 2;
+    c[SYM_OS][i] = zero >= 1;
+    c[SYM_CKPT][i] = ckpt;
+    c[SYM_WO][i] = wo;
+    c[SYM_GO][i] = go;
+    c[SYM_OO][i] = oo;
+    c[SYM_AO][i] = ao;
+    c[SYM_G][i] = G;
+    c[SYM_P][i] = p;
+    c[SYM_L][i] = l;
+}
+
+static int row_fits(const Search *s, size_t i) {
+    double peak = fmax(s->outs[ST_PEAK_FWD][i], s->outs[ST_PEAK_BWD][i]);
+    return (int64_t)ceil(peak) <= s->capacity;
+}
+
+// G*t + max(0, d, rest) <= incumbent: the candidate can still be part of a
+// better plan (rest = tau * (L - l): a lower bound on the other stages' summed t)
+static int row_bound_ok(const Search *s, int G, size_t i) {
+    double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
+    if (!(t >= 0) || isnan(d)) return 0;
+    double rest = s->tau * (s->L - s->cols[SYM_L][i]);
+    return G * t + fmax(fmax(0.0, d), rest) <= s->incumbent * (1 + 1e-12);
+}
+
+int cand_push(CandList *c, const Cand *x) {
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 64;
+        Cand *v = realloc(c->v, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        c->v = v, c->cap = cap;
+    }
+    c->v[c->n++] = *x;
+    return 0;
+}
+
+void cand_free(CandList *c) {
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshes, int nmesh, double *tmin) {
+    for (int l = 1; l <= lmax; l++) tmin[l] = INFINITY;
+    if (search_reserve(s, (size_t)nmesh * lmax) != 0) return -1;
+    for (int z = 0; z < 4; z++) {
+        if (!(s->rules.zero_mask >> z & 1)) continue;
+        StageModel *m = stage_model_get(s, kind, z, 0);
+        if (!m) return -1;
+        size_t n = 0;
+        for (int mi = 0; mi < nmesh; mi++) {
+            int64_t per = (int64_t)G * meshes[mi].dp;
+            if (s->B % per) continue;
+            for (int l = 1; l <= lmax; l++)
+                search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
+        }
+        search_eval(s, m, n);
+        for (size_t i = 0; i < n; i++) {
+            int l = 1 + (int)(i % (size_t)lmax);
+            tmin[l] = fmin(tmin[l], s->outs[ST_T][i]);
+        }
+    }
+    return 0;
+}
+
+double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes, int nmesh) {
+    double best = INFINITY;
+    if (search_reserve(s, (size_t)nmesh) != 0) return -1;
+    for (int z = 0; z < 4; z++) {
+        if (!(s->rules.zero_mask >> z & 1)) continue;
+        StageModel *m = stage_model_get(s, kind, z, 0);
+        if (!m) return -1;
+        size_t n = 0;
+        for (int mi = 0; mi < nmesh; mi++) {
+            int64_t per = (int64_t)G * meshes[mi].dp;
+            if (s->B % per) continue;
+            search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
+        }
+        search_eval(s, m, n);
+        for (size_t i = 0; i < n; i++) best = fmin(best, s->outs[ST_T][i]);
+    }
+    return best;
+}
+
+#define MAX_P 64
+
+// a grid point of a checkpoint option still to be evaluated at in-flight index k
+typedef struct {
+    int ci, g, k;
+} ActiveRow;
+
+typedef struct {
+    ActiveRow *v;
+    size_t cap;
+} ActiveRows;
+
+static int active_reserve(ActiveRows *a, size_t n) {
+    if (n <= a->cap) return 0;
+    ActiveRow *v = realloc(a->v, n * sizeof *v);
+    if (!v) return -1;
+    a->v = v, a->cap = n;
+    return 0;
+}
+
+// One line of an offload pattern: fixed ckpt and ratios but one, which runs over its grid steps
+// (oo when the pattern has it, else go, else wo). t and t + d are nondecreasing in it (P1) and so
+// is the bound; memory is nonincreasing in it inside the pattern (P3): at each in-flight level
+// only the least step that fits can be on the frontier, found by bisection; it never decreases
+// from one level to the next (memory grows with p), so each level searches [previous, top].
+// a (mesh, layer count, checkpoint count) of one stage kind
+typedef struct {
+    int mi, b;            // mesh index, micro-batch size
+    int l, li, ckpt;      // layer count, its index in the range, checkpointed blocks
+} Cell;
+
+typedef struct {
+    int ci;               // cell
+    unsigned char q[4];   // grid steps of wo, go, oo, ao (the line's own ratio: see lo, hi)
+    int k;                // in-flight level
+    int lo, hi;           // the least fitting oo at this level lies in [lo, hi]
+    int state;            // 0: query lo; 1: query the top; 2: bisect [lo, hi)
+    double t_hi, d_hi;    // at hi, once it is known to fit
+} Line;
+
+static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, const Cell *cells, int nc, int G,
+                      const int *k0, const int *cell_ok, const int *plist, int np, CandList *out) {
+    const SpaceRules *R = &s->rules;
+    // the line runs along oo when the pattern has it, else go, else wo (memory is nonincreasing
+    // in each of them inside a pattern, P3; not in ao)
+    int dim = mask & 4 ? 2 : mask & 2 ? 1 : 0;
+    int steps[4] = {mask & 1 ? R->wg_steps : 0, mask & 2 ? R->wg_steps : 0, mask & 4 ? R->oa_steps : 0,
+                    mask & 8 ? R->oa_steps : 0};
+    int top = steps[dim];
+    steps[dim] = 0;
+    int per_cell = 1;
+    for (int r = 0; r < 4; r++) per_cell *= steps[r] ? steps[r] : 1;
+    size_t nl = 0;
+    for (int ci = 0; ci < nc; ci++) nl += cell_ok[mask * nc + ci] ? (size_t)per_cell : 0;
+    if (!nl) return 0;
+    StageModel *mm = stage_model_get(s, kind, z, mask);
+    if (!mm) return -1;
+    Line *ln = malloc(nl * sizeof *ln);
+    if (!ln || search_reserve(s, nl) != 0) {
+        free(ln);
+        snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
+        return -1;
+    }
+    size_t n = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        if (!cell_ok[mask * nc + ci]) continue;
+        for (int w = steps[0] ? 1 : 0; w <= steps[0]; w++)
+            for (int g = steps[1] ? 1 : 0; g <= steps[1]; g++)
+                for (int o = steps[2] ? 1 : 0; o <= steps[2]; o++)
+                    for (int a = steps[3] ? 1 : 0; a <= steps[3]; a++)
+                        ln[n++] = (Line){ci, {(unsigned char)w, (unsigned char)g, (unsigned char)o, (unsigned char)a},
+                                         k0[ci], 1, top, 0, 0, 0};
+    }
+    while (n) {
+        // one query per line: its lowest candidate first (it settles the line when it fits, and when
+        // it is over the bound every larger oo is too), then the top (nothing fits when it does not),
+        // then bisection
+        for (size_t i = 0; i < n; i++) {
+            const Line *L = &ln[i];
+            unsigned char q[4] = {L->q[0], L->q[1], L->q[2], L->q[3]};
+            q[dim] = (unsigned char)(L->state == 0 ? L->lo : L->state == 1 ? top : (L->lo + L->hi) / 2);
+            const Cell *ce = &cells[L->ci];
+            search_set_row(s, i, &meshes[ce->mi], ce->b, z, ce->ckpt, space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
+                           space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, plist[L->k], ce->l);
+        }
+        search_eval(s, mm, n);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            Line L = ln[i];
+            int fits = row_fits(s, i), settled = 0;
+            if (fits) s->stats->candidates_fit++;
+            double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
+            if (L.state == 0) {
+                if (!row_bound_ok(s, G, i)) continue;  // this oo and every larger one are over the bound
+                if (fits) L.hi = L.lo, L.t_hi = t, L.d_hi = d, settled = 1;
+                else if (L.lo >= top) continue;
+                else L.lo++, L.state = 1;
+            } else if (L.state == 1) {
+                if (!fits) continue;  // nothing on this line fits, here or at a larger p
+                L.hi = top, L.t_hi = t, L.d_hi = d, L.state = 2;
+                settled = L.lo >= L.hi;
+            } else {
+                int q = (L.lo + L.hi) / 2;
+                if (fits) L.hi = q, L.t_hi = t, L.d_hi = d;
+                else L.lo = q + 1;
+                settled = L.lo >= L.hi;
+            }
+            if (settled) {  // the least fitting oo at this level
+                double rest = s->tau * (s->L - cells[L.ci].l);
+                if (!(G * L.t_hi + fmax(fmax(0.0, L.d_hi), rest) <= s->incumbent * (1 + 1e-12))) continue;
+                unsigned char q[4] = {L.q[0], L.q[1], L.q[2], L.q[3]};
+                q[dim] = (unsigned char)L.hi;
+                Cand c = {L.t_hi, L.d_hi, cells[L.ci].mi, (short)cells[L.ci].ckpt, (signed char)z, q[0], q[1], q[2],
+                          q[3]};
+                if (cand_push(&out[cells[L.ci].li * np + L.k], &c)) {
+                    free(ln);
+                    snprintf(s->err, sizeof s->err, "out of memory collecting stage candidates");
+                    return -1;
+                }
+                if (++L.k >= np) continue;
+                L.lo = L.hi, L.hi = top, L.state = 0;  // memory grows with p: the next least oo is no smaller
+            }
+            ln[kept++] = L;
+        }
+        n = kept;
+    }
+    free(ln);
+    return 0;
+}
+
+int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *meshes, int nmesh, const int *plist,
+                     int np, CandList *out) {
+    const int *grid_n = s->grid_n;
+    const SpaceRules *R = &s->rules;
+    int copt[4097];
+    if (np > MAX_P) np = MAX_P;
+    size_t maxcells = 0;
+    for (int l = lo; l <= hi; l++) maxcells += (size_t)nmesh * space_ckpt_options(&s->rules, l, copt);
+    // cells: every (mesh, layer count, ckpt option); one batch holds all of them (the engine
+    // evaluates in fixed-size chunks, so few large batches beat many small ones)
+    int nc = 0;
+    Cell *cells = malloc(maxcells * sizeof *cells);
+    // first in-flight index at which the ratios-zero candidate stops fitting, per cell
+    int *k0 = malloc(maxcells * sizeof *k0);
+    ActiveRows act = {NULL, 0};
+    int *cell_ok = malloc(16 * maxcells * sizeof *cell_ok);  // (16 patterns, cells): some point may fit
+    if (!cells || !k0 || !cell_ok) goto oom;
+    for (int l = lo; l <= hi; l++) {
+        int ncopt = space_ckpt_options(&s->rules, l, copt);
+        for (int mi = 0; mi < nmesh; mi++) {
+            int64_t per = (int64_t)G * meshes[mi].dp;
+            if (s->B % per) continue;
+            for (int ci = 0; ci < ncopt; ci++) cells[nc++] = (Cell){mi, (int)(s->B / per), l, l - lo, copt[ci]};
+        }
+    }
+    if (!nc) goto done;
+    for (int z = 0; z < 4; z++) {
+        if (!(s->rules.zero_mask >> z & 1)) continue;
+        StageModel *m = stage_model_get(s, kind, z, 0);
+        if (!m) goto fail;
+        if (search_reserve(s, (size_t)nc * np) != 0) goto fail;
+        size_t n = 0;
+        for (int x = 0; x < nc; x++)
+            for (int k = 0; k < np; k++)
+                search_set_row(s, n++, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt, 0, 0, 0, 0, G, plist[k],
+                               cells[x].l);
+        search_eval(s, m, n);
+        int need_offload = 0;
+        for (int x = 0; x < nc; x++) {
+            size_t r0 = (size_t)x * np;
+            double t0 = s->outs[ST_T][r0], d0 = s->outs[ST_D][r0];
+            int bound = row_bound_ok(s, G, r0);
+            k0[x] = np;
+            for (int k = 0; k < np; k++) {
+                if (!row_fits(s, r0 + k)) {
+                    k0[x] = k;  // fitting is monotone in p: none from here on fits
+                    break;
+                }
+                s->stats->candidates_fit++;
+                if (!bound) continue;
+                Cand c = {t0, d0, cells[x].mi, (short)cells[x].ckpt, (signed char)z, 0, 0, 0, 0};
+                if (cand_push(&out[cells[x].li * np + k], &c)) goto oom;
+            }
+            // offloading only slows t and d down: worth trying only where it must make room
+            if (!bound) k0[x] = np;
+            need_offload |= k0[x] < np;
+        }
+        if (!s->rules.offload || !need_offload) continue;
+        // Per offload pattern (which ratios are nonzero), the least memory of the pattern: memory is
+        // nonincreasing in wo, go and oo inside a pattern, so those sit at their maximum; ao is not
+        // monotone (a larger ao frees saved activations but grows the prefetch buffer), so every ao
+        // step is tried. When none of these fits, no point of the pattern does. (Across patterns memory
+        // is not monotone either: a first nonzero wo or go adds gather ring buffers.)
+        for (int mask = 1; mask < 16; mask++) {
+            StageModel *mc = stage_model_get(s, kind, z, mask);
+            if (!mc) goto fail;
+            int na = mask & 8 ? R->oa_steps : 1;
+            if (search_reserve(s, (size_t)nc * na) != 0) goto fail;
+            n = 0;
+            for (int x = 0; x < nc; x++)
+                if (k0[x] < np)
+                    for (int a = 1; a <= na; a++)
+                        search_set_row(s, n++, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt, mask & 1,
+                                       (mask >> 1) & 1, (mask >> 2) & 1, mask & 8 ? space_ratio_oa(R, a) : 0, G,
+                                       plist[k0[x]], cells[x].l);
+            search_eval(s, mc, n);
+            n = 0;
+            for (int x = 0; x < nc; x++) {
+                int fits = 0;
+                if (k0[x] < np)
+                    for (int a = 1; a <= na; a++) fits |= row_fits(s, n++);
+                cell_ok[mask * nc + x] = fits;
+            }
+        }
+        // The grid, in increasing in-flight count: a point that does not fit at p fits at no larger
+        // p (memory is nondecreasing in p), and one over the bound is over it at every p (t and d do
+        // not depend on p), so only the survivors of one level are evaluated at the next.
+        for (int mask = 1; mask < 16; mask++) {
+            if (mask != 8) {  // a least-fitting search along oo, go or wo per line
+                if (grid_lines(s, kind, z, mask, meshes, cells, nc, G, k0, cell_ok, plist, np, out) != 0)
+                    goto fail;
+                continue;
+            }
+            size_t rows = 0;
+            for (int x = 0; x < nc; x++)
+                if (cell_ok[mask * nc + x]) rows += (size_t)grid_n[mask];
+            if (!rows) continue;
+            StageModel *mm = stage_model_get(s, kind, z, mask);
+            if (!mm) goto fail;
+            if (search_reserve(s, rows) != 0 || active_reserve(&act, rows) != 0) goto fail;
+            size_t na = 0;
+            for (int x = 0; x < nc; x++)
+                if (cell_ok[mask * nc + x])
+                    for (int g = 0; g < grid_n[mask]; g++) act.v[na++] = (ActiveRow){x, g, k0[x]};
+            while (na) {
+                for (size_t i = 0; i < na; i++) {
+                    const ActiveRow *ar = &act.v[i];
+                    const Cell *ce = &cells[ar->ci];
+                    const unsigned char *q = s->grid[mask][ar->g];
+                    search_set_row(s, i, &meshes[ce->mi], ce->b, z, ce->ckpt, space_ratio_wg(R, q[0]),
+                                   space_ratio_wg(R, q[1]), space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G,
+                                   plist[ar->k], ce->l);
+                }
+                search_eval(s, mm, na);
+                size_t kept = 0;
+                for (size_t i = 0; i < na; i++) {
+                    ActiveRow ar = act.v[i];
+                    if (!row_fits(s, i)) continue;
+                    s->stats->candidates_fit++;
+                    if (!row_bound_ok(s, G, i)) continue;
+                    const unsigned char *q = s->grid[mask][ar.g];
+                    Cand c = {s->outs[ST_T][i], s->outs[ST_D][i], cells[ar.ci].mi, (short)cells[ar.ci].ckpt,
+                              (signed char)z, q[0], q[1], q[2], q[3]};
+                    if (cand_push(&out[cells[ar.ci].li * np + ar.k], &c)) goto oom;
+                    if (++ar.k < np) act.v[kept++] = ar;
+                }
+                na = kept;
+            }
+        }
+    }
+done:
+    free(cells), free(k0), free(cell_ok), free(act.v);
+    return 0;
+oom:
+    snprintf(s->err, sizeof s->err, "out of memory collecting stage candidates");
+fail:
+    free(cells), free(k0), free(cell_ok), free(act.v);
+    return -1;
+}

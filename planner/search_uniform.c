@@ -1,0 +1,138 @@
+// Uniform stages (the baseline spaces megatron .. offload): every stage holds
+// L/S blocks on the same mesh with the same ZeRO level, checkpoint count and
+// offload ratios, as Megatron-LM and DeepSpeed configure a whole run with one
+// set of flags. A configuration is feasible when it fits on every stage (the
+// first holds the embedding and the most in-flight micro-batches, the last
+// the head and loss), and its time is the 1F1B total over the stages' t and d.
+// No per-stage choice, so no frontier and no inter-stage solve.
+//
+// Prunings (docs/plan-search.md): a configuration whose ratios-zero variant
+// fits is no slower than its offloading variants (P1: t and t + d of every
+// stage are nondecreasing in each ratio, and so is the 1F1B total); the bound
+// G*t + max(0, d) of any stage above the incumbent rules a configuration and
+// its offloading variants out; an offload pattern whose least-memory point
+// (P3) does not fit on the first kind is skipped.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "planner/search_internal.h"
+
+typedef struct {
+    int ci, mask, g;  // checkpoint option, offload pattern, grid point
+    double t[3], d[3];
+} URow;
+
+static int fits_row(const Search *s, size_t i) {
+    return (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][i], s->outs[ST_PEAK_BWD][i])) <= s->capacity;
+}
+
+int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T) {
+    const SpaceRules *R = &s->rules;
+    int l = s->L / S, kinds[3], pk[3], nk;
+    if (S == 1) kinds[0] = KIND_ONLY, pk[0] = 0, nk = 1;
+    else {
+        kinds[0] = KIND_FIRST, pk[0] = S - 1 < G - 1 ? S - 1 : G - 1;
+        kinds[1] = KIND_LAST, pk[1] = 0;
+        nk = 2;
+        if (S > 2) kinds[2] = KIND_MIDDLE, pk[2] = S - 2 < G - 1 ? S - 2 : G - 1, nk = 3;
+    }
+    int64_t per = (int64_t)G * me->dp;
+    if (s->B % per) return 0;
+    int b = (int)(s->B / per);
+    int copt[4097], nc = space_ckpt_options(R, l, copt);
+    int kind_of_stage[MIST_MAX_STAGES];
+    for (int i = 0; i < S; i++) kind_of_stage[i] = S == 1 ? 0 : i == 0 ? 0 : i == S - 1 ? 1 : 2;
+    int found = 0;
+    URow *rows = NULL;
+    size_t cap = 0;
+    double *tz = malloc((size_t)nc * 6 * sizeof *tz);  // (nc, 3 kinds, t|d)
+    int *need = malloc((size_t)nc * sizeof *need);
+    if (!tz || !need) goto oom;
+    for (int z = 0; z < 4; z++) {
+        if (!(R->zero_mask >> z & 1)) continue;
+        // ratios zero, every kind
+        for (int ci = 0; ci < nc; ci++) need[ci] = 1;
+        for (int k = 0; k < nk; k++) {
+            StageModel *m = stage_model_get(s, kinds[k], z, 0);
+            if (!m || search_reserve(s, (size_t)nc) != 0) goto fail;
+            for (int ci = 0; ci < nc; ci++) search_set_row(s, ci, me, b, z, copt[ci], 0, 0, 0, 0, G, pk[k], l);
+            search_eval(s, m, (size_t)nc);
+            for (int ci = 0; ci < nc; ci++) {
+                tz[ci * 6 + k * 2] = s->outs[ST_T][ci];
+                tz[ci * 6 + k * 2 + 1] = s->outs[ST_D][ci];
+                if (fits_row(s, ci)) s->stats->candidates_fit++;
+                else need[ci] = 2;  // needs offloading
+                double t = s->outs[ST_T][ci], d = s->outs[ST_D][ci];
+                if (!(G * t + fmax(0.0, d) <= s->incumbent * (1 + 1e-12))) need[ci] = 0;  // over the bound
+            }
+        }
+        for (int ci = 0; ci < nc; ci++) {
+            if (need[ci] != 1) continue;  // fits everywhere without offload
+            double t[MIST_MAX_STAGES], d[MIST_MAX_STAGES];
+            for (int i = 0; i < S; i++) t[i] = tz[ci * 6 + kind_of_stage[i] * 2], d[i] = tz[ci * 6 + kind_of_stage[i] * 2 + 1];
+            double T = pipeline_1f1b_seconds(S, G, t, d);
+            if (T < s->incumbent && T < *best_T) {
+                *best_T = T;
+                *best_sp = (StagePlan){l, me->dp, me->tp, b, z, copt[ci], 0, 0, 0, 0};
+                found = 1;
+            }
+        }
+        if (!R->offload) continue;
+        // offload grid for the checkpoint options that need it: kind by kind, survivors only
+        for (int mask = 1; mask < 16; mask++) {
+            size_t n = 0;
+            for (int ci = 0; ci < nc; ci++)
+                if (need[ci] == 2) n += (size_t)s->grid_n[mask];
+            if (!n) continue;
+            if (n > cap) {
+                URow *r2 = realloc(rows, n * sizeof *rows);
+                if (!r2) goto oom;
+                rows = r2, cap = n;
+            }
+            n = 0;
+            for (int ci = 0; ci < nc; ci++)
+                if (need[ci] == 2)
+                    for (int g = 0; g < s->grid_n[mask]; g++) rows[n++] = (URow){ci, mask, g, {0, 0, 0}, {0, 0, 0}};
+            for (int k = 0; k < nk && n; k++) {
+                StageModel *m = stage_model_get(s, kinds[k], z, mask);
+                if (!m || search_reserve(s, n) != 0) goto fail;
+                for (size_t i = 0; i < n; i++) {
+                    const unsigned char *q = s->grid[mask][rows[i].g];
+                    search_set_row(s, i, me, b, z, copt[rows[i].ci], space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
+                                   space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, pk[k], l);
+                }
+                search_eval(s, m, n);
+                size_t kept = 0;
+                for (size_t i = 0; i < n; i++) {
+                    if (!fits_row(s, i)) continue;
+                    s->stats->candidates_fit++;
+                    double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
+                    if (!(G * t + fmax(0.0, d) <= s->incumbent * (1 + 1e-12))) continue;
+                    URow r = rows[i];
+                    r.t[k] = t, r.d[k] = d;
+                    rows[kept++] = r;
+                }
+                n = kept;
+            }
+            for (size_t i = 0; i < n; i++) {
+                double t[MIST_MAX_STAGES], d[MIST_MAX_STAGES];
+                for (int j = 0; j < S; j++) t[j] = rows[i].t[kind_of_stage[j]], d[j] = rows[i].d[kind_of_stage[j]];
+                double T = pipeline_1f1b_seconds(S, G, t, d);
+                if (T < s->incumbent && T < *best_T) {
+                    const unsigned char *q = s->grid[mask][rows[i].g];
+                    *best_T = T;
+                    *best_sp = (StagePlan){l, me->dp, me->tp, b, z, copt[rows[i].ci], space_ratio_wg(R, q[0]),
+                                           space_ratio_wg(R, q[1]), space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3])};
+                    found = 1;
+                }
+            }
+        }
+    }
+    free(rows), free(tz), free(need);
+    return found;
+oom:
+    snprintf(s->err, sizeof s->err, "out of memory in the uniform search");
+fail:
+    free(rows), free(tz), free(need);
+    return -1;
+}

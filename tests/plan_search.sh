@@ -1,0 +1,82 @@
+#!/bin/sh
+# The plan search from the command line: mist-plan prints the plan in the
+# --analyze table with search statistics, --out writes a plan file that
+# --analyze and mist-train accept with the same predicted time, --json adds a
+# "search" object, every --space runs, nothing fitting exits 3 with the
+# shortfall; mist-train with [plan] mode = auto plans for the launched world
+# size, trains, saves plan.ini next to the checkpoints, and a plan that cannot
+# fit ends every rank with exit code 3.
+. "$MIST_SRCDIR/tests/lib.sh"
+PLAN="$MIST_BUILDDIR/mist-plan"
+TRAIN="$MIST_BUILDDIR/mist-train"
+TINY="$MIST_SRCDIR/examples/tiny.ini"
+GPT22="$MIST_SRCDIR/examples/gpt3-22b.ini"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+AUTO="-o plan.mode=auto"
+
+out=$("$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --out "$tmp/p.ini" 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^iteration: ' && printf '%s' "$out" | grep -q 'candidates evaluated' &&
+    printf '%s' "$out" | grep -q 'frontiers' && printf '%s' "$out" | grep -q 'inter-stage solves' && [ -s "$tmp/p.ini" ]
+tap_ok $? "search on tiny (1x4): the plan table, the statistics, and the plan file"
+[ $rc -eq 0 ] || tap_diag "$out" "$(cat "$tmp/err")"
+
+iter_search=$(printf '%s' "$out" | grep '^iteration: ')
+iter_analyze=$("$PLAN" "$TINY" --analyze "$tmp/p.ini" | grep '^iteration: ')
+[ -n "$iter_search" ] && [ "$iter_search" = "$iter_analyze" ]
+tap_ok $? "--analyze of the written plan predicts the same iteration ($iter_search / $iter_analyze)"
+
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --json >"$tmp/s.json" 2>"$tmp/err"; rc=$?
+"$PLAN" "$TINY" --analyze "$tmp/p.ini" --json >"$tmp/a.json"
+js=$(grep -o '"iteration_seconds": [^,]*' "$tmp/s.json"); ja=$(grep -o '"iteration_seconds": [^,]*' "$tmp/a.json")
+[ $rc -eq 0 ] && [ "$(wc -l <"$tmp/s.json")" -eq 1 ] && grep -q '"search": {' "$tmp/s.json" &&
+    grep -Eq '"candidates": [1-9][0-9]*' "$tmp/s.json" && grep -q '"dp_solves"' "$tmp/s.json" &&
+    grep -q '"frontier_points"' "$tmp/s.json" && grep -q '"seconds"' "$tmp/s.json" && [ -n "$js" ] && [ "$js" = "$ja" ]
+tap_ok $? "--json: one line, the analyze fields plus a search object, same iteration_seconds ($js / $ja)"
+
+prev=""
+ok_spaces=0
+for sp in megatron zero ckpt offload full; do
+    t=$("$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --space $sp --json 2>/dev/null |
+        grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
+    [ -n "$t" ] || { ok_spaces=1; tap_diag "space $sp: no plan"; continue; }
+    if [ -n "$prev" ] && ! awk -v a="$t" -v b="$prev" 'BEGIN{exit !(a <= b * (1 + 1e-12))}'; then
+        ok_spaces=1; tap_diag "space $sp: $t s is slower than the smaller space's $prev s"
+    fi
+    prev=$t
+done
+tap_ok $ok_spaces "every --space finds a plan, each no slower than the one before"
+
+"$PLAN" "$TINY" $AUTO --space bogus >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'megatron, zero, ckpt, offload, full' "$tmp/err"
+tap_ok $? "an unknown --space exits 2 naming the allowed ones"
+
+"$PLAN" "$GPT22" $AUTO --nodes 1 --gpus-per-node 1 --hardware l4 --space ckpt >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 3 ] && grep -q 'no plan fits' "$tmp/err" && grep -q 'short by [0-9]* bytes' "$tmp/err" &&
+    grep -q 'Closest' "$tmp/err"
+tap_ok $? "GPT-3 22B on one L4 without offloading: exit 3, the closest plan and its shortfall"
+[ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
+
+for np in 2 4; do
+    rm -rf "$tmp/ck$np"
+    out=$(timeout 120 mpirun --oversubscribe -np $np "$TRAIN" "$TINY" $AUTO -o train.steps=3 -o data.val_interval=0 \
+          -o checkpoint.dir="$tmp/ck$np" </dev/null 2>&1); rc=$?
+    [ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'mode = auto' && printf '%s' "$out" | grep -q 'iteration  *3/' &&
+        [ -s "$tmp/ck$np/plan.ini" ] && grep -q "^dp = $np\$" "$tmp/ck$np/plan.ini"
+    tap_ok $? "mist-train mode = auto under mpirun -np $np: plans dp = $np, trains 3 steps, saves plan.ini"
+    [ $rc -eq 0 ] || tap_diag "$out"
+done
+
+"$PLAN" "$TINY" --analyze "$tmp/ck4/plan.ini" >/dev/null 2>&1 &&
+    timeout 120 mpirun --oversubscribe -np 4 "$TRAIN" "$TINY" -o plan.file="$tmp/ck4/plan.ini" -o train.steps=2 \
+        -o data.val_interval=0 </dev/null >/dev/null 2>&1
+tap_ok $? "the saved plan.ini analyzes and trains again as a fixed plan file"
+
+start=$(date +%s)
+out=$(timeout 60 mpirun --oversubscribe -np 2 "$TRAIN" "$TINY" $AUTO -o cluster.device_memory=64KiB </dev/null 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 3 ] && [ "$took" -lt 30 ] && [ "$(printf '%s\n' "$out" | grep -c 'no plan fits')" -eq 1 ]
+tap_ok $? "nothing fits under mpirun -np 2: every rank exits 3 with one message (${took} s, rc $rc)"
+[ $rc -eq 3 ] || tap_diag "$out"
+
+tap_end

@@ -1,0 +1,444 @@
+// The plan search (planner/search.h):
+//  1. its optimum equals an exhaustive enumeration of the same discrete space
+//     (every stage count, layer split, per-stage mesh, G, ZeRO level, ckpt and
+//     offload grid point, each stage evaluated with the scalar tree walk, the
+//     product of all stage choices scored with the 1F1B formula) on small
+//     instances at several memory capacities, including ones where nothing fits;
+//  2. the model properties its prunings rely on hold on random configurations:
+//     t and t + d nondecreasing and peak memory nonincreasing in ckpt and in each
+//     offload ratio, peak memory nondecreasing in the in-flight count p;
+//  3. every --space respects its restrictions, and a larger space never predicts
+//     a slower best plan (full <= offload <= ckpt <= zero <= megatron);
+//  4. the plan written by plan_write_ini loads (plan_file_load, plan_validate)
+//     and plan_analyze predicts the search's iteration time;
+//  5. limits (what the training runtime executes) are respected.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "planner/analyze.h"
+#include "planner/cost.h"
+#include "planner/search.h"
+#include "runtime/config_load.h"
+#include "tests/tap.h"
+
+static const char *srcdir(void) {
+    const char *d = getenv("MIST_SRCDIR");
+    return d && *d ? d : ".";
+}
+
+static int load(MistConfig *cfg, const char *example, const char *const *ov, int nov) {
+    char path[1024], err[1024];
+    snprintf(path, sizeof path, "%s/examples/%s", srcdir(), example);
+    if (config_load(cfg, path, ov, nov, 0, err, sizeof err) != 0) {
+        diag("config: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- exhaustive
+typedef struct {
+    double t, d, peak;
+    StagePlan sp;
+} Choice;
+
+// every stage configuration of one (kind, l, G, p, devices), evaluated once and
+// reused for every capacity
+typedef struct {
+    int kind, l, G, p, n, count;
+    Choice *v;
+} Evaluated;
+static Evaluated cache[256];
+static int ncache;
+
+typedef struct {
+    const MistConfig *cfg;
+    StageModel model[4];  // general models per kind (has_pre | has_post << 1)
+    int64_t capacity;
+    int N, gpn, max_stages, wg, oa;
+    double best;
+    Plan best_plan;
+    long long plans;
+} Exhaustive;
+
+static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out);
+
+static int list_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out) {
+    Evaluated *ev = NULL;
+    for (int i = 0; i < ncache && !ev; i++)
+        if (cache[i].kind == kind && cache[i].l == l && cache[i].G == G && cache[i].p == p && cache[i].n == n)
+            ev = &cache[i];
+    if (!ev) {
+        ev = &cache[ncache++];
+        ev->kind = kind, ev->l = l, ev->G = G, ev->p = p, ev->n = n;
+        ev->count = evaluate_stage(e, kind, l, G, p, n, &ev->v);
+    }
+    Choice *v = malloc((size_t)(ev->count + 1) * sizeof *v);
+    int cnt = 0;
+    for (int i = 0; i < ev->count; i++)
+        if ((int64_t)ceil(ev->v[i].peak) <= e->capacity) v[cnt++] = ev->v[i];
+    *out = v;
+    return cnt;
+}
+
+static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out) {
+    const ModelConfig *m = &e->cfg->model;
+    int64_t B = e->cfg->train.global_batch;
+    int cap = 1024, cnt = 0;
+    Choice *v = malloc((size_t)cap * sizeof *v);
+    for (int tp = 1; tp <= n; tp++) {
+        if (n % tp || e->gpn % tp || m->heads % tp || m->kv_heads % tp || m->ffn_hidden % tp) continue;
+        int dp = n / tp;
+        if (B % ((int64_t)G * dp)) continue;
+        int b = (int)(B / ((int64_t)G * dp));
+        for (int z = 0; z < 4; z++)
+            for (int c = 0; c <= l; c++)
+                for (int a = 0; a <= e->wg; a++)
+                    for (int g = 0; g <= e->wg; g++)
+                        for (int o = 0; o <= e->oa; o++)
+                            for (int q = 0; q <= e->oa; q++) {
+                                StageConfig sc = {l, b, dp, tp, z, c, G, p, (double)a / e->wg, (double)g / e->wg,
+                                                  (double)o / e->oa, (double)q / e->oa};
+                                double out[ST_OUTPUTS];
+                                stage_eval_scalar(&e->model[kind], &sc, out);
+                                if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+                                v[cnt++] = (Choice){out[ST_T], out[ST_D], fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]),
+                                                    {l, dp, tp, b, z, c, sc.wo, sc.go, sc.oo, sc.ao}};
+                            }
+    }
+    *out = v;
+    return cnt;
+}
+
+static void product(Exhaustive *e, int S, int G, Choice **lists, const int *counts, int i, double *t, double *d,
+                    int *pick) {
+    if (i == S) {
+        double T = pipeline_1f1b_seconds(S, G, t, d);
+        e->plans++;
+        if (T < e->best) {
+            e->best = T;
+            e->best_plan.G = G;
+            e->best_plan.num_stages = S;
+            for (int j = 0; j < S; j++) e->best_plan.stage[j] = lists[j][pick[j]].sp;
+        }
+        return;
+    }
+    for (int k = 0; k < counts[i]; k++) {
+        t[i] = lists[i][k].t, d[i] = lists[i][k].d, pick[i] = k;
+        product(e, S, G, lists, counts, i + 1, t, d, pick);
+    }
+}
+
+static void splits(Exhaustive *e, int S, int G, int i, int left, int *l) {
+    if (i == S - 1) {
+        l[i] = left;
+        Choice *lists[8];
+        int counts[8];
+        for (int j = 0; j < S; j++) {
+            int kind = (j == 0) | (j == S - 1) << 1, p = S - j - 1 < G - 1 ? S - j - 1 : G - 1;
+            counts[j] = list_stage(e, kind, l[j], G, p, e->N / S, &lists[j]);
+        }
+        double t[8], d[8];
+        int pick[8];
+        product(e, S, G, lists, counts, 0, t, d, pick);
+        for (int j = 0; j < S; j++) free(lists[j]);
+        return;
+    }
+    for (int x = 1; x <= left - (S - 1 - i); x++) {
+        l[i] = x;
+        splits(e, S, G, i + 1, left - x, l);
+    }
+}
+
+static double exhaustive(Exhaustive *e) {
+    int L = e->cfg->model.layers;
+    int64_t B = e->cfg->train.global_batch;
+    e->best = INFINITY;
+    for (int S = 1; S <= L && S <= e->max_stages; S++) {
+        if (e->N % S) continue;
+        int n = e->N / S;
+        if (n % e->gpn && e->gpn % n) continue;
+        for (int G = 1; G <= B; G++) {
+            if (B % G) continue;
+            int l[8];
+            splits(e, S, G, 0, L, l);
+        }
+    }
+    return e->best;
+}
+
+static void test_exhaustive(void) {
+    static MistConfig cfg;
+    const char *ov[] = {"plan.mode=auto", "model.layers=3", "train.global_batch=4"};
+    if (load(&cfg, "tiny.ini", ov, 3)) {
+        ok(0, "exhaustive: tiny.ini loads");
+        return;
+    }
+    HwProfile hw;
+    profile_preset(&hw, "l4");
+    static Exhaustive e;
+    memset(&e, 0, sizeof e);
+    e.cfg = &cfg;
+    char err[512];
+    for (int k = 0; k < 4; k++)
+        if (stage_model_build(&e.model[k], &cfg, &hw, NULL, k & 1, k >> 1, err, sizeof err)) {
+            ok(0, "exhaustive: stage model builds: %s", err);
+            return;
+        }
+    // the peak of the plainest plan (one stage, dp over everything, nothing saved) scales the capacities
+    StageConfig plain = {cfg.model.layers, 2, 2, 1, 0, 0, 1, 0, 0, 0, 0, 0};
+    double out[ST_OUTPUTS];
+    stage_eval_scalar(&e.model[3], &plain, out);
+    double base = fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]);
+    const double fractions[] = {4.0, 0.8, 0.55, 0.4, 0.05};
+    const struct { int N, gpn, max_stages; } shapes[] = {{2, 2, 2}, {4, 2, 2}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (int i = 0; i < ncache; i++) free(cache[i].v);
+        ncache = 0;
+        for (size_t fi = 0; fi < sizeof fractions / sizeof fractions[0]; fi++) {
+            e.N = shapes[si].N, e.gpn = shapes[si].gpn, e.max_stages = shapes[si].max_stages;
+            e.wg = 1, e.oa = 2;
+            e.capacity = (int64_t)(base * fractions[fi]);
+            e.plans = 0;
+            double want = exhaustive(&e);
+            SearchOptions so;
+            search_options_default(&so, &cfg);
+            so.nodes = e.N / e.gpn, so.gpus_per_node = e.gpn, so.space = SPACE_FULL;
+            so.limits.max_stages = e.max_stages;
+            so.capacity = e.capacity;
+            so.offload_steps_wg = e.wg, so.offload_steps_oa = e.oa;
+            static SearchResult r;
+            SearchStats st;
+            int rc = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
+            if (isinf(want)) {
+                ok(rc == 3 && !r.found && r.have_closest && r.shortfall > 0,
+                   "exhaustive N=%d cap %.2fx: nothing fits in %lld plans, search says 3 (rc %d, short %lld)", e.N,
+                   fractions[fi], e.plans, rc, (long long)r.shortfall);
+                continue;
+            }
+            static PlanAnalysis an;
+            static MistConfig c2;
+            c2 = cfg;
+            c2.cluster.device_memory = e.capacity;
+            int arc = rc == 0 ? plan_analyze(&an, &c2, &r.plan, &hw, NULL, err, sizeof err) : -1;
+            int good = rc == 0 && arc == 0 && an.all_fit && fabs(an.iteration_seconds - want) <= 1e-12 * want &&
+                       fabs(r.iteration_seconds - want) <= 1e-12 * want;
+            ok(good, "exhaustive N=%d cap %.2fx: search %.15g s (analyzed %.15g) == enumeration %.15g s over %lld plans",
+               e.N, fractions[fi], r.iteration_seconds, arc == 0 ? an.iteration_seconds : NAN, want, e.plans);
+            if (!good) diag("rc %d arc %d err %s", rc, arc, err);
+        }
+    }
+    for (int i = 0; i < ncache; i++) free(cache[i].v);
+    ncache = 0;
+    for (int k = 0; k < 4; k++) stage_model_free(&e.model[k]);
+}
+
+// ---------------------------------------------------------------- properties
+static unsigned long long rs = 0x9E3779B97F4A7C15ull;
+static double frand(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (rs >> 11) * 0x1p-53;
+}
+
+static void test_properties(void) {
+    static MistConfig cfg;
+    const char *pov[] = {"plan.mode=auto"};
+    if (load(&cfg, "gpt3-1.3b.ini", pov, 1)) {
+        ok(0, "properties: gpt3-1.3b.ini loads");
+        return;
+    }
+    HwProfile hw;
+    profile_preset(&hw, "l4");
+    StageModel m[4];
+    char err[512];
+    for (int k = 0; k < 4; k++)
+        if (stage_model_build(&m[k], &cfg, &hw, NULL, k & 1, k >> 1, err, sizeof err)) {
+            ok(0, "properties: model builds: %s", err);
+            return;
+        }
+    // the properties the prunings use (docs/plan-search.md), one random step at a time:
+    // P1 at a fixed ckpt, t and t + d are nondecreasing in each offload ratio (also from 0);
+    // P2 with no offload, t and t + d are nondecreasing in ckpt;
+    // P3 inside an offload pattern (nonzero ratios stay nonzero), peak memory is nonincreasing in wo, go
+    //    and oo (not in ao: the activation prefetch buffer grows with it);
+    // P4 peak memory is nondecreasing in the in-flight count p, and t, d do not depend on it.
+    int bad[4] = {0, 0, 0, 0}, steps[4] = {0, 0, 0, 0}, trials = 1200;
+    const double tol = 1e-12;
+    for (int it = 0; it < trials; it++) {
+        StageConfig c;
+        c.layers = 1 + (int)(frand() * 12);
+        c.b = 1 << (int)(frand() * 3);
+        c.dp = 1 << (int)(frand() * 4);
+        c.tp = 1 << (int)(frand() * 3);
+        c.zero = (int)(frand() * 4);
+        c.ckpt = (int)(frand() * (c.layers + 1));
+        c.G = 1 + (int)(frand() * 16);
+        c.p = (int)(frand() * 4);
+        if (c.p > c.G - 1) c.p = c.G - 1;
+        c.wo = (int)(frand() * 5) / 4.0, c.go = (int)(frand() * 5) / 4.0;
+        c.oo = (int)(frand() * 9) / 8.0, c.ao = (int)(frand() * 9) / 8.0;
+        int kind = (int)(frand() * 4), prop = it % 4, r = (int)(frand() * 4);
+        if (prop == 1) c.wo = c.go = c.oo = c.ao = 0;
+        StageConfig u = c;
+        double *ratio[4] = {&u.wo, &u.go, &u.oo, &u.ao}, step = r < 2 ? 0.25 : 0.125;
+        if (prop == 0 || prop == 2) {
+            if (prop == 2 && *ratio[r] == 0) *ratio[r] = step;  // stay inside the pattern
+            if (prop == 2) c = u;
+            if (*ratio[r] + step > 1) continue;
+            *ratio[r] += step;
+        } else if (prop == 1) {
+            if (c.ckpt == c.layers) continue;
+            u.ckpt++;
+        } else {
+            if (c.p + 1 > c.G - 1) continue;
+            u.p++;
+        }
+        double a[ST_OUTPUTS], b[ST_OUTPUTS];
+        stage_eval_scalar(&m[kind], &c, a);
+        stage_eval_scalar(&m[kind], &u, b);
+        double pa = fmax(a[ST_PEAK_FWD], a[ST_PEAK_BWD]), pb = fmax(b[ST_PEAK_FWD], b[ST_PEAK_BWD]);
+        int fail = 0;
+        if (prop < 2) fail = b[ST_T] < a[ST_T] * (1 - tol) || b[ST_T] + b[ST_D] < (a[ST_T] + a[ST_D]) * (1 - tol);
+        else if (prop == 2) {
+            if (r == 3) continue;  // ao: no claim
+            fail = pb > pa * (1 + tol) + 1;
+        } else
+            fail = pb < pa * (1 - tol) - 1 || b[ST_T] != a[ST_T] || b[ST_D] != a[ST_D];
+        steps[prop]++;
+        if (fail) {
+            bad[prop]++;
+            diag("P%d (l %d b %d %dx%d z%d c%d G%d p%d wo %g go %g oo %g ao %g kind %d): t %.9g -> %.9g, d %.6g -> "
+                 "%.6g, peak %.0f -> %.0f", prop + 1, c.layers, c.b, c.dp, c.tp, c.zero, c.ckpt, c.G, c.p, c.wo, c.go,
+                 c.oo, c.ao, kind, a[ST_T], b[ST_T], a[ST_D], b[ST_D], pa, pb);
+        }
+    }
+    ok(!bad[0], "P1: t and t + d nondecreasing in each offload ratio (%d of %d steps violate)", bad[0], steps[0]);
+    ok(!bad[1], "P2: without offload, t and t + d nondecreasing in ckpt (%d of %d violate)", bad[1], steps[1]);
+    ok(!bad[2], "P3: inside an offload pattern, peak memory nonincreasing in wo, go, oo (%d of %d violate)", bad[2],
+       steps[2]);
+    ok(!bad[3], "P4: peak memory nondecreasing in p, t and d independent of p (%d of %d violate)", bad[3], steps[3]);
+    for (int k = 0; k < 4; k++) stage_model_free(&m[k]);
+}
+
+// ---------------------------------------------------------------- spaces
+static int plan_respects(const Plan *p, PlanSpace sp, int L) {
+    for (int i = 0; i < p->num_stages; i++) {
+        const StagePlan *s = &p->stage[i];
+        if (sp < SPACE_ZERO && s->zero > 1) return 0;
+        if (sp < SPACE_CKPT && s->ckpt != 0 && s->ckpt != s->layers) return 0;
+        if (sp < SPACE_OFFLOAD && (s->wo || s->go || s->oo || s->ao)) return 0;
+        const StagePlan *f = &p->stage[0];
+        if (sp < SPACE_FULL && (s->layers != L / p->num_stages || s->dp != f->dp || s->tp != f->tp ||
+                                s->zero != f->zero || s->ckpt != f->ckpt || s->wo != f->wo || s->go != f->go ||
+                                s->oo != f->oo || s->ao != f->ao))
+            return 0;
+        if (fmod(s->wo * 4, 1) || fmod(s->go * 4, 1) || fmod(s->oo * 8, 1) || fmod(s->ao * 8, 1)) return 0;
+    }
+    return 1;
+}
+
+static void test_spaces(const char *example, const char *hwname, int nodes, int gpn, double cap_gib,
+                        const char *const *ov, int nov) {
+    static MistConfig cfg;
+    if (load(&cfg, example, ov, nov)) {
+        ok(0, "spaces: %s loads", example);
+        return;
+    }
+    HwProfile hw;
+    profile_preset(&hw, hwname);
+    double T[5];
+    int rcs[5], respects = 1, files_ok = 1;
+    char err[1024];
+    for (int sp = 0; sp <= SPACE_FULL; sp++) {
+        SearchOptions so;
+        search_options_default(&so, &cfg);
+        so.nodes = nodes, so.gpus_per_node = gpn, so.space = (PlanSpace)sp;
+        so.capacity = (int64_t)(cap_gib * 1073741824.0);
+        static SearchResult r;
+        SearchStats st;
+        rcs[sp] = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
+        T[sp] = rcs[sp] == 0 ? r.iteration_seconds : INFINITY;
+        if (rcs[sp] == 2) diag("%s: %s", search_space_name((PlanSpace)sp), err);
+        if (rcs[sp] != 0) continue;
+        respects &= plan_respects(&r.plan, (PlanSpace)sp, cfg.model.layers);
+        // the plan file round trip, and the analysis agrees with the search
+        char path[] = "/tmp/mist-test-search-XXXXXX";
+        int fd = mkstemp(path);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!f) {
+            files_ok = 0;
+            continue;
+        }
+        plan_write_ini(&r.plan, f);
+        fclose(f);
+        static Plan back;
+        static PlanAnalysis an;
+        static MistConfig c2;
+        c2 = cfg;
+        c2.cluster.device_memory = so.capacity;
+        int lrc = plan_file_load(&back, path, err, sizeof err);
+        int vrc = lrc ? -1 : plan_validate(&back, &cfg.model, cfg.train.global_batch, nodes * gpn, path, err, sizeof err);
+        int arc = vrc ? -1 : plan_analyze(&an, &c2, &back, &hw, NULL, err, sizeof err);
+        remove(path);
+        if (lrc || vrc || arc || !an.all_fit || fabs(an.iteration_seconds - T[sp]) > 1e-9 * T[sp]) {
+            files_ok = 0;
+            diag("%s: round trip: load %d validate %d analyze %d fits %d T %.15g vs %.15g: %s",
+                 search_space_name((PlanSpace)sp), lrc, vrc, arc, an.all_fit, an.iteration_seconds, T[sp], err);
+        }
+    }
+    diag("%s on %dx%d %s, %.1f GiB: megatron %.6g, zero %.6g, ckpt %.6g, offload %.6g, full %.6g s", example, nodes,
+         gpn, hwname, cap_gib, T[0], T[1], T[2], T[3], T[4]);
+    int ordered = 1;
+    for (int sp = 1; sp <= SPACE_FULL; sp++) ordered &= T[sp] <= T[sp - 1] * (1 + 1e-12);
+    ok(rcs[SPACE_FULL] == 0, "%s %dx%d: the full space finds a plan", example, nodes, gpn);
+    ok(ordered, "%s %dx%d: full <= offload <= ckpt <= zero <= megatron", example, nodes, gpn);
+    ok(respects, "%s %dx%d: every space's plan respects its restrictions", example, nodes, gpn);
+    ok(files_ok, "%s %dx%d: plan files load, validate and analyze to the search's time", example, nodes, gpn);
+}
+
+static void test_limits(void) {
+    static MistConfig cfg;
+    if (load(&cfg, "tiny.ini", NULL, 0)) {
+        ok(0, "limits: tiny.ini loads");
+        return;
+    }
+    HwProfile hw;
+    profile_preset(&hw, "cpu");
+    SearchOptions so;
+    search_options_default(&so, &cfg);
+    so.nodes = 1, so.gpus_per_node = 4;
+    so.limits = (SearchLimits){1, 1, 1, 1, 0};  // one stage, tp 1, ZeRO 0, no offload
+    static SearchResult r;
+    SearchStats st;
+    char err[512];
+    int rc = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
+    const StagePlan *s = &r.plan.stage[0];
+    ok(rc == 0 && r.plan.num_stages == 1 && s->tp == 1 && s->zero == 0 && s->dp == 4 && !s->wo && !s->go && !s->oo &&
+           !s->ao,
+       "runtime limits: one stage, tp 1, ZeRO 0, no offload (rc %d: %d stage(s), %dx%d, zero %d)", rc,
+       r.plan.num_stages, s->dp, s->tp, s->zero);
+    ok(st.lp_agrees == 1, "lp_solve confirms the label-setting DP's optimum");
+}
+
+int main(void) {
+    test_exhaustive();
+    test_properties();
+    {
+        const char *ov[] = {"plan.mode=auto", "model.layers=4", "train.global_batch=8"};
+        test_spaces("tiny.ini", "l4", 1, 4, 0.0008, ov, 3);
+    }
+    {
+        const char *ov[] = {"plan.mode=auto", "train.global_batch=64", "model.seq_len=2048"};
+        test_spaces("gpt3-1.3b.ini", "l4", 1, 4, 0, ov, 3);
+    }
+    {
+        // the full space holds every uniform plan: a case where a pruning once lost one
+        const char *ov[] = {"plan.mode=auto", "train.global_batch=128", "model.seq_len=4096"};
+        test_spaces("gpt3-6.7b.ini", "a100-40g", 1, 8, 0, ov, 3);
+    }
+    test_limits();
+    return tap_done();
+}
