@@ -2,9 +2,26 @@
 // time and memory output of one pipeline stage of GPT-3 22B (h 6144, 48
 // layers, 64 heads, ffn 24576, vocab 50304, seq 2048, bf16) on the l4
 // profile, the general model and models specialised to a ZeRO / offload
-// pattern (the search evaluates one program per pattern). Each row evaluates
-// N random candidates of its pattern on one thread (best of R runs) and checks
-// a sample against the general model's tree-walk evaluation.
+// pattern (the search evaluates one program per pattern), on one thread.
+//
+// Two kinds of rows:
+//   random  every symbol varies from candidate to candidate: L in 1..48,
+//           b in {1,2,4,8}, dp in {1..32}, tp in {1..8}, ckpt in 0..L,
+//           G in 1..256, p in 0..min(G,4)-1, each enabled offload ratio in
+//           (0, 1]; one call over N candidates.
+//   search  the batches a search evaluates: one call per (G, dp, tp, L, p),
+//           each drawn at random, sweeping b in {1,2,4,8} x ckpt 0..L x the
+//           enabled offload ratios on a grid: eighths {1/8, ..., 1} when the
+//           pattern has one ratio, quarters {1/4, ..., 1} each when it has
+//           more (ratios innermost, then ckpt, then b); calls until N
+//           candidates, timed in total.
+//           Only b, ckpt and the ratios vary inside a call, which the
+//           evaluator's hoisting of batch-uniform work exploits.
+// The general model's row runs candidates of the heaviest pattern (ZeRO-3,
+// every ratio offloaded), whose ZeRO flags are then the same for all.
+// Best of R runs. Checked on 1000 candidates per row: bitwise against the
+// same model's tree walk (expr_eval, the evaluator's contract) and to 1e-12
+// relative against the general model's tree walk.
 //
 // usage: bench_stage [--candidates N] [--repeat R] [--json PATH]
 //   defaults: N = 1000000, R = 3, PATH = benchmarks/bench_stage.json
@@ -55,8 +72,21 @@ static double frand(void) {  // xorshift64, uniform in [0, 1)
     return (rng_state >> 11) * 0x1p-53;
 }
 
-// candidates of pattern sp: cols[s][i]
-static void fill_candidates(const StagePattern *sp, size_t n, double *cols[STAGE_SYMS]) {
+static void put_config(double *cols[STAGE_SYMS], size_t i, const StageConfig *c) {
+    double v[STAGE_SYMS] = {c->b, c->dp, c->tp, c->zero >= 3, c->zero >= 2, c->zero >= 1, c->ckpt,
+                            c->wo, c->go, c->oo, c->ao, c->G, c->p, c->layers};
+    for (int s = 0; s < STAGE_SYMS; s++) cols[s][i] = v[s];
+}
+
+static StageConfig get_config(double *cols[STAGE_SYMS], size_t j, int zero) {
+    StageConfig c = {(int)cols[SYM_L][j], (int)cols[SYM_B][j], (int)cols[SYM_DP][j], (int)cols[SYM_TP][j],
+                     zero, (int)cols[SYM_CKPT][j], (int)cols[SYM_G][j], (int)cols[SYM_P][j],
+                     cols[SYM_WO][j], cols[SYM_GO][j], cols[SYM_OO][j], cols[SYM_AO][j]};
+    return c;
+}
+
+// random candidates of pattern sp, every symbol varying: cols[s][i]
+static void fill_random(const StagePattern *sp, size_t n, double *cols[STAGE_SYMS]) {
     for (size_t i = 0; i < n; i++) {
         StageConfig c;
         c.layers = 1 + (int)(frand() * 48);
@@ -71,18 +101,57 @@ static void fill_candidates(const StagePattern *sp, size_t n, double *cols[STAGE
         c.go = sp->go ? 1 - frand() : 0;
         c.oo = sp->oo ? 1 - frand() : 0;
         c.ao = sp->ao ? 1 - frand() : 0;
-        double v[STAGE_SYMS] = {c.b, c.dp, c.tp, c.zero >= 3, c.zero >= 2, c.zero >= 1, c.ckpt,
-                                c.wo, c.go, c.oo, c.ao, c.G, c.p, c.layers};
-        for (int s = 0; s < STAGE_SYMS; s++) cols[s][i] = v[s];
+        put_config(cols, i, &c);
     }
+}
+
+// search-shaped batches of pattern sp until at least n candidates; returns
+// the candidate count, batch starts in starts[0..*num_batches] (the last
+// entry = the count)
+static size_t fill_search(const StagePattern *sp, size_t n, double *cols[STAGE_SYMS], size_t cap, size_t *starts,
+                          int *num_batches) {
+    size_t i = 0;
+    int nb = 0;
+    const int ratios = sp->wo + sp->go + sp->oo + sp->ao;
+    const int steps = ratios == 1 ? 8 : 4, bits = ratios == 1 ? 3 : 2, grid = 1 << (bits * ratios);
+    while (i < n) {
+        StageConfig c = {0};
+        c.layers = 1 + (int)(frand() * 48);
+        c.dp = 1 << (int)(frand() * 6);
+        c.tp = 1 << (int)(frand() * 4);
+        c.zero = sp->zero;
+        c.G = 1 + (int)(frand() * 256);
+        c.p = (int)(frand() * (c.G < 4 ? c.G : 4));
+        size_t size = (size_t)4 * (c.layers + 1) * grid;
+        if (i + size > cap) break;
+        starts[nb++] = i;
+        for (int bi = 0; bi < 4; bi++)
+            for (int ck = 0; ck <= c.layers; ck++)
+                for (int g = 0; g < grid; g++) {
+                    c.b = 1 << bi;
+                    c.ckpt = ck;
+                    // digit d of g (base steps) is the d-th enabled ratio's step
+                    int d = 0;
+                    double r[4] = {0, 0, 0, 0};
+                    const int on[4] = {sp->wo, sp->go, sp->oo, sp->ao};
+                    for (int q = 0; q < 4; q++)
+                        if (on[q]) r[q] = (double)(((g >> (bits * d++)) & (steps - 1)) + 1) / steps;
+                    c.wo = r[0], c.go = r[1], c.oo = r[2], c.ao = r[3];
+                    put_config(cols, i++, &c);
+                }
+    }
+    starts[nb] = i;
+    *num_batches = nb;
+    return i;
 }
 
 typedef struct {
     char pattern[32];
-    const char *stage;
-    int instructions, registers;
+    const char *stage, *batches;
+    int instructions, registers, calls;
+    size_t candidates;
     double seconds, evals_per_s, ns_per_eval;
-    int mismatches;
+    int bitwise_mismatches, general_mismatches;
 } Row;
 
 int main(int argc, char **argv) {
@@ -111,22 +180,26 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    // (pattern, stage kind): NULL pattern = the general model
+    // (pattern, stage kind): row 0 = the general model
     static const StagePattern pats[] = {
         {0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {2, 0, 0, 0, 0}, {3, 0, 0, 0, 0}, {3, 1, 0, 0, 0},
         {2, 0, 1, 1, 0}, {1, 0, 0, 0, 1}, {3, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {3, 1, 1, 1, 1},
     };
     enum { NPAT = sizeof pats / sizeof pats[0] };
-    // the last two rows: a last stage (post part: final norm, LM head, loss)
-    const int rows = NPAT + 1;
+    // the last two patterns: a last stage (post part: final norm, LM head, loss)
+    const int per_kind = NPAT + 1, rows = 2 * per_kind;
     Row *row = calloc((size_t)rows, sizeof *row);
+    // search batches overshoot n by at most one batch: 4 * 49 * 256 candidates
+    size_t cap = n + (size_t)4 * 49 * 256;
+    size_t *starts = malloc((cap + 1) * sizeof *starts);
     double *cols[STAGE_SYMS], *outs[ST_OUTPUTS];
-    for (int s = 0; s < STAGE_SYMS; s++) cols[s] = malloc(n * sizeof(double));
-    for (int k = 0; k < ST_OUTPUTS; k++) outs[k] = malloc(n * sizeof(double));
-    for (int s = 0; s < STAGE_SYMS; s++)
-        if (!cols[s]) return 1;
-    for (int k = 0; k < ST_OUTPUTS; k++)
-        if (!outs[k]) return 1;
+    int alloc_ok = row && starts;
+    for (int s = 0; s < STAGE_SYMS; s++) alloc_ok &= (cols[s] = malloc(cap * sizeof(double))) != NULL;
+    for (int k = 0; k < ST_OUTPUTS; k++) alloc_ok &= (outs[k] = malloc(cap * sizeof(double))) != NULL;
+    if (!alloc_ok) {
+        fprintf(stderr, "bench_stage: out of memory for %zu candidates\n", cap);
+        return 1;
+    }
 
     StageModel general[2];
     char err[512];
@@ -139,10 +212,12 @@ int main(int argc, char **argv) {
     int total_mismatches = 0;
     for (int r = 0; r < rows; r++) {
         Row *w = &row[r];
-        int is_general = r == 0;
-        const StagePattern *sp = is_general ? &pats[NPAT - 1] : &pats[r - 1];
-        int last = r >= NPAT - 1;  // the two final patterns run on the last stage
+        int search = r >= per_kind, pr = r % per_kind;
+        int is_general = pr == 0;
+        const StagePattern *sp = is_general ? &pats[NPAT - 1] : &pats[pr - 1];
+        int last = pr >= NPAT - 1;  // the two final patterns run on the last stage
         w->stage = last ? "last" : "middle";
+        w->batches = search ? "search" : "random";
         StageModel own, *m = &own;
         if (is_general) {
             m = &general[0];
@@ -154,43 +229,55 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
-        // the general row runs candidates of the heaviest pattern (everything offloaded, ZeRO-3)
-        fill_candidates(sp, n, cols);
+        int nb = 1;
+        size_t count = n;
+        if (search) count = fill_search(sp, n, cols, cap, starts, &nb);
+        else fill_random(sp, n, cols), starts[0] = 0, starts[1] = n;
         double best = INFINITY;
         for (int k = 0; k < repeat; k++) {
             double t0 = now_s();
-            stage_eval_batch(m, (const double *const *)cols, outs, n);
+            for (int b = 0; b < nb; b++) {
+                const double *c[STAGE_SYMS];
+                double *o[ST_OUTPUTS];
+                for (int s = 0; s < STAGE_SYMS; s++) c[s] = cols[s] + starts[b];
+                for (int q = 0; q < ST_OUTPUTS; q++) o[q] = outs[q] + starts[b];
+                stage_eval_batch(m, c, o, starts[b + 1] - starts[b]);
+            }
             double t = now_s() - t0;
             if (t < best) best = t;
         }
-        // a sample against the general model's tree walk
-        size_t sample = n < 1000 ? n : 1000;
+        // a sample: bitwise against this model's tree walk, 1e-12 against the general model's
+        size_t sample = count < 1000 ? count : 1000;
         for (size_t i = 0; i < sample; i++) {
-            size_t j = i * (n / sample);
-            StageConfig c = {(int)cols[SYM_L][j], (int)cols[SYM_B][j], (int)cols[SYM_DP][j], (int)cols[SYM_TP][j],
-                             sp->zero, (int)cols[SYM_CKPT][j], (int)cols[SYM_G][j], (int)cols[SYM_P][j],
-                             cols[SYM_WO][j], cols[SYM_GO][j], cols[SYM_OO][j], cols[SYM_AO][j]};
-            double o[ST_OUTPUTS];
-            stage_eval_scalar(&general[last], &c, o);
-            for (int k = 0; k < ST_OUTPUTS; k++)
-                if (!(fabs(o[k] - outs[k][j]) <= 1e-12 * fabs(o[k]))) w->mismatches++;
+            size_t j = i * (count / sample) + (size_t)(frand() * (count / sample));
+            StageConfig c = get_config(cols, j, sp->zero);
+            double own_o[ST_OUTPUTS], gen_o[ST_OUTPUTS];
+            stage_eval_scalar(m, &c, own_o);
+            stage_eval_scalar(&general[last], &c, gen_o);
+            for (int k = 0; k < ST_OUTPUTS; k++) {
+                if (memcmp(&own_o[k], &outs[k][j], sizeof(double)) != 0) w->bitwise_mismatches++;
+                if (!(fabs(gen_o[k] - outs[k][j]) <= 1e-12 * fabs(gen_o[k]))) w->general_mismatches++;
+            }
         }
-        total_mismatches += w->mismatches;
+        total_mismatches += w->bitwise_mismatches + w->general_mismatches;
         w->instructions = expr_program_num_instructions(m->prog);
         w->registers = expr_program_num_registers(m->prog);
+        w->calls = nb;
+        w->candidates = count;
         w->seconds = best;
-        w->evals_per_s = n / best;
-        w->ns_per_eval = 1e9 * best / n;
+        w->evals_per_s = count / best;
+        w->ns_per_eval = 1e9 * best / count;
         if (!is_general) stage_model_free(&own);
     }
 
-    printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, %zu candidates per row, "
+    printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
            "1 thread, best of %d\n", ST_OUTPUTS, n, repeat);
-    printf("%-20s %-7s %12s %10s %16s %10s %11s\n", "pattern", "stage", "instructions", "registers", "evals/s/core",
-           "ns/eval", "mismatches");
+    printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s\n", "pattern", "stage", "batches", "calls", "instructions",
+           "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general");
     for (int r = 0; r < rows; r++)
-        printf("%-20s %-7s %12d %10d %16.4g %10.2f %11d\n", row[r].pattern, row[r].stage, row[r].instructions,
-               row[r].registers, row[r].evals_per_s, row[r].ns_per_eval, row[r].mismatches);
+        printf("%-16s %-7s %-7s %8d %12d %5d %16.4g %9.2f %9d %9d\n", row[r].pattern, row[r].stage, row[r].batches,
+               row[r].calls, row[r].instructions, row[r].registers, row[r].evals_per_s, row[r].ns_per_eval,
+               row[r].bitwise_mismatches, row[r].general_mismatches);
 
     FILE *f = fopen(json_path, "w");
     if (!f) {
@@ -198,14 +285,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"l4\",\n"
-               "  \"outputs\": %d,\n  \"candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"rows\": [\n",
+               "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"rows\": [\n",
             ST_OUTPUTS, n, repeat);
     for (int r = 0; r < rows; r++)
-        fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"instructions\": %d, \"registers\": %d, "
-                   "\"seconds\": %.6f, \"evals_per_second_per_core\": %.1f, \"ns_per_eval\": %.3f, "
-                   "\"mismatches\": %d}%s\n",
-                row[r].pattern, row[r].stage, row[r].instructions, row[r].registers, row[r].seconds,
-                row[r].evals_per_s, row[r].ns_per_eval, row[r].mismatches, r + 1 < rows ? "," : "");
+        fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"batches\": \"%s\", \"calls\": %d, "
+                   "\"candidates\": %zu, \"instructions\": %d, \"registers\": %d, \"seconds\": %.6f, "
+                   "\"evals_per_second_per_core\": %.1f, \"ns_per_eval\": %.3f, \"bitwise_mismatches\": %d, "
+                   "\"general_mismatches\": %d}%s\n",
+                row[r].pattern, row[r].stage, row[r].batches, row[r].calls, row[r].candidates, row[r].instructions,
+                row[r].registers, row[r].seconds, row[r].evals_per_s, row[r].ns_per_eval, row[r].bitwise_mismatches,
+                row[r].general_mismatches, r + 1 < rows ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("wrote %s\n", json_path);
@@ -213,6 +302,7 @@ int main(int argc, char **argv) {
     for (int last = 0; last < 2; last++) stage_model_free(&general[last]);
     for (int s = 0; s < STAGE_SYMS; s++) free(cols[s]);
     for (int k = 0; k < ST_OUTPUTS; k++) free(outs[k]);
+    free(starts);
     free(row);
     return total_mismatches ? 1 : 0;
 }

@@ -317,6 +317,10 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
 
     Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");
+    // every quantity of the model description is an integer count (elements,
+    // bytes, FLOPs of integer b and tp, far below 2^53): merging like terms
+    // of its sums is exact and shortens the per-op roofline inputs
+    expr_ctx_set_merge_like_terms(x, 1);
     Expr th = ex_mul(x, ex_mul(x, b, ex_num(x, m->seq_len)), ex_num(x, m->hidden));  // (b, s, h) elements
 
     // ---- the op lists of models/ (compute time and TP all-reduces)
@@ -340,6 +344,7 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     free(ol);
     if (mx) expr_ctx_free(mx);
     if (rc != 0) {
+        expr_ctx_set_merge_like_terms(x, 0);
         if (!err[0]) snprintf(err, errlen, "out of memory building the model's op list");
         return -1;
     }
@@ -355,6 +360,7 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
         p->transient_bwd = part_act_bytes(x, b, tp, m, ids[i], 3, elt);
         p->output = ex_mul(x, ex_num(x, elt), th);
     }
+    expr_ctx_set_merge_like_terms(x, 0);  // times and ratios follow: not integers
     return 0;
 }
 
@@ -491,20 +497,29 @@ void stage_eval_scalar(const StageModel *sm, const StageConfig *c, double out[ST
 
 void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS], double *const out[ST_OUTPUTS],
                       size_t n) {
+    // the context holds exactly the stage symbols; the columns go in its order
     int nsym = expr_num_syms(sm->ctx);
-    const double **sym_cols = calloc((size_t)nsym, sizeof *sym_cols);
-    double **out_cols = calloc(ST_OUTPUTS, sizeof *out_cols);
+    const double *sym_on_stack[STAGE_SYMS] = {0};
+    const double **sym_cols = nsym <= STAGE_SYMS ? sym_on_stack : calloc((size_t)nsym, sizeof *sym_cols);
+    double *out_cols[ST_OUTPUTS];
     double *scratch = NULL;
+    if (!sym_cols) {
+        fprintf(stderr, "planner/cost.c: out of memory evaluating %zu candidates\n", n);
+        abort();
+    }
     for (int i = 0; i < STAGE_SYMS; i++) sym_cols[sm->sym[i]] = cols[i];
     for (int k = 0; k < ST_OUTPUTS; k++) {
         if (out[k]) out_cols[k] = out[k];
         else {
-            if (!scratch) scratch = malloc(n * ST_OUTPUTS * sizeof *scratch);
+            if (!scratch) scratch = malloc((n ? n : 1) * ST_OUTPUTS * sizeof *scratch);
+            if (!scratch) {
+                fprintf(stderr, "planner/cost.c: out of memory evaluating %zu candidates\n", n);
+                abort();
+            }
             out_cols[k] = scratch + (size_t)k * n;  // unwanted outputs: scratch columns
         }
     }
     expr_program_eval(sm->prog, sym_cols, out_cols, n);
     free(scratch);
-    free(out_cols);
-    free(sym_cols);
+    if (sym_cols != sym_on_stack) free(sym_cols);
 }

@@ -18,6 +18,7 @@ struct ExprCtx {
     char **sym_names; // (num_syms,) owned copies
     Expr *sym_nodes;  // (num_syms,) node of each symbol
     int num_syms, cap_syms;
+    int merge_like_terms; // ex_add merges like terms (expr_ctx_set_merge_like_terms)
 };
 
 static void die(const char *fmt, ...) {
@@ -56,6 +57,7 @@ void expr_ctx_free(ExprCtx *x) {
 }
 
 size_t expr_ctx_num_nodes(const ExprCtx *x) { return x->num_nodes; }
+void expr_ctx_set_merge_like_terms(ExprCtx *x, int on) { x->merge_like_terms = on != 0; }
 const ExprNode *expr_ctx_nodes(const ExprCtx *x) { return x->nodes; }
 
 // ---- hash-consing
@@ -194,6 +196,81 @@ static void order_operands(const ExprCtx *x, Expr *a, Expr *b) {
     }
 }
 
+// ---- like terms of a sum
+
+// A sum as coefficient * monomial terms: nested sums and sums scaled by a
+// constant are opened, y * c contributes (y, c), constants add up.
+#define SUM_MAX_TERMS 32
+#define SUM_MAX_DEPTH 8
+typedef struct {
+    Expr mono;
+    double coef;
+} SumTerm;
+
+static int gather_terms(const ExprCtx *x, Expr e, double coef, SumTerm *t, int *n, double *k, int *nk, int depth) {
+    const ExprNode *nd = &x->nodes[e];
+    if (nd->op == EXPR_OP_NUM) {
+        *k += coef * nd->value;
+        (*nk)++;
+        return 1;
+    }
+    if (depth < SUM_MAX_DEPTH && nd->op == EXPR_OP_ADD) {
+        Expr l = nd->a, r = nd->b;
+        return gather_terms(x, l, coef, t, n, k, nk, depth + 1) && gather_terms(x, r, coef, t, n, k, nk, depth + 1);
+    }
+    Expr mono = e;
+    if (nd->op == EXPR_OP_MUL && x->nodes[nd->b].op == EXPR_OP_NUM) {
+        double c = coef * x->nodes[nd->b].value;
+        if (depth < SUM_MAX_DEPTH && x->nodes[nd->a].op == EXPR_OP_ADD)
+            return gather_terms(x, nd->a, c, t, n, k, nk, depth + 1);
+        mono = nd->a;
+        coef = c;
+    }
+    if (*n == SUM_MAX_TERMS) return 0;
+    t[(*n)++] = (SumTerm){mono, coef};
+    return 1;
+}
+
+static Expr raw_add(ExprCtx *x, Expr a, Expr b) {
+    if (a == EXPR_NONE) return b;
+    order_operands(x, &a, &b);
+    return intern(x, make_node(EXPR_OP_ADD, a, b, EXPR_NONE));
+}
+
+// a + b with like terms merged (2*y + 3*y = 5*y, (y + 1)*2 + y*4 = y*6 + 2),
+// or EXPR_NONE when no two terms share a monomial and at most one constant
+// appears (then the plain sum is as short). Merging re-associates, which is
+// exact only when every value is an integer below 2^53: hence opt-in.
+static Expr merge_like_terms(ExprCtx *x, Expr a, Expr b) {
+    SumTerm t[SUM_MAX_TERMS];
+    int n = 0, nk = 0;
+    double k = 0;
+    if (!gather_terms(x, a, 1.0, t, &n, &k, &nk, 0) || !gather_terms(x, b, 1.0, t, &n, &k, &nk, 0)) return EXPR_NONE;
+    for (int i = 1; i < n; i++)  // insertion sort by monomial: a canonical order
+        for (int j = i; j > 0 && t[j - 1].mono > t[j].mono; j--) {
+            SumTerm tmp = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = tmp;
+        }
+    int m = 0, merged = 0;
+    for (int i = 0; i < n; i++) {
+        if (m > 0 && t[m - 1].mono == t[i].mono) {
+            t[m - 1].coef += t[i].coef;
+            merged++;
+        } else {
+            t[m++] = t[i];
+        }
+    }
+    if (!merged && nk < 2) return EXPR_NONE;
+    Expr sum = EXPR_NONE;
+    for (int i = 0; i < m; i++) {
+        if (t[i].coef == 0) continue;  // finite values: y * 0 = 0
+        sum = raw_add(x, sum, t[i].coef == 1 ? t[i].mono : ex_mul(x, t[i].mono, ex_num(x, t[i].coef)));
+    }
+    if (sum == EXPR_NONE) return ex_num(x, k);
+    return k != 0 ? raw_add(x, sum, ex_num(x, k)) : sum;
+}
+
 Expr ex_add(ExprCtx *x, Expr a, Expr b) {
     check_handle(x, a, "ex_add");
     check_handle(x, b, "ex_add");
@@ -216,6 +293,8 @@ Expr ex_add(ExprCtx *x, Expr a, Expr b) {
             return ex_add(x, ex_add(x, a, y), c);
         }
     }
+    Expr merged = x->merge_like_terms ? merge_like_terms(x, a, b) : EXPR_NONE;
+    if (merged != EXPR_NONE) return merged;
     return intern(x, make_node(EXPR_OP_ADD, a, b, EXPR_NONE));
 }
 
@@ -301,6 +380,16 @@ Expr ex_select(ExprCtx *x, Expr cond, Expr a, Expr b) {
     check_handle(x, b, "ex_select");
     if (is_num(x, cond)) return expr_select3(num_of(x, cond), 1.0, 0.0) > 0 ? a : b;
     if (a == b) return a;
+    // a condition that is itself a select between constants (a flag) tests
+    // its own condition: select(select(y, k1, k2), a, b) picks a exactly
+    // when y picks a positive k1, or y does not pick and k2 is positive (NaN
+    // y picks k2 in both forms)
+    const ExprNode *cn = &x->nodes[cond];
+    if (cn->op == EXPR_OP_SELECT && is_num(x, cn->b) && is_num(x, cn->c)) {
+        int pos1 = num_of(x, cn->b) > 0, pos2 = num_of(x, cn->c) > 0;
+        if (pos1 == pos2) return pos1 ? a : b;
+        return pos1 ? ex_select(x, cn->a, a, b) : ex_select(x, cn->a, b, a);
+    }
     return intern(x, make_node(EXPR_OP_SELECT, cond, a, b));
 }
 

@@ -12,6 +12,7 @@
 //   x+0 = x, x-0 = x, x*1 = x, x/1 = x, x*0 = 0, x-x = 0, 0/x = 0,
 //   max(x,x) = min(x,x) = x, ceil/floor of a ceil/floor (or integer constant) is itself,
 //   select with a constant condition or equal branches picks a branch,
+//   select(select(y, k1, k2), a, b) tests y itself (a flag as a condition),
 //   commutative operands (+, *, max, min) sorted, so a*b and b*a are one node,
 //   x - c becomes x + (-c) (exact in IEEE), constants inside nested sums and
 //   products are gathered: 2*(3*x) = 6*x, (x+1)+2 = x+3.
@@ -36,6 +37,12 @@ typedef int32_t Expr;  // node handle (index into the context's arena)
 ExprCtx *expr_ctx_new(void);
 void expr_ctx_free(ExprCtx *ctx);
 size_t expr_ctx_num_nodes(const ExprCtx *ctx);  // nodes allocated so far
+// While on (off by default), ex_add also merges like terms of nested sums and
+// of sums scaled by constants: 2*y + 3*y = 5*y, (y*b + 1)*2 + y*b*4 =
+// y*b*6 + 2. That re-associates; it is exact when every value involved is an
+// integer below 2^53 (element, byte and FLOP counts of integer symbols), and
+// may move other results by a few ulps (more after cancellation).
+void expr_ctx_set_merge_like_terms(ExprCtx *ctx, int on);
 
 // named symbol; the same name gives the same node; symbols are numbered
 // 0, 1, ... in creation order (that index selects its value at evaluation)
@@ -81,6 +88,13 @@ int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
 // through a scratch register file allocated by each call, so concurrent
 // calls on one program (one per thread) are safe. Results are bitwise equal to
 // expr_eval of each output.
+// Work that depends only on symbols whose column holds one value (bitwise)
+// throughout a block of candidates runs once per block instead of once per
+// candidate, and again only when such a value changes from block to block:
+// batches that keep most symbols fixed and sweep a few (a search's) are
+// evaluated faster, with the same results. The per-block programs for each
+// set of fixed symbols are built on first use and cached in the program
+// (thread-safe); a call costs a few microseconds beyond its candidates.
 void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                        double *const *out_columns, size_t n);
 #endif

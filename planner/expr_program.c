@@ -5,14 +5,32 @@
 // Each instruction is one loop over a block of EXPR_BLOCK candidates with a
 // constant trip count and a destination that never aliases an operand, so
 // the compiler turns it into straight SIMD code without a remainder loop (the
-// last partial block is padded). Symbols are
-// read in place from the caller's columns; constants are folded into the
-// instructions (x + k, k / x, ...). A register is reused as soon as the last
+// last partial block is padded, and runs a half or a quarter of the lanes
+// when that covers it). Symbols are read in place from the caller's
+// columns; constants are folded into the instructions (x + k, k / x,
+// c > 0 ? k1 : x, ...), and a value used once may be computed inside its
+// user: a select whose condition is y + k tests y + k > 0 itself, y * k + z
+// and max(y * k, z * c) are one instruction each (each product rounded on
+// its own, as expr_eval does). A register is reused as soon as the last
 // instruction reading it has run, which keeps the block's working set in
-// L1/L2 cache even for programs of hundreds of instructions.
+// L1/L2 cache even for programs of thousands of instructions.
+//
+// Hoisting of batch-uniform work: a search evaluates batches in which many
+// symbols take one value for a whole block of candidates (the mesh, the
+// micro-batch size, the layer count...). Every instruction carries the set of
+// symbols it depends on; per block, the evaluator finds the symbol columns
+// whose values are all bitwise equal, and the instructions depending only on
+// those run once, as scalars, instead of once per candidate. The rest runs as
+// a variant of the program (built once per set of uniform symbols and cached
+// in the program) in which the hoisted values act as constants: they are
+// patched into the instructions' constant fields. The scalar and the batched
+// forms of every instruction are the same C expression on the same operands,
+// so results stay bitwise equal to expr_eval. Hoisted values are recomputed
+// only when a uniform symbol's value changes from one block to the next.
 #include "planner/expr.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +40,21 @@
 #ifndef EXPR_BLOCK
 #define EXPR_BLOCK 64  // candidates per block: 512 B per register; measured best of 64/128/256
 #endif
+#define EXPR_VARIANTS 32   // cached hoisting variants per program (sets of uniform symbols)
+#define EXPR_MAX_HOIST 64  // symbols a program may read and still hoist (one bit each)
 
 typedef enum {
-    PI_ADD, PI_SUB, PI_MUL, PI_DIV, PI_MAX, PI_MIN,   // d = a op b
-    PI_ADD_K, PI_MUL_K, PI_DIV_K, PI_MAX_K, PI_MIN_K, // d = a op k
-    PI_K_SUB, PI_K_DIV,                               // d = k op a
-    PI_CEIL, PI_FLOOR, PI_SELECT,                     // d = f(a), a > 0 ? b : c
-    PI_FILL,                                          // d = k
+    PI_ADD, PI_SUB, PI_MUL, PI_DIV, PI_MAX, PI_MIN,     // d = a op b
+    PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K,   // d = a op k
+    PI_MIN_K,
+    PI_K_SUB, PI_K_DIV, PI_K_MAX, PI_K_MIN,             // d = k op a
+    PI_CEIL, PI_FLOOR,                                  // d = f(a)
+    PI_SELECT, PI_SEL_KX, PI_SEL_XK, PI_SEL_KK,         // d = a + k > 0 ? (b | k1) : (c | k2)
+    PI_FILL,                                            // d = k
+    PI_MULADD_K, PI_MULADD_KK,                          // d = a * k + (b | k1), rounded twice (no FMA)
+    PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
+    PI_MOV,                                             // d = a
+    PI_COUNT
 } ProgOp;
 
 // Operand encoding: r >= 0 is register r, r < 0 is symbol column -r-1.
@@ -36,15 +62,47 @@ typedef struct {
     int32_t op;  // ProgOp
     int32_t dst; // register written (never one of the operand registers)
     int32_t a, b, c;
-    double k;
+    double k, k1, k2;  // constants: k of the _K forms and FILL, select: condition offset k, branches k1, k2
 } Instr;
 
-typedef enum { OUT_FROM_OPERAND, OUT_CONST } OutKind;
+typedef enum { OUT_FROM_OPERAND, OUT_CONST, OUT_SCALAR } OutKind;
 typedef struct {
     OutKind kind;
-    int32_t operand;  // register or symbol (encoding as above)
+    int32_t operand;  // register or symbol (encoding as above); OUT_SCALAR: hoisted value slot
     double k;
 } Output;
+
+// A hoisted value: slot s < num_code is the result of instruction s, slot
+// num_code + u the value of used symbol u.
+typedef struct {
+    int32_t op;
+    int32_t a, b, c;  // slots (-1: unused)
+    double k, k1, k2;
+} ScalarInstr;
+
+// Where a hoisted value goes in the variant's code: field 0 k, 1 k1, 2 k2;
+// PATCH_PRODUCT: k = value * the instruction's k (y * k + z with y hoisted
+// becomes z + constant); PATCH_BRANCH: a select whose condition is hoisted
+// becomes a copy of the branch it picks (or a fill with a constant branch).
+enum { PATCH_PRODUCT = 3, PATCH_BRANCH = 4 };
+typedef struct {
+    int32_t instr, field, slot;
+} Patch;
+
+// The program for one set of uniform symbols.
+typedef struct {
+    uint64_t mask;          // used-symbol positions that are uniform
+    ScalarInstr *scalar;    // hoisted instructions, in program order
+    int32_t *scalar_slot;   // the slot each writes
+    uint64_t *scalar_deps;  // the uniform symbols each depends on
+    int num_scalar;
+    Instr *code;            // the per-candidate rest, constants patched per block
+    int num_code, num_regs;
+    Patch *patch;
+    uint64_t *patch_deps;   // the uniform symbols each patched value depends on
+    int num_patch;
+    Output *outs;
+} Variant;
 
 struct ExprProgram {
     Instr *code;
@@ -52,9 +110,13 @@ struct ExprProgram {
     int num_regs;
     Output *outs;
     int num_outs;
-    int num_syms;     // symbols of the context at compile time (columns indexable)
+    int num_syms;       // symbols of the context at compile time (columns indexable)
     int32_t *used_syms; // symbols the program reads, ascending
     int num_used_syms;
+    int32_t *sym_pos;   // (num_syms,) position in used_syms, -1 if unused
+    uint64_t *deps;     // (num_code,) used-symbol positions each instruction depends on
+    int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
+    _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
 
 static void die_oom(const char *what) {
@@ -66,6 +128,30 @@ static void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) die_oom("compiling an expression program");
     return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die_oom("compiling an expression program");
+    return p;
+}
+
+// ---- the semantics of each instruction, shared by the batched loops and
+// the hoisted scalar evaluation (the same expressions as expr_eval's)
+
+static inline double op_select(double cond, double k, double x, double y) { return expr_select3(cond + k, x, y); }
+
+// whether instruction op reads operand j (0: a, 1: b, 2: c)
+static int op_reads(int op, int j) {
+    switch ((ProgOp)op) {
+    case PI_ADD: case PI_SUB: case PI_MUL: case PI_DIV: case PI_MAX: case PI_MIN: return j < 2;
+    case PI_SELECT: return 1;
+    case PI_SEL_KX: return j != 1;
+    case PI_SEL_XK: return j != 2;
+    case PI_MULADD_K: case PI_MAXMUL_KK: return j < 2;
+    case PI_FILL: case PI_COUNT: return 0;
+    default: return j == 0;
+    }
 }
 
 // ---- compilation
@@ -109,9 +195,8 @@ static Expr *schedule(const ExprNode *nodes, Expr top, const Expr *outputs, int 
         need[i] = m + (ties || m == 0);
     }
     Expr *order = xmalloc(n * sizeof *order);
-    unsigned char *state = calloc(n, 1);  // 0 new, 1 operands pushed, 2 emitted
+    unsigned char *state = xcalloc(n, 1);  // 0 new, 1 operands pushed, 2 emitted
     Expr *stack = xmalloc((3 * n + 1) * sizeof *stack);
-    if (!state) die_oom("scheduling an expression program");
     int32_t count = 0;
     for (int k = n_outputs - 1; k >= 0; k--) {  // outputs in their order
         size_t sp = 0;
@@ -148,6 +233,29 @@ static Expr *schedule(const ExprNode *nodes, Expr top, const Expr *outputs, int 
     return order;
 }
 
+// the symbol dependencies of every instruction, by following registers to
+// the instruction that last wrote them
+static void compute_deps(ExprProgram *p) {
+    p->deps = xcalloc((size_t)p->num_code, sizeof *p->deps);
+    p->hoistable = p->num_used_syms <= EXPR_MAX_HOIST;
+    if (!p->hoistable) return;
+    int32_t *writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *writer);
+    for (int i = 0; i < p->num_code; i++) {
+        const Instr *in = &p->code[i];
+        int32_t ops[3] = {in->a, in->b, in->c};
+        uint64_t d = 0;
+        for (int j = 0; j < 3; j++) {
+            if (!op_reads(in->op, j)) continue;
+            int32_t o = ops[j];
+            if (o >= 0) d |= p->deps[writer[o]];
+            else d |= (uint64_t)1 << p->sym_pos[-o - 1];
+        }
+        p->deps[i] = d;
+        writer[in->dst] = i;
+    }
+    free(writer);
+}
+
 ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     const ExprNode *nodes = expr_ctx_nodes(ctx);
     size_t total = expr_ctx_num_nodes(ctx);
@@ -162,10 +270,9 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     }
     size_t n = (size_t)(top + 1);
     // uses[i]: how many instructions read node i (0 = not needed); pinned: an output
-    int32_t *uses = calloc(n ? n : 1, sizeof *uses);
-    unsigned char *needed = calloc(n ? n : 1, 1), *pinned = calloc(n ? n : 1, 1);
-    int32_t *reg_of = xmalloc(n * sizeof *reg_of);
-    if (!uses || !needed || !pinned) die_oom("compiling an expression program");
+    int32_t *uses = xcalloc(n, sizeof *uses);
+    unsigned char *needed = xcalloc(n, 1), *pinned = xcalloc(n, 1), *fused = xcalloc(n, 1);
+    int32_t *reg_of = xmalloc((n ? n : 1) * sizeof *reg_of);
     for (int k = 0; k < n_outputs; k++) needed[outputs[k]] = pinned[outputs[k]] = 1;
     for (Expr i = top; i >= 0; i--) {  // children have smaller handles
         if (!needed[i] || nodes[i].op == EXPR_OP_NUM || nodes[i].op == EXPR_OP_SYM) continue;
@@ -174,12 +281,16 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             if (ops[j] != EXPR_NONE) needed[ops[j]] = 1, uses[ops[j]]++;
     }
 
-    ExprProgram *p = calloc(1, sizeof *p);
-    if (!p) die_oom("compiling an expression program");
+    ExprProgram *p = xcalloc(1, sizeof *p);
     p->num_syms = expr_num_syms(ctx);
     p->used_syms = xmalloc((size_t)p->num_syms * sizeof *p->used_syms);
+    p->sym_pos = xmalloc((size_t)p->num_syms * sizeof *p->sym_pos);
+    for (int s = 0; s < p->num_syms; s++) p->sym_pos[s] = -1;
     for (Expr i = 0; i <= top; i++)
-        if (needed[i] && nodes[i].op == EXPR_OP_SYM) p->used_syms[p->num_used_syms++] = nodes[i].a;
+        if (needed[i] && nodes[i].op == EXPR_OP_SYM) {
+            p->sym_pos[nodes[i].a] = p->num_used_syms;
+            p->used_syms[p->num_used_syms++] = nodes[i].a;
+        }
     // sorted by symbol index: symbols are created in index order, so already ascending
     size_t cap = 2 * n + 4;  // each node gives at most 1 instruction + 2 fills
     p->code = xmalloc(cap * sizeof *p->code);
@@ -187,10 +298,69 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     int32_t num_order;
     Expr *order = schedule(nodes, top, outputs, n_outputs, needed, &num_order);
 
+    // a select's condition y + k read by nothing else is tested inside the
+    // select as y + k > 0: the same sum, one instruction less
+    for (int32_t oi = 0; oi < num_order; oi++) {
+        const ExprNode *nd = &nodes[order[oi]];
+        if (nd->op != EXPR_OP_SELECT) continue;
+        Expr c = nd->a;
+        if (nodes[c].op == EXPR_OP_ADD && nodes[nodes[c].b].op == EXPR_OP_NUM && nodes[nodes[c].a].op != EXPR_OP_NUM &&
+            uses[c] == 1 && !pinned[c])
+            fused[c] = 1;
+    }
+
+    // a product y * k read only by a sum or a max goes into that instruction:
+    // y * k + z, y * k + c and max(y * k, z * c) (each product rounded on its
+    // own as in expr_eval: no fused multiply-add)
+    #define SCALED(e) (nodes[e].op == EXPR_OP_MUL && nodes[nodes[e].b].op == EXPR_OP_NUM && \
+                       nodes[nodes[e].a].op != EXPR_OP_NUM && uses[e] == 1 && !pinned[e] && !fused[e])
+    unsigned char *fuse_kind = xcalloc(n, 1);  // 1: y*k + z (product a), 2: z + y*k (product b), 3: max
     for (int32_t oi = 0; oi < num_order; oi++) {
         Expr i = order[oi];
         const ExprNode *nd = &nodes[i];
+        if (fused[i]) continue;  // a select's condition, computed inside the select
+        if (nd->op == EXPR_OP_ADD && nd->a != nd->b) {
+            if (SCALED(nd->a)) fused[nd->a] = 1, fuse_kind[i] = 1;
+            else if (SCALED(nd->b) && nodes[nd->a].op != EXPR_OP_NUM) fused[nd->b] = 1, fuse_kind[i] = 2;
+        } else if (nd->op == EXPR_OP_MAX && nd->a != nd->b && SCALED(nd->a) && SCALED(nd->b)) {
+            fused[nd->a] = fused[nd->b] = 1, fuse_kind[i] = 3;
+        }
+    }
+    #undef SCALED
+
+    for (int32_t oi = 0; oi < num_order; oi++) {
+        Expr i = order[oi];
+        if (fused[i]) continue;
+        if (fuse_kind[i]) {
+            const ExprNode *nd = &nodes[i];
+            Expr prod = fuse_kind[i] == 2 ? nd->b : nd->a, other = fuse_kind[i] == 2 ? nd->a : nd->b;
+            Expr src[2] = {nodes[prod].a, fuse_kind[i] == 3 ? nodes[other].a : other};
+            Instr in = {PI_MULADD_K, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0};
+            int nsrc = 2;
+            if (fuse_kind[i] == 3) in.op = PI_MAXMUL_KK, in.k1 = nodes[nodes[other].b].value;
+            else if (nodes[other].op == EXPR_OP_NUM) in.op = PI_MULADD_KK, in.k1 = nodes[other].value, nsrc = 1;
+            int32_t *fld[2] = {&in.a, &in.b};
+            for (int j = 0; j < nsrc; j++) {
+                const ExprNode *sn = &nodes[src[j]];
+                *fld[j] = sn->op == EXPR_OP_SYM ? -sn->a - 1 : reg_of[src[j]];
+            }
+            in.dst = reg_take(&ra);
+            reg_of[i] = in.dst;
+            p->code[p->num_code++] = in;
+            for (int j = 0; j < nsrc; j++) {
+                const ExprNode *sn = &nodes[src[j]];
+                if (sn->op == EXPR_OP_NUM || sn->op == EXPR_OP_SYM) continue;
+                if (--uses[src[j]] == 0 && !pinned[src[j]]) reg_give(&ra, reg_of[src[j]]);
+            }
+            continue;
+        }
+        const ExprNode *nd = &nodes[i];
         Expr src[3] = {nd->a, nd->b, nd->c};
+        double cond_offset = 0.0;
+        if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
+            cond_offset = nodes[nodes[src[0]].b].value;
+            src[0] = nodes[src[0]].a;
+        }
         int nsrc = nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
         int32_t enc[3] = {0, 0, 0};
         int is_const[3] = {0, 0, 0};
@@ -199,9 +369,16 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             if (s->op == EXPR_OP_NUM) is_const[j] = 1;
             else enc[j] = s->op == EXPR_OP_SYM ? -s->a - 1 : reg_of[src[j]];
         }
-        Instr in = {0, 0, enc[0], enc[1], enc[2], 0.0};
+        Instr in = {0, 0, enc[0], enc[1], enc[2], 0.0, 0.0, 0.0};
         int fill_needed[3] = {0, 0, 0};
-        if (nsrc == 2 && (is_const[0] || is_const[1])) {
+        if (nd->op == EXPR_OP_SELECT) {
+            // the condition is never constant (the builder picks the branch)
+            in.k = cond_offset;
+            if (is_const[1]) in.k1 = nodes[src[1]].value;
+            if (is_const[2]) in.k2 = nodes[src[2]].value;
+            in.op = is_const[1] ? (is_const[2] ? PI_SEL_KK : PI_SEL_KX) : is_const[2] ? PI_SEL_XK : PI_SELECT;
+            fill_needed[0] = is_const[0];
+        } else if (nsrc == 2 && (is_const[0] || is_const[1])) {
             // one constant operand (two are folded away by the builder)
             int kb = is_const[1];
             double kv = nodes[src[kb ? 1 : 0]].value;
@@ -210,9 +387,9 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             switch ((ExprOp)nd->op) {
             case EXPR_OP_ADD: in.op = PI_ADD_K; break;  // k + a == a + k exactly
             case EXPR_OP_MUL: in.op = PI_MUL_K; break;
-            case EXPR_OP_MAX: in.op = PI_MAX_K; break;  // finite values: max is symmetric
-            case EXPR_OP_MIN: in.op = PI_MIN_K; break;
-            case EXPR_OP_SUB: in.op = kb ? PI_ADD_K : PI_K_SUB; if (kb) in.k = -kv; break;
+            case EXPR_OP_MAX: in.op = kb ? PI_MAX_K : PI_K_MAX; break;  // operand order kept: signed zeros
+            case EXPR_OP_MIN: in.op = kb ? PI_MIN_K : PI_K_MIN; break;
+            case EXPR_OP_SUB: in.op = kb ? PI_SUB_K : PI_K_SUB; break;
             case EXPR_OP_DIV:
                 in.op = kb ? PI_DIV_K : PI_K_DIV;
                 // x / 2^n == x * 2^-n bitwise (both round the same exact value)
@@ -224,18 +401,11 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
                 break;
             default: abort();
             }
-            if (!kb && (nd->op == EXPR_OP_MAX || nd->op == EXPR_OP_MIN)) {
-                // keep the operand order of the scalar rule, which matters for signed zeros
-                fill_needed[0] = 1;
-                in.op = nd->op == EXPR_OP_MAX ? PI_MAX : PI_MIN;
-                in.a = enc[0];
-                in.b = enc[1];
-            }
         } else {
             static const int32_t plain[EXPR_OP_COUNT] = {
                 [EXPR_OP_ADD] = PI_ADD, [EXPR_OP_SUB] = PI_SUB, [EXPR_OP_MUL] = PI_MUL,
                 [EXPR_OP_DIV] = PI_DIV, [EXPR_OP_MAX] = PI_MAX, [EXPR_OP_MIN] = PI_MIN,
-                [EXPR_OP_CEIL] = PI_CEIL, [EXPR_OP_FLOOR] = PI_FLOOR, [EXPR_OP_SELECT] = PI_SELECT};
+                [EXPR_OP_CEIL] = PI_CEIL, [EXPR_OP_FLOOR] = PI_FLOOR};
             in.op = plain[nd->op];
             for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
         }
@@ -244,7 +414,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         for (int j = 0; j < nsrc; j++) {
             if (!fill_needed[j]) continue;
             fill_regs[j] = reg_take(&ra);
-            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, nodes[src[j]].value};
+            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, nodes[src[j]].value, 0.0, 0.0};
             if (j == 0) in.a = fill_regs[j];
             if (j == 1) in.b = fill_regs[j];
             if (j == 2) in.c = fill_regs[j];
@@ -269,20 +439,39 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         else if (o->op == EXPR_OP_SYM) p->outs[k] = (Output){OUT_FROM_OPERAND, -o->a - 1, 0.0};
         else p->outs[k] = (Output){OUT_FROM_OPERAND, reg_of[outputs[k]], 0.0};
     }
+    compute_deps(p);
+    for (int v = 0; v < EXPR_VARIANTS; v++) atomic_init(&p->variants[v], NULL);
     free(ra.free_regs);
     free(order);
     free(uses);
     free(needed);
     free(pinned);
+    free(fused);
+    free(fuse_kind);
     free(reg_of);
     return p;
 }
 
+static void variant_free(Variant *v) {
+    if (!v) return;
+    free(v->scalar);
+    free(v->scalar_slot);
+    free(v->scalar_deps);
+    free(v->patch_deps);
+    free(v->code);
+    free(v->patch);
+    free(v->outs);
+    free(v);
+}
+
 void expr_program_free(ExprProgram *p) {
     if (!p) return;
+    for (int v = 0; v < EXPR_VARIANTS; v++) variant_free(atomic_load(&p->variants[v]));
     free(p->code);
     free(p->outs);
     free(p->used_syms);
+    free(p->sym_pos);
+    free(p->deps);
     free(p);
 }
 
@@ -290,36 +479,226 @@ int expr_program_num_instructions(const ExprProgram *p) { return p->num_code; }
 int expr_program_num_registers(const ExprProgram *p) { return p->num_regs; }
 int expr_program_num_syms(const ExprProgram *p) { return p->num_syms; }
 
+// ---- hoisting variants
+
+// The instructions of p that depend only on the uniform symbols in mask
+// become scalar instructions over value slots; the others are copied with
+// hoisted operands turned into constants (patched per block) and registers
+// allocated anew for the shorter program.
+static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
+    const int nc = p->num_code;
+    Variant *v = xcalloc(1, sizeof *v);
+    v->mask = mask;
+    v->scalar = xmalloc((size_t)nc * sizeof *v->scalar);
+    v->scalar_slot = xmalloc((size_t)nc * sizeof *v->scalar_slot);
+    v->code = xmalloc(((size_t)4 * nc + 1) * sizeof *v->code);  // each may need up to 3 fills
+    v->patch = xmalloc(((size_t)3 * nc + 1) * sizeof *v->patch);
+    v->outs = xmalloc((size_t)p->num_outs * sizeof *v->outs);
+
+    // value ids: instruction i's result is value i; fills of hoisted values
+    // in the variant get ids nc, nc + 1, ...
+    int32_t *writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *writer);
+    unsigned char *hoisted = xcalloc((size_t)nc, 1);
+    int32_t *val_of = xmalloc(((size_t)4 * nc + 1) * 3 * sizeof(int32_t));  // (variant instr, operand) -> value id
+    int32_t *last_use = xmalloc(((size_t)4 * nc + 1) * sizeof *last_use);   // value id -> variant instr
+    int32_t *def_val = xmalloc(((size_t)4 * nc + 1) * sizeof *def_val);    // variant instr -> value it writes
+    int num_fills = 0;
+    // slot of an operand that is hoisted, else -1
+    #define SLOT_OF(o) ((o) >= 0 ? (hoisted[writer[o]] ? writer[o] : -1) \
+                        : ((mask >> p->sym_pos[-(o) - 1]) & 1) ? nc + p->sym_pos[-(o) - 1] : -1)
+    for (int i = 0; i < nc; i++) {
+        const Instr *in = &p->code[i];
+        int32_t ops[3] = {in->a, in->b, in->c}, slots[3] = {-1, -1, -1};
+        for (int j = 0; j < 3; j++)
+            if (op_reads(in->op, j)) slots[j] = SLOT_OF(ops[j]);
+        if ((p->deps[i] & ~mask) == 0) {  // every operand hoisted (or none): hoisted too
+            hoisted[i] = 1;
+            v->scalar[v->num_scalar] = (ScalarInstr){in->op, slots[0], slots[1], slots[2], in->k, in->k1, in->k2};
+            v->scalar_slot[v->num_scalar++] = i;
+            writer[in->dst] = i;
+            continue;
+        }
+        Instr out = *in;
+        int npatch = 0;
+        Patch pt[3];
+        // a binary op with one hoisted operand becomes its constant form (both
+        // hoisted would have made the instruction hoisted)
+        if (in->op <= PI_MIN && (slots[0] >= 0 || slots[1] >= 0)) {
+            int kb = slots[1] >= 0;  // the constant is the right operand
+            static const int32_t right[] = {PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K, PI_MIN_K};
+            static const int32_t left[] = {PI_ADD_K, PI_K_SUB, PI_MUL_K, PI_K_DIV, PI_K_MAX, PI_K_MIN};
+            out.op = kb ? right[in->op] : left[in->op];  // k + a == a + k, k * a == a * k exactly
+            out.a = kb ? in->a : in->b;
+            pt[npatch++] = (Patch){0, 0, kb ? slots[1] : slots[0]};
+            slots[0] = slots[1] = -1;
+        }
+        // y * k + z with z hoisted: y * k + constant; with y hoisted: z + (y * k)
+        if (in->op == PI_MULADD_K && slots[1] >= 0 && slots[0] < 0) {
+            out.op = PI_MULADD_KK;
+            pt[npatch++] = (Patch){0, 1, slots[1]};
+            slots[1] = -1;
+        } else if (in->op == PI_MULADD_K && slots[0] >= 0 && slots[1] < 0) {
+            out.op = PI_ADD_K;  // k stays the multiplier in the variant's code
+            out.a = in->b;
+            pt[npatch++] = (Patch){0, PATCH_PRODUCT, slots[0]};
+            slots[0] = slots[1] = -1;
+        }
+        // a select's hoisted branch becomes a constant branch
+        if (in->op == PI_SELECT || in->op == PI_SEL_KX || in->op == PI_SEL_XK) {
+            int kb1 = !op_reads(in->op, 1) || slots[1] >= 0, kb2 = !op_reads(in->op, 2) || slots[2] >= 0;
+            if (slots[1] >= 0) pt[npatch++] = (Patch){0, 1, slots[1]}, slots[1] = -1;
+            if (slots[2] >= 0) pt[npatch++] = (Patch){0, 2, slots[2]}, slots[2] = -1;
+            out.op = kb1 ? (kb2 ? PI_SEL_KK : PI_SEL_KX) : kb2 ? PI_SEL_XK : PI_SELECT;
+            if (slots[0] >= 0) {  // the condition is hoisted: picked per block (after the branch patches)
+                pt[npatch++] = (Patch){0, PATCH_BRANCH, slots[0]};
+                slots[0] = -1;
+            }
+        }
+        // a hoisted operand left (a select's condition) goes through a fill
+        int32_t *fld[3] = {&out.a, &out.b, &out.c};
+        int32_t opval[3] = {-1, -1, -1};
+        int branch_patched = npatch > 0 && pt[npatch - 1].field == PATCH_BRANCH;
+        for (int j = 0; j < 3; j++) {
+            if (!op_reads(out.op, j) || (j == 0 && branch_patched)) continue;
+            if (slots[j] >= 0) {
+                int fv = nc + num_fills++;
+                int fi = v->num_code++;
+                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
+                def_val[fi] = fv;
+                for (int q = 0; q < 3; q++) val_of[3 * fi + q] = -1;
+                v->patch[v->num_patch++] = (Patch){fi, 0, slots[j]};
+                opval[j] = fv;
+                *fld[j] = 0;
+            } else if (*fld[j] >= 0) {
+                opval[j] = writer[*fld[j]];
+            }
+        }
+        int vi = v->num_code++;
+        for (int q = 0; q < npatch; q++) pt[q].instr = vi, v->patch[v->num_patch++] = pt[q];
+        v->code[vi] = out;
+        def_val[vi] = i;
+        for (int q = 0; q < 3; q++) val_of[3 * vi + q] = opval[q];
+        writer[in->dst] = i;
+    }
+    #undef SLOT_OF
+    v->scalar_deps = xmalloc(((size_t)v->num_scalar + 1) * sizeof *v->scalar_deps);
+    for (int q = 0; q < v->num_scalar; q++) v->scalar_deps[q] = p->deps[v->scalar_slot[q]];
+    v->patch_deps = xmalloc(((size_t)v->num_patch + 1) * sizeof *v->patch_deps);
+    for (int q = 0; q < v->num_patch; q++) {
+        int32_t slot = v->patch[q].slot;
+        v->patch_deps[q] = slot < nc ? p->deps[slot] : (uint64_t)1 << (slot - nc);
+        // a branch pick also redoes itself when a branch constant changes
+        // (patches of one instruction are consecutive, the pick last)
+        for (int r = q - 1; v->patch[q].field == PATCH_BRANCH && r >= 0 && v->patch[r].instr == v->patch[q].instr; r--)
+            v->patch_deps[q] |= v->patch_deps[r];
+    }
+
+    // outputs: a value computed per candidate, hoisted, a symbol or a constant
+    int nvals = nc + num_fills;
+    unsigned char *pinned = xcalloc((size_t)nvals, 1);
+    for (int k = 0; k < p->num_outs; k++) {
+        Output o = p->outs[k];
+        if (o.kind == OUT_FROM_OPERAND && o.operand >= 0) {
+            int w = writer[o.operand];
+            if (hoisted[w]) o = (Output){OUT_SCALAR, w, 0.0};
+            else pinned[w] = 1, o.operand = w;  // value id, a register below
+        }
+        v->outs[k] = o;
+    }
+    // registers: linear scan over the variant's code, the destination taken
+    // before the operands are released (never aliases them)
+    for (int q = 0; q < nvals; q++) last_use[q] = -1;
+    for (int vi = 0; vi < v->num_code; vi++)
+        for (int q = 0; q < 3; q++)
+            if (val_of[3 * vi + q] >= 0) last_use[val_of[3 * vi + q]] = vi;
+    int32_t *reg_of = xmalloc(((size_t)nvals + 1) * sizeof *reg_of);
+    RegAlloc ra = {xmalloc(((size_t)v->num_code + 1) * sizeof(int32_t)), 0, 0};
+    for (int vi = 0; vi < v->num_code; vi++) {
+        Instr *in = &v->code[vi];
+        int32_t *fld[3] = {&in->a, &in->b, &in->c};
+        for (int q = 0; q < 3; q++)
+            if (val_of[3 * vi + q] >= 0) *fld[q] = reg_of[val_of[3 * vi + q]];
+        int d = def_val[vi];
+        in->dst = reg_of[d] = reg_take(&ra);
+        for (int q = 0; q < 3; q++) {
+            int u = val_of[3 * vi + q];
+            int dup = 0;  // an operand read twice is released once
+            for (int r = 0; r < q; r++) dup |= val_of[3 * vi + r] == u;
+            if (u >= 0 && !dup && last_use[u] == vi && !pinned[u]) reg_give(&ra, reg_of[u]);
+        }
+        if (last_use[d] < 0 && !pinned[d]) reg_give(&ra, in->dst);  // dead (cannot happen: kept for safety)
+    }
+    for (int k = 0; k < p->num_outs; k++)
+        if (v->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].operand >= 0)
+            v->outs[k].operand = reg_of[v->outs[k].operand];
+    v->num_regs = ra.num_regs;
+    free(ra.free_regs);
+    free(reg_of);
+    free(pinned);
+    free(writer);
+    free(hoisted);
+    free(val_of);
+    free(last_use);
+    free(def_val);
+    return v;
+}
+
+// the cached variant for mask, built on first use; NULL when the cache is
+// full (the caller builds a private one)
+static Variant *variant_get(const ExprProgram *cp, uint64_t mask) {
+    ExprProgram *p = (ExprProgram *)cp;  // the cache is the only state evaluation changes
+    for (int s = 0; s < EXPR_VARIANTS; s++) {
+        Variant *v = atomic_load_explicit(&p->variants[s], memory_order_acquire);
+        if (!v) {
+            Variant *mine = variant_build(cp, mask), *expected = NULL;
+            if (atomic_compare_exchange_strong_explicit(&p->variants[s], &expected, mine, memory_order_acq_rel,
+                                                        memory_order_acquire))
+                return mine;
+            variant_free(mine);  // another thread filled the slot: look at what it holds
+            v = expected;
+        }
+        if (v->mask == mask) return v;
+    }
+    return NULL;
+}
+
 // ---- evaluation of one block
 
 #define B EXPR_BLOCK
 #define LOOP2(expr_)                                                     \
     do {                                                                 \
-        for (int j = 0; j < B; j++) d[j] = (expr_);                      \
+        for (int j = 0; j < lanes; j++) d[j] = (expr_);                  \
     } while (0)
 
 // Compiled once per instruction set where GCC supports function
 // multi-versioning, so the loops use AVX2 (and vroundpd for ceil/floor) on
 // machines that have it; at -O3 whatever the build's -O level, because GCC's
-// -O2 cost model leaves these loops scalar. No FMA target: contracting
-// a*b+c would break bitwise agreement with expr_eval.
+// -O2 cost model leaves these loops scalar. No FMA target, and no
+// contraction even where the build's target has FMA: a*k+b rounded once
+// would break bitwise agreement with expr_eval.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define EXPR_MULTIVERSION __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#define EXPR_MULTIVERSION __attribute__((target_clones("avx2", "default"), optimize("O3", "fp-contract=off")))
+#define EXPR_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 #elif defined(__GNUC__) && !defined(__clang__)
-#define EXPR_MULTIVERSION __attribute__((optimize("O3")))
+#define EXPR_MULTIVERSION __attribute__((optimize("O3", "fp-contract=off")))
+#define EXPR_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 #else
 #define EXPR_MULTIVERSION
+#define EXPR_NO_CONTRACT
 #endif
 
-EXPR_MULTIVERSION
-static void run_block(const Instr *code, int num_code, double *regs, const double *const *syms) {
+// The instructions over the first `lanes` candidates of a block (registers
+// keep their stride B); inlined with a constant lane count, so each loop has
+// a fixed trip count.
+static inline __attribute__((always_inline)) void run_lanes(const Instr *code, int num_code, double *regs,
+                                                            const double *const *syms, const int lanes) {
     for (int i = 0; i < num_code; i++) {
         const Instr *in = &code[i];
         double *restrict d = regs + (size_t)in->dst * B;
         const double *restrict a = in->a >= 0 ? regs + (size_t)in->a * B : syms[-in->a - 1];
         const double *restrict b = in->b >= 0 ? regs + (size_t)in->b * B : syms[-in->b - 1];
         const double *restrict c = in->c >= 0 ? regs + (size_t)in->c * B : syms[-in->c - 1];
-        const double k = in->k;
+        const double k = in->k, k1 = in->k1, k2 = in->k2;
         switch ((ProgOp)in->op) {
         case PI_ADD: LOOP2(a[j] + b[j]); break;
         case PI_SUB: LOOP2(a[j] - b[j]); break;
@@ -328,27 +707,136 @@ static void run_block(const Instr *code, int num_code, double *regs, const doubl
         case PI_MAX: LOOP2(expr_max2(a[j], b[j])); break;
         case PI_MIN: LOOP2(expr_min2(a[j], b[j])); break;
         case PI_ADD_K: LOOP2(a[j] + k); break;
+        case PI_SUB_K: LOOP2(a[j] - k); break;
         case PI_MUL_K: LOOP2(a[j] * k); break;
         case PI_DIV_K: LOOP2(a[j] / k); break;
         case PI_MAX_K: LOOP2(expr_max2(a[j], k)); break;
         case PI_MIN_K: LOOP2(expr_min2(a[j], k)); break;
         case PI_K_SUB: LOOP2(k - a[j]); break;
         case PI_K_DIV: LOOP2(k / a[j]); break;
+        case PI_K_MAX: LOOP2(expr_max2(k, a[j])); break;
+        case PI_K_MIN: LOOP2(expr_min2(k, a[j])); break;
         case PI_CEIL: LOOP2(expr_ceil1(a[j])); break;
         case PI_FLOOR: LOOP2(expr_floor1(a[j])); break;
-        case PI_SELECT: LOOP2(expr_select3(a[j], b[j], c[j])); break;
+        case PI_SELECT: LOOP2(op_select(a[j], k, b[j], c[j])); break;
+        case PI_SEL_KX: LOOP2(op_select(a[j], k, k1, c[j])); break;
+        case PI_SEL_XK: LOOP2(op_select(a[j], k, b[j], k2)); break;
+        case PI_SEL_KK: LOOP2(op_select(a[j], k, k1, k2)); break;
+        case PI_MULADD_K: LOOP2(a[j] * k + b[j]); break;
+        case PI_MULADD_KK: LOOP2(a[j] * k + k1); break;
+        case PI_MAXMUL_KK: LOOP2(expr_max2(a[j] * k, b[j] * k1)); break;
+        case PI_MOV: LOOP2(a[j]); break;
         case PI_FILL: LOOP2(k); break;
+        case PI_COUNT: break;
+        }
+    }
+}
+
+EXPR_MULTIVERSION
+static void run_full(const Instr *code, int num_code, double *regs, const double *const *syms) {
+    run_lanes(code, num_code, regs, syms, B);
+}
+EXPR_MULTIVERSION
+static void run_half(const Instr *code, int num_code, double *regs, const double *const *syms) {
+    run_lanes(code, num_code, regs, syms, B / 2);
+}
+EXPR_MULTIVERSION
+static void run_quarter(const Instr *code, int num_code, double *regs, const double *const *syms) {
+    run_lanes(code, num_code, regs, syms, B / 4);
+}
+
+// a block of m <= B candidates: a short last block runs a half or a quarter
+// of the lanes (small batches are mostly such blocks)
+static void run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m) {
+    if (m <= B / 4) run_quarter(code, num_code, regs, syms);
+    else if (m <= B / 2) run_half(code, num_code, regs, syms);
+    else run_full(code, num_code, regs, syms);
+}
+
+// the hoisted instructions of a variant that depend on a uniform symbol in
+// changed (the others keep their values in val, the slots)
+EXPR_NO_CONTRACT static void run_scalar(const Variant *v, double *val, uint64_t changed) {
+    for (int i = 0; i < v->num_scalar; i++) {
+        if (!(v->scalar_deps[i] & changed) && v->scalar_deps[i]) continue;
+        const ScalarInstr *in = &v->scalar[i];
+        double a = in->a >= 0 ? val[in->a] : 0, b = in->b >= 0 ? val[in->b] : 0, c = in->c >= 0 ? val[in->c] : 0;
+        double k = in->k, k1 = in->k1, k2 = in->k2, r = 0;
+        switch ((ProgOp)in->op) {
+        case PI_ADD: r = a + b; break;
+        case PI_SUB: r = a - b; break;
+        case PI_MUL: r = a * b; break;
+        case PI_DIV: r = a / b; break;
+        case PI_MAX: r = expr_max2(a, b); break;
+        case PI_MIN: r = expr_min2(a, b); break;
+        case PI_ADD_K: r = a + k; break;
+        case PI_SUB_K: r = a - k; break;
+        case PI_MUL_K: r = a * k; break;
+        case PI_DIV_K: r = a / k; break;
+        case PI_MAX_K: r = expr_max2(a, k); break;
+        case PI_MIN_K: r = expr_min2(a, k); break;
+        case PI_K_SUB: r = k - a; break;
+        case PI_K_DIV: r = k / a; break;
+        case PI_K_MAX: r = expr_max2(k, a); break;
+        case PI_K_MIN: r = expr_min2(k, a); break;
+        case PI_CEIL: r = expr_ceil1(a); break;
+        case PI_FLOOR: r = expr_floor1(a); break;
+        case PI_SELECT: r = op_select(a, k, b, c); break;
+        case PI_SEL_KX: r = op_select(a, k, k1, c); break;
+        case PI_SEL_XK: r = op_select(a, k, b, k2); break;
+        case PI_SEL_KK: r = op_select(a, k, k1, k2); break;
+        case PI_MULADD_K: r = a * k + b; break;
+        case PI_MULADD_KK: r = a * k + k1; break;
+        case PI_MAXMUL_KK: r = expr_max2(a * k, b * k1); break;
+        case PI_MOV: r = a; break;
+        case PI_FILL: r = k; break;
+        case PI_COUNT: break;
+        }
+        val[v->scalar_slot[i]] = r;
+    }
+}
+
+// bit u set: used symbol u has one value (bitwise) in every lane of the block
+static uint64_t uniform_mask(const ExprProgram *p, const double *const *syms) {
+    uint64_t mask = 0;
+    for (int u = 0; u < p->num_used_syms; u++) {
+        const uint64_t *col = (const uint64_t *)syms[p->used_syms[u]];
+        uint64_t first = col[0], diff = 0;
+        for (int j = 1; j < B; j++) diff |= col[j] ^ first;
+        if (!diff) mask |= (uint64_t)1 << u;
+    }
+    return mask;
+}
+
+static void write_outputs(const Output *outs, int num_outs, const double *regs, const double *const *syms,
+                          const double *val, double *const *out_columns, size_t base, size_t m) {
+    for (int k = 0; k < num_outs; k++) {
+        double *out = out_columns[k] + base;
+        const Output *o = &outs[k];
+        if (o->kind == OUT_CONST || o->kind == OUT_SCALAR) {
+            double value = o->kind == OUT_CONST ? o->k : val[o->operand];
+            for (size_t j = 0; j < m; j++) out[j] = value;
+        } else {
+            const double *src = o->operand >= 0 ? regs + (size_t)o->operand * B : syms[-o->operand - 1];
+            memcpy(out, src, m * sizeof(double));
         }
     }
 }
 
 void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                        double *const *out_columns, size_t n) {
-    // regs: (num_regs, B); tail_syms: (num_syms, B) padded copy of the last partial block
-    double *regs = aligned_alloc(64, ((size_t)p->num_regs + 1) * B * sizeof(double));
+    // regs: (num_regs, B), grown for a variant that needs more;
+    // tail_syms: (num_used_syms, B) padded copy of the last partial block;
+    // val: hoisted values, (num_code + num_used_syms,);
+    // work: the current variant's code with its hoisted constants patched in
+    size_t reg_cap = (size_t)p->num_regs + 1, work_cap = 0;
+    double *regs = aligned_alloc(64, reg_cap * B * sizeof(double));
     double *tail_syms = aligned_alloc(64, ((size_t)p->num_used_syms + 1) * B * sizeof(double));
     const double **syms = calloc((size_t)p->num_syms + 1, sizeof *syms);
+    double *val = NULL, *prev_uniform = NULL;
+    Instr *work = NULL;
     if (!regs || !tail_syms || !syms) die_oom("evaluating an expression program");
+    const Variant *current = NULL;  // the variant whose values val and work hold
+    Variant *private_variant = NULL;
     for (size_t base = 0; base < n; base += B) {
         size_t m = n - base < B ? n - base : B;
         if (m == B) {
@@ -357,28 +845,91 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                 syms[s] = sym_columns[s] + base;
             }
         } else {
-            // the loops always run B lanes: pad the tail with 1.0 (harmless in every op)
+            // the loops always run B lanes: pad the tail with its last candidate
+            // (any value is harmless; repeating one keeps uniform columns uniform)
             for (int u = 0; u < p->num_used_syms; u++) {
                 int s = p->used_syms[u];
                 double *col = tail_syms + (size_t)u * B;
                 memcpy(col, sym_columns[s] + base, m * sizeof(double));
-                for (size_t j = m; j < B; j++) col[j] = 1.0;
+                for (size_t j = m; j < B; j++) col[j] = col[m - 1];
                 syms[s] = col;
             }
         }
-        run_block(p->code, p->num_code, regs, syms);
-        for (int k = 0; k < p->num_outs; k++) {
-            double *out = out_columns[k] + base;
-            const Output *o = &p->outs[k];
-            if (o->kind == OUT_CONST) {
-                for (size_t j = 0; j < m; j++) out[j] = o->k;
-            } else {
-                const double *src = o->operand >= 0 ? regs + (size_t)o->operand * B : syms[-o->operand - 1];
-                memcpy(out, src, m * sizeof(double));
-            }
+        uint64_t mask = p->hoistable ? uniform_mask(p, syms) : 0;
+        if (!mask) {
+            run_block(p->code, p->num_code, regs, syms, m);
+            write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
+            continue;
         }
+        if (!val) {
+            val = calloc((size_t)p->num_code + p->num_used_syms + 1, sizeof *val);
+            prev_uniform = calloc((size_t)p->num_used_syms + 1, sizeof *prev_uniform);
+            if (!val || !prev_uniform) die_oom("evaluating an expression program");
+        }
+        const Variant *v = current && current->mask == mask ? current : variant_get(p, mask);
+        if (!v) {  // cache full: a private variant for this call
+            if (!private_variant || private_variant->mask != mask) {
+                variant_free(private_variant);
+                private_variant = variant_build(p, mask);
+                current = NULL;  // a new variant, maybe at the old one's address
+            }
+            v = private_variant;
+        }
+        // hoisted values: all of them for a variant just switched to, else
+        // those depending on a uniform symbol whose value changed
+        uint64_t changed = 0;
+        for (int u = 0; u < p->num_used_syms; u++)
+            if (((mask >> u) & 1) && memcmp(&prev_uniform[u], syms[p->used_syms[u]], sizeof(double)) != 0) {
+                changed |= (uint64_t)1 << u;
+                prev_uniform[u] = val[p->num_code + u] = syms[p->used_syms[u]][0];
+            }
+        if (v != current) {
+            if ((size_t)v->num_regs + 1 > reg_cap) {
+                free(regs);
+                reg_cap = (size_t)v->num_regs + 1;
+                regs = aligned_alloc(64, reg_cap * B * sizeof(double));
+                if (!regs) die_oom("evaluating an expression program");
+            }
+            if ((size_t)v->num_code + 1 > work_cap) {
+                free(work);
+                work_cap = (size_t)v->num_code + 1;
+                work = malloc(work_cap * sizeof *work);
+                if (!work) die_oom("evaluating an expression program");
+            }
+            for (int u = 0; u < p->num_used_syms; u++)
+                if ((mask >> u) & 1) prev_uniform[u] = val[p->num_code + u] = syms[p->used_syms[u]][0];
+            memcpy(work, v->code, (size_t)v->num_code * sizeof *work);
+            changed = ~(uint64_t)0;
+        }
+        if (changed) {
+            run_scalar(v, val, changed);
+            for (int q = 0; q < v->num_patch; q++) {
+                if (!(v->patch_deps[q] & changed) && v->patch_deps[q]) continue;
+                const Patch *pt = &v->patch[q];
+                Instr *w = &work[pt->instr];
+                const Instr *orig = &v->code[pt->instr];
+                if (pt->field == 0) w->k = val[pt->slot];
+                else if (pt->field == 1) w->k1 = val[pt->slot];
+                else if (pt->field == 2) w->k2 = val[pt->slot];
+                else if (pt->field == PATCH_PRODUCT) w->k = val[pt->slot] * orig->k;
+                else {  // PATCH_BRANCH: the select's pick for this block
+                    int first = op_select(val[pt->slot], orig->k, 1.0, 0.0) > 0;
+                    int branch_is_reg = op_reads(orig->op, first ? 1 : 2);
+                    w->op = branch_is_reg ? PI_MOV : PI_FILL;
+                    w->a = first ? orig->b : orig->c;
+                    w->k = first ? w->k1 : w->k2;
+                }
+            }
+            current = v;
+        }
+        run_block(work, v->num_code, regs, syms, m);
+        write_outputs(v->outs, p->num_outs, regs, syms, val, out_columns, base, m);
     }
+    variant_free(private_variant);
     free(regs);
     free(tail_syms);
     free(syms);
+    free(val);
+    free(prev_uniform);
+    free(work);
 }

@@ -56,6 +56,20 @@ static Expr sum2(ExprCtx *x, Expr a, Expr b) {
     return ex_add(x, a, b);
 }
 
+// cond > 0 ? a : b for each stream (EXPR_NONE: no work on that stream)
+static Expr select_stream(ExprCtx *x, Expr cond, Expr a, Expr b) {
+    if (a == EXPR_NONE && b == EXPR_NONE) return EXPR_NONE;
+    Expr zero = ex_num(x, 0);
+    return ex_select(x, cond, a == EXPR_NONE ? zero : a, b == EXPR_NONE ? zero : b);
+}
+
+static Phase select_phase(ExprCtx *x, Expr cond, const Phase *a, const Phase *b) {
+    Phase p = {select_stream(x, cond, a->C, b->C), select_stream(x, cond, a->E, b->E),
+               select_stream(x, cond, a->Nw, b->Nw), select_stream(x, cond, a->Ng, b->Ng),
+               select_stream(x, cond, a->H, b->H), select_stream(x, cond, a->D, b->D)};
+    return p;
+}
+
 // Time of one phase over the stage's L blocks. nc/ck: the phase for a normal
 // and a checkpointed block. backward: blocks run last to first.
 static Expr stage_phase(StageBuild *sb, const Phase *nc, const Phase *ck, int backward) {
@@ -72,34 +86,25 @@ static Expr stage_phase(StageBuild *sb, const Phase *nc, const Phase *ck, int ba
     Expr mid_ck = ex_min(x, ex_max(x, ex_sub(x, c, sb->one), sb->zero), Lm2);
     Expr mid_nc = ex_sub(x, Lm2, mid_ck);
 
+    // The edge blocks run once each, as a normal or a checkpointed block:
+    // selecting the streams first and applying the overlap rule once gives
+    // bitwise the value of selecting between the rule applied to both (the
+    // rule is a function of its inputs), at half the cost. The middle blocks
+    // need both variants.
+    Phase fe = select_phase(x, first_ck, ck, nc), la = select_phase(x, last_ck, ck, nc);
+    Expr mid[2];
     const Phase *ph[2] = {nc, ck};
-    Expr pre[2], first[2], mid[2], last[2], post[2], alone[2];
     for (int k = 0; k < 2; k++) {
         const Phase *p = ph[k];
-        Expr n_all = sum2(x, p->Nw, p->Ng);
-        if (!backward) {
-            pre[k] = crit(sb, EXPR_NONE, p->Nw, p->H, EXPR_NONE);
-            first[k] = crit(sb, p->C, p->Nw, p->H, EXPR_NONE);
-            mid[k] = crit(sb, p->C, p->Nw, p->H, p->D);
-            last[k] = crit(sb, p->C, EXPR_NONE, EXPR_NONE, p->D);
-            post[k] = crit(sb, EXPR_NONE, EXPR_NONE, EXPR_NONE, p->D);
-        } else {
-            pre[k] = crit(sb, EXPR_NONE, p->Nw, p->H, EXPR_NONE);
-            first[k] = crit(sb, p->C, p->Nw, p->H, EXPR_NONE);
-            mid[k] = crit(sb, p->C, n_all, p->H, p->D);
-            last[k] = crit(sb, p->C, p->Ng, EXPR_NONE, p->D);
-            post[k] = crit(sb, EXPR_NONE, p->Ng, EXPR_NONE, p->D);
-        }
-        alone[k] = p->C;
+        mid[k] = backward ? crit(sb, p->C, sum2(x, p->Nw, p->Ng), p->H, p->D) : crit(sb, p->C, p->Nw, p->H, p->D);
     }
-    // choose the variant by the type of the edge block
-    Expr pre_t = ex_select(x, first_ck, pre[1], pre[0]);
-    Expr first_t = ex_select(x, first_ck, first[1], first[0]);
-    Expr last_t = ex_select(x, last_ck, last[1], last[0]);
-    Expr post_t = ex_select(x, last_ck, post[1], post[0]);
+    Expr pre_t = crit(sb, EXPR_NONE, fe.Nw, fe.H, EXPR_NONE);
+    Expr first_t = crit(sb, fe.C, fe.Nw, fe.H, EXPR_NONE);
+    Expr last_t = backward ? crit(sb, la.C, la.Ng, EXPR_NONE, la.D) : crit(sb, la.C, EXPR_NONE, EXPR_NONE, la.D);
+    Expr post_t = backward ? crit(sb, EXPR_NONE, la.Ng, EXPR_NONE, la.D) : crit(sb, EXPR_NONE, EXPR_NONE, EXPR_NONE, la.D);
     Expr many = ex_add(x, ex_add(x, pre_t, first_t), ex_add(x, last_t, post_t));
     many = ex_add(x, many, ex_add(x, ex_mul(x, mid_nc, mid[0]), ex_mul(x, mid_ck, mid[1])));
-    Expr one_block = ex_add(x, pre_t, ex_add(x, ex_select(x, first_ck, alone[1], alone[0]), post_t));
+    Expr one_block = ex_add(x, pre_t, ex_add(x, fe.C, post_t));
     Expr t = ex_select(x, ex_sub(x, L, ex_num(x, 1.5)), many, one_block);
     // TP all-reduces of every block
     Expr n_ck = ex_min(x, c, L), n_nc = ex_sub(x, L, n_ck);

@@ -359,6 +359,30 @@ static void test_simplification(ExprCtx *x) {
     ok(ex_select(x, one, X, Y) == X && ex_select(x, zero, X, Y) == Y && ex_select(x, ex_num(x, -1), X, Y) == Y,
        "select with a constant condition");
     ok(ex_select(x, Z, X, X) == X, "select with equal branches");
+    Expr flag = ex_select(x, Z, one, zero), nflag = ex_select(x, Z, zero, ex_num(x, 2));
+    ok(ex_select(x, flag, X, Y) == ex_select(x, Z, X, Y) && ex_select(x, nflag, X, Y) == ex_select(x, Z, Y, X),
+       "a flag select(z, 1, 0) as a condition tests z itself (select(z, 0, 2): branches swapped)");
+    int flags_ok = 1;
+    const double zs[] = {-1, -0.0, 0.0, 1e-300, 2, NAN, -INFINITY};
+    for (int i = 0; i < 7; i++) {
+        double v[3] = {5, 7, zs[i]};
+        double inner = zs[i] > 0 ? 0.0 : 2.0, want = inner > 0 ? 5 : 7;
+        flags_ok &= expr_eval(x, ex_select(x, nflag, X, Y), v) == want;
+    }
+    ok(flags_ok, "the rewritten flag select picks the same branch for negative, zero, positive and NaN conditions");
+    // like terms: opt-in (exact for integer values only)
+    Expr two_x = ex_mul(x, X, ex_num(x, 2)), three_x = ex_mul(x, X, ex_num(x, 3));
+    ok(ex_add(x, two_x, three_x) != ex_mul(x, X, ex_num(x, 5)), "like terms stay apart by default");
+    expr_ctx_set_merge_like_terms(x, 1);
+    ok(ex_add(x, two_x, three_x) == ex_mul(x, X, ex_num(x, 5)), "merging on: 2x + 3x = 5x");
+    Expr xy = ex_mul(x, X, Y);
+    Expr lhs = ex_add(x, ex_mul(x, ex_add(x, xy, ex_num(x, 1)), ex_num(x, 2)), ex_mul(x, xy, ex_num(x, 4)));
+    ok(lhs == ex_add(x, ex_mul(x, xy, ex_num(x, 6)), ex_num(x, 2)), "merging on: (xy + 1)*2 + xy*4 = xy*6 + 2");
+    Expr cancel = ex_add(x, ex_add(x, Y, two_x), ex_mul(x, X, ex_num(x, -2)));
+    ok(cancel == Y, "merging on: y + 2x - 2x = y");
+    double iv[3] = {12345, 678, 9};
+    ok(expr_eval(x, lhs, iv) == (12345.0 * 678 + 1) * 2 + 12345.0 * 678 * 4, "merged integer sum is exact");
+    expr_ctx_set_merge_like_terms(x, 0);
     ok(ex_num(x, 0.0) != ex_num(x, -0.0), "0 and -0 are distinct constants");
 }
 
@@ -510,6 +534,74 @@ static void test_random(uint64_t seed) {
     free(row);
 }
 
+
+// Hoisting: per block of candidates the evaluator runs the instructions that
+// depend only on symbols with one value in the whole block once. Columns
+// here mix every shape: one value throughout, one value per 64-candidate
+// block changing between blocks, runs of random lengths (uniform in some
+// blocks, not in the next), one value in every other block, and values
+// varying per candidate; then a batch whose block k has exactly the symbols
+// of bit set k uniform, which visits all 64 sets (more than the evaluator
+// caches) twice. Every value is compared bitwise with expr_eval.
+static void test_hoisting(void) {
+    int mismatches = 0, checked = 0;
+    const size_t n = 64 * 64 + 37;  // 64 blocks of the evaluator and a partial tail
+    double *sym[NSYM], *out[8], *row = malloc(NSYM * sizeof *row);
+    for (int i = 0; i < NSYM; i++) sym[i] = malloc(n * sizeof(double));
+    for (int k = 0; k < 8; k++) out[k] = malloc(n * sizeof(double));
+    for (int trial = 0; trial < 40; trial++) {
+        int tame = trial % 2 == 0;
+        ExprCtx *x = expr_ctx_new();
+        Pool pl;
+        build_pool(x, &pl, tame);
+        int nout = 1 + rng_int(8);
+        Expr outs[8];
+        for (int k = 0; k < nout; k++) outs[k] = pl.e[POOL - 1 - rng_int(POOL / 2)];
+        ExprProgram *p = expr_compile(x, outs, nout);
+        for (int pass = 0; pass < 3; pass++) {
+            for (int i = 0; i < NSYM; i++) {
+                int shape = pass == 2 ? 5 : rng_int(5);
+                double v = 0;
+                size_t run_end = 0;
+                for (size_t j = 0; j < n; j++) {
+                    int fresh;
+                    switch (shape) {
+                    case 0: fresh = j == 0; break;                                // one value
+                    case 1: fresh = j % 64 == 0; break;                           // one per block
+                    case 2: fresh = j >= run_end; if (fresh) run_end = j + 1 + rng_int(200); break;
+                    case 3: fresh = (j / 64) % 2 == 1 || j % 64 == 0; break;      // uniform in even blocks
+                    case 4: fresh = 1; break;                                     // per candidate
+                    default: fresh = !((j / 64 >> i) & 1) || j % 64 == 0; break;  // block k: bit i of k
+                    }
+                    if (fresh) v = tame ? 0.5 + 3.5 * rng_unit() : 8 * rng_unit() - 4;
+                    sym[i][j] = v;
+                }
+            }
+            // pass 2 runs twice: the second time every uniform set is already seen
+            for (int again = 0; again < (pass == 2 ? 2 : 1); again++) {
+                expr_program_eval(p, (const double *const *)sym, out, n);
+                for (size_t j = 0; j < n; j++) {
+                    for (int i = 0; i < NSYM; i++) row[i] = sym[i][j];
+                    for (int k = 0; k < nout; k++) {
+                        double want = expr_eval(x, outs[k], row);
+                        checked++;
+                        if (!same_double(out[k][j], want) && mismatches++ < 5)
+                            diag("hoisting trial %d pass %d out %d cand %zu: program %.17g scalar %.17g", trial, pass,
+                                 k, j, out[k][j], want);
+                    }
+                }
+            }
+        }
+        expr_program_free(p);
+        expr_ctx_free(x);
+    }
+    ok(mismatches == 0, "program with hoisted uniform columns == scalar bitwise on %d values (%d differ)", checked,
+       mismatches);
+    for (int i = 0; i < NSYM; i++) free(sym[i]);
+    for (int k = 0; k < 8; k++) free(out[k]);
+    free(row);
+}
+
 int main(void) {
     const char *env = getenv("MIST_TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
@@ -529,5 +621,6 @@ int main(void) {
     test_program_basics(x);
     expr_ctx_free(x);
     test_random(seed);
+    test_hoisting();
     return tap_done();
 }
