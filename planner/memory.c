@@ -1,130 +1,312 @@
-// Device memory of one stage, per rank (DESIGN.md §5), in closed form.
+// Device and host memory of one stage, per rank (DESIGN.md §5), in closed
+// form. The arithmetic is the training runtime's, term for term: for a
+// single stage at tp = 1 on the CPU backend the peaks below equal the arena
+// high-water marks mist-train measures (runtime/model_runtime.c
+// mr_memory_predict, runtime/zero.c zero_predict; tests/plan_runtime_memory.sh
+// checks it to the byte). Arenas count tensor sizes, not the 256-byte
+// alignment padding between carved tensors (runtime/arena.h), so no rounding
+// to the alignment appears here.
 //
-// States per block (P parameters per TP rank; B_w, B_g bytes per weight /
-// grad element; B_o = 12 for fp32 master + Adam m, v, or 8 for fp32 training):
-//   shard_w = ceil(P / ws) * B_w, ws = dp under ZeRO-3 else 1 (likewise grads
-//   with gs = dp under ZeRO-2/3, optimizer with os = dp under ZeRO-1/2/3);
-//   resident = ceil(shard * (1 - offload ratio)); the rest lives on the host.
-// Pre and post parts follow the stage's ZeRO sharding and are never offloaded.
-// Buffers: two full-size ring buffers of the largest part's weights when any
-// weight is sharded or offloaded (and of grads likewise); during forward the
-// deferred optimizer step of one block needs its whole optimizer shard on the
-// device when oo > 0; during backward the offloaded share of the next block's
-// saved activations comes back ahead of use; pipeline stages keep one receive
-// and one send buffer of the (b, s, h) boundary activation.
-// Activations: a normal block keeps `saved`, a checkpointed one `saved_ckpt`,
-// each scaled by (1 - ao); a stage holds p in-flight micro-batches plus the
-// current one. Peaks: states + buffers + saved activations of the other
-// blocks + the executing block's working set (its full saved set, as saved or
-// recomputed, plus temporaries), and on the last stage the LM head's logits
-// and loss with every block's activations of the current micro-batch alive.
+// ---- states: units, ZeRO shards, offload (runtime/zero.h)
+// A unit is one part of the stage: pre (embedding), each block, post (final
+// norm and head); count P = its parameters per TP rank. Under ZeRO >= 1 every
+// unit is padded to a multiple of dp:
+//   shard = ceil(P / d),  padded = d * shard,  d = dp if zero >= 1 else 1,
+// so even an unsharded state (weights under ZeRO-1, 2) stores `padded`
+// elements. Elements stored per state: n_W = shard if zero = 3 else padded,
+// n_G = shard if zero >= 2 else padded, n_O = shard. An offload ratio f moves
+// the last floor(f * n) elements of each unit to the host arena:
+//   device = n - floor(f * n),  host = floor(f * n)   (per unit, per state).
+// Bytes: W and G x bytes per element (x = 4 fp32, 2 bf16), optimizer state
+// 4 bytes per array, 2 arrays (m, v) in fp32 training (the weights are the
+// master) or 3 (fp32 master, m, v) in bf16.
+//
+// ---- buffers (persistent: taken once, live through the whole step)
+// Staging of full units for compute, when weights are gathered or offloaded
+// (zero = 3 or wo > 0), and likewise for gradients (zero >= 2 or go > 0):
+//   x * (padded_pre + padded_post + 2 * padded_block)   each
+// (a slot for the pre and post units, a double-buffered ring for blocks).
+// Swap buffers: go > 0: x * max_u n_G (the accumulation view of a unit's
+// stored gradient); oo > 0: 4 * k * max_u n_O (k = 2 or 3 optimizer arrays).
+// I/O: a 4-byte grad-norm accumulator, int32 token ids and targets (N = b*s
+// each) and the fp32 per-token losses (N). Pipeline stages without pre/post
+// add a receive/send buffer of the (b, s, h) boundary activation.
+//
+// ---- activations of one micro-batch (bytes from models/model.h)
+//   X  the block input x (the one tensor a checkpointed block keeps)
+//   R  a block's other saved tensors (ln1 .. act)
+//   S  the projection scratch, D the backward gradient buffers (d_*)
+//   O  the share of R a non-checkpointed block keeps on the host between its
+//      forward and backward: whole tensors, the largest first while their sum
+//      stays <= ao * R (runtime/model_runtime.c act_offload_mask); it comes
+//      back into one device workspace of O bytes
+//   H  the head (last stage): the last block's output, final norm + stats,
+//      logits (losses are I/O above)
+// The last c = min(ckpt, L) blocks are checkpointed. Between its forward and
+// its backward one micro-batch keeps
+//   M = L * X + (L - c) * (R - O).
+// Forward peaks in the last block (live bytes only grow in forward): M plus
+// its output x, the scratch, and its working tensors not counted in M: all of
+// R when checkpointed (the recompute workspace), else the swap workspace O:
+//   T_fwd = X + S + (c >= 1 ? R : O)
+// then on the last stage the head: H; backward starts with the head and the
+// gradient buffers, H + D, and peaks in its first block (the last one):
+//   T_bwd = D + (c >= 1 ? R + S : O)
+// (the last block's output is freed by then; later blocks hold less). With
+// p more micro-batches in flight (pipeline) each keeps its M too:
+//   peak_fwd = states + buffers + (p + 1) M + max(T_fwd, [post] H)
+//   peak_bwd = states + buffers + (p + 1) M + max(T_bwd, [post] (H + D))
+// Host: offloaded states + (p + 1)(L - c) O + token staging (ids, targets,
+// losses: 4N each) + every DP rank's losses of a micro-batch (4 dp N).
+//
+// Outputs: weights, grads, optimizer (device parts of the states), buffers
+// (both phases), activations = (p + 1) M + [post] H, logits = H,
+// transient_fwd = max(T_fwd, [post] H), transient_bwd = max(T_bwd, [post]
+// (H + D)), so peak = states + buffers + (activations - logits) + transient.
+// host = the host arena's peak (everything on it is live at the turn).
+//
+// Generality beyond what the runtime runs: sizes are per TP rank (the model
+// description's tp split), p in-flight micro-batches, stages without pre or
+// post (no I/O of the part they lack, plus the p2p buffers). Those terms
+// follow the same accounting but are not yet checked against a runtime.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "models/model.h"
 #include "planner/cost.h"
 
-typedef struct {
-    Expr shard, resident;
-} Sharded;
+#define MEM_TP_LEVELS 7  // activation sizes tabulated for tp = 1, 2, 4, ..., 64
 
-static Sharded sharded(StageBuild *sb, Expr elems, Expr divisor, int bytes, Expr offload) {
+// value_at[l] for tp = 2^l; larger tp uses the last level
+static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {
+    Expr e = value_at[MEM_TP_LEVELS - 1];
+    for (int l = MEM_TP_LEVELS - 2; l >= 0; l--)
+        e = ex_select(x, ex_sub(x, ex_num(x, 1.5 * (1 << l)), tp), value_at[l], e);
+    return e;
+}
+
+// ---- activation classes of a part, per TP rank, as the runtime sorts them
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
+enum { MAX_REST = MODEL_MAX_ACTS };
+
+typedef struct {
+    double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
+    int n_rest;
+    double rest_b[2][MAX_REST];  // each saved tensor of R, at b = 1 and 2
+    int valid;                   // the model splits over this tp
+} ActLevel;
+
+static int act_class(ModelPart part, const ActSpec *a) {
+    if (part == PART_POST) {
+        if (!strcmp(a->name, "logits")) return AC_LOGITS;
+        if (!strcmp(a->name, "losses")) return AC_LOSSES;
+        if (!strcmp(a->name, "x")) return AC_X;
+        return AC_REST;  // final norm output and statistics
+    }
+    if (a->ckpt_saved) return AC_X;
+    if (a->saved) return AC_REST;
+    if (!strcmp(a->name, "scratch")) return AC_SCRATCH;
+    return AC_GRADS;
+}
+
+static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, ActLevel *lv) {
+    memset(lv, 0, sizeof *lv);
+    lv->valid = 1;
+    for (int bb = 0; bb < 2; bb++) {
+        ActSpec acts[MODEL_MAX_ACTS];
+        int n = model_acts(m, part, bb + 1, m->seq_len, tp, acts, MODEL_MAX_ACTS);
+        if (n < 0) {
+            lv->valid = 0;
+            return;
+        }
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            double bytes = (double)acts[i].elems * (acts[i].f32 ? 4 : elt);
+            int c = act_class(part, &acts[i]);
+            lv->at_b[bb][c] += bytes;
+            if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) lv->rest_b[bb][k++] = bytes;
+        }
+        lv->n_rest = k;
+    }
+}
+
+// bytes affine in b through the two samples (every activation is b times a
+// per-sequence size, so the intercept is 0 for the shipped models)
+static Expr affine_b(ExprCtx *x, Expr b, double at1, double at2) {
+    double slope = at2 - at1;
+    return ex_add(x, ex_num(x, at1 - slope), ex_mul(x, ex_num(x, slope), b));
+}
+
+// O at one tp level: scan R's tensors largest first, taking each whose
+// addition keeps the sum <= ao * R. Every size is b times a constant, so the
+// choice depends on ao only and is made on the b = 1 sizes.
+static Expr offload_level(ExprCtx *x, Expr b, Expr ao, const ActLevel *lv) {
+    int order[MAX_REST];
+    for (int i = 0; i < lv->n_rest; i++) order[i] = i;
+    for (int i = 1; i < lv->n_rest; i++)  // insertion sort, largest first (stable)
+        for (int j = i; j > 0 && lv->rest_b[0][order[j]] > lv->rest_b[0][order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    Expr budget = ex_mul(x, ao, ex_num(x, lv->at_b[0][AC_REST]));
+    Expr taken = ex_num(x, 0), off = ex_num(x, 0), zero = ex_num(x, 0), one = ex_num(x, 1);
+    for (int i = 0; i < lv->n_rest; i++) {
+        double s1 = lv->rest_b[0][order[i]], s2 = lv->rest_b[1][order[i]];
+        if (s1 <= 0) continue;
+        Expr with = ex_add(x, taken, ex_num(x, s1));
+        Expr take = ex_select(x, ex_sub(x, with, budget), zero, one);  // with <= budget
+        taken = ex_add(x, taken, ex_mul(x, take, ex_num(x, s1)));
+        off = ex_add(x, off, ex_mul(x, take, affine_b(x, b, s1, s2)));
+    }
+    return off;
+}
+
+// every class of a part (AC_OFFLOAD: O, blocks only) as expressions of b, tp, ao
+static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
-    Sharded s;
-    s.shard = cost_shard_bytes(sb, elems, divisor, bytes);
-    s.resident = offload != EXPR_NONE ? ex_ceil(x, ex_mul(x, s.shard, ex_sub(x, sb->one, offload))) : s.shard;
-    return s;
+    ModelConfig m = sb->cfg->model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
+    Expr at[AC_COUNT][MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        ActLevel lv;
+        act_level(&m, part, 1 << l, sb->me->param_bytes, &lv);
+        for (int c = 0; c < AC_COUNT; c++) {
+            // a tp the model cannot split into: impossible bytes, it never fits
+            if (!lv.valid) at[c][l] = ex_num(x, 1e30);
+            else if (c == AC_OFFLOAD)
+                at[c][l] = part == PART_BLOCK ? offload_level(x, b, sb->s[SYM_AO], &lv) : sb->zero;
+            else at[c][l] = affine_b(x, b, lv.at_b[0][c], lv.at_b[1][c]);
+        }
+    }
+    for (int c = 0; c < AC_COUNT; c++) out[c] = select_tp(x, tp, at[c]);
+}
+
+// ---- states of one unit
+typedef struct {
+    Expr padded;          // elements of the unit in the flat layout
+    Expr n_w, n_g, n_o;   // elements stored per state on this rank
+} Unit;
+
+static Unit unit_of(StageBuild *sb, Expr count) {
+    ExprCtx *x = sb->x;
+    Unit u;
+    Expr shard = ex_ceil(x, ex_div(x, count, sb->oshard));
+    u.padded = ex_mul(x, shard, sb->oshard);
+    u.n_w = ex_select(x, sb->s[SYM_WS], shard, u.padded);
+    u.n_g = ex_select(x, sb->s[SYM_GS], shard, u.padded);
+    u.n_o = shard;
+    return u;
+}
+
+// elements of n that an offload ratio f moves to the host: floor(f * n)
+static Expr host_part(StageBuild *sb, Expr n, Expr f) { return ex_floor(sb->x, ex_mul(sb->x, f, n)); }
+
+typedef struct {
+    Expr w, g, o;  // device elements
+    Expr hw, hg, ho;  // host elements
+} StateElems;
+
+static void add_unit(StageBuild *sb, StateElems *t, const Unit *u, Expr times) {
+    ExprCtx *x = sb->x;
+    Expr hw = host_part(sb, u->n_w, sb->s[SYM_WO]), hg = host_part(sb, u->n_g, sb->s[SYM_GO]);
+    Expr ho = host_part(sb, u->n_o, sb->s[SYM_OO]);
+    t->w = ex_add(x, t->w, ex_mul(x, times, ex_sub(x, u->n_w, hw)));
+    t->g = ex_add(x, t->g, ex_mul(x, times, ex_sub(x, u->n_g, hg)));
+    t->o = ex_add(x, t->o, ex_mul(x, times, ex_sub(x, u->n_o, ho)));
+    t->hw = ex_add(x, t->hw, ex_mul(x, times, hw));
+    t->hg = ex_add(x, t->hg, ex_mul(x, times, hg));
+    t->ho = ex_add(x, t->ho, ex_mul(x, times, ho));
 }
 
 void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
-    const PartExprs *blk = &me->block;
-    Expr L = sb->s[SYM_L], p = sb->s[SYM_P];
+    Expr L = sb->s[SYM_L], p = sb->s[SYM_P], b = sb->s[SYM_B], dp = sb->s[SYM_DP];
     Expr c = ex_min(x, sb->s[SYM_CKPT], L);
-    Expr ws = sb->s[SYM_WS], gs = sb->s[SYM_GS];
-    Expr wo = sb->s[SYM_WO], go = sb->s[SYM_GO], oo = sb->s[SYM_OO], ao = sb->s[SYM_AO];
     Expr zero = sb->zero, one = sb->one;
+    Expr xb = ex_num(x, me->param_bytes);      // bytes per weight / gradient element
+    Expr ob = ex_num(x, me->optimizer_bytes);  // bytes per parameter of optimizer state (all arrays)
 
     // ---- states
-    Sharded W = sharded(sb, blk->params, sb->wshard, me->param_bytes, wo);
-    Sharded G = sharded(sb, blk->params, sb->gshard, me->grad_bytes, go);
-    Sharded O = sharded(sb, blk->params, sb->oshard, me->optimizer_bytes, oo);
-    Expr weights = ex_mul(x, L, W.resident);
-    Expr grads = ex_mul(x, L, G.resident);
-    Expr optimizer = ex_mul(x, L, O.resident);
-    Expr host = ex_mul(x, L, ex_add(x, ex_add(x, ex_sub(x, W.shard, W.resident), ex_sub(x, G.shard, G.resident)),
-                                     ex_sub(x, O.shard, O.resident)));
-    Expr W_full_max = ex_mul(x, blk->params, ex_num(x, me->param_bytes));
-    Expr G_full_max = ex_mul(x, blk->params, ex_num(x, me->grad_bytes));
-    const PartExprs *edges[2] = {sb->has_pre ? &me->pre : NULL, sb->has_post ? &me->post : NULL};
-    for (int i = 0; i < 2; i++) {
-        const PartExprs *e = edges[i];
-        if (!e) continue;
-        weights = ex_add(x, weights, sharded(sb, e->params, sb->wshard, me->param_bytes, EXPR_NONE).shard);
-        grads = ex_add(x, grads, sharded(sb, e->params, sb->gshard, me->grad_bytes, EXPR_NONE).shard);
-        optimizer = ex_add(x, optimizer, sharded(sb, e->params, sb->oshard, me->optimizer_bytes, EXPR_NONE).shard);
-        // a sharded pre/post part is gathered into the ring buffers too
-        W_full_max = ex_max(x, W_full_max, ex_mul(x, ws, ex_mul(x, e->params, ex_num(x, me->param_bytes))));
-        G_full_max = ex_max(x, G_full_max, ex_mul(x, gs, ex_mul(x, e->params, ex_num(x, me->grad_bytes))));
+    Unit blk = unit_of(sb, me->block.params), pre = {0}, post = {0};
+    StateElems se = {zero, zero, zero, zero, zero, zero};
+    add_unit(sb, &se, &blk, L);
+    Expr max_g = blk.n_g, max_o = blk.n_o;
+    Expr staging = ex_mul(x, ex_num(x, 2), blk.padded);  // the block ring
+    if (sb->has_pre) {
+        pre = unit_of(sb, me->pre.params);
+        add_unit(sb, &se, &pre, one);
+        max_g = ex_max(x, max_g, pre.n_g), max_o = ex_max(x, max_o, pre.n_o);
+        staging = ex_add(x, staging, pre.padded);
     }
+    if (sb->has_post) {
+        post = unit_of(sb, me->post.params);
+        add_unit(sb, &se, &post, one);
+        max_g = ex_max(x, max_g, post.n_g), max_o = ex_max(x, max_o, post.n_o);
+        staging = ex_add(x, staging, post.padded);
+    }
+    Expr weights = ex_mul(x, xb, se.w), grads = ex_mul(x, xb, se.g), optimizer = ex_mul(x, ob, se.o);
     Expr states = ex_add(x, weights, ex_add(x, grads, optimizer));
+    Expr host_states = ex_add(x, ex_mul(x, xb, ex_add(x, se.hw, se.hg)), ex_mul(x, ob, se.ho));
 
     // ---- buffers
-    Expr need_wbuf = ex_max(x, ws, cost_gt0(sb, wo));
-    Expr need_gbuf = ex_max(x, gs, cost_gt0(sb, go));
-    Expr rings = ex_add(x, ex_mul(x, need_wbuf, ex_mul(x, ex_num(x, 2), W_full_max)),
-                         ex_mul(x, need_gbuf, ex_mul(x, ex_num(x, 2), G_full_max)));
+    Expr staged_w = ex_max(x, sb->s[SYM_WS], cost_gt0(sb, sb->s[SYM_WO]));
+    Expr staged_g = ex_max(x, sb->s[SYM_GS], cost_gt0(sb, sb->s[SYM_GO]));
+    Expr buffers = ex_mul(x, ex_add(x, staged_w, staged_g), ex_mul(x, xb, staging));
+    buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_GO]), ex_mul(x, xb, max_g)));
+    buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_OO]), ex_mul(x, ob, max_o)));
+    Expr tokens = ex_mul(x, ex_num(x, 4.0 * sb->cfg->model.seq_len), b);  // 4N: one int32 / fp32 per token
+    Expr ac_post[AC_COUNT];
+    Expr io = ex_num(x, 4);  // grad-norm accumulator
+    Expr host_io = zero;
+    if (sb->has_pre) {
+        io = ex_add(x, io, tokens);  // token ids
+        host_io = ex_add(x, host_io, tokens);
+    }
+    if (sb->has_post) {
+        act_classes(sb, PART_POST, ac_post);
+        io = ex_add(x, io, ex_add(x, tokens, ac_post[AC_LOSSES]));  // targets, per-token losses
+        // targets, losses, and every DP rank's losses of a micro-batch
+        host_io = ex_add(x, host_io, ex_add(x, ex_mul(x, ex_num(x, 2), tokens), ex_mul(x, dp, tokens)));
+    }
     Expr p2p = zero;
-    if (!sb->has_pre) p2p = ex_add(x, p2p, blk->output);   // receive the previous stage's output
-    if (!sb->has_post) p2p = ex_add(x, p2p, blk->output);  // send buffer for the input grad / output
-    Expr opt_staging = ex_mul(x, cost_gt0(sb, oo), O.shard);
-    // the offloaded share of the next block's saved activations coming back
-    // (checkpointed type when the stage's blocks before the last are all checkpointed)
-    Expr next_is_ck = cost_ge(sb, c, ex_sub(x, L, one));
-    Expr act_prefetch = ex_ceil(x, ex_mul(x, ao, ex_select(x, next_is_ck, blk->saved_ckpt, blk->saved)));
-    Expr buffers_fwd = ex_add(x, rings, ex_add(x, p2p, opt_staging));
-    Expr buffers_bwd = ex_add(x, rings, ex_add(x, p2p, act_prefetch));
+    if (!sb->has_pre) p2p = ex_add(x, p2p, me->block.output);   // receive the previous stage's output
+    if (!sb->has_post) p2p = ex_add(x, p2p, me->block.output);  // send buffer for the input grad / output
+    buffers = ex_add(x, buffers, ex_add(x, io, p2p));
 
     // ---- activations
-    Expr keep = ex_sub(x, one, ao);
-    Expr S_nc = ex_ceil(x, ex_mul(x, blk->saved, keep));
-    Expr S_ck = ex_ceil(x, ex_mul(x, blk->saved_ckpt, keep));
-    Expr per_mb = ex_add(x, ex_mul(x, c, S_ck), ex_mul(x, ex_sub(x, L, c), S_nc));
-    // current micro-batch without the executing block: all checkpointed ->
-    // (L-1) S_ck, else c S_ck + (L-c-1) S_nc (the executing block is a normal one)
-    Expr all_ck = cost_ge(sb, c, L);
-    Expr cur = ex_select(x, all_ck, ex_mul(x, ex_sub(x, L, one), S_ck),
-                          ex_add(x, ex_mul(x, c, S_ck), ex_mul(x, ex_sub(x, ex_sub(x, L, c), one), S_nc)));
-    Expr inflight = ex_mul(x, p, per_mb);
-    Expr edge_saved = zero;
-    if (sb->has_pre) edge_saved = ex_add(x, edge_saved, ex_mul(x, ex_add(x, p, one), me->pre.saved));
-    Expr activations = ex_add(x, ex_add(x, inflight, per_mb), edge_saved);
-    host = ex_add(x, host, ex_mul(x, ex_add(x, p, one),
-                                  ex_add(x, ex_mul(x, c, ex_sub(x, blk->saved_ckpt, S_ck)),
-                                         ex_mul(x, ex_sub(x, L, c), ex_sub(x, blk->saved, S_nc)))));
-
-    Expr transient_fwd = ex_add(x, blk->saved, blk->transient_fwd);
-    Expr transient_bwd = ex_add(x, blk->saved, blk->transient_bwd);
-    Expr others = ex_add(x, ex_add(x, inflight, cur), edge_saved);
-    Expr peak_fwd = ex_add(x, ex_add(x, states, buffers_fwd), ex_add(x, others, transient_fwd));
-    Expr peak_bwd = ex_add(x, ex_add(x, states, buffers_bwd), ex_add(x, others, transient_bwd));
-    Expr logits = zero;
+    Expr ac[AC_COUNT];
+    act_classes(sb, PART_BLOCK, ac);
+    Expr X = ac[AC_X], R = ac[AC_REST], S = ac[AC_SCRATCH], D = ac[AC_GRADS], O = ac[AC_OFFLOAD];
+    Expr normal = ex_sub(x, L, c);  // blocks that keep R - O
+    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, R, O)));
+    Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
+    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, O));
+    Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), O));
+    Expr kept = ex_mul(x, ex_add(x, p, one), M);  // this and the in-flight micro-batches
+    Expr head = zero, work_fwd = T_fwd, work_bwd = T_bwd;
     if (sb->has_post) {
-        const PartExprs *post = &me->post;
-        Expr lf = ex_add(x, post->saved, post->transient_fwd), lb = ex_add(x, post->saved, post->transient_bwd);
-        Expr base = ex_add(x, ex_add(x, states, inflight), ex_add(x, per_mb, edge_saved));
-        peak_fwd = ex_max(x, peak_fwd, ex_add(x, ex_add(x, base, buffers_fwd), lf));
-        peak_bwd = ex_max(x, peak_bwd, ex_add(x, ex_add(x, base, buffers_bwd), lb));
-        activations = ex_add(x, activations, post->saved);
-        logits = ex_max(x, lf, lb);
+        head = ex_add(x, ac_post[AC_X], ex_add(x, ac_post[AC_REST], ac_post[AC_LOGITS]));
+        work_fwd = ex_max(x, T_fwd, head);
+        work_bwd = ex_max(x, T_bwd, ex_add(x, head, D));
     }
-    out[ST_PEAK_FWD] = peak_fwd;
-    out[ST_PEAK_BWD] = peak_bwd;
+    Expr base = ex_add(x, ex_add(x, states, buffers), kept);
+    Expr host_acts = ex_mul(x, ex_add(x, p, one), ex_mul(x, normal, O));
+
+    // identities: peak_fwd = weights + grads + optimizer + buffers + (activations - logits) + transient_fwd,
+    // likewise backward
+    out[ST_PEAK_FWD] = ex_add(x, base, work_fwd);
+    out[ST_PEAK_BWD] = ex_add(x, base, work_bwd);
     out[ST_WEIGHTS] = weights;
     out[ST_GRADS] = grads;
     out[ST_OPTIMIZER] = optimizer;
-    out[ST_ACTIVATIONS] = activations;
-    out[ST_BUFFERS_FWD] = buffers_fwd;
-    out[ST_BUFFERS_BWD] = buffers_bwd;
-    out[ST_TRANSIENT_FWD] = transient_fwd;
-    out[ST_TRANSIENT_BWD] = transient_bwd;
-    out[ST_LOGITS] = logits;
-    out[ST_HOST] = host;
+    out[ST_ACTIVATIONS] = ex_add(x, kept, head);  // at the turn the head is alive too
+    out[ST_BUFFERS_FWD] = buffers;
+    out[ST_BUFFERS_BWD] = buffers;
+    out[ST_TRANSIENT_FWD] = work_fwd;
+    out[ST_TRANSIENT_BWD] = work_bwd;
+    out[ST_LOGITS] = head;
+    out[ST_HOST] = ex_add(x, host_states, ex_add(x, host_io, host_acts));
 }

@@ -1,6 +1,7 @@
 // The cost and memory model against hand computations and published formulas:
-// the overlap window rule, the 1F1B total, ZeRO state sizes, the Megatron
-// FLOPs formula, checkpointed activations, a tiny stage's time by hand,
+// the overlap window rule, the 1F1B total, ZeRO state sizes (the runtime's
+// padding and offload rounding), the Megatron FLOPs formula, checkpointed
+// activations, a tiny stage's time and memory peak by hand,
 // monotonicity in ckpt and offload, batched == scalar evaluation, and models
 // specialised to a ZeRO / offload pattern == the general model.
 #include <math.h>
@@ -143,6 +144,33 @@ static void test_zero(const MistConfig *cfg, const HwProfile *hw) {
     int dp = 3;
     double want = 16.0 * ((pre + dp - 1) / dp + L * ((blk + dp - 1) / dp) + (post + dp - 1) / dp);
     ok(states(&m, stage(L, 2, dp, 1, 3, 0, 1, 0)) == want, "ZeRO-3 over dp=3: ceil(P/3)*16 per part, to the byte");
+    // ZeRO-1, 2 as the runtime lays them out (runtime/zero.h): every part is
+    // padded to dp * ceil(P/dp) elements, so unsharded weights (and grads)
+    // store the padded count, sharded states one ceil(P/dp) shard
+    int64_t parts[3] = {pre, blk, post}, times[3] = {1, L, 1};
+    double want1 = 0, want2 = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t shard = (parts[i] + dp - 1) / dp, padded = shard * dp;
+        want1 += (double)times[i] * (2 * padded + 2 * padded + 12 * shard);
+        want2 += (double)times[i] * (2 * padded + 2 * shard + 12 * shard);
+    }
+    ok(states(&m, stage(L, 2, dp, 1, 1, 0, 1, 0)) == want1, "ZeRO-1 over dp=3: W, G padded to 3 ceil(P/3), O shard");
+    ok(states(&m, stage(L, 2, dp, 1, 2, 0, 1, 0)) == want2, "ZeRO-2 over dp=3: W padded, G and O shards");
+    // offload moves floor(ratio * n) elements of each part's stored state to the host
+    StageConfig off = stage(L, 2, dp, 1, 3, 0, 1, 0);
+    off.wo = 0.3, off.oo = 0.7;
+    double o[ST_OUTPUTS], wdev = 0, odev = 0, host = 0;
+    stage_eval_scalar(&m, &off, o);
+    for (int i = 0; i < 3; i++) {
+        int64_t shard = (parts[i] + dp - 1) / dp;
+        double hw = floor(0.3 * (double)shard), ho = floor(0.7 * (double)shard);
+        wdev += (double)times[i] * 2 * ((double)shard - hw);
+        odev += (double)times[i] * 12 * ((double)shard - ho);
+        host += (double)times[i] * (2 * hw + 12 * ho);
+    }
+    double tok = 2.0 * cfg->model.seq_len;  // tokens per micro-batch (b = 2): ids, targets, losses, each rank's losses
+    ok(o[ST_WEIGHTS] == wdev && o[ST_OPTIMIZER] == odev && o[ST_HOST] == host + (3 + dp) * 4 * tok,
+       "offload: each part keeps n - floor(ratio n) on the device; host = the rest + token staging");
     stage_model_free(&m);
 
     MistConfig f32 = *cfg;
@@ -284,6 +312,47 @@ static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
     stage_model_free(&m);
 }
 
+// One stage holding the whole model, fp32, dp = 1, ZeRO-0, no offload: the
+// peak by hand from the tensor shapes the runtime carves (models/model.h),
+// with the runtime's order of life (runtime/model_runtime.c): every block
+// keeps its input X and its other saved tensors R, the last block's forward
+// adds its output and scratch, the head adds the final norm and the logits,
+// backward adds the gradient buffers D; a checkpointed block keeps X only and
+// recomputes R (+ scratch) in backward.
+static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
+    MistConfig c = *cfg;
+    c.train.precision = PREC_FP32;
+    c.model.layers = 2;
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, &c, hw, NULL, 1, 1, err, sizeof err) != 0) {
+        ok(0, "stage model builds: %s", err);
+        return;
+    }
+    const ModelConfig *mc = &c.model;
+    double L = 2, b = 1, s = mc->seq_len, C = mc->hidden, F = mc->ffn_hidden, V = mc->vocab, a = mc->heads;
+    double N = b * s, f = 4;  // rows, bytes per element (fp32; statistics are fp32 too)
+    double X = N * C * f;
+    // ln1, its mean and rstd, qkv, att, lse (b, a, s), mid, ln2 + stats, fc (pre-GELU), act
+    double R = N * C * f + 2 * N * 4 + 3 * N * C * f + N * C * f + b * a * s * 4 + N * C * f + N * C * f + 2 * N * 4 +
+               N * F * f + N * F * f;
+    double S = N * C * f;
+    double D = (N * C + N * C + N * C + 3 * N * C + N * F + N * F) * f;  // d_res d_ln d_att d_qkv d_act d_fc
+    double H = X + N * C * f + 2 * N * 4 + N * V * f;                   // x_out, lnf + stats, logits
+    double states = 16.0 * (double)model_param_count(mc);               // W 4 + G 4 + Adam m, v 8
+    double io = 4 + 3 * N * 4;  // grad-norm accumulator, token ids, targets, losses
+    double o[ST_OUTPUTS];
+    StageConfig sc = stage(2, 1, 1, 1, 0, 0, 1, 0);
+    stage_eval_scalar(&m, &sc, o);
+    double want = states + io + L * (X + R) + fmax(fmax(X + S, D), fmax(H, H + D));
+    ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want, "peak by hand, no checkpointing: %.0f bytes", want);
+    sc.ckpt = 2;
+    stage_eval_scalar(&m, &sc, o);
+    want = states + io + L * X + fmax(fmax(X + S + R, D + R + S), fmax(H, H + D));
+    ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want, "peak by hand, every block checkpointed: %.0f bytes", want);
+    stage_model_free(&m);
+}
+
 static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
     char err[256];
@@ -418,6 +487,7 @@ int main(void) {
     test_flops(&cfg);
     test_hand_time(&cfg);
     test_memory_shape(&cfg, &hw);
+    test_memory_hand(&cfg, &hw);
     test_batched(&cfg, &hw);
     test_specialised(&cfg, &hw);
     return tap_done();
