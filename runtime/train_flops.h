@@ -1,0 +1,26 @@
+// FLOP rates for the training log: model FLOPs (Megatron convention) and
+// the FLOPs the kernels execute (recompute included), both from the planner's
+// model of the running plan, against the [cluster] hardware profile's peak.
+#ifndef MIST_TRAIN_FLOPS_H
+#define MIST_TRAIN_FLOPS_H
+#include <stddef.h>
+#include "runtime/config.h"
+
+typedef struct {
+    double model_flops;        // per iteration, whole job
+    double hw_flops;           // per iteration, whole job, recompute included
+    double peak_flops;         // per device, the training dtype's dense peak; 0: unknown
+    double predicted_seconds;  // the planner's iteration time for this plan
+    int world;                 // ranks
+    char hardware[64];         // profile name
+} TrainFlops;
+
+// Evaluates the running plan (cfg->plan.plan) with the planner's cost model.
+// Returns 0, or -1 with err (then rates fall back to model FLOPs without a peak).
+int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err, size_t errlen);
+
+// Rates for an iteration that took `seconds`: model TFLOP/s per device, and
+// MFU / HFU as fractions of the peak (0 when the peak is unknown).
+void train_flops_rates(const TrainFlops *f, double seconds, double *tflops_per_device, double *mfu, double *hfu);
+
+#endif
