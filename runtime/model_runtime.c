@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/comm.h"
 
 // ---------------------------------------------------------------- sizes
 // Every activation size comes from models/model.h (model_acts), the same
@@ -87,13 +88,19 @@ static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes)
     return mask;
 }
 
+// tp > 1: the vocabulary-parallel cross-entropy's row max f32(N) and its
+// [sum exp | target logit] f32(2N), reduced over the tp group between passes
+static size_t ce_stats_bytes(const ModelRuntime *r) {
+    return r->tp > 1 ? 3 * (size_t)r->B * r->T * sizeof(float) : 0;
+}
+
 static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) {
     size_t N = (size_t)r->B * r->T, states, host;
     // params, grads, master, m, v (each unit's resident part) and the staging
     // of sharded / offloaded units: runtime/zero.c
     zero_predict(r, &states, &host);
-    // + grad-norm accumulator, tokens, targets, losses
-    return states + sizeof(float) + 2 * N * sizeof(int32_t) + s->losses;
+    // + grad-norm accumulator, cross-entropy statistics (tp), tokens, targets, losses
+    return states + sizeof(float) + ce_stats_bytes(r) + 2 * N * sizeof(int32_t) + s->losses;
 }
 
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
@@ -155,7 +162,7 @@ static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
         {r->block_acts, r->n_block_acts, "ln1", N * r->C * x},
         {r->block_acts, r->n_block_acts, "ln1_rstd", N * sizeof(float)},
         {r->block_acts, r->n_block_acts, "qkv", N * r->QKV * x},
-        {r->block_acts, r->n_block_acts, "att", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "att", N * r->NH * r->HS * x},
         {r->block_acts, r->n_block_acts, "lse", (size_t)r->B * r->NH * r->T * sizeof(float)},
         {r->block_acts, r->n_block_acts, "mid", N * r->C * x},
         {r->block_acts, r->n_block_acts, "ln2", N * r->C * x},
@@ -164,13 +171,13 @@ static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
         {r->block_acts, r->n_block_acts, "scratch", N * r->C * x},
         {r->block_acts, r->n_block_acts, "d_res", N * r->C * x},
         {r->block_acts, r->n_block_acts, "d_ln", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "d_att", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_att", N * r->NH * r->HS * x},
         {r->block_acts, r->n_block_acts, "d_qkv", N * r->QKV * x},
         {r->block_acts, r->n_block_acts, "d_act", N * r->F * x},
         {r->post_acts, r->n_post_acts, "x", N * r->C * x},
         {r->post_acts, r->n_post_acts, "lnf", N * r->C * x},
         {r->post_acts, r->n_post_acts, "lnf_rstd", N * sizeof(float)},
-        {r->post_acts, r->n_post_acts, "logits", N * r->V * x},
+        {r->post_acts, r->n_post_acts, "logits", N * r->Vt * x},
         {r->post_acts, r->n_post_acts, "losses", N * sizeof(float)},
     };
     for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
@@ -193,10 +200,10 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_init(&r->host, "host", ARENA_HOST);
     Arena *d = &r->dev, *h = &r->host;
     size_t N = (size_t)r->B * r->T;
-    r->n_block_acts = model_acts(&r->m, PART_BLOCK, r->B, r->T, 1, r->block_acts, MODEL_MAX_ACTS);
-    r->n_post_acts = model_acts(&r->m, PART_POST, r->B, r->T, 1, r->post_acts, MODEL_MAX_ACTS);
+    r->n_block_acts = model_acts(&r->m, PART_BLOCK, r->B, r->T, r->tp, r->block_acts, MODEL_MAX_ACTS);
+    r->n_post_acts = model_acts(&r->m, PART_POST, r->B, r->T, r->tp, r->post_acts, MODEL_MAX_ACTS);
     if (r->n_block_acts < 0 || r->n_post_acts < 0) {
-        snprintf(err, errlen, "models/model.h: model_acts failed for b=%d s=%d", r->B, r->T);
+        snprintf(err, errlen, "models/model.h: model_acts failed for b=%d s=%d tp=%d", r->B, r->T, r->tp);
         return 1;
     }
     if (check_acts(r, err, errlen)) return 1;
@@ -206,6 +213,7 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     int nb = r->n_block_acts, np = r->n_post_acts;
     zero_carve(r);  // params, grads, master, m, v and their staging
     arena_carve(d, &r->t_norm_acc, sizeof(float), "grad_norm_acc");
+    arena_carve(d, &r->t_ce_stats, ce_stats_bytes(r), "tp.ce_stats");
     arena_carve(d, &r->t_inputs, N * sizeof(int32_t), "inputs");
     arena_carve(d, &r->t_targets, N * sizeof(int32_t), "targets");
     arena_carve(d, &r->t_losses, act_bytes(r, po, np, "losses"), "losses");
@@ -326,6 +334,25 @@ static void release_masked(BlockActs *a, unsigned mask) {
 #define PARAM(off) zero_w(r, (off))
 #define GRAD(off) zero_g(r, (off))
 
+// ---- tensor parallelism (Megatron). A row-parallel projection (attn_proj,
+// fc_proj, and the vocabulary-parallel embedding) leaves on each tp rank a
+// partial sum over its share of the input features: out = sum_t in_t W_t^T,
+// so it is all-reduced (sum) before the residual stream, which is then the
+// same bits on every tp rank. A column-parallel layer (qkv, fc, LM head)
+// sees the replicated input and computes its own output columns; its input
+// gradient dL/din = sum_t dout_t W_t is the sum over tp ranks: all-reduced
+// in backward. Everything between (norms, residuals) repeats on every rank
+// with identical inputs, so gradients of replicated parameters come out
+// identical without any communication.
+static void tp_sum(ModelRuntime *r, void *buf, size_t count) {
+    if (r->tp == 1) return;
+    r->be->stream_synchronize(r->be, r->stream);  // the comm backend reads the finished tensor
+    commCheck(r->comm, r->comm->all_reduce(buf, buf, count, r->be->dtype, COMM_SUM, r->tpg));
+}
+
+// the bias of a row-parallel layer is added once, by tp rank 0, before the sum
+static const void *row_parallel_bias(ModelRuntime *r, int64_t off) { return r->tp_rank == 0 ? PARAM(off) : NULL; }
+
 // Block l forward up to the MLP activation; the projection output of the MLP
 // is left in scratch (the caller adds it to the residual stream or drops it).
 static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
@@ -344,7 +371,9 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
         be->rotary_forward(be, st, arena_ptr(&a->qkv), r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
     be->attention_forward(be, st, arena_ptr(&a->att), arena_ptr(&a->lse), arena_ptr(&a->qkv), r->B, r->T, r->NH,
                           r->NKV, r->HS);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), PARAM(bp->proj_b), N, r->C, r->C);
+    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), row_parallel_bias(r, bp->proj_b),
+                       N, r->NH * r->HS, r->C);
+    tp_sum(r, scratch, (size_t)N * r->C);
     // mid = x + attention projection, ln2 = norm(mid), fused
     be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
                      arena_ptr(&a->ln2_rstd), scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
@@ -377,18 +406,20 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
         be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, arena_ptr(&a->ln2), PARAM(bp->fc_w),
                             arena_ptr(&a->fc), N, r->C, r->F);
     }
+    tp_sum(r, d_ln, (size_t)N * r->C);  // column-parallel fc: dL/dln2 summed over tp
     // d_res += norm backward: now dL/dmid
     be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
                       PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
     void *d_att = arena_ptr(&r->d_att), *d_qkv = arena_ptr(&r->d_qkv);
     be->matmul_backward(be, st, d_att, GRAD(bp->proj_w), GRAD(bp->proj_b), d_res, arena_ptr(&a->att),
-                        PARAM(bp->proj_w), NULL, N, r->C, r->C);
+                        PARAM(bp->proj_w), NULL, N, r->NH * r->HS, r->C);
     be->attention_backward(be, st, d_qkv, d_att, arena_ptr(&a->qkv), arena_ptr(&a->att), arena_ptr(&a->lse), r->B,
                            r->T, r->NH, r->NKV, r->HS);
     if (r->m.position == POS_ROTARY)
         be->rotary_backward(be, st, d_qkv, r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
     be->matmul_backward(be, st, d_ln, GRAD(bp->qkv_w), GRAD(bp->qkv_b), d_qkv, arena_ptr(&a->ln1), PARAM(bp->qkv_w),
                         NULL, N, r->C, r->QKV);
+    tp_sum(r, d_ln, (size_t)N * r->C);  // column-parallel qkv: dL/dln1 summed over tp
     // d_res += norm backward: now dL/dx_l
     be->norm_backward(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, xin, PARAM(bp->ln1_w),
                       ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
@@ -402,7 +433,14 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     int N = r->B * r->T;
     // unit u: 0 embedding, 1 + l block l, L + 1 final norm and head
     zero_fwd_begin(r, 0);
-    be->embedding_forward(be, st, take(&r->acts[0].x), inputs, PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
+    if (r->tp == 1) {
+        be->embedding_forward(be, st, take(&r->acts[0].x), inputs, PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
+    } else {  // vocabulary-parallel: each rank adds the rows it holds (wpe once, on tp rank 0), summed over tp
+        void *x0 = take(&r->acts[0].x);
+        be->embedding_forward_range(be, st, x0, inputs, PARAM(r->wte), r->tp_rank == 0 ? PARAM(r->wpe) : NULL, r->v0,
+                                    r->Vt, r->B, r->T, r->C);
+        tp_sum(r, x0, (size_t)N * r->C);
+    }
     for (int l = 0; l < r->L; l++) {
         int swapped = !is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
         BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[l], view;
@@ -419,7 +457,8 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
         zero_fwd_begin(r, 1 + l);
         block_forward_to_act(r, l, a, xin);
         be->matmul_forward(be, st, arena_ptr(&r->scratch), NULL, arena_ptr(&a->act), PARAM(r->blk[l].fcproj_w),
-                           PARAM(r->blk[l].fcproj_b), N, r->F, r->C);
+                           row_parallel_bias(r, r->blk[l].fcproj_b), N, r->F, r->C);
+        tp_sum(r, arena_ptr(&r->scratch), (size_t)N * r->C);
         be->residual_forward(be, st, xnext, arena_ptr(&a->mid), arena_ptr(&r->scratch), (size_t)N * r->C);
         arena_release(&r->scratch);
         if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
@@ -430,9 +469,21 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     zero_fwd_begin(r, r->L + 1);
     be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
                      PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
-    be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);  // (N, V)
+    be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->Vt);  // (N, Vt)
     // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot)
-    be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, targets, N, r->V, r->V, dloss);
+    if (r->tp == 1) {
+        be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, targets, N, r->V, r->V, dloss);
+    } else {  // vocabulary-parallel: global row max, then global sum of exp and the target's logit
+        float *rowmax = arena_ptr(&r->t_ce_stats), *stats = rowmax + N;
+        be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vt);
+        be->stream_synchronize(be, st);
+        commCheck(r->comm, r->comm->all_reduce(rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
+        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, targets, r->v0, N, r->Vt, r->Vt);
+        be->stream_synchronize(be, st);
+        commCheck(r->comm, r->comm->all_reduce(stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
+        be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, targets, r->v0, N,
+                                      r->Vt, r->Vt, dloss);
+    }
     if (dloss == 0.0f) {  // evaluation: drop every activation
         arena_release(&r->logits);
         arena_release(&r->lnf);
@@ -455,7 +506,8 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     take(&r->d_act);
     take(&r->d_fc);
     zero_bwd_begin(r, r->L + 1);
-    be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C, r->V);
+    be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C, r->Vt);
+    tp_sum(r, d_ln, (size_t)N * r->C);  // vocabulary-parallel head: dL/dlnf summed over tp
     arena_release(&r->logits);
     be->memset_device(be, d_res, 0, (size_t)N * r->C * r->x, st);
     be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out), PARAM(r->lnf_w),
@@ -488,7 +540,10 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
         arena_release(&r->acts[l].x);
     }
     zero_bwd_begin(r, 0);
-    be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->B, r->T, r->C);
+    if (r->tp == 1) be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->B, r->T, r->C);
+    else  // d_res is replicated: every rank adds to its own rows and to the (replicated) wpe
+        be->embedding_backward_range(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->v0, r->Vt, r->B, r->T,
+                                     r->C);
     zero_bwd_end(r, 0);
     zero_bwd_finish(r);
     arena_release(&r->d_res);

@@ -1,8 +1,9 @@
 // The model as the training loop runs it on one rank (one pipeline stage
-// holding every block, tp = 1): where each parameter lives in the flat
-// buffers, which activation tensors each block keeps, the memory plan that
-// carves all of them from the arenas before step 0, and forward/backward
-// written with backend ops only (so every backend runs the same code).
+// holding every block, this rank's tensor-parallel shard of it): where each
+// parameter lives in the flat buffers, which activation tensors each block
+// keeps, the memory plan that carves all of them from the arenas before step
+// 0, and forward/backward written with backend ops only (so every backend
+// runs the same code).
 //
 // Layout of the flat buffers (params, grads, master, m, v): the tensors of
 // model_params() for PART_PRE, then block 0..L-1, then PART_POST. Each of
@@ -30,6 +31,7 @@
 #include "runtime/arena.h"
 #include "runtime/config.h"
 #include "runtime/optimizer.h"
+#include "runtime/tp_shard.h"
 #include "runtime/zero.h"
 
 struct CommBackend;
@@ -46,6 +48,11 @@ typedef struct {
     int residual_proj;    // attn_proj_w / fc_proj_w: init std / sqrt(2L)
     int unit_init;        // norm weights: 1
     int zero_init;        // biases: 0
+    // tensor parallelism: the global tensor (models/model.h) and which part of
+    // it this rank holds (rows x cols above are the shard's shape)
+    ParamSpec spec;
+    TpShard shard;
+    size_t goffset;       // element offset of the global tensor in a whole-model array (checkpoints)
 } ParamTensor;
 
 // Offsets (in elements) of one block's parameters; -1 when absent.
@@ -69,7 +76,15 @@ typedef struct ModelRuntime {
     ModelConfig m;
     Backend *be;
     BackendStream *stream;
-    int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;
+    int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;  // NH, NKV, F, FC, QKV: this tp rank's share; V global
+    // tensor parallelism (Megatron): tp ranks of one stage split every block
+    // matrix (column-parallel qkv and fc by output rows, row-parallel
+    // attn_proj and fc_proj by input columns) and the vocabulary of wte and
+    // the LM head (rows [v0, v0 + Vt)); norms, wpe and the biases of
+    // row-parallel layers are replicated. tp = 1: no tensor parallelism.
+    int tp, tp_rank, v0, Vt;
+    size_t Pglobal;        // parameters of the whole model (every tp shard together)
+    struct CommGroup *tpg; // the tp group (runtime/grid.h), used when tp > 1
     int ckpt;              // blocks L-ckpt .. L-1 recompute in backward
     size_t x;              // bytes per storage element
     // parameters
@@ -79,12 +94,13 @@ typedef struct ModelRuntime {
     size_t Pp;             // flat buffer length: P plus each unit's padding to a multiple of dp (zero >= 1)
     int64_t wte, wpe, lnf_w, lnf_b, lm_head;  // offsets, -1 when absent
     BlockParams *blk;      // (L)
-    // activations as models/model.h lists them for this micro-batch (tp = 1)
+    // activations as models/model.h lists them for this micro-batch and tp rank
     ActSpec block_acts[MODEL_MAX_ACTS], post_acts[MODEL_MAX_ACTS];
     int n_block_acts, n_post_acts;
     // arenas and tensors
     Arena dev, host;
     ArenaTensor t_params, t_grads, t_master, t_m, t_v, t_norm_acc;
+    ArenaTensor t_ce_stats;  // tp > 1: f32(3N) vocab-parallel cross-entropy [rowmax | sum exp | target logit]
     ArenaTensor t_inputs, t_targets, t_losses;     // device: i32(N), i32(N), f32(N)
     ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
     BlockActs *acts;       // (L) own tensors for non-checkpointed blocks
@@ -130,6 +146,10 @@ int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, ch
 // saved activations.
 int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
                       double wo, double go, double oo, double ao, char *err, size_t errlen);
+// Re-runs the layout of r (after mr_layout_sharded, before mr_plan_memory) for
+// tensor-parallel rank tp_rank of tp: this rank's shard of every parameter,
+// its heads / MLP units / vocabulary range. 0, or 2 with err.
+int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen);
 // Carves every tensor from the arenas (sized by model_acts) and reserves them
 // once. 0, or 1 with err.
 int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);
@@ -142,6 +162,14 @@ void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *hos
 void mr_init_params(ModelRuntime *r, uint64_t seed);
 // Value of element i of tensor k at init (pure function, for tests).
 float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed);
+
+// Whole-model fp32 arrays (Pglobal floats each, tensor k at tensors[k].goffset,
+// global shape) <-> this rank's flat padded arrays (Pp floats each). gather is
+// collective over the tp group: its rank 0 gets the whole model (the other
+// ranks' `global` is untouched); `local` and `global` hold `n` arrays (w, m,
+// v) one after the other. scatter is local: every rank extracts its shard.
+void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n);
+void mr_tp_scatter(const ModelRuntime *r, const float *global, float *local, int n);
 
 // One micro-batch: tokens already in t_inputs / t_targets; r->micro_last
 // says whether gradients are synchronised over dp after it. Forward, fused

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "runtime/comm.h"
 #include "runtime/model_runtime.h"
 
 static int ends_with(const char *s, const char *suffix) {
@@ -28,9 +29,15 @@ static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const
     for (int i = 0; i < n; i++) {
         ParamTensor *t = &r->tensors[r->num_tensors++];
         snprintf(t->name, sizeof t->name, "%.23s%.31s", prefix, spec[i].name);
-        t->rows = spec[i].rows;
-        t->cols = spec[i].cols;
-        t->count = (size_t)(spec[i].rows * spec[i].cols);
+        // this tp rank's shard (the whole tensor at tp = 1)
+        int rc = tp_shard(m, &spec[i], r->tp, r->tp_rank, &t->shard, err, errlen);
+        if (rc) return rc;
+        t->spec = spec[i];
+        t->rows = t->shard.rows;
+        t->cols = t->shard.cols;
+        t->count = (size_t)(t->rows * t->cols);
+        t->goffset = r->Pglobal;
+        r->Pglobal += (size_t)(spec[i].rows * spec[i].cols);
         t->offset = r->Pp;
         t->decay = spec[i].decay;
         t->residual_proj = !strcmp(spec[i].name, "attn_proj_w") || !strcmp(spec[i].name, "fc_proj_w");
@@ -56,9 +63,35 @@ int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, ch
     return mr_layout_sharded(r, m, B, ckpt, dp, 0, 0, 0.0, 0.0, 0.0, 0.0, err, errlen);
 }
 
+static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero, double wo,
+                  double go, double oo, double ao, int tp, int tp_rank, char *err, size_t errlen);
+
 int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
                       double wo, double go, double oo, double ao, char *err, size_t errlen) {
+    return layout(r, m, B, ckpt, dp, dp_rank, zero, wo, go, oo, ao, 1, 0, err, errlen);
+}
+
+int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen) {
+    ModelConfig m = r->m;
+    int B = r->B, ckpt = r->ckpt, dp = r->dp, dp_rank = r->dp_rank, zero = r->zero;
+    double wo = r->wo, go = r->go, oo = r->oo, ao = r->ao;
+    free(r->units);
+    free(r->unit_first_tensor);
+    free(r->blk);
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) {
+        memset(r, 0, sizeof *r);
+        snprintf(err, errlen, "[stage.0] tp = %d (tp rank %d): must divide heads (%d), kv_heads (%d) and "
+                 "ffn_hidden (%d). Hint: choose a common divisor", tp, tp_rank, m.heads, m.kv_heads, m.ffn_hidden);
+        return 2;
+    }
+    return layout(r, &m, B, ckpt, dp, dp_rank, zero, wo, go, oo, ao, tp, tp_rank, err, errlen);
+}
+
+static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero, double wo,
+                  double go, double oo, double ao, int tp, int tp_rank, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
+    r->tp = tp;
+    r->tp_rank = tp_rank;
     r->zero = zero;
     r->dp_rank = dp_rank;
     r->wo = wo, r->go = go, r->oo = oo, r->ao = ao;
@@ -67,11 +100,12 @@ int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, in
     r->B = B;
     r->T = m->seq_len;
     r->C = m->hidden;
-    r->NH = m->heads;
-    r->NKV = m->kv_heads;
+    // this tp rank's heads and MLP units (tp divides them: mr_layout_tp)
+    r->NH = m->heads / tp;
+    r->NKV = m->kv_heads / tp;
     r->HS = m->hidden / m->heads;
-    r->F = m->ffn_hidden;
-    r->FC = m->activation == ACT_SWIGLU ? 2 * m->ffn_hidden : m->ffn_hidden;
+    r->F = m->ffn_hidden / tp;
+    r->FC = m->activation == ACT_SWIGLU ? 2 * r->F : r->F;
     r->QKV = (r->NH + 2 * r->NKV) * r->HS;
     r->V = m->vocab;
     r->L = m->layers;
@@ -82,7 +116,7 @@ int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, in
                               "allowed: 0. Hint: set parallel_block = 0");
         return 2;
     }
-    if (r->HS * r->NH != r->C) {
+    if (r->HS * m->heads != r->C) {
         snprintf(err, errlen, "[model] hidden = %d is not a multiple of heads = %d", r->C, r->NH);
         return 2;
     }
@@ -132,6 +166,12 @@ int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, in
         snprintf(err, errlen, "models/model.h pre/post parameters lack one of wte lnf_w lm_head_w");
         return 2;
     }
+    // the vocabulary range of this rank's wte rows (and LM head rows, the same split)
+    for (int i = 0; i < r->num_tensors; i++)
+        if (!strcmp(r->tensors[i].name, "wte")) {
+            r->v0 = (int)r->tensors[i].shard.first[0];
+            r->Vt = (int)r->tensors[i].shard.count[0];
+        }
     return 0;
 }
 
@@ -167,6 +207,7 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     arena_take(&r->t_m);
     arena_take(&r->t_v);
     float *acc = arena_take(&r->t_norm_acc);
+    arena_take(&r->t_ce_stats);
     arena_take(&r->t_inputs);
     arena_take(&r->t_targets);
     arena_take(&r->t_losses);
@@ -184,10 +225,95 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     }
     for (int k = 0; k < r->num_tensors; k++) {
         const ParamTensor *t = &r->tensors[k];
-        for (size_t i = 0; i < t->count; i++) w[t->offset + i] = mr_init_value(r, k, i, seed);
+        // drawn by global index: the same model under any tp
+        for (size_t i = 0; i < t->count; i++)
+            w[t->offset + i] = mr_init_value(r, k, (size_t)tp_shard_global_index(&t->shard, &t->spec, (int64_t)i), seed);
     }
     zero_distribute(r, w, NULL, NULL);
     free(w);
     be->memset_device(be, acc, 0, sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
+}
+
+// ---------------------------------------------------------------- whole model <-> tp shards
+// The packed shards of tp rank t: tensor after tensor, each shard row-major
+// (no unit padding), array after array. Replicated tensors are sent too, and
+// rank 0 checks that they are the same bits as its own.
+static size_t packed_count(const ModelRuntime *r, int t) {
+    size_t n = 0;
+    char err[256];
+    for (int k = 0; k < r->num_tensors; k++) {
+        TpShard s;
+        tp_shard(&r->m, &r->tensors[k].spec, r->tp, t, &s, err, sizeof err);  // valid: checked by the layout
+        n += (size_t)(s.rows * s.cols);
+    }
+    return n;
+}
+
+void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n) {
+    if (r->tp == 1) {
+        for (int a = 0; a < n; a++)
+            for (int k = 0; k < r->num_tensors; k++) {
+                const ParamTensor *t = &r->tensors[k];
+                memcpy(global + (size_t)a * r->Pglobal + t->goffset, local + (size_t)a * r->Pp + t->offset,
+                       t->count * sizeof(float));
+            }
+        return;
+    }
+    const CommBackend *c = r->comm;
+    // rank 0 of the group holds the replicated tensors and its own shards;
+    // every other rank sends its packed shards, inserted where they belong
+    if (r->tp_rank != 0) {
+        size_t len = packed_count(r, r->tp_rank), at = 0;
+        float *buf = malloc((len ? len : 1) * (size_t)n * sizeof(float));
+        for (int a = 0; a < n; a++)
+            for (int k = 0; k < r->num_tensors; k++) {
+                const ParamTensor *t = &r->tensors[k];
+                memcpy(buf + at, local + (size_t)a * r->Pp + t->offset, t->count * sizeof(float));
+                at += t->count;
+            }
+        commCheck(c, c->send(buf, at, MIST_F32, 0, 41, r->tpg));
+        free(buf);
+        return;
+    }
+    for (int a = 0; a < n; a++)
+        for (int k = 0; k < r->num_tensors; k++) {
+            const ParamTensor *t = &r->tensors[k];
+            tp_shard_insert(&t->shard, &t->spec, local + (size_t)a * r->Pp + t->offset,
+                            global + (size_t)a * r->Pglobal + t->goffset, sizeof(float));
+        }
+    char err[256];
+    for (int src = 1; src < r->tp; src++) {
+        size_t len = packed_count(r, src) * (size_t)n, at = 0;
+        float *buf = malloc((len ? len : 1) * sizeof(float));
+        commCheck(c, c->recv(buf, len, MIST_F32, src, 41, r->tpg));
+        for (int a = 0; a < n; a++)
+            for (int k = 0; k < r->num_tensors; k++) {
+                const ParamTensor *t = &r->tensors[k];
+                TpShard s;
+                tp_shard(&r->m, &t->spec, r->tp, src, &s, err, sizeof err);
+                if (s.split) {
+                    tp_shard_insert(&s, &t->spec, buf + at, global + (size_t)a * r->Pglobal + t->goffset,
+                                    sizeof(float));
+                } else if (memcmp(buf + at, local + (size_t)a * r->Pp + t->offset, t->count * sizeof(float))) {
+                    // replicated tensors see the same bits on every tp rank (model_runtime.c): a
+                    // difference means the ranks trained different models
+                    char msg[256];
+                    snprintf(msg, sizeof msg, "runtime/params.c: replicated tensor %s (%s) differs between tp "
+                             "ranks 0 and %d", t->name, a == 0 ? "weights" : a == 1 ? "adam m" : "adam v", src);
+                    c->abort(1, msg);
+                }
+                at += (size_t)(s.rows * s.cols);
+            }
+        free(buf);
+    }
+}
+
+void mr_tp_scatter(const ModelRuntime *r, const float *global, float *local, int n) {
+    for (int a = 0; a < n; a++)
+        for (int k = 0; k < r->num_tensors; k++) {
+            const ParamTensor *t = &r->tensors[k];
+            tp_shard_extract(&t->shard, &t->spec, global + (size_t)a * r->Pglobal + t->goffset,
+                             local + (size_t)a * r->Pp + t->offset, sizeof(float));
+        }
 }

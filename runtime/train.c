@@ -1,4 +1,5 @@
-// The training loop of one pipeline stage with data parallelism over ranks:
+// The training loop of one pipeline stage with data and tensor parallelism
+// over ranks (tp: runtime/model_runtime.c, docs/tensor-parallel.md):
 // G micro-batches of b sequences per rank, gradients reduced over the dp
 // group (all-reduce, or reduce-scatter into shards under ZeRO >= 1; the
 // per-unit schedule of gathers, swaps and deferred optimizer steps is in
@@ -78,24 +79,25 @@ static double validation_loss(Run *run, DataLoader *vdl, int batches, char *err,
     return sum / ((double)batches * run->r->dp * run->r->B * run->r->T);
 }
 
-// Every parameter tensor as a checkpoint entry over host arrays in the flat
-// padded layout: fp32 weights (the master under bf16), Adam m, Adam v (3 x Pp
-// floats). Checkpoints hold whole tensors, so the shards of every rank are
-// gathered into these arrays before a save (zero_collect) and each rank takes
-// its own part of them after a load (zero_distribute): a checkpoint written
-// under one plan resumes under any other.
-static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
+// Every parameter tensor as a checkpoint entry over whole-model host arrays:
+// fp32 weights (the master under bf16), Adam m, Adam v (3 x Pglobal floats,
+// global shapes). Checkpoints hold whole tensors, so before a save the dp
+// shards are gathered (zero_collect) and the tp shards put in place
+// (mr_tp_gather); after a load each rank extracts its tp shard
+// (mr_tp_scatter) and takes its dp part (zero_distribute): a checkpoint
+// written under one plan resumes under any other.
+static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
     CkptTensor *t = calloc((size_t)r->num_tensors, sizeof *t);
-    float *w = host, *m = host + r->Pp, *v = host + 2 * r->Pp;
+    float *w = global, *m = global + r->Pglobal, *v = global + 2 * r->Pglobal;
     for (int i = 0; i < r->num_tensors; i++) {
         const ParamTensor *p = &r->tensors[i];
         t[i].name = p->name;
-        t[i].ndim = p->cols == 1 ? 1 : 2;
-        t[i].shape[0] = p->rows;
-        t[i].shape[1] = p->cols;
-        t[i].param = w + p->offset;
-        t[i].adam_m = m + p->offset;
-        t[i].adam_v = v + p->offset;
+        t[i].ndim = p->spec.cols == 1 ? 1 : 2;
+        t[i].shape[0] = p->spec.rows;
+        t[i].shape[1] = p->spec.cols;
+        t[i].param = w + p->goffset;
+        t[i].adam_m = m + p->goffset;
+        t[i].adam_v = v + p->goffset;
     }
     return t;
 }
@@ -103,7 +105,7 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *host) {
 void train_runtime_limits(SearchLimits *lim) {
     memset(lim, 0, sizeof *lim);
     lim->max_stages = 1;
-    lim->max_tp = 1;
+    lim->max_tp = 0;  // any: tensor parallelism runs (the config checks that tp divides heads, kv_heads, ffn)
 }
 
 // Keep in step with train_runtime_limits().
@@ -112,12 +114,6 @@ static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, s
     if (p->num_stages != 1) {
         snprintf(err, errlen, "[plan] stages = %d: the training runtime runs one pipeline stage; allowed: 1. "
                               "Hint: set stages = 1 and put every layer in [stage.0]", p->num_stages);
-        return 2;
-    }
-    const StagePlan *s = &p->stage[0];
-    if (s->tp != 1) {
-        snprintf(err, errlen, "[stage.0] tp = %d: the training runtime does not run tensor parallelism yet; allowed: "
-                              "tp = 1. Hint: use dp (with zero = 1..3) for parallelism", s->tp);
         return 2;
     }
 
@@ -143,7 +139,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
     const StagePlan *sp = &cfg->plan.plan.stage[0];
     const TrainConfig *tc = &cfg->train;
-    int G = cfg->plan.plan.G, dp = grid->dp_size;
+    int G = cfg->plan.plan.G, dp = grid->dp_size, tp = grid->tp_size;
     MistDtype dtype = tc->precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
     // the device the launcher picked for this rank: "cuda:N", or "cpu" (the
     // device is then emulated: its memory is the accounted arena)
@@ -161,11 +157,12 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // The MPI comm backend moves host memory: gradients in GPU memory need
     // CUDA-aware MPI or NCCL, which this build does not use yet. Every rank of
     // the stage reaches the same verdict, so all stop together.
-    if (!on_host && dp > 1) {
+    if (!on_host && (dp > 1 || tp > 1)) {
         if (root)
-            fprintf(stderr, "mist-train: %s: [stage.0] dp = %d on GPUs: data parallelism across GPUs needs the NCCL "
-                    "comm backend, which is not available yet; allowed: dp = 1 per GPU job. Hint: run one rank, or "
-                    "MIST_DEVICE=cpu to train data-parallel on the CPU backend\n", cfg->source, dp);
+            fprintf(stderr, "mist-train: %s: [stage.0] dp = %d, tp = %d on GPUs: data and tensor parallelism across "
+                    "GPUs need the NCCL comm backend, which is not available yet; allowed: dp = tp = 1 per GPU job. "
+                    "Hint: run one rank, or MIST_DEVICE=cpu to train in parallel on the CPU backend\n", cfg->source,
+                    dp, tp);
         be->destroy(be);
         return 1;
     }
@@ -173,6 +170,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     ModelRuntime *r = &model;
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
+    if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
     if (rc) {
         if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
@@ -190,14 +188,16 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         char a[32], b2[32];
         trainlog_format_bytes(pred_dev, a, sizeof a);
         trainlog_format_bytes(pred_host, b2, sizeof b2);
-        printf("mist: %zu parameters, dtype %s, b=%d G=%d dp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", r->P,
-               mist_dtype_name(dtype), r->B, G, dp, r->ckpt, r->zero, r->wo, r->go, r->oo, r->ao);
+        printf("mist: %zu parameters (%zu per tp rank), dtype %s, b=%d G=%d dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g "
+               "oo=%g ao=%g\n", r->Pglobal, r->P, mist_dtype_name(dtype), r->B, G, dp, tp, r->ckpt, r->zero, r->wo,
+               r->go, r->oo, r->ao);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
                (long long)pred_host);
         fflush(stdout);
     }
     r->comm = comm;
     r->dpg = grid->dp;
+    r->tpg = grid->tp;
     mr_init_params(r, tc->seed);
     Run run = {cfg, grid, comm, r, G};
     // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
@@ -208,15 +208,19 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
 
     DataLoader *dl = NULL, *vdl = NULL;
     TrainLog *log = NULL;
-    float *host_state = NULL;  // whole-model fp32 weights, m, v for checkpoints (3 x Pp, padding 0)
-    if (cfg->checkpoint.dir[0] && !(host_state = calloc(3 * r->Pp, sizeof(float)))) {
-        fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu floats)\n", rank,
-                r->Pp);
+    // checkpoints: this rank's fp32 weights, m, v (3 x Pp, padding 0), and the
+    // whole model's (3 x Pglobal, global shapes) that the file holds
+    float *host_state = NULL, *global_state = NULL;
+    if (cfg->checkpoint.dir[0] && (!(host_state = calloc(3 * r->Pp, sizeof(float))) ||
+                                   !(global_state = calloc(3 * r->Pglobal, sizeof(float))))) {
+        fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu + 3 x %zu "
+                "floats)\n", rank, r->Pp, r->Pglobal);
+        free(host_state);
         mr_free(r);
         be->destroy(be);
         return 1;
     }
-    CkptTensor *ct = host_state ? ckpt_tensors(r, host_state) : NULL;
+    CkptTensor *ct = global_state ? ckpt_tensors(r, global_state) : NULL;
     int exit_code = 0;
     if (dataloader_open(&dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, err, sizeof err) ||
         dataloader_set_rank(dl, tc->global_batch, r->B, dp, grid->dp_index, err, sizeof err)) {
@@ -255,7 +259,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                 exit_code = 1;
                 goto done;
             }
-            // every rank takes its shard (bf16 weights are re-rounded from the fp32 master)
+            // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
+            mr_tp_scatter(r, global_state, host_state, 3);
             zero_distribute(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             start = st.step;
             r->opt.t = st.adam_t;
@@ -324,8 +329,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                             .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
                             .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
                             // model FLOPs: 6 per parameter per token, plus attention 12*L*T*C per token
-                            .tflops_per_device = (6.0 * r->P + 12.0 * r->L * r->T * r->C) * tokens_per_iter /
-                                                 dt / (dp * 1e12),
+                            .tflops_per_device = (6.0 * r->Pglobal + 12.0 * r->L * r->T * r->C) * tokens_per_iter /
+                                                 dt / ((double)dp * tp * 1e12),
                             .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
                             .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
         have_stats = 1;
@@ -350,6 +355,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             int crc = 0;
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
+            if (grid->dp_index == 0) mr_tp_gather(r, host_state, global_state, 3);  // world rank 0 gets the model
             if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, ct, r->num_tensors, err,
                                             sizeof err);
             if (crc) {
@@ -390,6 +396,7 @@ done:
     if (vdl) dataloader_close(vdl);
     free(ct);
     free(host_state);
+    free(global_state);
     mr_free(r);
     be->destroy(be);
     return exit_code;

@@ -505,7 +505,24 @@ double zero_grad_norm(ModelRuntime *r) {
     Backend *be = r->be;
     float *acc = arena_ptr(&r->t_norm_acc), host = 0.0f;
     be->memset_device(be, acc, 0, sizeof(float), r->stream);
-    if (r->zero == 0 && r->sg.host_elems == 0) {  // one pass over the whole buffer
+    if (r->tp > 1) {
+        // ||g||^2 of the whole model = sum over tp ranks of their shards of the
+        // split tensors + the replicated tensors once: tp rank 0 counts them
+        // (their gradients are the same bits on every tp rank), the others skip
+        for (int u = 0; u < r->num_units; u++) {
+            size_t lo, len;
+            step_range(r, u, &lo, &len);
+            for (int k = r->unit_first_tensor[u]; k < r->unit_first_tensor[u + 1] && len; k++) {
+                const ParamTensor *t = &r->tensors[k];
+                size_t a = t->offset - r->units[u].off, b = a + t->count;
+                if (a < lo) a = lo;
+                if (b > lo + len) b = lo + len;
+                if (a >= b || (!t->shard.split && r->tp_rank != 0)) continue;
+                const void *g = store_view(r, &r->sg, u, a - r->sg.base[u], b - a, arena_ptr(&r->gacc));
+                be->norm_squared_accumulate(be, r->stream, acc, g, b - a);
+            }
+        }
+    } else if (r->zero == 0 && r->sg.host_elems == 0) {  // one pass over the whole buffer
         be->norm_squared_accumulate(be, r->stream, acc, arena_ptr(&r->t_grads), r->sg.dev_elems);
     } else {
         for (int u = 0; u < r->num_units; u++) {
@@ -521,6 +538,7 @@ double zero_grad_norm(ModelRuntime *r) {
     be->stream_synchronize(be, r->stream);
     // sharded gradients: every rank holds a disjoint part of the sum of squares
     if (r->zero >= 1 && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->dpg));
+    if (r->tp > 1) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->tpg));
     return sqrt((double)host);
 }
 
