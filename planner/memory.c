@@ -29,7 +29,8 @@
 // Swap buffers: go > 0: x * max_u n_G (the accumulation view of a unit's
 // stored gradient); oo > 0: 4 * k * max_u n_O (k = 2 or 3 optimizer arrays).
 // I/O: a 4-byte grad-norm accumulator, int32 token ids and targets (N = b*s
-// each) and the fp32 per-token losses (N). Pipeline stages without pre/post
+// each) and the fp32 per-token losses (N); at tp > 1 the last stage adds 3N
+// fp32 of vocabulary-parallel cross-entropy statistics. Pipeline stages without pre/post
 // add a receive/send buffer of the (b, s, h) boundary activation.
 //
 // ---- activations of one micro-batch (bytes from models/model.h)
@@ -268,6 +269,9 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     if (sb->has_post) {
         act_classes(sb, PART_POST, ac_post);
         io = ex_add(x, io, ex_add(x, tokens, ac_post[AC_LOSSES]));  // targets, per-token losses
+        // vocabulary-parallel cross-entropy (tp > 1): row max, sum of exps and
+        // the target's logit per token, 3N fp32, combined over the tp group
+        io = ex_add(x, io, ex_mul(x, cost_gt0(sb, ex_sub(x, sb->s[SYM_TP], one)), ex_mul(x, ex_num(x, 3), tokens)));
         // targets, losses, and every DP rank's losses of a micro-batch
         host_io = ex_add(x, host_io, ex_add(x, ex_mul(x, ex_num(x, 2), tokens), ex_mul(x, dp, tokens)));
     }

@@ -183,7 +183,7 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, Plan *pl
     }
     if (rc == 3) {
         fprintf(stderr, "mist-train: %s: [plan] mode = auto, %d rank(s) (%d node(s) x %d), hardware %s, within what "
-                "the runtime executes (1 stage, tp 1): ", cfg->source, nodes * gpus_per_node,
+                "the runtime executes (1 stage): ", cfg->source, nodes * gpus_per_node,
                 nodes, gpus_per_node, hw.name);
         search_print_no_fit(&r, cfg, stderr);
         return 3;

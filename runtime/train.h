@@ -8,7 +8,7 @@ struct Grid;
 struct SearchLimits;
 
 // What this runtime executes, for the planner's search under [plan] mode = auto:
-// one pipeline stage, tp = 1, any ZeRO level, any offload ratios, checkpointing.
+// one pipeline stage; any tp, ZeRO level, offload ratios and checkpointing.
 // check_supported() in train.c enforces the same limits on a fixed plan; widen
 // both together.
 void train_runtime_limits(struct SearchLimits *lim);

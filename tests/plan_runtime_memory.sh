@@ -15,7 +15,8 @@ LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-planmem-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
-# name model prec ranks zero ckpt G wo go oo ao layers global_batch (b = global_batch / (ranks * G))
+# name model prec dp zero ckpt G wo go oo ao layers global_batch [tp] (ranks = dp * tp,
+# b = global_batch / (dp * G); tp defaults to 1)
 cat >"$W/matrix" <<'EOF'
 gpt-ref    gpt   fp32 1 0 0 1 0    0    0    0    2 8
 gpt-dp2    gpt   fp32 2 0 0 1 0    0    0    0    2 8
@@ -42,6 +43,11 @@ gpt-bf     gpt   bf16 1 0 0 1 0    0    0    0    2 8
 gpt-bf-mix gpt   bf16 4 3 1 2 0.5  0.5  0.5  0.5  2 16
 gpt-bf-oo  gpt   bf16 2 1 0 1 0    0    1    0    2 8
 llama-bf   llama bf16 2 2 1 1 0.3  0.3  0.3  0.3  2 8
+gpt-tp2    gpt   fp32 1 0 0 1 0    0    0    0    2 8  2
+gpt-tp4ck  gpt   fp32 1 1 1 2 0    0    0    0    2 8  4
+gpt-tp2mix gpt   fp32 2 3 1 1 0.5  0.5  0.5  0.5  2 8  2
+llama-tp2  llama fp32 1 2 0 1 0    0.5  0    0.5  2 8  2
+gpt-bf-tp2 gpt   bf16 2 1 0 2 0    0    0.5  0    2 8  2
 EOF
 
 # per rank of the summary: "rank dev_meas host_meas", one line each
@@ -71,10 +77,11 @@ tap_diag "per plan: planner (mist-plan --analyze --json) and rank 0 measured (mi
     "all-ranks: every rank's measured device and host peaks equal the planner's" \
     "$(printf '%-10s %5s %4s %2s %1s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' name model prec np z c G \
     wo go oo ao L dev-plan dev-meas hst-plan hst-meas all-ranks)"
-while read -r name model prec np zero ckpt G wo go oo ao layers gb; do
+while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp; do
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
-    b=$((gb / (np * G)))
-    set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o stage.0.dp="$np" \
+    tp=${tp:-1} np=$((dp * tp))
+    b=$((gb / (dp * G)))
+    set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
         -o stage.0.b="$b" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" \
         -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers"
     mist_mpirun -np "$np" "$TRAIN" "$ini" "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
@@ -95,7 +102,7 @@ while read -r name model prec np zero ckpt G wo go oo ao layers gb; do
     [ $rc_train -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   train: /'
     [ $rc_plan -eq 0 ] || tail -3 "$W/$name.plan.err" | sed 's/^/#   plan: /'
     [ $rc_train -eq 0 ] && [ $rc_plan -eq 0 ] && [ "$agree" = yes ]
-    tap_ok $? "$name: $np ranks zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: planned \
+    tap_ok $? "$name: $np ranks (dp $dp x tp $tp) zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: planned \
 device peak and host bytes equal every rank's measured peaks"
 done <"$W/matrix"
 tap_end
