@@ -19,6 +19,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dataloader.h"
+#include "runtime/train_flops.h"
 #include "planner/search.h"
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
@@ -193,8 +194,16 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                r->go, r->oo, r->ao);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
                (long long)pred_host);
-        fflush(stdout);
     }
+    // MFU / HFU of the log lines against the [cluster] hardware profile's peak
+    TrainFlops flops;
+    if (train_flops_init(&flops, cfg, grid->world_size, err, sizeof err) != 0) {
+        if (root) printf("mist: MFU and HFU not reported: %s\n", err);
+    } else if (root) {
+        printf("mist: predicted iteration %.4g ms on hardware profile %s (peak %.4g FLOP/s per device; MFU and "
+               "HFU below are against it)\n", 1e3 * flops.predicted_seconds, flops.hardware, flops.peak_flops);
+    }
+    if (root) fflush(stdout);
     r->comm = comm;
     r->dpg = grid->dp;
     r->tpg = grid->tp;
@@ -328,11 +337,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
                             .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
                             .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
-                            // model FLOPs: 6 per parameter per token, plus attention 12*L*T*C per token
-                            .tflops_per_device = (6.0 * r->Pglobal + 12.0 * r->L * r->T * r->C) * tokens_per_iter /
-                                                 dt / ((double)dp * tp * 1e12),
                             .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
                             .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
+        train_flops_rates(&flops, dt, &stats.tflops_per_device, &stats.mfu, &stats.hfu);
         have_stats = 1;
         if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
             int vrc = 0;
