@@ -27,6 +27,7 @@
 typedef struct SearchLimits {
     int max_stages;   // pipeline stages, 0 = any
     int max_tp;       // tensor-parallel degree, 0 = any
+    int max_tp_staged;  // tensor-parallel degree in plans with several stages, 0 = any
     int zero_levels;  // bit z set: ZeRO level z allowed; 0 = all four
     int no_offload;   // 1: every offload ratio stays 0
     int no_ckpt;      // 1: no activation checkpointing

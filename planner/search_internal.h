@@ -41,7 +41,7 @@ typedef struct {
     int no_ckpt;         // 1: ckpt = 0 only
     int offload;         // 1: offload ratios on the grid
     int uniform;         // 1: every stage has L/S layers and the same mesh
-    int max_stages, max_tp;
+    int max_stages, max_tp, max_tp_staged;
     int wg_steps, oa_steps;  // offload grid: wo, go in multiples of 1/wg_steps; oo, ao of 1/oa_steps
 } SpaceRules;
 

@@ -42,6 +42,7 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
         if (lim->no_ckpt) r->no_ckpt = 1;
         r->max_stages = lim->max_stages;
         r->max_tp = lim->max_tp;
+        r->max_tp_staged = lim->max_tp_staged;
     }
     r->wg_steps = SEARCH_WG_STEPS;
     r->oa_steps = SEARCH_OA_STEPS;
@@ -63,6 +64,8 @@ int space_meshes(const Search *s, int n, Mesh *out, int max) {
         if (n % tp || gpn % tp) continue;  // TP stays inside a node
         if (m->heads % tp || m->kv_heads % tp || m->ffn_hidden % tp) continue;
         if (s->rules.max_tp > 0 && tp > s->rules.max_tp) continue;
+        // n < N: the devices of one of several stages
+        if (s->rules.max_tp_staged > 0 && n < s->N && tp > s->rules.max_tp_staged) continue;
         out[k++] = (Mesh){n / tp, tp};
     }
     return k;

@@ -1,5 +1,6 @@
 // Memory plan, memory prediction, and forward/backward of one micro-batch.
 #include "runtime/model_runtime.h"
+#include "runtime/pipeline_schedule.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,52 +95,98 @@ static size_t ce_stats_bytes(const ModelRuntime *r) {
     return r->tp > 1 ? 3 * (size_t)r->B * r->T * sizeof(float) : 0;
 }
 
+// host X(N,C) buffers of the pipeline boundary: one receive and two sends
+// (a send may still be in flight while the next one is filled) per neighbour
+static size_t boundary_bytes(const ModelRuntime *r) { return (size_t)r->B * r->T * r->C * r->x; }
+static size_t boundary_host_bytes(const ModelRuntime *r) {
+    return (r->has_pre ? 0 : 3) * boundary_bytes(r) + (r->has_post ? 0 : 3) * boundary_bytes(r);
+}
+
 static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) {
     size_t N = (size_t)r->B * r->T, states, host;
     // params, grads, master, m, v (each unit's resident part) and the staging
     // of sharded / offloaded units: runtime/zero.c
     zero_predict(r, &states, &host);
-    // + grad-norm accumulator, cross-entropy statistics (tp), tokens, targets, losses
-    return states + sizeof(float) + ce_stats_bytes(r) + 2 * N * sizeof(int32_t) + s->losses;
+    // + grad-norm accumulator, cross-entropy statistics (tp), tokens (one set per slot), targets, losses
+    return states + sizeof(float) + ce_stats_bytes(r) + ((size_t)r->K + 1) * N * sizeof(int32_t) + s->losses;
+}
+
+// The live bytes of one micro-batch's forward and backward, step by step as
+// mr_forward / mr_backward take and release them (device: live/peak; host:
+// the offloaded activations, hlive/hpeak).
+typedef struct {
+    ActSizes s;
+    size_t off;  // bytes of a non-checkpointed block that wait on the host
+    size_t live, peak, hlive, hpeak;
+} MemSim;
+
+static void sim_grow(MemSim *m, size_t n) {
+    m->live += n;
+    if (m->live > m->peak) m->peak = m->live;
+}
+
+static void sim_forward(const ModelRuntime *r, MemSim *m) {
+    const ActSizes *s = &m->s;
+    sim_grow(m, s->x_nc);                       // x_0 (embedding, or the received activation)
+    for (int l = 0; l < r->L; l++) {
+        sim_grow(m, s->block_rest);             // own tensors (+ the swap workspace), or the recompute workspace
+        sim_grow(m, s->x_nc);                   // x_{l+1}
+        sim_grow(m, s->scratch);                // projection scratch
+        m->live -= s->scratch;
+        if (is_ckpt_block(r, l)) m->live -= s->block_rest;
+        else {  // swapped out
+            m->live -= m->off;
+            m->hlive += m->off;
+            if (m->hlive > m->hpeak) m->hpeak = m->hlive;
+        }
+    }
+    if (r->has_post) sim_grow(m, s->post + s->logits);  // final norm, logits
+    else m->live -= s->x_nc;                             // the output went to the host send buffer
+}
+
+static void sim_backward(const ModelRuntime *r, MemSim *m) {
+    const ActSizes *s = &m->s;
+    sim_grow(m, s->grads_bufs);                 // backward starts
+    if (r->has_post) {
+        m->live -= s->logits;
+        m->live -= s->post + s->x_nc;           // lnf and the last block's output
+    }
+    for (int l = r->L - 1; l >= 0; l--) {
+        if (is_ckpt_block(r, l)) {
+            sim_grow(m, s->block_rest + s->scratch);  // recompute into the workspace (+ scratch)
+            m->live -= s->scratch;
+        } else {
+            sim_grow(m, m->off);                // swapped in
+            m->hlive -= m->off;
+        }
+        m->live -= s->block_rest + s->x_nc;     // the block's tensors and its input
+    }
+    m->live -= s->grads_bufs;
 }
 
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
-    ActSizes s = act_sizes(r);
-    size_t off;  // bytes of a non-checkpointed block that wait on the host
-    act_offload_mask(r, &off);
-    size_t live = persistent_device_bytes(r, &s), peak = live, host_acts = 0;
-#define GROW(n) do { live += (n); if (live > peak) peak = live; } while (0)
-    GROW(s.x_nc);                       // x_0
-    for (int l = 0; l < r->L; l++) {    // forward
-        GROW(s.block_rest);             // own tensors (+ the swap workspace), or the recompute workspace
-        GROW(s.x_nc);                   // x_{l+1}
-        GROW(s.scratch);                // projection scratch
-        live -= s.scratch;
-        if (is_ckpt_block(r, l)) live -= s.block_rest;
-        else live -= off, host_acts += off;  // swapped out
+    MemSim m = {.s = act_sizes(r)};
+    act_offload_mask(r, &m.off);
+    m.live = m.peak = persistent_device_bytes(r, &m.s);
+    // the stage's micro-batches in 1F1B order (pipeline_schedule.h): up to K
+    // forwards keep their activations before the matching backwards free them
+    int G = r->pipe.G, n = 2 * G;
+    PipeAction *order = malloc((size_t)n * sizeof *order);
+    pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
+    for (int i = 0; i < n; i++) {
+        if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
+        else sim_backward(r, &m);
     }
-    GROW(s.post + s.logits);            // final norm, logits
-    GROW(s.grads_bufs);                 // backward starts
-    live -= s.logits;
-    live -= s.post + s.x_nc;            // lnf and the last block's output
-    for (int l = r->L - 1; l >= 0; l--) {
-        if (is_ckpt_block(r, l)) {
-            GROW(s.block_rest + s.scratch);  // recompute into the workspace (+ scratch)
-            live -= s.scratch;
-        } else {
-            GROW(off);                  // swapped in
-        }
-        live -= s.block_rest + s.x_nc;  // the block's tensors and its input
-    }
-#undef GROW
-    *device_peak = (int64_t)peak;
+    free(order);
+    *device_peak = (int64_t)m.peak;
     size_t N = (size_t)r->B * r->T;
     // host: token staging, per-token losses, all ranks' losses of a micro-batch,
-    // the offloaded parts of params, grads and optimizer state, and at the end
-    // of the forward the offloaded activations of every non-checkpointed block
+    // the boundary buffers, the offloaded parts of params, grads and optimizer
+    // state, and the offloaded activations of every micro-batch in flight
     size_t states_dev, states_host;
     zero_predict(r, &states_dev, &states_host);
-    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + states_host + host_acts);
+    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + boundary_host_bytes(r) +
+                           states_host + m.hpeak);
 }
 
 // ---------------------------------------------------------------- plan
@@ -214,19 +261,21 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     zero_carve(r);  // params, grads, master, m, v and their staging
     arena_carve(d, &r->t_norm_acc, sizeof(float), "grad_norm_acc");
     arena_carve(d, &r->t_ce_stats, ce_stats_bytes(r), "tp.ce_stats");
-    arena_carve(d, &r->t_inputs, N * sizeof(int32_t), "inputs");
+    arena_carve(d, &r->t_inputs, (size_t)r->K * N * sizeof(int32_t), "inputs");
     arena_carve(d, &r->t_targets, N * sizeof(int32_t), "targets");
     arena_carve(d, &r->t_losses, act_bytes(r, po, np, "losses"), "losses");
-    r->acts = calloc((size_t)r->L, sizeof *r->acts);
-    for (int l = 0; l < r->L; l++) {
-        arena_carve(d, &r->acts[l].x, act_bytes(r, bl, nb, "x"), "acts.x");
-        if (!is_ckpt_block(r, l)) carve_block(r, &r->acts[l], d, ~r->act_mask);
+    int slots_x_blocks = r->K * r->L;
+    r->acts = calloc((size_t)slots_x_blocks, sizeof *r->acts);
+    for (int i = 0; i < slots_x_blocks; i++) {
+        arena_carve(d, &r->acts[i].x, act_bytes(r, bl, nb, "x"), "acts.x");
+        if (!is_ckpt_block(r, i % r->L)) carve_block(r, &r->acts[i], d, ~r->act_mask);
     }
     if (r->ckpt > 0) carve_block(r, &r->work, d, ~0u);  // shared by every checkpointed block
-    // offloaded activations: one device workspace, a host copy per non-checkpointed block
+    // offloaded activations: one device workspace, a host copy per non-checkpointed block and slot
     carve_block(r, &r->aws, d, r->act_mask);
-    r->hacts = calloc((size_t)r->L, sizeof *r->hacts);
-    for (int l = 0; l < r->L; l++) carve_block(r, &r->hacts[l], h, is_ckpt_block(r, l) ? 0u : r->act_mask);
+    r->hacts = calloc((size_t)slots_x_blocks, sizeof *r->hacts);
+    for (int i = 0; i < slots_x_blocks; i++)
+        carve_block(r, &r->hacts[i], h, is_ckpt_block(r, i % r->L) ? 0u : r->act_mask);
     arena_carve(d, &r->x_out, act_bytes(r, po, np, "x"), "acts.x_out");
     arena_carve(d, &r->scratch, act_bytes(r, bl, nb, "scratch"), "scratch");
     arena_carve(d, &r->lnf, act_bytes(r, po, np, "lnf"), "acts.lnf");
@@ -243,6 +292,13 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_carve(h, &r->h_targets, N * sizeof(int32_t), "host.targets");
     arena_carve(h, &r->h_losses, N * sizeof(float), "host.losses");
     arena_carve(h, &r->h_gather, (size_t)r->dp * N * sizeof(float), "host.losses_all_ranks");
+    size_t in_b = r->has_pre ? 0 : boundary_bytes(r), out_b = r->has_post ? 0 : boundary_bytes(r);
+    arena_carve(h, &r->h_fwd_recv, in_b, "host.pipe.act_in");
+    arena_carve(h, &r->h_bwd_recv, out_b, "host.pipe.grad_in");
+    for (int k = 0; k < 2; k++) {
+        arena_carve(h, &r->h_fwd_send[k], out_b, "host.pipe.act_out");
+        arena_carve(h, &r->h_bwd_send[k], in_b, "host.pipe.grad_out");
+    }
     if (arena_reserve(d, be, err, errlen) || arena_reserve(h, be, err, errlen)) return 1;
     // optimizer view of the flat buffers
     r->opt_tensors = calloc((size_t)r->num_tensors, sizeof *r->opt_tensors);
@@ -291,16 +347,17 @@ static void release_rest(BlockActs *a) {
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) arena_release(ts[i]);
 }
 
-// The tensors block l computes with: its own, and the offloaded ones in the
-// swap workspace (a copy of the descriptors; liveness stays with the originals).
-static BlockActs act_view(ModelRuntime *r, int l) {
-    BlockActs v = r->acts[l];
+// The tensors of acts[i] (block i mod L of slot i / L) it computes with: its
+// own, and the offloaded ones in the swap workspace (a copy of the
+// descriptors; liveness stays with the originals).
+static BlockActs act_view(ModelRuntime *r, int i) {
+    BlockActs v = r->acts[i];
     for (int k = 0; k < N_REST; k++)
         if (r->act_mask >> k & 1) *rest_tensor(&v, k) = *rest_tensor(&r->aws, k);
     return v;
 }
 
-// after block l's forward: its offloaded tensors go to the host (d2h), the workspace is free
+// after the forward of acts[i]: its offloaded tensors go to the host (d2h), the workspace is free
 static void acts_swap_out(ModelRuntime *r, int l) {
     for (int k = 0; k < N_REST; k++) {
         if (!(r->act_mask >> k & 1)) continue;
@@ -310,7 +367,7 @@ static void acts_swap_out(ModelRuntime *r, int l) {
     }
 }
 
-// before block l's backward: back into the workspace (h2d)
+// before the backward of acts[i]: back into the workspace (h2d)
 static void acts_swap_in(ModelRuntime *r, int l) {
     for (int k = 0; k < N_REST; k++) {
         if (!(r->act_mask >> k & 1)) continue;
@@ -425,35 +482,44 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
                       ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
 }
 
-void mr_forward_backward(ModelRuntime *r, float dloss) {
+int32_t *mr_inputs(ModelRuntime *r, int slot) { return (int32_t *)arena_ptr(&r->t_inputs) + (size_t)slot * r->B * r->T; }
+int32_t *mr_targets(ModelRuntime *r) { return arena_ptr(&r->t_targets); }
+
+// the activations of block l in slot k
+#define ACTS(k, l) ((k) * r->L + (l))
+
+void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, void *out_host) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
-    const int32_t *inputs = arena_ptr(&r->t_inputs), *targets = arena_ptr(&r->t_targets);
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
-    // unit u: 0 embedding, 1 + l block l, L + 1 final norm and head
-    zero_fwd_begin(r, 0);
-    if (r->tp == 1) {
-        be->embedding_forward(be, st, take(&r->acts[0].x), inputs, PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
+    size_t xbytes = (size_t)N * r->C * r->x;
+    // unit u: 0 embedding (or the tied head's copy of wte), 1 + l block l, L + 1 final norm and head
+    if (r->units[0].count) zero_fwd_begin(r, 0);
+    void *x0 = take(&r->acts[ACTS(slot, 0)].x);
+    if (!r->has_pre) {
+        be->copy_h2d(be, x0, in_host, xbytes, st);  // the previous stage's output
+    } else if (r->tp == 1) {
+        be->embedding_forward(be, st, x0, mr_inputs(r, slot), PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
     } else {  // vocabulary-parallel: each rank adds the rows it holds (wpe once, on tp rank 0), summed over tp
-        void *x0 = take(&r->acts[0].x);
-        be->embedding_forward_range(be, st, x0, inputs, PARAM(r->wte), r->tp_rank == 0 ? PARAM(r->wpe) : NULL, r->v0,
-                                    r->Vt, r->B, r->T, r->C);
+        be->embedding_forward_range(be, st, x0, mr_inputs(r, slot), PARAM(r->wte),
+                                    r->tp_rank == 0 ? PARAM(r->wpe) : NULL, r->v0, r->Vt, r->B, r->T, r->C);
         tp_sum(r, x0, (size_t)N * r->C);
     }
     for (int l = 0; l < r->L; l++) {
+        int i = ACTS(slot, l);
         int swapped = !is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
-        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[l], view;
+        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
         take_rest(a);
         if (swapped) {
             take_masked(&r->aws, r->act_mask);
-            view = act_view(r, l);
+            view = act_view(r, i);
             a = &view;
         }
-        ArenaTensor *next = l + 1 < r->L ? &r->acts[l + 1].x : &r->x_out;
+        ArenaTensor *next = l + 1 < r->L ? &r->acts[i + 1].x : &r->x_out;
         void *xnext = take(next);
         take(&r->scratch);
-        const void *xin = arena_ptr(&r->acts[l].x);
+        const void *xin = arena_ptr(&r->acts[i].x);
         zero_fwd_begin(r, 1 + l);
         block_forward_to_act(r, l, a, xin);
         be->matmul_forward(be, st, arena_ptr(&r->scratch), NULL, arena_ptr(&a->act), PARAM(r->blk[l].fcproj_w),
@@ -462,7 +528,23 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
         be->residual_forward(be, st, xnext, arena_ptr(&a->mid), arena_ptr(&r->scratch), (size_t)N * r->C);
         arena_release(&r->scratch);
         if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
-        else if (swapped) acts_swap_out(r, l);
+        else if (swapped) acts_swap_out(r, i);
+    }
+    if (!r->has_post) {  // the output goes to the next stage
+        be->copy_d2h(be, out_host, arena_ptr(&r->x_out), xbytes, st);
+        be->stream_synchronize(be, st);
+        arena_release(&r->x_out);
+        if (dloss == 0.0f) {  // evaluation: no backward follows
+            for (int l = r->L - 1; l >= 0; l--) {
+                int i = ACTS(slot, l);
+                if (!is_ckpt_block(r, l)) {
+                    release_rest(&r->acts[i]);
+                    release_masked(&r->hacts[i], r->act_mask);
+                }
+                arena_release(&r->acts[i].x);
+            }
+        }
+        return;
     }
     void *lnf = take(&r->lnf), *lnf_mean = take(&r->lnf_mean), *lnf_rstd = take(&r->lnf_rstd);
     void *logits = take(&r->logits);
@@ -472,17 +554,18 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->Vt);  // (N, Vt)
     // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot)
     if (r->tp == 1) {
-        be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, targets, N, r->V, r->V, dloss);
+        be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, mr_targets(r), N, r->V, r->V,
+                                          dloss);
     } else {  // vocabulary-parallel: global row max, then global sum of exp and the target's logit
         float *rowmax = arena_ptr(&r->t_ce_stats), *stats = rowmax + N;
         be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vt);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
-        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, targets, r->v0, N, r->Vt, r->Vt);
+        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vt, r->Vt);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
-        be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, targets, r->v0, N,
-                                      r->Vt, r->Vt, dloss);
+        be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, mr_targets(r), r->v0,
+                                      N, r->Vt, r->Vt, dloss);
     }
     if (dloss == 0.0f) {  // evaluation: drop every activation
         arena_release(&r->logits);
@@ -491,35 +574,49 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
         arena_release(&r->lnf_rstd);
         arena_release(&r->x_out);
         for (int l = r->L - 1; l >= 0; l--) {
+            int i = ACTS(slot, l);
             if (!is_ckpt_block(r, l)) {
-                release_rest(&r->acts[l]);
-                release_masked(&r->hacts[l], r->act_mask);
+                release_rest(&r->acts[i]);
+                release_masked(&r->hacts[i], r->act_mask);
             }
-            arena_release(&r->acts[l].x);
+            arena_release(&r->acts[i].x);
         }
-        return;
     }
-    // ---- backward ----
+}
+
+void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_host) {
+    Backend *be = r->be;
+    BackendStream *st = r->stream;
+    NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
+    int N = r->B * r->T;
+    size_t xbytes = (size_t)N * r->C * r->x;
     void *d_res = take(&r->d_res), *d_ln = take(&r->d_ln);
     take(&r->d_att);
     take(&r->d_qkv);
     take(&r->d_act);
     take(&r->d_fc);
-    zero_bwd_begin(r, r->L + 1);
-    be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C, r->Vt);
-    tp_sum(r, d_ln, (size_t)N * r->C);  // vocabulary-parallel head: dL/dlnf summed over tp
-    arena_release(&r->logits);
-    be->memset_device(be, d_res, 0, (size_t)N * r->C * r->x, st);
-    be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out), PARAM(r->lnf_w),
-                      lnf_mean, lnf_rstd, N, r->C);
-    zero_bwd_end(r, r->L + 1);
-    arena_release(&r->lnf);
-    arena_release(&r->lnf_mean);
-    arena_release(&r->lnf_rstd);
-    arena_release(&r->x_out);
+    if (r->has_post) {
+        void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
+        zero_bwd_begin(r, r->L + 1);
+        be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C,
+                            r->Vt);
+        tp_sum(r, d_ln, (size_t)N * r->C);  // vocabulary-parallel head: dL/dlnf summed over tp
+        arena_release(&r->logits);
+        be->memset_device(be, d_res, 0, xbytes, st);
+        be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out),
+                          PARAM(r->lnf_w), ptr_or_null(&r->lnf_mean), arena_ptr(&r->lnf_rstd), N, r->C);
+        zero_bwd_end(r, r->L + 1);
+        arena_release(&r->lnf);
+        arena_release(&r->lnf_mean);
+        arena_release(&r->lnf_rstd);
+        arena_release(&r->x_out);
+    } else {
+        be->copy_h2d(be, d_res, dout_host, xbytes, st);  // dL/d(output) from the next stage
+    }
     for (int l = r->L - 1; l >= 0; l--) {
-        BlockActs *a = &r->acts[l], view = r->acts[l];
-        const void *xin = arena_ptr(&r->acts[l].x);
+        int i = ACTS(slot, l);
+        BlockActs *a = &r->acts[i], view = r->acts[i];
+        const void *xin = arena_ptr(&r->acts[i].x);
         int swapped = !is_ckpt_block(r, l) && r->act_mask;
         zero_bwd_begin(r, 1 + l);
         if (is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
@@ -530,21 +627,29 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
             arena_release(&r->scratch);
             view = *a;
         } else if (swapped) {  // the offloaded tensors come back into the workspace
-            acts_swap_in(r, l);
-            view = act_view(r, l);
+            acts_swap_in(r, i);
+            view = act_view(r, i);
         }
         block_backward(r, l, &view, xin);
         zero_bwd_end(r, 1 + l);
         release_rest(a);
         if (swapped) release_masked(&r->aws, r->act_mask);
-        arena_release(&r->acts[l].x);
+        arena_release(&r->acts[i].x);
     }
-    zero_bwd_begin(r, 0);
-    if (r->tp == 1) be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->B, r->T, r->C);
-    else  // d_res is replicated: every rank adds to its own rows and to the (replicated) wpe
-        be->embedding_backward_range(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, inputs, r->v0, r->Vt, r->B, r->T,
-                                     r->C);
-    zero_bwd_end(r, 0);
+    if (r->units[0].count) {
+        // the embedding's gradient, or (tied copy) the head's gradient of wte already in its buffer
+        zero_bwd_begin(r, 0);
+        if (r->has_pre && r->tp == 1)
+            be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, mr_inputs(r, slot), r->B, r->T, r->C);
+        else if (r->has_pre)  // d_res is replicated: every rank adds to its own rows and to the (replicated) wpe
+            be->embedding_backward_range(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, mr_inputs(r, slot), r->v0, r->Vt,
+                                         r->B, r->T, r->C);
+        zero_bwd_end(r, 0);
+    }
+    if (!r->has_pre) {  // dL/d(input) to the previous stage
+        be->copy_d2h(be, din_host, d_res, xbytes, st);
+        be->stream_synchronize(be, st);
+    }
     zero_bwd_finish(r);
     arena_release(&r->d_res);
     arena_release(&r->d_ln);
@@ -552,4 +657,9 @@ void mr_forward_backward(ModelRuntime *r, float dloss) {
     arena_release(&r->d_qkv);
     arena_release(&r->d_act);
     arena_release(&r->d_fc);
+}
+
+void mr_forward_backward(ModelRuntime *r, float dloss) {
+    mr_forward(r, 0, dloss, NULL, NULL);
+    if (dloss != 0.0f) mr_backward(r, 0, NULL, NULL);
 }

@@ -1,12 +1,16 @@
-// The model as the training loop runs it on one rank (one pipeline stage
-// holding every block, this rank's tensor-parallel shard of it): where each
-// parameter lives in the flat buffers, which activation tensors each block
-// keeps, the memory plan that carves all of them from the arenas before step
-// 0, and forward/backward written with backend ops only (so every backend
-// runs the same code).
+// The model as the training loop runs it on one rank (one pipeline stage:
+// its blocks [first, first + L), the embedding on the first stage, the final
+// norm, head and loss on the last; this rank's tensor-parallel shard of it):
+// where each parameter lives in the flat buffers, which activation tensors
+// each block keeps, the memory plan that carves all of them from the arenas
+// before step 0, and forward/backward written with backend ops only (so every
+// backend runs the same code).
 //
 // Layout of the flat buffers (params, grads, master, m, v): the tensors of
-// model_params() for PART_PRE, then block 0..L-1, then PART_POST. Each of
+// model_params() for PART_PRE, then the stage's blocks, then PART_POST; a
+// part a stage does not run is an empty unit. With tied embeddings and
+// several stages the last stage's pre unit holds a copy of wte (the head);
+// its gradient is summed with the first stage's before the step. Each of
 // these parts is a unit; under ZeRO >= 1 every unit is padded to a multiple of
 // dp, and each state keeps per unit either the whole unit or this rank's
 // shard, split between the device and host arenas (runtime/zero.h). Weights
@@ -22,6 +26,11 @@
 // non-checkpointed block computes its largest saved tensors (up to ao of its
 // saved bytes) in one shared device workspace, copies them to its own host
 // buffers after its forward and back before its backward.
+//
+// Pipeline (docs/pipeline.md): up to K = min(S - s, G) micro-batches have
+// saved activations at once on stage s, so every block's own tensors and the
+// stage's token inputs exist once per in-flight slot (micro-batch g uses slot
+// g mod K; 1F1B keeps the in-flight ones a run of consecutive g).
 #ifndef MIST_MODEL_RUNTIME_H
 #define MIST_MODEL_RUNTIME_H
 #include <stddef.h>
@@ -53,7 +62,16 @@ typedef struct {
     ParamSpec spec;
     TpShard shard;
     size_t goffset;       // element offset of the global tensor in a whole-model array (checkpoints)
+    int gidx;             // index of the tensor in the whole model's order (seeds its init)
+    int tied_copy;        // the last stage's copy of wte (tied head, S > 1): not saved, not in the norm
 } ParamTensor;
+
+// Which part of the model this rank's stage runs (mr_set_pipeline).
+typedef struct {
+    int stage, stages;            // 0 .. stages-1; stages = 0: not set, one stage with every block
+    int first_layer, num_layers;  // the stage's blocks
+    int G;                        // micro-batches per iteration
+} MrPipeline;
 
 // Offsets (in elements) of one block's parameters; -1 when absent.
 typedef struct {
@@ -73,10 +91,14 @@ typedef struct {
 } BlockActs;
 
 typedef struct ModelRuntime {
-    ModelConfig m;
+    ModelConfig m;         // the whole model (m.layers: every stage's blocks)
+    MrPipeline pipe;       // kept by the layout (set before it)
+    int has_pre, has_post; // embedding (first stage), final norm + head + loss (last stage)
+    int tied_copy;         // the pre unit is the last stage's copy of wte
+    int K;                 // in-flight micro-batch slots: min(S - s, G)
     Backend *be;
     BackendStream *stream;
-    int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;  // NH, NKV, F, FC, QKV: this tp rank's share; V global
+    int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;  // NH, NKV, F, FC, QKV: this tp rank's share; V global; L: the stage's blocks
     // tensor parallelism (Megatron): tp ranks of one stage split every block
     // matrix (column-parallel qkv and fc by output rows, row-parallel
     // attn_proj and fc_proj by input columns) and the vocabulary of wte and
@@ -101,14 +123,16 @@ typedef struct ModelRuntime {
     Arena dev, host;
     ArenaTensor t_params, t_grads, t_master, t_m, t_v, t_norm_acc;
     ArenaTensor t_ce_stats;  // tp > 1: f32(3N) vocab-parallel cross-entropy [rowmax | sum exp | target logit]
-    ArenaTensor t_inputs, t_targets, t_losses;     // device: i32(N), i32(N), f32(N)
+    ArenaTensor t_inputs, t_targets, t_losses;     // device: i32(K,N), i32(N), f32(N)
     ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
-    BlockActs *acts;       // (L) own tensors for non-checkpointed blocks
+    ArenaTensor h_fwd_recv, h_bwd_recv;            // host X(N,C): boundary activation / gradient in
+    ArenaTensor h_fwd_send[2], h_bwd_send[2];      // host X(N,C) x2: out (a send may still be in flight)
+    BlockActs *acts;       // (K, L) own tensors for non-checkpointed blocks, per slot
     BlockActs work;        // recompute workspace of checkpointed blocks
     double ao;             // activation offload fraction
     unsigned act_mask;     // saved tensors a non-checkpointed block offloads (bits: BlockActs order after x)
     BlockActs aws;         // device workspace of the offloaded tensors (the others 0 bytes)
-    BlockActs *hacts;      // (L) host copies of the offloaded tensors
+    BlockActs *hacts;      // (K, L) host copies of the offloaded tensors
     ArenaTensor x_out;     // X(N,C) output of the last block
     ArenaTensor scratch;   // X(N,C) projection outputs (transient)
     ArenaTensor lnf, lnf_mean, lnf_rstd, logits;   // X(N,C), f32(N), f32(N), X(N,V)
@@ -138,6 +162,12 @@ typedef struct ModelRuntime {
     Optimizer opt;
 } ModelRuntime;
 
+// The stage this runtime holds, for the next mr_layout* call (which keeps
+// it): stage of stages, blocks [first_layer, first_layer + num_layers), G
+// micro-batches per iteration. Without it (r zeroed) the layout holds the
+// whole model.
+void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, int num_layers, int G);
+
 // Reads the parameter layout from models/model.h and checks what this runtime
 // supports. 0, or 2 with err (config error). Unsharded, nothing offloaded.
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen);
@@ -153,8 +183,9 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
 // Carves every tensor from the arenas (sized by model_acts) and reserves them
 // once. 0, or 1 with err.
 int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);
-// Predicted peak bytes of the device and host arenas for one iteration, from
-// the model description alone (sizes of the same phases, no arena involved).
+// Predicted peak bytes of the device and host arenas for one iteration (the
+// stage's forwards and backwards in 1F1B order), from the model description
+// alone (sizes of the same phases, no arena involved).
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak);
 // Takes the tensors that live for the whole run (params, grads, optimizer
 // state, staging, token buffers) and fills params from the seeded
@@ -171,10 +202,25 @@ float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed);
 void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n);
 void mr_tp_scatter(const ModelRuntime *r, const float *global, float *local, int n);
 
-// One micro-batch: tokens already in t_inputs / t_targets; r->micro_last
-// says whether gradients are synchronised over dp after it. Forward, fused
-// cross-entropy with dloss (0 = no backward: evaluation), backward
-// accumulating into grads. Per-token losses land in t_losses.
+// Device pointers to the token inputs of slot k (first stage) and the
+// targets (last stage), each i32(b, T).
+int32_t *mr_inputs(ModelRuntime *r, int slot);
+int32_t *mr_targets(ModelRuntime *r);
+
+// The forward of the micro-batch in slot `slot`: from the tokens of the slot
+// (first stage) or the boundary activation in_host (host X(N,C), other
+// stages); the output goes to out_host (host X(N,C), all but the last stage)
+// or through the fused cross-entropy with dloss into t_losses (last stage:
+// per-token losses; logits become dL/dlogits). dloss = 0 is evaluation:
+// every activation is dropped at the end, no backward follows.
+void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, void *out_host);
+// The backward of slot `slot`, accumulating into grads: from the loss (last
+// stage) or the output gradient dout_host (host X(N,C)); the input gradient
+// goes to din_host (host X(N,C), all but the first stage). r->micro_last
+// says whether gradients are synchronised over dp after it.
+void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_host);
+// One stage holding the whole model: tokens already in slot 0 / targets;
+// mr_forward, then (dloss != 0) mr_backward.
 void mr_forward_backward(ModelRuntime *r, float dloss);
 void mr_free(ModelRuntime *r);
 

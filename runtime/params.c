@@ -6,6 +6,7 @@
 #include "models/model.h"
 #include "runtime/comm.h"
 #include "runtime/model_runtime.h"
+#include "runtime/pipeline_schedule.h"
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -18,7 +19,13 @@ static int64_t find(const ModelRuntime *r, const char *name) {
     return -1;
 }
 
-static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const char *prefix, char *err, size_t errlen) {
+// What of a part a stage holds: nothing (an empty unit), every tensor, or
+// only wte (the last stage's copy for its tied head).
+enum { PART_NONE = 0, PART_ALL = 1, PART_WTE_COPY = 2 };
+
+// Appends a part as one unit; gidx0 is the whole-model index of its first tensor.
+static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const char *prefix, int what, int gidx0,
+                    char *err, size_t errlen) {
     ParamSpec spec[MR_MAX_TENSORS_PER_PART];
     int n = model_params(m, part, spec, MR_MAX_TENSORS_PER_PART);
     if (n > MR_MAX_TENSORS_PER_PART || r->num_tensors + n > MR_MAX_TENSORS) {
@@ -27,7 +34,10 @@ static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const
         return 2;
     }
     for (int i = 0; i < n; i++) {
+        if (what == PART_NONE || (what == PART_WTE_COPY && strcmp(spec[i].name, "wte") != 0)) continue;
         ParamTensor *t = &r->tensors[r->num_tensors++];
+        t->gidx = gidx0 + i;
+        t->tied_copy = what == PART_WTE_COPY;
         snprintf(t->name, sizeof t->name, "%.23s%.31s", prefix, spec[i].name);
         // this tp rank's shard (the whole tensor at tp = 1)
         int rc = tp_shard(m, &spec[i], r->tp, r->tp_rank, &t->shard, err, errlen);
@@ -57,6 +67,10 @@ static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const
     r->units[r->num_units].off = r->Pp;
     r->unit_first_tensor[r->num_units] = r->num_tensors;
     return 0;
+}
+
+void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, int num_layers, int G) {
+    r->pipe = (MrPipeline){stage, stages, first_layer, num_layers, G};
 }
 
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
@@ -89,7 +103,14 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
 
 static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero, double wo,
                   double go, double oo, double ao, int tp, int tp_rank, char *err, size_t errlen) {
+    MrPipeline pipe = r->pipe;  // the one field set before the layout (kept by mr_layout_tp's relayout too)
     memset(r, 0, sizeof *r);
+    if (pipe.stages < 1) pipe = (MrPipeline){0, 1, 0, m->layers, 1};
+    r->pipe = pipe;
+    r->has_pre = pipe.stage == 0;
+    r->has_post = pipe.stage == pipe.stages - 1;
+    r->tied_copy = r->has_post && !r->has_pre && m->tied_embeddings;
+    r->K = pipeline_max_in_flight(pipe.stage, pipe.stages, pipe.G);  // 1 for a single stage
     r->tp = tp;
     r->tp_rank = tp_rank;
     r->zero = zero;
@@ -108,7 +129,7 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
     r->FC = m->activation == ACT_SWIGLU ? 2 * r->F : r->F;
     r->QKV = (r->NH + 2 * r->NKV) * r->HS;
     r->V = m->vocab;
-    r->L = m->layers;
+    r->L = pipe.num_layers;
     r->ckpt = ckpt;
     r->dp = dp;
     if (m->parallel_block) {
@@ -120,8 +141,15 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
         snprintf(err, errlen, "[model] hidden = %d is not a multiple of heads = %d", r->C, r->NH);
         return 2;
     }
+    if (pipe.stage < 0 || pipe.stage >= pipe.stages || pipe.first_layer < 0 || pipe.num_layers < 1 ||
+        pipe.first_layer + pipe.num_layers > m->layers || pipe.G < 1) {
+        snprintf(err, errlen, "[stage.%d] of %d stages: blocks %d..%d, G = %d; allowed: blocks inside 0..%d, G >= 1",
+                 pipe.stage, pipe.stages, pipe.first_layer, pipe.first_layer + pipe.num_layers - 1, pipe.G,
+                 m->layers - 1);
+        return 2;
+    }
     if (ckpt < 0 || ckpt > r->L) {
-        snprintf(err, errlen, "[stage.0] ckpt = %d: allowed 0..%d (the stage's blocks)", ckpt, r->L);
+        snprintf(err, errlen, "[stage.%d] ckpt = %d: allowed 0..%d (the stage's blocks)", pipe.stage, ckpt, r->L);
         return 2;
     }
     if (zero < 0 || zero > 3 || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||
@@ -132,13 +160,19 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
     }
     r->units = calloc((size_t)r->L + 3, sizeof *r->units);
     r->unit_first_tensor = calloc((size_t)r->L + 3, sizeof *r->unit_first_tensor);
-    int rc = add_part(r, m, PART_PRE, "", err, errlen);
+    // whole-model tensor indices: pre, block 0 .. layers-1, post
+    ParamSpec probe[MR_MAX_TENSORS_PER_PART];
+    int n_pre = model_params(m, PART_PRE, probe, MR_MAX_TENSORS_PER_PART);
+    int n_blk = model_params(m, PART_BLOCK, probe, MR_MAX_TENSORS_PER_PART);
+    int rc = add_part(r, m, PART_PRE, "", r->has_pre ? PART_ALL : r->tied_copy ? PART_WTE_COPY : PART_NONE, 0, err,
+                      errlen);
     r->blk = calloc((size_t)r->L, sizeof *r->blk);
     for (int l = 0; l < r->L && !rc; l++) {
         char prefix[24];
-        snprintf(prefix, sizeof prefix, "block.%d.", l);
+        int gl = pipe.first_layer + l;
+        snprintf(prefix, sizeof prefix, "block.%d.", gl);
         int first = r->num_tensors;
-        rc = add_part(r, m, PART_BLOCK, prefix, err, errlen);
+        rc = add_part(r, m, PART_BLOCK, prefix, PART_ALL, n_pre + gl * n_blk, err, errlen);
         if (rc) break;
         BlockParams *bp = &r->blk[l];
         int64_t *slots[] = {&bp->ln1_w, &bp->ln1_b, &bp->qkv_w, &bp->qkv_b, &bp->proj_w, &bp->proj_b,
@@ -155,20 +189,24 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
             rc = 2;
         }
     }
-    if (!rc) rc = add_part(r, m, PART_POST, "", err, errlen);
+    if (!rc) rc = add_part(r, m, PART_POST, "", r->has_post ? PART_ALL : PART_NONE, n_pre + m->layers * n_blk, err,
+                           errlen);
     if (rc) return rc;
     r->wte = find(r, "wte");
     r->wpe = find(r, "wpe");
     r->lnf_w = find(r, "lnf_w");
     r->lnf_b = find(r, "lnf_b");
     r->lm_head = m->tied_embeddings ? r->wte : find(r, "lm_head_w");
-    if (r->wte < 0 || r->lnf_w < 0 || r->lm_head < 0) {
+    if ((r->has_pre && r->wte < 0) || (r->has_post && (r->lnf_w < 0 || r->lm_head < 0))) {
         snprintf(err, errlen, "models/model.h pre/post parameters lack one of wte lnf_w lm_head_w");
         return 2;
     }
-    // the vocabulary range of this rank's wte rows (and LM head rows, the same split)
+    // the vocabulary range of this rank's wte rows and LM head rows (the same
+    // split); a stage holding neither (pipeline middle) keeps the whole range
+    r->v0 = 0;
+    r->Vt = r->V;
     for (int i = 0; i < r->num_tensors; i++)
-        if (!strcmp(r->tensors[i].name, "wte")) {
+        if (!strcmp(r->tensors[i].name, "wte") || !strcmp(r->tensors[i].name, "lm_head_w")) {
             r->v0 = (int)r->tensors[i].shard.first[0];
             r->Vt = (int)r->tensors[i].shard.count[0];
         }
@@ -189,8 +227,9 @@ float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed) {
     if (t->unit_init) return 1.0f;
     if (t->zero_init) return 0.0f;
     double std = r->m.init_std;
-    if (t->residual_proj) std /= sqrt(2.0 * r->L);
-    uint64_t bits = mix64(mix64(seed ^ mix64((uint64_t)k + 1)) + (uint64_t)i);
+    if (t->residual_proj) std /= sqrt(2.0 * r->m.layers);
+    // keyed by the whole-model index: every stage split draws the same values
+    uint64_t bits = mix64(mix64(seed ^ mix64((uint64_t)t->gidx + 1)) + (uint64_t)i);
     // Box-Muller from two 32-bit uniforms in (0, 1]
     double u1 = ((double)(bits >> 32) + 1.0) / 4294967296.0;
     double u2 = ((double)(bits & 0xffffffffu) + 1.0) / 4294967296.0;
@@ -215,6 +254,9 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     arena_take(&r->h_targets);
     arena_take(&r->h_losses);
     arena_take(&r->h_gather);
+    arena_take(&r->h_fwd_recv);
+    arena_take(&r->h_bwd_recv);
+    for (int k = 0; k < 2; k++) arena_take(&r->h_fwd_send[k]), arena_take(&r->h_bwd_send[k]);
     zero_take(r);
     // the fp32 weights of the whole model are made on the host (padding 0);
     // every rank keeps its part (bf16 weights are rounded from them)

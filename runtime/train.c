@@ -1,14 +1,17 @@
 // The training loop of one pipeline stage with data and tensor parallelism
-// over ranks (tp: runtime/model_runtime.c, docs/tensor-parallel.md):
-// G micro-batches of b sequences per rank, gradients reduced over the dp
+// over its ranks (tp: runtime/model_runtime.c, docs/tensor-parallel.md): G
+// micro-batches of b sequences per rank in 1F1B order between the stages
+// (runtime/pipeline_run.c), gradients reduced over the stage's dp
 // group (all-reduce, or reduce-scatter into shards under ZeRO >= 1; the
 // per-unit schedule of gathers, swaps and deferred optimizer steps is in
-// runtime/zero.c), global-norm clipping, AdamW, logs, validation, checkpoints.
+// runtime/zero.c), global-norm clipping over every stage, AdamW, logs,
+// validation, checkpoints.
 //
 // Loss scaling: every micro-batch's cross-entropy gradient is scaled by
 // dloss = 1 / (b*T*G*dp), so after accumulating G micro-batches and summing
 // over dp ranks the gradient is the mean over all tokens of the global batch,
-// the same quantity for any (dp, G, b) with the same b*G*dp.
+// the same quantity for any (dp, G, b) with the same b*G*dp (b*dp, the
+// micro-batch, is the same in every stage).
 #include <config.h>  // the build's config (HAVE_CUDA), not runtime/config.h
 #include "runtime/train.h"
 #include <math.h>
@@ -23,6 +26,7 @@
 #include "planner/search.h"
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
+#include "runtime/pipeline_run.h"
 #include "runtime/trainlog.h"
 
 static double now_s(void) {
@@ -37,6 +41,10 @@ typedef struct {
     const CommBackend *comm;
     ModelRuntime *r;
     int G;
+    DataLoader *dl;  // the loader PipeData.load reads (train or val)
+    const char *what;  // its [data] key, for errors
+    char *err;
+    size_t errlen;
 } Run;
 
 // Sum of per-token losses of one micro-batch over the dp group, added in the
@@ -56,29 +64,23 @@ static double micro_batch_loss_sum(Run *run) {
     return sum;
 }
 
-static int load_batch(Run *run, DataLoader *dl, int64_t it, int g, char *err, size_t errlen) {
+// micro-batch g of iteration it: tokens (first stage) into slot `slot`, targets (last stage)
+static int load_batch(void *ctx, int64_t it, int g, int slot) {
+    Run *run = ctx;
     ModelRuntime *r = run->r;
     Backend *be = r->be;
     size_t bytes = (size_t)r->B * r->T * sizeof(int32_t);
     int32_t *hi = arena_ptr(&r->h_inputs), *ht = arena_ptr(&r->h_targets);
-    if (dataloader_next_batch(dl, it, g, hi, ht, err, errlen)) return -1;
-    be->copy_h2d(be, arena_ptr(&r->t_inputs), hi, bytes, r->stream);
-    be->copy_h2d(be, arena_ptr(&r->t_targets), ht, bytes, r->stream);
+    if (dataloader_next_batch(run->dl, it, g, hi, ht, run->err, run->errlen)) {
+        fprintf(stderr, "mist-train: rank %d: [data] %s: %s\n", run->grid->world_rank, run->what, run->err);
+        return -1;
+    }
+    if (r->has_pre) be->copy_h2d(be, mr_inputs(r, slot), hi, bytes, r->stream);
+    if (r->has_post) be->copy_h2d(be, mr_targets(r), ht, bytes, r->stream);
     return 0;
 }
 
-static double validation_loss(Run *run, DataLoader *vdl, int batches, char *err, size_t errlen, int *rc) {
-    double sum = 0.0;
-    for (int g = 0; g < batches; g++) {
-        if (load_batch(run, vdl, 0, g, err, errlen)) {
-            *rc = 1;
-            return NAN;
-        }
-        mr_forward_backward(run->r, 0.0f);
-        sum += micro_batch_loss_sum(run);
-    }
-    return sum / ((double)batches * run->r->dp * run->r->B * run->r->T);
-}
+static double loss_sum_cb(void *ctx) { return micro_batch_loss_sum(ctx); }
 
 // Every parameter tensor as a checkpoint entry over whole-model host arrays:
 // fp32 weights (the master under bf16), Adam m, Adam v (3 x Pglobal floats,
@@ -105,17 +107,22 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
 
 void train_runtime_limits(SearchLimits *lim) {
     memset(lim, 0, sizeof *lim);
-    lim->max_stages = 1;
-    lim->max_tp = 0;  // any: tensor parallelism runs (the config checks that tp divides heads, kv_heads, ffn)
+    lim->max_stages = 0;     // any: 1F1B pipeline (runtime/pipeline_run.c)
+    lim->max_tp = 0;         // any: tensor parallelism (the config checks that tp divides heads, kv_heads, ffn)
+    lim->max_tp_staged = 1;  // but not both in one plan yet
 }
 
 // Keep in step with train_runtime_limits().
 static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
     const Plan *p = &cfg->plan.plan;
-    if (p->num_stages != 1) {
-        snprintf(err, errlen, "[plan] stages = %d: the training runtime runs one pipeline stage; allowed: 1. "
-                              "Hint: set stages = 1 and put every layer in [stage.0]", p->num_stages);
-        return 2;
+    for (int i = 0; i < p->num_stages && p->num_stages > 1; i++) {
+        const StagePlan *s = &p->stage[i];
+        if (s->tp != 1) {
+            snprintf(err, errlen, "[stage.%d] tp = %d with %d pipeline stages: the training runtime does not combine "
+                     "tensor and pipeline parallelism yet; allowed: tp = 1 when stages > 1, or stages = 1 with any tp. "
+                     "Hint: use dp (with zero = 1..3) in the stages, or one stage with tp", i, s->tp, p->num_stages);
+            return 2;
+        }
     }
 
     if (cfg->train.precision == PREC_FP16) {
@@ -138,9 +145,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         return rc;
     }
-    const StagePlan *sp = &cfg->plan.plan.stage[0];
+    const StagePlan *sp = &cfg->plan.plan.stage[grid->stage];
     const TrainConfig *tc = &cfg->train;
-    int G = cfg->plan.plan.G, dp = grid->dp_size, tp = grid->tp_size;
+    int G = cfg->plan.plan.G, dp = grid->dp_size, tp = grid->tp_size, S = cfg->plan.plan.num_stages;
     MistDtype dtype = tc->precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
     // the device the launcher picked for this rank: "cuda:N", or "cpu" (the
     // device is then emulated: its memory is the accounted arena)
@@ -160,20 +167,21 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // the stage reaches the same verdict, so all stop together.
     if (!on_host && (dp > 1 || tp > 1)) {
         if (root)
-            fprintf(stderr, "mist-train: %s: [stage.0] dp = %d, tp = %d on GPUs: data and tensor parallelism across "
-                    "GPUs need the NCCL comm backend, which is not available yet; allowed: dp = tp = 1 per GPU job. "
-                    "Hint: run one rank, or MIST_DEVICE=cpu to train in parallel on the CPU backend\n", cfg->source,
-                    dp, tp);
+            fprintf(stderr, "mist-train: %s: [stage.%d] dp = %d, tp = %d on GPUs: data and tensor parallelism "
+                    "across GPUs need the NCCL comm backend, which is not available yet; allowed: dp = tp = 1 per GPU "
+                    "job. Hint: run one rank, or MIST_DEVICE=cpu to train in parallel on the CPU backend\n",
+                    cfg->source, grid->stage, dp, tp);
         be->destroy(be);
         return 1;
     }
     static ModelRuntime model;  // large (parameter table): not on the stack
     ModelRuntime *r = &model;
+    mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
     if (rc) {
-        if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+        if (grid->dp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
         return rc;
     }
@@ -189,9 +197,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         char a[32], b2[32];
         trainlog_format_bytes(pred_dev, a, sizeof a);
         trainlog_format_bytes(pred_host, b2, sizeof b2);
-        printf("mist: %zu parameters (%zu per tp rank), dtype %s, b=%d G=%d dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g "
-               "oo=%g ao=%g\n", r->Pglobal, r->P, mist_dtype_name(dtype), r->B, G, dp, tp, r->ckpt, r->zero, r->wo,
-               r->go, r->oo, r->ao);
+        printf("mist: %lld parameters, dtype %s, %d stage%s, stage 0: %zu parameters (%zu per tp rank), b=%d G=%d "
+               "dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", (long long)model_param_count(&cfg->model),
+               mist_dtype_name(dtype), S, S > 1 ? "s" : "", r->Pglobal, r->P, r->B, G, dp, tp, r->ckpt, r->zero,
+               r->wo, r->go, r->oo, r->ao);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
                (long long)pred_host);
     }
@@ -208,7 +217,15 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     r->dpg = grid->dp;
     r->tpg = grid->tp;
     mr_init_params(r, tc->seed);
-    Run run = {cfg, grid, comm, r, G};
+    Run run = {cfg, grid, comm, r, G, NULL, "train", err, sizeof err};
+    PipeRun pipe;
+    if (pipe_init(&pipe, r, grid, &cfg->plan.plan, err, sizeof err)) {
+        if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+        mr_free(r);
+        be->destroy(be);
+        return 2;
+    }
+    PipeData train_data = {load_batch, loss_sum_cb, &run};
     // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
     r->opt = (Optimizer){.backend = be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),
                          .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
@@ -230,6 +247,21 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         return 1;
     }
     CkptTensor *ct = global_state ? ckpt_tensors(r, global_state) : NULL;
+    // several stages (tp = 1): rank 0 assembles the whole model for a save in
+    // the layout of one stage holding every block (pipe_gather_state)
+    static ModelRuntime full;
+    float *whole = NULL;
+    CkptTensor *whole_ct = NULL;
+    if (S > 1 && host_state && root) {
+        mr_layout(&full, &cfg->model, 1, 0, 1, err, sizeof err);
+        whole = calloc(3 * full.Pp, sizeof(float));
+        if (!whole) {
+            fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
+                    full.Pp);
+            comm->abort(1, "out of memory");
+        }
+        whole_ct = ckpt_tensors(&full, whole);
+    }
     int exit_code = 0;
     if (dataloader_open(&dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, err, sizeof err) ||
         dataloader_set_rank(dl, tc->global_batch, r->B, dp, grid->dp_index, err, sizeof err)) {
@@ -296,22 +328,14 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     int64_t nan_from = fault ? atoll(fault) : 0;
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
-        double loss_sum = 0.0;
-        for (int g = 0; g < G; g++) {
-            if (load_batch(&run, dl, it, g, err, sizeof err)) {
-                fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", rank, err);
-                comm->abort(1, "data error");
-            }
-            r->micro_last = g == G - 1;  // gradients are reduced over dp after the last one
-            mr_forward_backward(r, dloss);
-            loss_sum += micro_batch_loss_sum(&run);
-        }
+        run.dl = dl;
+        double loss_sum = pipe_train_iteration(&pipe, it, dloss, &train_data);
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
         if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
         be->stream_synchronize(be, r->stream);
         // gradients are summed over dp (dloss already divides by the global token
-        // count); the norm covers every rank's shard
-        double norm = zero_grad_norm(r);
+        // count); the norm covers every rank's shard of every stage
+        double norm = pipe_grad_norm(&pipe);
         double lr = lr_at(tc, it);
         if (!isfinite(loss) || !isfinite(norm)) {
             nonfinite++;
@@ -342,13 +366,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         train_flops_rates(&flops, dt, &stats.tflops_per_device, &stats.mfu, &stats.hfu);
         have_stats = 1;
         if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
-            int vrc = 0;
             zero_flush(r);
-            stats.val_loss = validation_loss(&run, vdl, val_batches, err, sizeof err, &vrc);
-            if (vrc) {
-                fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", rank, err);
-                comm->abort(1, "data error");
-            }
+            run.dl = vdl, run.what = "val";
+            stats.val_loss = pipe_eval(&pipe, val_batches, &train_data) / ((double)val_batches * dp * r->B * r->T);
+            run.dl = dl, run.what = "train";
             stats.has_val = 1;
         }
         trainlog_iteration(log, &stats);
@@ -362,9 +383,13 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             int crc = 0;
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
-            if (grid->dp_index == 0) mr_tp_gather(r, host_state, global_state, 3);  // world rank 0 gets the model
-            if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, ct, r->num_tensors, err,
-                                            sizeof err);
+            if (S > 1) {
+                pipe_gather_state(&pipe, &full, host_state, whole);
+            } else if (grid->dp_index == 0) {
+                mr_tp_gather(r, host_state, global_state, 3);  // world rank 0 gets the model
+            }
+            if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, S > 1 ? whole_ct : ct,
+                                            S > 1 ? full.num_tensors : r->num_tensors, err, sizeof err);
             if (crc) {
                 fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, err);
                 comm->abort(1, "checkpoint error");
@@ -404,6 +429,10 @@ done:
     free(ct);
     free(host_state);
     free(global_state);
+    free(whole_ct);
+    free(whole);
+    if (whole) mr_free(&full);
+    pipe_free(&pipe);
     mr_free(r);
     be->destroy(be);
     return exit_code;

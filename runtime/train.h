@@ -8,7 +8,8 @@ struct Grid;
 struct SearchLimits;
 
 // What this runtime executes, for the planner's search under [plan] mode = auto:
-// one pipeline stage; any tp, ZeRO level, offload ratios and checkpointing.
+// any pipeline stages with tp = 1, or one stage with any tp; any ZeRO level,
+// offload ratios and checkpointing.
 // check_supported() in train.c enforces the same limits on a fixed plan; widen
 // both together.
 void train_runtime_limits(struct SearchLimits *lim);

@@ -349,6 +349,10 @@ static void prefetch(ModelRuntime *r, int u) {
     if (u < 0 || u >= r->num_units) return;
     if (r->due[u]) unit_step(r, u);
     const MrUnit *U = &r->units[u];
+    if (U->padded == 0) {  // a part this pipeline stage does not hold
+        r->need_gather[u] = 0;
+        return;
+    }
     size_t lo = (size_t)r->dp_rank * U->shard;
     if (!staged_w(r)) {
         if (r->need_gather[u])  // zero 1/2: every rank stepped its shard; gather in place
@@ -422,7 +426,9 @@ void zero_bwd_begin(ModelRuntime *r, int u) {
     ensure_weights(r, u);
     if (u > 0) prefetch(r, u - 1);
     begin_grads(r, u);
-    if (u == r->num_units - 1) begin_grads(r, 0);  // a tied head adds to the embedding's gradient
+    // a tied head adds to the embedding's gradient (or, on the last of several
+    // stages, to the gradient of its copy of wte)
+    if (u == r->num_units - 1 && r->units[0].count) begin_grads(r, 0);
 }
 
 // stored gradient elements [i, i+n) of unit u += src (device)
@@ -509,7 +515,7 @@ double zero_grad_norm(ModelRuntime *r) {
         // ||g||^2 of the whole model = sum over tp ranks of their shards of the
         // split tensors + the replicated tensors once: tp rank 0 counts them
         // (their gradients are the same bits on every tp rank), the others skip
-        for (int u = 0; u < r->num_units; u++) {
+        for (int u = r->tied_copy ? 1 : 0; u < r->num_units; u++) {
             size_t lo, len;
             step_range(r, u, &lo, &len);
             for (int k = r->unit_first_tensor[u]; k < r->unit_first_tensor[u + 1] && len; k++) {
@@ -522,10 +528,11 @@ double zero_grad_norm(ModelRuntime *r) {
                 be->norm_squared_accumulate(be, r->stream, acc, g, b - a);
             }
         }
-    } else if (r->zero == 0 && r->sg.host_elems == 0) {  // one pass over the whole buffer
+    } else if (r->zero == 0 && r->sg.host_elems == 0 && !r->tied_copy) {  // one pass over the whole buffer
         be->norm_squared_accumulate(be, r->stream, acc, arena_ptr(&r->t_grads), r->sg.dev_elems);
     } else {
-        for (int u = 0; u < r->num_units; u++) {
+        // the last stage's copy of wte is counted once, on the first stage
+        for (int u = r->tied_copy ? 1 : 0; u < r->num_units; u++) {
             size_t lo, len;
             step_range(r, u, &lo, &len);
             if (!len) continue;
@@ -540,6 +547,25 @@ double zero_grad_norm(ModelRuntime *r) {
     if (r->zero >= 1 && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->dpg));
     if (r->tp > 1) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->tpg));
     return sqrt((double)host);
+}
+
+void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute) {
+    Backend *be = r->be;
+    const MrUnit *U = &r->units[0];
+    size_t x = r->x, count = (size_t)r->V * r->C;  // wte (V, C) opens unit 0 on both stages
+    size_t lo, len;  // the unit positions this rank holds reduced (zero >= 1: its shard)
+    if (r->zero == 0) lo = 0, len = U->padded;
+    else lo = (size_t)r->dp_rank * U->shard, len = U->shard;
+    char *full = calloc(U->padded ? U->padded : 1, x);
+    if (!full) r->comm->abort(1, "zero.c: out of host memory for the tied embedding gradient");
+    store_read_host(r, &r->sg, 0, lo - r->sg.base[0], len, full + lo * x);
+    if (r->zero >= 1 && use_comm(r))  // the other shards of this stage's dp group
+        commCheck(r->comm, r->comm->all_gather(full + lo * x, full, U->shard, be->dtype, r->dpg));
+    if (!contribute) memset(full, 0, count * x);
+    commCheck(r->comm, r->comm->all_reduce(full, full, count, be->dtype, COMM_SUM, tied));
+    size_t end = lo + len < count ? lo + len : count;
+    if (lo < end) store_write_host(r, &r->sg, 0, lo - r->sg.base[0], end - lo, full + lo * x);
+    free(full);
 }
 
 void zero_schedule_step(ModelRuntime *r, float lr, float grad_scale) {

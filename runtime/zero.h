@@ -2,9 +2,12 @@
 //
 // A *unit* is the flat parameter range of one part of the stage: the
 // embedding ("pre", unit 0), each block (units 1..L), the final norm and head
-// ("post", unit L+1). Every state (weights W, gradients G, fp32 master, Adam
-// m and v) is stored unit after unit. When optimizer state is sharded
-// (zero >= 1) each unit is padded to a multiple of dp:
+// ("post", unit L+1); a pipeline stage's pre / post unit is empty (never
+// gathered or reduced) where the stage does not run that part, and the last
+// stage's pre unit holds its copy of a tied wte. Every state (weights W,
+// gradients G, fp32 master, Adam m and v) is stored unit after unit. When
+// optimizer state is sharded (zero >= 1) each unit is padded to a multiple
+// of dp:
 //   padded = dp * shard,  shard = ceil(count / dp),
 // and dp rank r owns unit positions [r*shard, (r+1)*shard) — so a reduce-
 // scatter or all-gather of one unit works in place on equal blocks.
@@ -81,6 +84,13 @@ void zero_bwd_finish(struct ModelRuntime *r);
 // After the last micro-batch: global gradient norm (sum of squares over this
 // rank's shards, all-reduced over dp when sharded).
 double zero_grad_norm(struct ModelRuntime *r);
+// Tied embeddings over several stages: the wte gradient (the first count =
+// V*C elements of unit 0, reduced over dp) is summed over the group `tied`
+// (the ranks of the first and the last stage); contribute = 0 adds zeros (one
+// rank per stage contributes, so each stage's sum counts once). Every rank
+// then holds the sum in its part of the gradient store. Collective over tied.
+struct CommGroup;
+void zero_sum_tied_grads(struct ModelRuntime *r, struct CommGroup *tied, int contribute);
 // The step of every unit at (lr, grad_scale), deferred to the unit's next use.
 void zero_schedule_step(struct ModelRuntime *r, float lr, float grad_scale);
 // A skipped step: gradients back to zero.

@@ -199,4 +199,12 @@ for case in "ck-tp2 tp1 1 -o stage.0.dp=1 -o stage.0.b=8" \
         fi
     done
 done
+# tensor and pipeline parallelism in one plan: every rank stops with exit 2 and one message
+mist_mpirun -np 4 "$TRAIN" "$GPT" -o plan.stages=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.tp=2 \
+    -o stage.0.b=16 -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.tp=2 -o stage.1.b=16 -o train.steps=2 \
+    >"$W/tp-pp.out" 2>&1
+rc=$?
+n=$(grep -c "does not combine tensor and pipeline parallelism" "$W/tp-pp.out")
+[ $rc -eq 2 ] && [ "$n" -eq 1 ]
+tap_ok $? "tp = 2 with 2 stages stops every rank with exit 2 and one message (exit $rc, $n message(s))"
 tap_end

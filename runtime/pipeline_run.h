@@ -1,0 +1,85 @@
+// The 1F1B driver of one pipeline stage (docs/pipeline.md): runs an
+// iteration's G micro-batches in the order of pipeline_schedule.h, moves the
+// boundary activations forward and their gradients backward between the
+// ranks of neighbouring stages (re-sharded over the batch dimension by
+// pipeline_reshard.h when the stages' dp differ), sums the tied embedding's
+// gradient between the first and the last stage, takes the gradient norm
+// over every stage, and gathers the whole model for a checkpoint.
+//
+// Point-to-point messages go over the world group with nonblocking sends and
+// receives: a receive is posted as soon as its host buffer is free (after
+// the previous micro-batch's data was copied to the device), a send buffer is
+// one of two and is reused only after its previous send completed.
+#ifndef MIST_PIPELINE_RUN_H
+#define MIST_PIPELINE_RUN_H
+#include <stddef.h>
+#include <stdint.h>
+#include "planner/plan.h"
+#include "runtime/pipeline_reshard.h"
+
+struct ModelRuntime;
+struct Grid;
+struct CommBackend;
+struct CommGroup;
+struct CommRequest;
+
+#define PIPE_MAX_PIECES 256  // ranks of a neighbouring stage one rank exchanges with
+
+// One direction of one boundary: the pieces of a micro-batch's (b, T, C)
+// tensor and the requests of the messages in flight.
+typedef struct {
+    ReshardPiece piece[PIPE_MAX_PIECES];
+    int n;
+    struct CommRequest *req[2][PIPE_MAX_PIECES];  // per buffer (sends use two, receives one)
+} PipeLink;
+
+typedef struct {
+    struct ModelRuntime *r;
+    const struct Grid *grid;
+    const Plan *plan;          // the run's plan (outlives the driver)
+    const struct CommBackend *comm;
+    int stage, S, G;
+    int last_root;             // world rank of dp index 0 of the last stage (it holds the losses)
+    PipeLink act_out, act_in;  // forward: to stage + 1, from stage - 1
+    PipeLink grad_out, grad_in;  // backward: to stage - 1, from stage + 1
+    struct CommGroup *tied;    // ranks of the first and the last stage (tied embeddings, S > 1), else NULL
+    struct CommGroup *other;   // the split's group of the remaining ranks (unused)
+} PipeRun;
+
+// What the driver needs from the training loop.
+typedef struct {
+    // Loads micro-batch g of iteration it: tokens into mr_inputs(r, slot)
+    // (first stage) and targets into mr_targets(r) (last stage). 0 or -1.
+    int (*load)(void *ctx, int64_t it, int g, int slot);
+    // Last stage, after a forward: the sum of the micro-batch's per-token
+    // losses over the stage's dp group (collective over it).
+    double (*loss_sum)(void *ctx);
+    void *ctx;
+} PipeData;
+
+// Collective over the world: the pieces of every boundary and the tied group.
+// 0, or 2 with err (a plan the reshard rules reject).
+int pipe_init(PipeRun *p, struct ModelRuntime *r, const struct Grid *grid, const Plan *plan, char *err,
+              size_t errlen);
+void pipe_free(PipeRun *p);
+
+// One training iteration (every forward and backward of its G micro-batches,
+// gradients accumulated with dloss). Returns the sum of every token's loss,
+// the same value on every rank.
+double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData *d);
+// Forward only over `batches` micro-batches (iteration 0 of the loader);
+// the loss sum on every rank.
+double pipe_eval(PipeRun *p, int batches, const PipeData *d);
+// After an iteration: the tied embedding's gradients summed between the first
+// and the last stage, then the global L2 norm of the gradient over every
+// stage (each parameter counted once), the same on every rank.
+double pipe_grad_norm(PipeRun *p);
+
+// Checkpoint gather (collective over the world): world rank 0 gets the whole
+// model's fp32 weights, Adam m and v, in the layout of `full` (a one-stage,
+// unsharded layout of the model: 3 x full->Pp floats in `whole`, w then m
+// then v) from the first rank of every stage, whose own stage arrays are
+// stage_state (3 x r->Pp, zero_collect's result). whole is used on rank 0 only.
+void pipe_gather_state(PipeRun *p, const struct ModelRuntime *full, const float *stage_state, float *whole);
+
+#endif

@@ -1,0 +1,230 @@
+#!/bin/sh
+# 1F1B pipeline parallelism on the CPU backend under mpirun: a matrix of plans
+# with 2, 3 and 4 stages (even and uneven layers, different dp per stage,
+# ZeRO / ckpt / offload on some stages, GPT and Llama, tied and untied
+# embeddings) trains 20 steps with the same per-step and validation losses as
+# the 1-rank run and ends with the same weights (bf16: close to them); every
+# rank's measured arena peaks equal the prediction; checkpoints move between
+# 1 and several stages bit-exactly; a rank killed with SIGKILL ends the
+# pipeline job with a non-zero exit.
+#
+# Tolerances (fp32): losses within 1e-5 relative per step, final weights
+# within 1e-5 in relative L2 over the whole model (the plans differ from the
+# 1-rank run only in the fp32 summation order of gradients: per-stage dp sums,
+# the tied embedding's two halves summed once at the end, the norm's sum of
+# squares per stage); see tests/train_zero.sh for why weights are compared as
+# a whole.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+TRAIN="$MIST_BUILDDIR/mist-train"
+GPT="$MIST_SRCDIR/examples/tiny.ini"
+LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-pp-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+STEPS=20
+L=4
+COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
+ -o data.val_interval=0 -o checkpoint.keep=1 -o model.layers=$L -o model.seq_len=32"
+
+run() {  # run INI NP NAME ARGS...: $W/NAME.{jsonl,json,out}, final checkpoint in $W/NAME.ck/
+    ini=$1; np=$2; name=$3; shift 3
+    # shellcheck disable=SC2086
+    # (a hang in a pipeline exchange ends after 120 s instead of blocking the suite)
+    mist_mpirun --timeout 120 -np "$np" "$TRAIN" "$ini" $COMMON -o log.jsonl="$W/$name.jsonl" \
+        -o log.summary="$W/$name.json" -o checkpoint.dir="$W/$name.ck" "$@" >"$W/$name.out" 2>&1
+}
+# stage options from "layers/dp/zero/ckpt/offload ..." (offload: wo = go = oo = ao) and G;
+# prints the -o options and, last, the rank count
+stage_args() {
+    G=$1; shift
+    s=0; np=0
+    for spec in "$@"; do
+        IFS=/ read -r lay dp zero ckpt off <<EOF
+$spec
+EOF
+        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=1 -o stage.%d.zero=%s' \
+            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s $s "$zero"
+        printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
+            $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
+        s=$((s + 1)); np=$((np + dp))
+    done
+    printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
+}
+losses() { grep -o "\"${KEY:-loss}\": [^,}]*" "$1" | sed 's/.*: //'; }
+loss_diff() {  # max relative difference of per-step losses (KEY=val_loss: validation; 999 when the counts differ)
+    losses "$1" >"$W/la"; losses "$2" >"$W/lb"
+    paste "$W/la" "$W/lb" | awk -v n1="$(wc -l <"$W/la")" -v n2="$(wc -l <"$W/lb")" '
+        { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; r = d / a; if (r > m) m = r }
+        END { if (n1 != n2 || n1 == 0) m = 999; printf "%.1e", m }'
+}
+weight_diff() {  # whole-model relative L2 difference of the fp32 weights of two checkpoints
+    python3 - "$1" "$2" <<'EOF'
+import math, struct, sys
+def read(path):
+    d = open(path, 'rb').read()
+    n, idx = struct.unpack_from('<QQ', d, 24)
+    out = {}
+    for i in range(n):
+        e = idx + 224 * i
+        name = d[e:e + 128].split(b'\0')[0].decode()
+        kind, dtype = struct.unpack_from('<II', d, e + 128)
+        off, size = struct.unpack_from('<QQ', d, e + 208)
+        if kind == 0 and dtype == 0 and name.startswith('param/'):
+            out[name] = struct.unpack_from('<%df' % (size // 4), d, off)
+    return out
+try:
+    a, b = read(sys.argv[1]), read(sys.argv[2])
+    num = sum((p - q) ** 2 for k in a for p, q in zip(a[k], b[k]))
+    den = sum(p * p for k in a for p in a[k])
+    print('%.1e' % math.sqrt(num / den) if a.keys() == b.keys() and den > 0 else '999')
+except Exception:
+    print('999')
+EOF
+}
+peaks() {  # rank count, and whether every rank's predicted peaks equal the measured ones
+    python3 - "$1" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))["ranks"]
+    ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
+             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
+    print(len(d), "yes" if ok else "NO")
+except Exception:
+    print("0 NO")
+EOF
+}
+last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
+
+# ---- 1. the matrix -----------------------------------------------------------
+# name model tied G stages (layers/dp/zero/ckpt/offload per stage); b = 8 / (dp * G).
+# Validation (forward only through the stages) runs at steps 10 and 20 over 2G
+# micro-batches of 8/G sequences: the same 16 sequences for every plan.
+cat >"$W/matrix" <<'EOF'
+gpt-ref      gpt   1 1 4/1/0/0/0
+gpt-s2       gpt   1 2 2/1/0/0/0 2/1/0/0/0
+gpt-s2-odd   gpt   1 4 3/1/0/0/0 1/1/0/0/0
+gpt-s4       gpt   1 4 1/1/0/0/0 1/1/0/0/0 1/1/0/0/0 1/1/0/0/0
+gpt-het      gpt   1 2 2/2/0/0/0 2/1/0/0/0
+gpt-het3     gpt   1 2 1/1/0/0/0 2/2/2/1/0 1/4/3/0/0.5
+gpt-zero     gpt   1 1 1/2/1/1/0 3/2/3/2/0.5
+gpt-off      gpt   1 4 2/1/0/2/1 2/2/1/0/0.5
+gpt-untied   gpt   0 1 4/1/0/0/0
+gpt-untied2  gpt   0 2 1/2/2/0/0 3/1/0/1/0
+llama-ref    llama 0 1 4/1/0/0/0
+llama-s2     llama 0 2 3/2/3/1/0.5 1/1/0/0/0
+llama-tied   llama 1 1 4/1/0/0/0
+llama-tied3  llama 1 2 1/1/0/0/0 1/2/1/0/0 2/1/2/1/0.25
+EOF
+tap_diag "pipeline plan matrix, $STEPS steps, $L layers each: loss = max relative per-step loss difference to the" \
+    "1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
+    "peaks: predicted == measured on every rank" \
+    "$(printf '%-12s %5s %4s %2s %-36s | %7s %7s %7s | %s' name model tied G 'stages (layers/dp/zero/ckpt/offload)' \
+    loss val weights peaks)"
+while read -r name model tied G stages; do
+    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    # shellcheck disable=SC2086
+    args=$(stage_args "$G" $stages)
+    np=$(echo "$args" | tail -1)
+    # shellcheck disable=SC2046
+    run "$ini" "$np" "$name" -o model.tied_embeddings="$tied" -o data.val_interval=10 -o data.val_batches=$((2 * G)) \
+        $(echo "$args" | head -1)
+    rc=$?
+    ref=$model-ref; [ "$tied" = 0 ] && [ "$model" = gpt ] && ref=gpt-untied
+    [ "$tied" = 1 ] && [ "$model" = llama ] && ref=llama-tied
+    if [ "$name" = "$ref" ]; then ld=0; vd=0; wd=0; else
+        ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+        vd=$(KEY=val_loss loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+        wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
+    fi
+    # shellcheck disable=SC2046
+    set -- $(peaks "$W/$name.json")
+    tap_diag "$(printf '%-12s %5s %4s %2s %-36s | %7s %7s %7s | %s of %s ranks' "$name" "$model" "$tied" "$G" \
+        "$stages" "$ld" "$vd" "$wd" "$2" "$1")"
+    [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
+    [ $rc -eq 0 ] && [ "$2" = yes ] && [ "$1" = "$np" ] &&
+        awk -v l="$ld" -v v="$vd" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && v <= 1e-5 && w <= 1e-5) }'
+    tap_ok $? "$name: $np ranks, stages $stages, G=$G: losses, validation losses and weights within 1e-5 of 1 rank, \
+peaks exact"
+done <"$W/matrix"
+
+# bf16: 2 stages of dp 2 (ZeRO 3, offload) and dp 1 against the 1-rank bf16 run
+# at 2e-2 (bf16 gradient sums round once per addition, differently per plan)
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 1 bf-ref -o train.precision=bf16 $(stage_args 2 4/1/0/0/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 3 bf-s2 -o train.precision=bf16 $(stage_args 2 1/2/3/1/0.5 3/1/0/0/0 | head -1)
+rc=$?
+ld=$(loss_diff "$W/bf-ref.jsonl" "$W/bf-s2.jsonl")
+wd=$(weight_diff "$(last_ckpt "$W/bf-ref.ck")" "$(last_ckpt "$W/bf-s2.ck")")
+# shellcheck disable=SC2046
+set -- $(peaks "$W/bf-s2.json")
+tap_diag "bf16, stages 1/2/3/1/0.5 3/1/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $2"
+[ $rc -eq 0 ] && [ "$2" = yes ] && awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 2e-2 && w <= 2e-2) }'
+tap_ok $? "bf16 over 2 stages (dp 2 zero 3 offload, dp 1): losses and weights within 2e-2 of 1 rank, peaks exact"
+
+# ---- 2. checkpoints move between pipeline shapes ------------------------------
+# Written by 2 stages at step 10, resumed at 1 rank and by 3 stages; written by
+# 1 rank, resumed by 2 stages. A bit-exact load gives a bit-identical first
+# resumed loss when every stage keeps b and G (the CPU matmul's rounding of a
+# row depends on how many rows it multiplies); the shapes differ in stages,
+# layers per stage, ZeRO, ckpt and offload. A plan with different dp per stage
+# resumed under itself writes a byte-identical step-20 checkpoint.
+SPLIT="-o checkpoint.interval=10 -o checkpoint.keep=10"
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 2 ck-s2 $SPLIT $(stage_args 2 2/1/1/0/0 2/1/0/1/0 | head -1)
+tap_ok $? "2 stages (zero 1; ckpt 1) write checkpoints at steps 10 and 20"
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 1 ck-one $SPLIT $(stage_args 2 4/1/0/0/0 | head -1)
+tap_ok $? "1 rank writes checkpoints at steps 10 and 20"
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 3 ck-het $SPLIT $(stage_args 2 2/2/1/0/0 2/1/0/1/0 | head -1)
+tap_ok $? "2 stages of dp 2 and dp 1 write checkpoints at steps 10 and 20"
+resume() {  # resume NAME SRC NP ARGS...
+    name=$1; src=$2; np=$3; shift 3
+    mkdir -p "$W/$name.ck" && cp "$W/$src.ck/step_00000010.ckpt" "$W/$name.ck/" &&
+        echo step_00000010.ckpt >"$W/$name.ck/latest" && head -10 "$W/$src.jsonl" >"$W/$name.jsonl"
+    # shellcheck disable=SC2086
+    run "$GPT" "$np" "$name" $SPLIT -o checkpoint.resume=1 "$@"
+    rc=$?
+    grep -q "resumed from" "$W/$name.out" && [ $rc -eq 0 ]
+    tap_ok $? "$name: the step-10 checkpoint of $src resumes on $np ranks"
+    [ "$(losses "$W/$src.jsonl" | sed -n 11p)" = "$(losses "$W/$name.jsonl" | sed -n 11p)" ]
+    tap_ok $? "$name: the first resumed loss is bit-identical to $src's (the weights loaded bit-exactly)"
+    ld=$(loss_diff "$W/$src.jsonl" "$W/$name.jsonl")
+    wd=$(weight_diff "$W/$src.ck/step_00000020.ckpt" "$W/$name.ck/step_00000020.ckpt")
+    tap_diag "$name: losses 11..20 differ from $src by $ld, final weights by $wd"
+    awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+    tap_ok $? "$name: losses and final weights within 1e-5 of $src"
+}
+# shellcheck disable=SC2046,SC2086
+resume ck-s2-to-one ck-s2 1 $(stage_args 2 4/1/0/0/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-s2-to-s3 ck-s2 3 $(stage_args 2 1/1/3/0/0.5 2/1/0/0/0 1/1/2/1/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-one-to-s2 ck-one 2 $(stage_args 2 3/1/2/0/0 1/1/0/0/0.5 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-het-same ck-het 3 $(stage_args 2 2/2/1/0/0 2/1/0/1/0 | head -1)
+cmp -s "$W/ck-het.ck/step_00000020.ckpt" "$W/ck-het-same.ck/step_00000020.ckpt"
+tap_ok $? "resumed under the same plan of dp 2 and dp 1 stages: the step-20 checkpoint is byte-identical"
+
+# ---- 3. a rank killed with SIGKILL ends the pipeline job ----------------------
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# shellcheck disable=SC2046,SC2086
+mpirun --oversubscribe -np 3 "$TRAIN" "$GPT" $COMMON -o train.steps=100000 -o log.jsonl="$W/kill.jsonl" \
+    $(stage_args 2 2/2/0/0/0 2/1/0/0/0 | head -1) >"$W/kill.out" 2>&1 </dev/null &
+mpid=$!
+i=0
+while [ "$( (wc -l <"$W/kill.jsonl") 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+# the last rank (stage 1) dies
+victim=$(ps -o pid=,comm= --ppid "$mpid" | awk '$2 == "mist-train" { p = $1 } END { print p }')
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -9 "$victim"
+i=0
+while kill -0 "$mpid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+kill -0 "$mpid" 2>/dev/null && kill -9 "$mpid"
+wait "$mpid"
+rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+tap_diag "killed rank pid ${victim:-none} of a 2-stage job; mpirun exited $rc after ${dt} s"
+[ -n "$victim" ] && [ $rc -ne 0 ] && awk -v t="$dt" 'BEGIN { exit !(t < 10) }'
+tap_ok $? "kill -9 of one pipeline rank ends mpirun with a non-zero exit within 10 s (rc $rc, ${dt} s)"
+tap_end
