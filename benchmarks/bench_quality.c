@@ -4,6 +4,10 @@
 // 4096. Per case the predicted iteration time of the best plan in each space
 // (megatron, zero, ckpt, offload, full) and the speedup of full over megatron;
 // then the averages. Mist measured 1.28x over Megatron-LM on average.
+// Also per case the MFU of the megatron and full plans (model FLOPs, Megatron
+// convention, over GPUs x peak x time) next to the profile's matmul efficiency:
+// a plan whose MFU is already near that efficiency leaves the cost model
+// little to gain (efficiency / MFU of megatron bounds the speedup, roughly).
 //
 // usage: bench_quality [--quick] [--json PATH]   (--quick: L4 only, up to 13B)
 #include <math.h>
@@ -12,6 +16,7 @@
 #include <string.h>
 
 #include "benchmarks/bench_model_ini.h"
+#include "planner/cost.h"
 #include "planner/search.h"
 
 typedef struct {
@@ -20,6 +25,7 @@ typedef struct {
     double T[SPACE_FULL + 1];  // INFINITY: nothing fits
     double seconds;             // search wall time, all spaces
     double speedup;             // megatron / full (NAN when megatron finds nothing)
+    double mfu_megatron, mfu_full, efficiency;  // model FLOPs / (GPUs x peak x T); the profile's matmul efficiency
     Plan best;
 } Case;
 
@@ -41,8 +47,8 @@ int main(int argc, char **argv) {
     static Case cases[40];
     int n = 0;
     printf("predicted iteration time (s) of the best plan per space; speedup = megatron / full\n");
-    printf("%-9s %-6s %-5s %5s %9s %9s %9s %9s %9s %8s %9s  %s\n", "hardware", "model", "size", "GPUs", "megatron",
-           "zero", "ckpt", "offload", "full", "speedup", "search s", "full plan");
+    printf("%-9s %-6s %-5s %5s %9s %9s %9s %9s %9s %8s %9s %14s  %s\n", "hardware", "model", "size", "GPUs",
+           "megatron", "zero", "ckpt", "offload", "full", "speedup", "search s", "MFU meg/full", "full plan");
     for (int h = 0; h < 2; h++) {
         if (quick && h) break;
         HwProfile hw;
@@ -76,12 +82,17 @@ int main(int argc, char **argv) {
                     if (sp == SPACE_FULL && rc == 0) c->best = r.plan;
                 }
                 c->speedup = isinf(c->T[0]) ? NAN : c->T[0] / c->T[SPACE_FULL];
+                double flop_rate = (double)c->gpus * hw.peak_flops[DT_BF16];
+                c->mfu_megatron = model_flops_per_iteration(&cfg) / (flop_rate * c->T[0]);
+                c->mfu_full = model_flops_per_iteration(&cfg) / (flop_rate * c->T[SPACE_FULL]);
+                c->efficiency = hw.flops_efficiency;
                 char plan[64] = "-";
                 if (!isinf(c->T[SPACE_FULL]))
                     snprintf(plan, sizeof plan, "S=%d G=%d %dx%d", c->best.num_stages, c->best.G, c->best.stage[0].dp,
                              c->best.stage[0].tp);
-                printf("%-9s %-6s %-5s %5d %9.4g %9.4g %9.4g %9.4g %9.4g %7.3fx %9.3f  %s\n", c->hardware, c->family,
-                       c->shape, c->gpus, c->T[0], c->T[1], c->T[2], c->T[3], c->T[4], c->speedup, c->seconds, plan);
+                printf("%-9s %-6s %-5s %5d %9.4g %9.4g %9.4g %9.4g %9.4g %7.3fx %9.3f %6.1f/%4.1f%%  %s\n", c->hardware,
+                       c->family, c->shape, c->gpus, c->T[0], c->T[1], c->T[2], c->T[3], c->T[4], c->speedup,
+                       c->seconds, 100 * c->mfu_megatron, 100 * c->mfu_full, plan);
                 fflush(stdout);
             }
     }
@@ -118,7 +129,8 @@ int main(int argc, char **argv) {
         }
         if (isnan(c->speedup)) fprintf(f, "}, \"speedup_full_over_megatron\": null, ");
         else fprintf(f, "}, \"speedup_full_over_megatron\": %.6g, ", c->speedup);
-        fprintf(f, "\"search_seconds\": %.6g}", c->seconds);
+        fprintf(f, "\"search_seconds\": %.6g, \"mfu_megatron\": %.4f, \"mfu_full\": %.4f, \"matmul_efficiency\": %.4f}",
+                c->seconds, c->mfu_megatron, c->mfu_full, c->efficiency);
     }
     fprintf(f, "], \"average_speedup\": {\"zero\": %.6g, \"ckpt\": %.6g, \"offload\": %.6g, \"full\": %.6g, "
                "\"full_geometric\": %.6g}, \"cases_averaged\": %d, \"cases_megatron_fits_nothing\": %d}\n",

@@ -21,7 +21,12 @@
 // every ratio offloaded), whose ZeRO flags are then the same for all.
 // Best of R runs. Checked on 1000 candidates per row: bitwise against the
 // same model's tree walk (expr_eval, the evaluator's contract) and to 1e-12
-// relative against the general model's tree walk.
+// relative against the general model's tree walk (d: relative to |d| + |t|,
+// as a difference of terms the size of t).
+// For each specialised row also the two programs the search evaluates
+// (stage_model_build_from with STAGE_BUILD_SPLIT): the times t, d alone and
+// the memory peaks alone, each checked bitwise against the whole program on
+// every candidate.
 //
 // usage: bench_stage [--candidates N] [--repeat R] [--json PATH]
 //   defaults: N = 1000000, R = 3, PATH = benchmarks/bench_stage.json
@@ -152,7 +157,29 @@ typedef struct {
     size_t candidates;
     double seconds, evals_per_s, ns_per_eval;
     int bitwise_mismatches, general_mismatches;
+    int time_instructions, peak_instructions;  // the split programs (0: none, general row)
+    double time_evals_per_s, peak_evals_per_s;
+    int split_mismatches;
 } Row;
+
+// best of repeat: seconds to evaluate the batches [starts[b], starts[b+1]) into outs (NULL: not wanted)
+static double time_batches(const StageModel *m, double *cols[STAGE_SYMS], double *const outs[ST_OUTPUTS],
+                           const size_t *starts, int nb, int repeat) {
+    double best = INFINITY;
+    for (int k = 0; k < repeat; k++) {
+        double t0 = now_s();
+        for (int b = 0; b < nb; b++) {
+            const double *c[STAGE_SYMS];
+            double *o[ST_OUTPUTS];
+            for (int s = 0; s < STAGE_SYMS; s++) c[s] = cols[s] + starts[b];
+            for (int q = 0; q < ST_OUTPUTS; q++) o[q] = outs[q] ? outs[q] + starts[b] : NULL;
+            stage_eval_batch(m, c, o, starts[b + 1] - starts[b]);
+        }
+        double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
 
 int main(int argc, char **argv) {
     size_t n = 1000000;
@@ -201,8 +228,19 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    double *split_outs[4];
+    for (int q = 0; q < 4; q++) alloc_ok &= (split_outs[q] = malloc(cap * sizeof(double))) != NULL;
+    if (!alloc_ok) {
+        fprintf(stderr, "bench_stage: out of memory for %zu candidates\n", cap);
+        return 1;
+    }
     StageModel general[2];
     char err[512];
+    StageModelBase *base = stage_model_base_new(&cfg, err, sizeof err);
+    if (!base) {
+        fprintf(stderr, "bench_stage: %s\n", err);
+        return 1;
+    }
     for (int last = 0; last < 2; last++)
         if (stage_model_build(&general[last], &cfg, &hw, NULL, 0, last, err, sizeof err) != 0) {
             fprintf(stderr, "bench_stage: %s\n", err);
@@ -233,18 +271,26 @@ int main(int argc, char **argv) {
         size_t count = n;
         if (search) count = fill_search(sp, n, cols, cap, starts, &nb);
         else fill_random(sp, n, cols), starts[0] = 0, starts[1] = n;
-        double best = INFINITY;
-        for (int k = 0; k < repeat; k++) {
-            double t0 = now_s();
-            for (int b = 0; b < nb; b++) {
-                const double *c[STAGE_SYMS];
-                double *o[ST_OUTPUTS];
-                for (int s = 0; s < STAGE_SYMS; s++) c[s] = cols[s] + starts[b];
-                for (int q = 0; q < ST_OUTPUTS; q++) o[q] = outs[q] + starts[b];
-                stage_eval_batch(m, c, o, starts[b + 1] - starts[b]);
+        double best = time_batches(m, cols, outs, starts, nb, repeat);
+        if (!is_general) {
+            // the split programs: times alone, peaks alone, each bitwise equal to the whole program
+            StageModel split;
+            if (stage_model_build_from(&split, base, &hw, NULL, 0, last, sp, STAGE_BUILD_SPLIT, err, sizeof err)) {
+                fprintf(stderr, "bench_stage: %s\n", err);
+                return 1;
             }
-            double t = now_s() - t0;
-            if (t < best) best = t;
+            double *time_outs[ST_OUTPUTS] = {0}, *peak_outs[ST_OUTPUTS] = {0};
+            time_outs[ST_T] = split_outs[0], time_outs[ST_D] = split_outs[1];
+            peak_outs[ST_PEAK_FWD] = split_outs[2], peak_outs[ST_PEAK_BWD] = split_outs[3];
+            w->time_evals_per_s = count / time_batches(&split, cols, time_outs, starts, nb, repeat);
+            w->peak_evals_per_s = count / time_batches(&split, cols, peak_outs, starts, nb, repeat);
+            w->time_instructions = expr_program_num_instructions(split.prog_time);
+            w->peak_instructions = expr_program_num_instructions(split.prog_peaks);
+            const int which[4] = {ST_T, ST_D, ST_PEAK_FWD, ST_PEAK_BWD};
+            for (int q = 0; q < 4; q++)
+                for (size_t j = 0; j < count; j++)
+                    w->split_mismatches += memcmp(&split_outs[q][j], &outs[which[q]][j], sizeof(double)) != 0;
+            stage_model_free(&split);
         }
         // a sample: bitwise against this model's tree walk, 1e-12 against the general model's
         size_t sample = count < 1000 ? count : 1000;
@@ -256,10 +302,13 @@ int main(int argc, char **argv) {
             stage_eval_scalar(&general[last], &c, gen_o);
             for (int k = 0; k < ST_OUTPUTS; k++) {
                 if (memcmp(&own_o[k], &outs[k][j], sizeof(double)) != 0) w->bitwise_mismatches++;
-                if (!(fabs(gen_o[k] - outs[k][j]) <= 1e-12 * fabs(gen_o[k]))) w->general_mismatches++;
+                // d = (first fwd + last bwd) - (other fwd + other bwd): a difference of terms the
+                // size of t, so its rounding is relative to t
+                double scale = fabs(gen_o[k]) + (k == ST_D ? fabs(gen_o[ST_T]) : 0.0);
+                if (!(fabs(gen_o[k] - outs[k][j]) <= 1e-12 * scale)) w->general_mismatches++;
             }
         }
-        total_mismatches += w->bitwise_mismatches + w->general_mismatches;
+        total_mismatches += w->bitwise_mismatches + w->general_mismatches + w->split_mismatches;
         w->instructions = expr_program_num_instructions(m->prog);
         w->registers = expr_program_num_registers(m->prog);
         w->calls = nb;
@@ -272,12 +321,14 @@ int main(int argc, char **argv) {
 
     printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
            "1 thread, best of %d\n", ST_OUTPUTS, n, repeat);
-    printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s\n", "pattern", "stage", "batches", "calls", "instructions",
-           "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general");
+    printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %9s\n", "pattern", "stage", "batches",
+           "calls", "instructions", "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general", "t,d ins",
+           "t,d evals/s", "peak ins", "peak evals/s", "!=split");
     for (int r = 0; r < rows; r++)
-        printf("%-16s %-7s %-7s %8d %12d %5d %16.4g %9.2f %9d %9d\n", row[r].pattern, row[r].stage, row[r].batches,
-               row[r].calls, row[r].instructions, row[r].registers, row[r].evals_per_s, row[r].ns_per_eval,
-               row[r].bitwise_mismatches, row[r].general_mismatches);
+        printf("%-16s %-7s %-7s %8d %12d %5d %16.4g %9.2f %9d %9d %8d %12.4g %8d %12.4g %9d\n", row[r].pattern,
+               row[r].stage, row[r].batches, row[r].calls, row[r].instructions, row[r].registers, row[r].evals_per_s,
+               row[r].ns_per_eval, row[r].bitwise_mismatches, row[r].general_mismatches, row[r].time_instructions,
+               row[r].time_evals_per_s, row[r].peak_instructions, row[r].peak_evals_per_s, row[r].split_mismatches);
 
     FILE *f = fopen(json_path, "w");
     if (!f) {
@@ -291,15 +342,19 @@ int main(int argc, char **argv) {
         fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"batches\": \"%s\", \"calls\": %d, "
                    "\"candidates\": %zu, \"instructions\": %d, \"registers\": %d, \"seconds\": %.6f, "
                    "\"evals_per_second_per_core\": %.1f, \"ns_per_eval\": %.3f, \"bitwise_mismatches\": %d, "
-                   "\"general_mismatches\": %d}%s\n",
+                   "\"general_mismatches\": %d, \"time_instructions\": %d, \"time_evals_per_second_per_core\": %.1f, "
+                   "\"peak_instructions\": %d, \"peak_evals_per_second_per_core\": %.1f, \"split_mismatches\": %d}%s\n",
                 row[r].pattern, row[r].stage, row[r].batches, row[r].calls, row[r].candidates, row[r].instructions,
                 row[r].registers, row[r].seconds, row[r].evals_per_s, row[r].ns_per_eval, row[r].bitwise_mismatches,
-                row[r].general_mismatches, r + 1 < rows ? "," : "");
+                row[r].general_mismatches, row[r].time_instructions, row[r].time_evals_per_s,
+                row[r].peak_instructions, row[r].peak_evals_per_s, row[r].split_mismatches, r + 1 < rows ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("wrote %s\n", json_path);
 
     for (int last = 0; last < 2; last++) stage_model_free(&general[last]);
+    stage_model_base_free(base);
+    for (int q = 0; q < 4; q++) free(split_outs[q]);
     for (int s = 0; s < STAGE_SYMS; s++) free(cols[s]);
     for (int k = 0; k < ST_OUTPUTS; k++) free(outs[k]);
     free(starts);

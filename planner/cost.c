@@ -402,14 +402,64 @@ int stage_model_build(StageModel *sm, const MistConfig *cfg, const HwProfile *hw
     return stage_model_build_pattern(sm, cfg, hw, table, has_pre, has_post, NULL, err, errlen);
 }
 
+// The stage symbols (in StageSym order) and the model's parts, built once:
+// model_exprs_build is most of the cost of building a stage model (the model
+// description is evaluated at many (b, tp) points), and every stage model of a
+// configuration starts from the same nodes. A stage model clones the context,
+// which gives the same handles, so what it builds on top is exactly what a
+// build from scratch would give (the pattern's constants, created later here,
+// are numbers: they take no part in the handle order of operands).
+struct StageModelBase {
+    ExprCtx *ctx;
+    ModelExprs me;
+    const MistConfig *cfg;
+};
+
+StageModelBase *stage_model_base_new(const MistConfig *cfg, char *err, size_t errlen) {
+    StageModelBase *base = calloc(1, sizeof *base);
+    if (!base || !(base->ctx = expr_ctx_new())) {
+        free(base);
+        snprintf(err, errlen, "out of memory building the stage model");
+        return NULL;
+    }
+    // the values a stage configuration's symbols take: counts at least 1,
+    // ckpt and p at least 0, flags and ratios in [0, 1] (a pattern's nonzero
+    // ratios are declared positive in stage_model_build_from); branches that
+    // no configuration takes fold away (e.g. a host copy that always runs)
+    for (int i = 0; i < STAGE_SYMS; i++) {
+        ex_sym(base->ctx, stage_sym_names[i]);
+        int count = i == SYM_B || i == SYM_DP || i == SYM_TP || i == SYM_G || i == SYM_L;
+        expr_sym_set_bounds(base->ctx, stage_sym_names[i], count ? 1.0 : 0.0, count);
+    }
+    if (model_exprs_build(&base->me, base->ctx, cfg, err, errlen) != 0) {
+        stage_model_base_free(base);
+        return NULL;
+    }
+    base->cfg = cfg;
+    return base;
+}
+
+void stage_model_base_free(StageModelBase *base) {
+    if (!base) return;
+    if (base->ctx) expr_ctx_free(base->ctx);
+    free(base);
+}
+
 int stage_model_build_pattern(StageModel *sm, const MistConfig *cfg, const HwProfile *hw, const OpTable *table,
                               int has_pre, int has_post, const StagePattern *pattern, char *err, size_t errlen) {
     memset(sm, 0, sizeof *sm);
-    sm->ctx = expr_ctx_new();
-    if (!sm->ctx) {
-        snprintf(err, errlen, "out of memory building the stage model");
-        return -1;
-    }
+    StageModelBase *base = stage_model_base_new(cfg, err, errlen);
+    if (!base) return -1;
+    int rc = stage_model_build_from(sm, base, hw, table, has_pre, has_post, pattern, 0, err, errlen);
+    stage_model_base_free(base);
+    return rc;
+}
+
+int stage_model_build_from(StageModel *sm, const StageModelBase *base, const HwProfile *hw, const OpTable *table,
+                           int has_pre, int has_post, const StagePattern *pattern, unsigned flags, char *err,
+                           size_t errlen) {
+    memset(sm, 0, sizeof *sm);
+    sm->ctx = expr_ctx_clone(base->ctx);
     StageBuild sb = {0};
     sb.x = sm->ctx;
     for (int i = 0; i < STAGE_SYMS; i++) {
@@ -424,21 +474,16 @@ int stage_model_build_pattern(StageModel *sm, const MistConfig *cfg, const HwPro
         sb.s[SYM_WS] = ex_num(sm->ctx, pattern->zero >= 3);
         sb.s[SYM_GS] = ex_num(sm->ctx, pattern->zero >= 2);
         sb.s[SYM_OS] = ex_num(sm->ctx, pattern->zero >= 1);
-        if (!pattern->wo) sb.s[SYM_WO] = ex_num(sm->ctx, 0);
-        if (!pattern->go) sb.s[SYM_GO] = ex_num(sm->ctx, 0);
-        if (!pattern->oo) sb.s[SYM_OO] = ex_num(sm->ctx, 0);
-        if (!pattern->ao) sb.s[SYM_AO] = ex_num(sm->ctx, 0);
-    }
-    ModelExprs *me = malloc(sizeof *me);
-    if (!me || model_exprs_build(me, sm->ctx, cfg, err, errlen) != 0) {
-        free(me);
-        stage_model_free(sm);
-        return -1;
+        const int on[4] = {pattern->wo, pattern->go, pattern->oo, pattern->ao};
+        for (int r = 0; r < 4; r++) {
+            if (!on[r]) sb.s[SYM_WO + r] = ex_num(sm->ctx, 0);
+            else expr_sym_set_bounds(sm->ctx, stage_sym_names[SYM_WO + r], 0.0, 1);  // nonzero in the pattern
+        }
     }
     sb.hw = hw;
     sb.table = table;
-    sb.cfg = cfg;
-    sb.me = me;
+    sb.cfg = base->cfg;
+    sb.me = &base->me;
     sb.zero = ex_num(sm->ctx, 0);
     sb.one = ex_num(sm->ctx, 1);
     Expr dp_minus_1 = ex_sub(sm->ctx, sb.s[SYM_DP], sb.one);
@@ -450,11 +495,16 @@ int stage_model_build_pattern(StageModel *sm, const MistConfig *cfg, const HwPro
     for (int k = 0; k < ST_OUTPUTS; k++) sm->out[k] = EXPR_NONE;
     schedule_build(&sb, sm->out);
     memory_build(&sb, sm->out);
-    free(me);
     for (int k = 0; k < ST_OUTPUTS; k++)
         if (sm->out[k] == EXPR_NONE) sm->out[k] = sb.zero;
-    sm->prog = expr_compile(sm->ctx, sm->out, ST_OUTPUTS);
-    if (!sm->prog) {
+    if (flags & STAGE_BUILD_SPLIT) {
+        Expr time[2] = {sm->out[ST_T], sm->out[ST_D]}, peaks[2] = {sm->out[ST_PEAK_FWD], sm->out[ST_PEAK_BWD]};
+        sm->prog_time = expr_compile(sm->ctx, time, 2);
+        sm->prog_peaks = expr_compile(sm->ctx, peaks, 2);
+    } else {
+        sm->prog = expr_compile(sm->ctx, sm->out, ST_OUTPUTS);
+    }
+    if (!sm->prog && (!sm->prog_time || !sm->prog_peaks)) {
         snprintf(err, errlen, "could not compile the stage model");
         stage_model_free(sm);
         return -1;
@@ -464,6 +514,8 @@ int stage_model_build_pattern(StageModel *sm, const MistConfig *cfg, const HwPro
 
 void stage_model_free(StageModel *sm) {
     if (sm->prog) expr_program_free(sm->prog);
+    if (sm->prog_time) expr_program_free(sm->prog_time);
+    if (sm->prog_peaks) expr_program_free(sm->prog_peaks);
     if (sm->ctx) expr_ctx_free(sm->ctx);
     memset(sm, 0, sizeof *sm);
 }
@@ -501,25 +553,24 @@ void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS]
     int nsym = expr_num_syms(sm->ctx);
     const double *sym_on_stack[STAGE_SYMS] = {0};
     const double **sym_cols = nsym <= STAGE_SYMS ? sym_on_stack : calloc((size_t)nsym, sizeof *sym_cols);
-    double *out_cols[ST_OUTPUTS];
-    double *scratch = NULL;
     if (!sym_cols) {
         fprintf(stderr, "planner/cost.c: out of memory evaluating %zu candidates\n", n);
         abort();
     }
     for (int i = 0; i < STAGE_SYMS; i++) sym_cols[sm->sym[i]] = cols[i];
-    for (int k = 0; k < ST_OUTPUTS; k++) {
-        if (out[k]) out_cols[k] = out[k];
-        else {
-            if (!scratch) scratch = malloc((n ? n : 1) * ST_OUTPUTS * sizeof *scratch);
-            if (!scratch) {
-                fprintf(stderr, "planner/cost.c: out of memory evaluating %zu candidates\n", n);
+    if (sm->prog) {
+        expr_program_eval(sm->prog, sym_cols, out, n);  // unwanted outputs (NULL) are not written
+    } else {
+        for (int k = 0; k < ST_OUTPUTS; k++)
+            if (out[k] && k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD) {
+                fprintf(stderr, "planner/cost.c: stage_eval_batch: output '%s' asked of a model built with "
+                        "STAGE_BUILD_SPLIT (it computes t, d and the peaks); hint: build it with flags 0\n",
+                        stage_output_names[k]);
                 abort();
             }
-            out_cols[k] = scratch + (size_t)k * n;  // unwanted outputs: scratch columns
-        }
+        double *time[2] = {out[ST_T], out[ST_D]}, *peaks[2] = {out[ST_PEAK_FWD], out[ST_PEAK_BWD]};
+        if (time[0] || time[1]) expr_program_eval(sm->prog_time, sym_cols, time, n);
+        if (peaks[0] || peaks[1]) expr_program_eval(sm->prog_peaks, sym_cols, peaks, n);
     }
-    expr_program_eval(sm->prog, sym_cols, out_cols, n);
-    free(scratch);
     if (sym_cols != sym_on_stack) free(sym_cols);
 }

@@ -127,7 +127,9 @@ void stage_pattern_name(const StagePattern *p, char *buf, size_t len);
 // ---- a compiled stage model
 typedef struct {
     ExprCtx *ctx;             // owned
-    ExprProgram *prog;        // every output, compiled
+    ExprProgram *prog;        // every output, compiled (NULL in a model built with STAGE_BUILD_SPLIT)
+    ExprProgram *prog_time;   // STAGE_BUILD_SPLIT: ST_T and ST_D only
+    ExprProgram *prog_peaks;  // STAGE_BUILD_SPLIT: ST_PEAK_FWD and ST_PEAK_BWD only
     Expr out[ST_OUTPUTS];
     int sym[STAGE_SYMS];      // symbol index in ctx of each stage symbol
     int has_pre, has_post;    // first / last stage of the pipeline
@@ -140,18 +142,39 @@ typedef struct {
 int stage_model_build(StageModel *m, const MistConfig *cfg, const HwProfile *hw, const OpTable *table, int has_pre,
                       int has_post, char *err, size_t errlen);
 // The same model specialised to one pattern (pattern NULL: general). Its
-// results equal the general model's for configurations of that pattern
-// (up to re-association of constants, ~1e-15 relative); for others they are
-// meaningless.
+// results equal the general model's for configurations of that pattern (up
+// to re-association of constants, ~1e-15 relative; d, a difference of terms
+// the size of t, to ~1e-15 of t); for others they are meaningless (a
+// pattern's nonzero ratios are assumed positive, and branches that only a
+// zero ratio takes are folded away).
 int stage_model_build_pattern(StageModel *m, const MistConfig *cfg, const HwProfile *hw, const OpTable *table,
                               int has_pre, int has_post, const StagePattern *pattern, char *err, size_t errlen);
 void stage_model_free(StageModel *m);
+// What every stage model of one configuration shares (the model's symbolic
+// parts), built once: building many models (the search builds one per stage
+// kind, ZeRO level and offload pattern) from a base skips most of the work,
+// with results bitwise equal to stage_model_build_pattern's. cfg must outlive
+// the base; models built from it do not need it.
+typedef struct StageModelBase StageModelBase;
+StageModelBase *stage_model_base_new(const MistConfig *cfg, char *err, size_t errlen);  // NULL on error
+void stage_model_base_free(StageModelBase *base);
+// flags: 0 compiles every output into one program; STAGE_BUILD_SPLIT compiles
+// only what the search reads, as two programs: the times (t, d: ~95% of the
+// work, the overlap rule) and the memory peaks (~5%), so a search that only
+// asks whether a candidate fits evaluates the peaks alone. Such a model's
+// stage_eval_batch computes ST_T, ST_D, ST_PEAK_FWD and ST_PEAK_BWD only
+// (asking for another output aborts); stage_eval_scalar computes all.
+enum { STAGE_BUILD_SPLIT = 1 };
+int stage_model_build_from(StageModel *m, const StageModelBase *base, const HwProfile *hw, const OpTable *table,
+                           int has_pre, int has_post, const StagePattern *pattern, unsigned flags, char *err,
+                           size_t errlen);
 
 // Evaluate every output for one configuration (tree walk, no program).
 void stage_eval_scalar(const StageModel *m, const StageConfig *c, double out[ST_OUTPUTS]);
 
 // Evaluate the compiled program over n candidates: cols[s] = n values of stage
-// symbol s; out[k] = n values of output k (NULL: not wanted).
+// symbol s; out[k] = n values of output k (NULL: not wanted; a split model
+// runs only the programs whose outputs are wanted).
 void stage_eval_batch(const StageModel *m, const double *const cols[STAGE_SYMS], double *const out[ST_OUTPUTS], size_t n);
 
 // ---- building blocks, shared by schedule.c and memory.c

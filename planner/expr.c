@@ -19,6 +19,10 @@ struct ExprCtx {
     Expr *sym_nodes;  // (num_syms,) node of each symbol
     int num_syms, cap_syms;
     int merge_like_terms; // ex_add merges like terms (expr_ctx_set_merge_like_terms)
+    // (cap_nodes,) per node, from the declared symbol bounds: every value the
+    // node takes is >= lo (-inf: unknown), and > 0 where pos is set
+    double *lo;
+    unsigned char *pos;
 };
 
 static void die(const char *fmt, ...) {
@@ -53,7 +57,34 @@ void expr_ctx_free(ExprCtx *x) {
     free(x->sym_nodes);
     free(x->nodes);
     free(x->table);
+    free(x->lo);
+    free(x->pos);
     free(x);
+}
+
+ExprCtx *expr_ctx_clone(const ExprCtx *src) {
+    ExprCtx *x = calloc(1, sizeof *x);
+    if (!x) die("out of memory cloning an expression context");
+    *x = *src;
+    x->nodes = xrealloc(NULL, (x->cap_nodes ? x->cap_nodes : 1) * sizeof *x->nodes);
+    memcpy(x->nodes, src->nodes, src->num_nodes * sizeof *x->nodes);
+    x->table = xrealloc(NULL, x->table_cap * sizeof *x->table);
+    memcpy(x->table, src->table, x->table_cap * sizeof *x->table);
+    x->lo = xrealloc(NULL, (x->cap_nodes ? x->cap_nodes : 1) * sizeof *x->lo);
+    x->pos = xrealloc(NULL, x->cap_nodes ? x->cap_nodes : 1);
+    if (src->num_nodes) {
+        memcpy(x->lo, src->lo, src->num_nodes * sizeof *x->lo);
+        memcpy(x->pos, src->pos, src->num_nodes);
+    }
+    x->sym_names = xrealloc(NULL, (x->cap_syms ? x->cap_syms : 1) * sizeof *x->sym_names);
+    x->sym_nodes = xrealloc(NULL, (x->cap_syms ? x->cap_syms : 1) * sizeof *x->sym_nodes);
+    for (int i = 0; i < src->num_syms; i++) {
+        size_t len = strlen(src->sym_names[i]);
+        x->sym_names[i] = xrealloc(NULL, len + 1);
+        memcpy(x->sym_names[i], src->sym_names[i], len + 1);
+        x->sym_nodes[i] = src->sym_nodes[i];
+    }
+    return x;
 }
 
 size_t expr_ctx_num_nodes(const ExprCtx *x) { return x->num_nodes; }
@@ -97,6 +128,55 @@ static void table_grow(ExprCtx *x) {
     }
 }
 
+// ---- lower bounds from the declared symbol bounds
+//
+// Rounding to nearest is monotone, so the same operation applied to lower
+// bounds of nonnegative operands gives a lower bound of the computed result:
+// a >= la, b >= lb implies fl(a + b) >= fl(la + lb), and fl(a * b) >= fl(la *
+// lb) when la, lb >= 0. Strict positivity survives a sum with a nonnegative
+// term (fl(a + b) >= a when b >= 0) and a product of positive values (no
+// underflow to 0: part of the contract, as finite values are).
+static void node_bounds(const ExprCtx *x, const ExprNode *n, double *lo, unsigned char *pos) {
+    const double unknown = -INFINITY;
+    double la = n->a >= 0 && n->op != EXPR_OP_SYM && n->op != EXPR_OP_NUM ? x->lo[n->a] : unknown;
+    double lb = n->b >= 0 ? x->lo[n->b] : unknown, lc = n->c >= 0 ? x->lo[n->c] : unknown;
+    int pa = n->a >= 0 && n->op != EXPR_OP_SYM && n->op != EXPR_OP_NUM && x->pos[n->a];
+    int pb = n->b >= 0 && x->pos[n->b], pc = n->c >= 0 && x->pos[n->c];
+    *lo = unknown;
+    *pos = 0;
+    switch ((ExprOp)n->op) {
+    case EXPR_OP_NUM: *lo = n->value, *pos = n->value > 0; return;
+    case EXPR_OP_SYM: return;  // set by expr_sym_set_bounds
+    case EXPR_OP_ADD:
+        if (la > unknown && lb > unknown) *lo = la + lb;
+        *pos = (pa && lb >= 0) || (pb && la >= 0);
+        break;
+    case EXPR_OP_MUL:
+        if (la >= 0 && lb >= 0) *lo = la * lb, *pos = pa && pb;
+        else if (n->b >= 0 && x->nodes[n->b].op == EXPR_OP_NUM && x->nodes[n->b].value > 0 && la > unknown)
+            *lo = la * x->nodes[n->b].value, *pos = pa;  // times a positive constant: monotone
+        break;
+    case EXPR_OP_DIV:
+        if (la >= 0 && pb) {
+            *lo = x->nodes[n->b].op == EXPR_OP_NUM ? la / x->nodes[n->b].value : 0.0;
+            *pos = pa;
+        }
+        break;
+    case EXPR_OP_MAX: *lo = la > lb ? la : lb, *pos = pa || pb; break;
+    case EXPR_OP_MIN: *lo = la < lb ? la : lb, *pos = pa && pb; break;
+    case EXPR_OP_CEIL:
+        if (la > unknown) *lo = ceil(la);
+        if (pa && *lo < 1) *lo = 1;  // the ceiling of a positive value is at least 1
+        break;
+    case EXPR_OP_FLOOR:
+        if (la > unknown) *lo = floor(la);
+        break;
+    case EXPR_OP_SELECT: *lo = lb < lc ? lb : lc, *pos = pb && pc; break;
+    default: break;
+    }
+    if (*lo > 0) *pos = 1;
+}
+
 // the handle of a node with these contents, created if new
 static Expr intern(ExprCtx *x, ExprNode n) {
     size_t mask = x->table_cap - 1;
@@ -109,9 +189,12 @@ static Expr intern(ExprCtx *x, ExprNode n) {
     if (x->num_nodes == x->cap_nodes) {
         x->cap_nodes = x->cap_nodes ? 2 * x->cap_nodes : 256;
         x->nodes = xrealloc(x->nodes, x->cap_nodes * sizeof *x->nodes);
+        x->lo = xrealloc(x->lo, x->cap_nodes * sizeof *x->lo);
+        x->pos = xrealloc(x->pos, x->cap_nodes);
     }
     Expr e = (Expr)x->num_nodes++;
     x->nodes[e] = n;
+    node_bounds(x, &n, &x->lo[e], &x->pos[e]);
     x->table[slot] = e;
     if (2 * x->num_nodes > x->table_cap) table_grow(x);
     return e;
@@ -165,6 +248,21 @@ Expr ex_sym(ExprCtx *x, const char *name) {
     x->sym_names[i] = copy;
     x->sym_nodes[i] = intern(x, make_node(EXPR_OP_SYM, i, EXPR_NONE, EXPR_NONE));
     return x->sym_nodes[i];
+}
+
+void expr_sym_set_bounds(ExprCtx *x, const char *name, double lo, int positive) {
+    int i = expr_sym_index(x, name);
+    if (i < 0) die("expr_sym_set_bounds: no symbol '%s' in this context; hint: create it with ex_sym first", name);
+    if (isnan(lo)) die("expr_sym_set_bounds: symbol '%s': the lower bound is NaN", name);
+    Expr e = x->sym_nodes[i];
+    x->lo[e] = lo;
+    x->pos[e] = positive || lo > 0;
+}
+
+double expr_lower_bound(const ExprCtx *x, Expr e, int *positive) {
+    check_handle(x, e, "expr_lower_bound");
+    if (positive) *positive = x->pos[e];
+    return x->lo[e];
 }
 
 int expr_num_syms(ExprCtx *x) { return x->num_syms; }
@@ -354,6 +452,8 @@ static Expr minmax(ExprCtx *x, ExprOp op, Expr a, Expr b, const char *who) {
         Expr y = an->a;
         return minmax(x, op, y, ex_num(x, f(num_of(x, an->b), num_of(x, b))), who);
     }
+    // a bound decides it: max(y, c) = y when y > c always (no tie, so no signed-zero question)
+    if (is_num(x, b) && x->lo[a] > num_of(x, b)) return op == EXPR_OP_MAX ? a : b;
     // max(max(y, z), y) = max(y, z)
     if (x->nodes[a].op == (int32_t)op && (x->nodes[a].a == b || x->nodes[a].b == b)) return a;
     if (x->nodes[b].op == (int32_t)op && (x->nodes[b].a == a || x->nodes[b].b == a)) return b;
@@ -380,6 +480,7 @@ Expr ex_select(ExprCtx *x, Expr cond, Expr a, Expr b) {
     check_handle(x, b, "ex_select");
     if (is_num(x, cond)) return expr_select3(num_of(x, cond), 1.0, 0.0) > 0 ? a : b;
     if (a == b) return a;
+    if (x->pos[cond]) return a;  // positive for every value the symbols may take
     // a condition that is itself a select between constants (a flag) tests
     // its own condition: select(select(y, k1, k2), a, b) picks a exactly
     // when y picks a positive k1, or y does not pick and k2 is positive (NaN

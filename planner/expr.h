@@ -11,6 +11,7 @@
 //   constant folding (same IEEE double operation as evaluation would do),
 //   x+0 = x, x-0 = x, x*1 = x, x/1 = x, x*0 = 0, x-x = 0, 0/x = 0,
 //   max(x,x) = min(x,x) = x, ceil/floor of a ceil/floor (or integer constant) is itself,
+//   selects and max/min decided by declared symbol bounds (expr_sym_set_bounds),
 //   select with a constant condition or equal branches picks a branch,
 //   select(select(y, k1, k2), a, b) tests y itself (a flag as a condition),
 //   commutative operands (+, *, max, min) sorted, so a*b and b*a are one node,
@@ -36,6 +37,10 @@ typedef int32_t Expr;  // node handle (index into the context's arena)
 
 ExprCtx *expr_ctx_new(void);
 void expr_ctx_free(ExprCtx *ctx);
+// An independent copy: the same nodes under the same handles, the same
+// symbols and settings; building on in the copy gives exactly what building
+// on in the original would (a shared prefix is built once and cloned).
+ExprCtx *expr_ctx_clone(const ExprCtx *ctx);
 size_t expr_ctx_num_nodes(const ExprCtx *ctx);  // nodes allocated so far
 // While on (off by default), ex_add also merges like terms of nested sums and
 // of sums scaled by constants: 2*y + 3*y = 5*y, (y*b + 1)*2 + y*b*4 =
@@ -48,6 +53,19 @@ void expr_ctx_set_merge_like_terms(ExprCtx *ctx, int on);
 // 0, 1, ... in creation order (that index selects its value at evaluation)
 Expr ex_sym(ExprCtx *ctx, const char *name);
 int expr_sym_index(ExprCtx *ctx, const char *name);  // -1 if no such symbol
+// Declare that symbol `name` only takes values >= lo (and > 0 when positive
+// is set). Expressions built afterwards use it: a select whose condition is
+// then positive for every allowed value picks its first branch, and
+// max(y, c) / min(y, c) with y > c always fold to y / c. Evaluating with a
+// value outside the declared range is a contract violation (results are
+// unspecified). Lower bounds are propagated through +, *, /, max, min, ceil,
+// floor and select with the rounding of the operations themselves (sound:
+// rounding to nearest is monotone); products of positive values are assumed
+// not to underflow to 0. Without a declaration a symbol is unbounded.
+void expr_sym_set_bounds(ExprCtx *ctx, const char *name, double lo, int positive);
+// The lower bound of e derived from the declarations (-inf: none); *positive
+// (if not NULL) is set to 1 when e > 0 for every allowed value.
+double expr_lower_bound(const ExprCtx *ctx, Expr e, int *positive);
 int expr_num_syms(ExprCtx *ctx);
 const char *expr_sym_name(ExprCtx *ctx, int i);      // NULL if out of range
 
@@ -84,7 +102,8 @@ int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
 
 // Batched evaluation over n candidates. sym_columns[i] points to n doubles
 // for symbol i (column layout, i < expr_num_syms at compile time);
-// out_columns[k] receives n doubles for output k. Candidates go in blocks
+// out_columns[k] receives n doubles for output k (NULL: output k is not
+// written; work only it needs still runs). Candidates go in blocks
 // through a scratch register file allocated by each call, so concurrent
 // calls on one program (one per thread) are safe. Results are bitwise equal to
 // expr_eval of each output.
@@ -94,7 +113,9 @@ int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
 // batches that keep most symbols fixed and sweep a few (a search's) are
 // evaluated faster, with the same results. The per-block programs for each
 // set of fixed symbols are built on first use and cached in the program
-// (thread-safe); a call costs a few microseconds beyond its candidates.
+// (thread-safe); one is built only for a set that lasts (also the set of the
+// block before or after): a lone block runs the plain program. A call costs a
+// few microseconds beyond its candidates.
 void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                        double *const *out_columns, size_t n);
 #endif

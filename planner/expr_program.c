@@ -26,7 +26,11 @@
 // patched into the instructions' constant fields. The scalar and the batched
 // forms of every instruction are the same C expression on the same operands,
 // so results stay bitwise equal to expr_eval. Hoisted values are recomputed
-// only when a uniform symbol's value changes from one block to the next.
+// only when a uniform symbol's value changes from one block to the next. A
+// variant is built (tens of microseconds for a long program) only for a set
+// of uniform symbols that lasts more than one block; a block whose set is new
+// and seen once (a search's blocks that straddle two groups of rows) runs the
+// plain program.
 #include "planner/expr.h"
 
 #include <math.h>
@@ -645,10 +649,12 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
 
 // the cached variant for mask, built on first use; NULL when the cache is
 // full (the caller builds a private one)
-static Variant *variant_get(const ExprProgram *cp, uint64_t mask) {
+// (build 0: only a cached one, else NULL)
+static Variant *variant_get(const ExprProgram *cp, uint64_t mask, int build) {
     ExprProgram *p = (ExprProgram *)cp;  // the cache is the only state evaluation changes
     for (int s = 0; s < EXPR_VARIANTS; s++) {
         Variant *v = atomic_load_explicit(&p->variants[s], memory_order_acquire);
+        if (!v && !build) return NULL;
         if (!v) {
             Variant *mine = variant_build(cp, mask), *expected = NULL;
             if (atomic_compare_exchange_strong_explicit(&p->variants[s], &expected, mine, memory_order_acq_rel,
@@ -807,9 +813,23 @@ static uint64_t uniform_mask(const ExprProgram *p, const double *const *syms) {
     return mask;
 }
 
+// the same for the m candidates from base of the caller's columns (a padded
+// tail repeats its last candidate, which changes nothing)
+static uint64_t uniform_mask_at(const ExprProgram *p, const double *const *sym_columns, size_t base, size_t m) {
+    uint64_t mask = 0;
+    for (int u = 0; u < p->num_used_syms; u++) {
+        const uint64_t *col = (const uint64_t *)(sym_columns[p->used_syms[u]] + base);
+        uint64_t first = col[0], diff = 0;
+        for (size_t j = 1; j < m; j++) diff |= col[j] ^ first;
+        if (!diff) mask |= (uint64_t)1 << u;
+    }
+    return mask;
+}
+
 static void write_outputs(const Output *outs, int num_outs, const double *regs, const double *const *syms,
                           const double *val, double *const *out_columns, size_t base, size_t m) {
     for (int k = 0; k < num_outs; k++) {
+        if (!out_columns[k]) continue;  // not wanted
         double *out = out_columns[k] + base;
         const Output *o = &outs[k];
         if (o->kind == OUT_CONST || o->kind == OUT_SCALAR) {
@@ -836,6 +856,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     Instr *work = NULL;
     if (!regs || !tail_syms || !syms) die_oom("evaluating an expression program");
     const Variant *current = NULL;  // the variant whose values val and work hold
+    uint64_t prev_mask = 0;         // the previous block's uniform set
     Variant *private_variant = NULL;
     for (size_t base = 0; base < n; base += B) {
         size_t m = n - base < B ? n - base : B;
@@ -856,7 +877,15 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             }
         }
         uint64_t mask = p->hoistable ? uniform_mask(p, syms) : 0;
-        if (!mask) {
+        const Variant *cached = !mask ? NULL : current && current->mask == mask ? current : variant_get(p, mask, 0);
+        // a variant not built yet is built only for a uniform set that lasts: one that is also
+        // the set of the block before or after (building costs far more than one block; a
+        // search's blocks that straddle groups of rows have sets seen once)
+        int lasting = mask && (cached || mask == prev_mask);
+        if (mask && !lasting && base + B < n)
+            lasting = uniform_mask_at(p, sym_columns, base + B, n - base - B < B ? n - base - B : B) == mask;
+        prev_mask = mask;
+        if (!lasting) {
             run_block(p->code, p->num_code, regs, syms, m);
             write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
             continue;
@@ -866,7 +895,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             prev_uniform = calloc((size_t)p->num_used_syms + 1, sizeof *prev_uniform);
             if (!val || !prev_uniform) die_oom("evaluating an expression program");
         }
-        const Variant *v = current && current->mask == mask ? current : variant_get(p, mask);
+        const Variant *v = cached ? cached : variant_get(p, mask, 1);
         if (!v) {  // cache full: a private variant for this call
             if (!private_variant || private_variant->mask != mask) {
                 variant_free(private_variant);

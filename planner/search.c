@@ -321,7 +321,7 @@ static int closest_plan(Search *s, SearchResult *r) {
                             if (!m || search_reserve(s, 1) != 0) return -1;
                             search_set_row(s, 0, &meshes[mi], (int)(s->B / per), z, ck, mask & 1, (mask >> 1) & 1,
                                            (mask >> 2) & 1, (mask >> 3) & 1, G, stage_p(i, S, G), l);
-                            search_eval(s, m, 1);
+                            search_eval(s, m, 1, EVAL_PEAKS);
                             int64_t peak = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0]));
                             if (peak < best_peak) best_peak = peak, best_z = z, best_mask = mask;
                         }
@@ -523,9 +523,10 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
 void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f) {
     fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %.3f s wall\n", search_space_name(o->space), o->nodes,
             o->gpus_per_node, s->seconds);
-    fprintf(f, "  candidates evaluated %lld (%lld fit) in %lld batches, %.3f s evaluating, %lld stage models "
-               "compiled in %.3f s\n",
-            s->candidates, s->candidates_fit, s->classes, s->eval_seconds, s->models_built, s->model_seconds);
+    fprintf(f, "  candidates evaluated %lld (%lld fit; %lld timed) in %lld batches, %.3f s evaluating, %lld stage "
+               "models compiled in %.3f s\n",
+            s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds, s->models_built,
+            s->model_seconds);
     fprintf(f, "  combinations (stages, G, meshes) %lld, searched %lld, the rest bounded out\n", s->combos,
             s->combos_searched);
     fprintf(f, "  frontiers %lld, %lld points (mean %.1f, largest %d)\n", s->frontiers, s->frontier_points,
@@ -541,8 +542,9 @@ void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE 
 void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f) {
     fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"seconds\": %.6g, ",
             search_space_name(o->space), o->nodes, o->gpus_per_node, s->seconds);
-    fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"batches\": %lld, \"eval_seconds\": %.6g, ",
-            s->candidates, s->candidates_fit, s->classes, s->eval_seconds);
+    fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"time_evaluations\": %lld, \"batches\": %lld, "
+               "\"eval_seconds\": %.6g, ",
+            s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds);
     fprintf(f, "\"models_built\": %lld, \"model_seconds\": %.6g, \"combinations\": %lld, "
                "\"combinations_searched\": %lld, ",
             s->models_built, s->model_seconds, s->combos, s->combos_searched);

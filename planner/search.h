@@ -52,6 +52,7 @@ void search_options_default(SearchOptions *o, const MistConfig *cfg);
 typedef struct {
     long long candidates;          // stage configurations evaluated (one per batch column)
     long long candidates_fit;      // of those, within device memory
+    long long time_evaluations;    // of those, rows whose time (t, d) was evaluated (the rest: memory only)
     long long classes;             // batched evaluations: (G, mesh, layers, ckpt / in-flight) groups
     long long frontiers;           // (stage position, layer count) frontiers built
     long long frontier_points;     // points over all of them

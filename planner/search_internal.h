@@ -43,6 +43,8 @@ typedef struct {
     int uniform;         // 1: every stage has L/S layers and the same mesh
     int max_stages, max_tp, max_tp_staged;
     int wg_steps, oa_steps;  // offload grid: wo, go in multiples of 1/wg_steps; oo, ao of 1/oa_steps
+    // q / wg_steps and q / oa_steps (space_grid fills them): batch rows take them millions of times
+    double ratio_wg[SEARCH_WG_STEPS + 1], ratio_oa[SEARCH_OA_STEPS + 1];
 } SpaceRules;
 
 typedef struct Search {
@@ -60,6 +62,7 @@ typedef struct Search {
     double tau;          // the other stages of a stage of l blocks sum to at least tau * (L - l) of t
     // compiled stage models, built when first needed: [kind][zero][offload mask wo|go<<1|oo<<2|ao<<3]
     StageModel *models[KINDS][4][16];
+    StageModelBase *base;  // the model's parts every stage model starts from, built with the first one
     // batch buffers: (cap,) per symbol and per output
     double *cols[STAGE_SYMS];
     double *outs[ST_OUTPUTS];
@@ -79,9 +82,9 @@ int space_meshes(const Search *s, int n, Mesh *out, int max);
 int space_stage_count_ok(const Search *s, int S);
 // checkpoint counts a stage of l blocks may use, ascending; returns the count
 int space_ckpt_options(const SpaceRules *r, int l, int *out);
-double space_ratio_wg(const SpaceRules *r, int q);
-double space_ratio_oa(const SpaceRules *r, int q);
-// fill s->grid for the rules' steps
+static inline double space_ratio_wg(const SpaceRules *r, int q) { return r->ratio_wg[q]; }
+static inline double space_ratio_oa(const SpaceRules *r, int q) { return r->ratio_oa[q]; }
+// fill s->grid and the rules' ratio tables for the rules' steps
 void space_grid(Search *s);
 double search_now(void);
 
@@ -90,8 +93,16 @@ double search_now(void);
 StageModel *stage_model_get(Search *s, int kind, int zero, int mask);
 // Make room for n batch columns.
 int search_reserve(Search *s, size_t n);
-// Evaluate n rows already written in s->cols with model m (times, peaks).
-void search_eval(Search *s, StageModel *m, size_t n);
+// Evaluate n rows already written in s->cols with model m: what = EVAL_TIME
+// (t, d), EVAL_PEAKS (the memory peaks) or both. The time program is ~95% of
+// a model's work and does not depend on p, so the search asks for the peaks
+// alone wherever only fitting matters and for times only where they are new.
+enum { EVAL_TIME = 1, EVAL_PEAKS = 2, EVAL_BOTH = 3 };
+void search_eval(Search *s, StageModel *m, size_t n, int what);
+// copy row from to row to of the batch columns
+void search_copy_row(Search *s, size_t to, size_t from);
+// the bound G*t + max(0, d, tau * (L - l)) <= incumbent of a candidate with l blocks
+int search_bound_ok(const Search *s, int G, double t, double d, int l);
 // Fastest steady time over meshes and allowed ZeRO levels of a stage of l blocks
 // with no checkpointing and no offload, memory ignored (a lower bound on t of
 // every candidate of that l: t is nondecreasing in ckpt and offload ratios).

@@ -85,10 +85,9 @@ int space_ckpt_options(const SpaceRules *r, int l, int *out) {
     return l + 1;
 }
 
-double space_ratio_wg(const SpaceRules *r, int q) { return (double)q / r->wg_steps; }
-double space_ratio_oa(const SpaceRules *r, int q) { return (double)q / r->oa_steps; }
-
 void space_grid(Search *s) {
+    for (int q = 0; q <= s->rules.wg_steps; q++) s->rules.ratio_wg[q] = (double)q / s->rules.wg_steps;
+    for (int q = 0; q <= s->rules.oa_steps; q++) s->rules.ratio_oa[q] = (double)q / s->rules.oa_steps;
     for (int mask = 0; mask < 16; mask++) {
         int lim[4] = {mask & 1 ? s->rules.wg_steps : 0, mask & 2 ? s->rules.wg_steps : 0,
                       mask & 4 ? s->rules.oa_steps : 0, mask & 8 ? s->rules.oa_steps : 0};

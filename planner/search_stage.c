@@ -37,8 +37,12 @@ StageModel *stage_model_get(Search *s, int kind, int zero, int mask) {
     }
     StagePattern pat = {zero, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, (mask >> 3) & 1};
     double t0 = search_now();
-    if (stage_model_build_pattern(m, s->cfg, s->hw, s->table, kind & 1, (kind >> 1) & 1, &pat, s->err,
-                                  sizeof s->err) != 0) {
+    if (!s->base && !(s->base = stage_model_base_new(s->cfg, s->err, sizeof s->err))) {
+        free(m);
+        return NULL;
+    }
+    if (stage_model_build_from(m, s->base, s->hw, s->table, kind & 1, (kind >> 1) & 1, &pat, STAGE_BUILD_SPLIT,
+                               s->err, sizeof s->err) != 0) {
         free(m);
         return NULL;
     }
@@ -57,6 +61,8 @@ void search_models_free(Search *s) {
                     free(s->models[k][z][m]);
                     s->models[k][z][m] = NULL;
                 }
+    stage_model_base_free(s->base);
+    s->base = NULL;
     for (int i = 0; i < STAGE_SYMS; i++) free(s->cols[i]), s->cols[i] = NULL;
     for (int i = 0; i < ST_OUTPUTS; i++) free(s->outs[i]), s->outs[i] = NULL;
     s->cap = 0;
@@ -84,18 +90,28 @@ oom:
     return -1;
 }
 
-void search_eval(Search *s, StageModel *m, size_t n) {
+void search_eval(Search *s, StageModel *m, size_t n, int what) {
     if (!n) return;
     double *outs[ST_OUTPUTS] = {0};
-    outs[ST_T] = s->outs[ST_T];
-    outs[ST_D] = s->outs[ST_D];
-    outs[ST_PEAK_FWD] = s->outs[ST_PEAK_FWD];
-    outs[ST_PEAK_BWD] = s->outs[ST_PEAK_BWD];
+    if (what & EVAL_TIME) outs[ST_T] = s->outs[ST_T], outs[ST_D] = s->outs[ST_D];
+    if (what & EVAL_PEAKS) outs[ST_PEAK_FWD] = s->outs[ST_PEAK_FWD], outs[ST_PEAK_BWD] = s->outs[ST_PEAK_BWD];
     double t0 = search_now();
     stage_eval_batch(m, (const double *const *)s->cols, outs, n);
     s->stats->eval_seconds += search_now() - t0;
     s->stats->candidates += (long long)n;
+    if (what & EVAL_TIME) s->stats->time_evaluations += (long long)n;
     s->stats->classes++;
+}
+
+void search_copy_row(Search *s, size_t to, size_t from) {
+    if (to == from) return;
+    for (int k = 0; k < STAGE_SYMS; k++) s->cols[k][to] = s->cols[k][from];
+}
+
+int search_bound_ok(const Search *s, int G, double t, double d, int l) {
+    if (!(t >= 0) || isnan(d)) return 0;
+    double rest = s->tau * (s->L - l);
+    return G * t + fmax(fmax(0.0, d), rest) <= s->incumbent * (1 + 1e-12);
 }
 
 void search_set_row(Search *s, size_t i, const Mesh *me, int b, int zero, int ckpt, double wo, double go, double oo,
@@ -124,12 +140,7 @@ static int row_fits(const Search *s, size_t i) {
 
 // G*t + max(0, d, rest) <= incumbent: the candidate can still be part of a
 // better plan (rest = tau * (L - l): a lower bound on the other stages' summed t)
-static int row_bound_ok(const Search *s, int G, size_t i) {
-    double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
-    if (!(t >= 0) || isnan(d)) return 0;
-    double rest = s->tau * (s->L - s->cols[SYM_L][i]);
-    return G * t + fmax(fmax(0.0, d), rest) <= s->incumbent * (1 + 1e-12);
-}
+
 
 int cand_push(CandList *c, const Cand *x) {
     if (c->n == c->cap) {
@@ -161,7 +172,7 @@ int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshe
             for (int l = 1; l <= lmax; l++)
                 search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
         }
-        search_eval(s, m, n);
+        search_eval(s, m, n, EVAL_TIME);
         for (size_t i = 0; i < n; i++) {
             int l = 1 + (int)(i % (size_t)lmax);
             tmin[l] = fmin(tmin[l], s->outs[ST_T][i]);
@@ -183,7 +194,7 @@ double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes
             if (s->B % per) continue;
             search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
         }
-        search_eval(s, m, n);
+        search_eval(s, m, n, EVAL_TIME);
         for (size_t i = 0; i < n; i++) best = fmin(best, s->outs[ST_T][i]);
     }
     return best;
@@ -194,6 +205,8 @@ double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes
 // a grid point of a checkpoint option still to be evaluated at in-flight index k
 typedef struct {
     int ci, g, k;
+    int timed;    // t, d hold its time (it does not depend on p)
+    double t, d;
 } ActiveRow;
 
 typedef struct {
@@ -221,14 +234,41 @@ typedef struct {
 } Cell;
 
 typedef struct {
-    int ci;               // cell
-    unsigned char q[4];   // grid steps of wo, go, oo, ao (the line's own ratio: see lo, hi)
+    int id;               // the line's index at creation (its cell and fixed steps: LineInfo)
     int k;                // in-flight level
-    int lo, hi;           // the least fitting oo at this level lies in [lo, hi]
+    int lo, hi;           // the least fitting step at this level lies in [lo, hi]
     int state;            // 0: query lo; 1: query the top; 2: bisect [lo, hi)
-    double t_hi, d_hi;    // at hi, once it is known to fit
 } Line;
 
+typedef struct {
+    int ci;               // cell
+    unsigned char q[4];   // grid steps of wo, go, oo, ao (the line's own ratio varies)
+} LineInfo;
+
+// the least fitting step hi of line id at in-flight level k, in the order found
+typedef struct {
+    int id, k, hi;
+    size_t row;           // its row in the time batch
+} Settled;
+
+// the batch row of line `info`'s point at step q_dim of its own ratio and in-flight count p
+static void line_row(Search *s, size_t i, const LineInfo *info, int dim, int q_dim, int z, const Mesh *meshes,
+                     const Cell *cells, int G, int p) {
+    const SpaceRules *R = &s->rules;
+    unsigned char q[4] = {info->q[0], info->q[1], info->q[2], info->q[3]};
+    q[dim] = (unsigned char)q_dim;
+    const Cell *ce = &cells[info->ci];
+    search_set_row(s, i, &meshes[ce->mi], ce->b, z, ce->ckpt, space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
+                   space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, p, ce->l);
+}
+
+// Memory alone decides where each line settles: first the least fitting step of every line at
+// every in-flight level (memory queries only), then the times of those points in one batch
+// (times do not depend on p, so a step settled at several levels is timed once), then the bound.
+// The bound is nondecreasing along a line (P1) and a line's settled step never decreases with
+// the level, so a line whose settled step is over the bound at one level is over it at every
+// later one: applying the bound at the end keeps exactly the candidates that checking it while
+// settling would keep, in the same order.
 static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, const Cell *cells, int nc, int G,
                       const int *k0, const int *cell_ok, const int *plist, int np, CandList *out) {
     const SpaceRules *R = &s->rules;
@@ -247,76 +287,112 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     StageModel *mm = stage_model_get(s, kind, z, mask);
     if (!mm) return -1;
     Line *ln = malloc(nl * sizeof *ln);
-    if (!ln || search_reserve(s, nl) != 0) {
-        free(ln);
-        snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
-        return -1;
-    }
+    LineInfo *info = malloc(nl * sizeof *info);
+    int *last_hi = malloc(nl * sizeof *last_hi);
+    size_t *last_row = malloc(nl * sizeof *last_row);
+    size_t ns = 0, cap_settled = nl;
+    Settled *st = malloc(cap_settled * sizeof *st);
+    if (!ln || !info || !last_hi || !last_row || !st || search_reserve(s, nl) != 0) goto oom;
     size_t n = 0;
     for (int ci = 0; ci < nc; ci++) {
         if (!cell_ok[mask * nc + ci]) continue;
         for (int w = steps[0] ? 1 : 0; w <= steps[0]; w++)
             for (int g = steps[1] ? 1 : 0; g <= steps[1]; g++)
                 for (int o = steps[2] ? 1 : 0; o <= steps[2]; o++)
-                    for (int a = steps[3] ? 1 : 0; a <= steps[3]; a++)
-                        ln[n++] = (Line){ci, {(unsigned char)w, (unsigned char)g, (unsigned char)o, (unsigned char)a},
-                                         k0[ci], 1, top, 0, 0, 0};
+                    for (int a = steps[3] ? 1 : 0; a <= steps[3]; a++) {
+                        info[n] = (LineInfo){ci, {(unsigned char)w, (unsigned char)g, (unsigned char)o, (unsigned char)a}};
+                        last_hi[n] = -1;
+                        ln[n] = (Line){(int)n, k0[ci], 1, top, 0};
+                        n++;
+                    }
     }
     while (n) {
-        // one query per line: its lowest candidate first (it settles the line when it fits, and when
-        // it is over the bound every larger oo is too), then the top (nothing fits when it does not),
-        // then bisection
+        // one memory query per line: its lowest candidate first (it settles the line when it fits),
+        // then the top (nothing fits when it does not), then bisection
         for (size_t i = 0; i < n; i++) {
             const Line *L = &ln[i];
-            unsigned char q[4] = {L->q[0], L->q[1], L->q[2], L->q[3]};
-            q[dim] = (unsigned char)(L->state == 0 ? L->lo : L->state == 1 ? top : (L->lo + L->hi) / 2);
-            const Cell *ce = &cells[L->ci];
-            search_set_row(s, i, &meshes[ce->mi], ce->b, z, ce->ckpt, space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
-                           space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, plist[L->k], ce->l);
+            line_row(s, i, &info[L->id], dim, L->state == 0 ? L->lo : L->state == 1 ? top : (L->lo + L->hi) / 2, z,
+                     meshes, cells, G, plist[L->k]);
         }
-        search_eval(s, mm, n);
+        search_eval(s, mm, n, EVAL_PEAKS);
         size_t kept = 0;
         for (size_t i = 0; i < n; i++) {
             Line L = ln[i];
-            int fits = row_fits(s, i), settled = 0;
-            if (fits) s->stats->candidates_fit++;
-            double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
+            int fit = row_fits(s, i), settled = 0;
+            if (fit) s->stats->candidates_fit++;
             if (L.state == 0) {
-                if (!row_bound_ok(s, G, i)) continue;  // this oo and every larger one are over the bound
-                if (fits) L.hi = L.lo, L.t_hi = t, L.d_hi = d, settled = 1;
+                if (fit) L.hi = L.lo, settled = 1;
                 else if (L.lo >= top) continue;
                 else L.lo++, L.state = 1;
             } else if (L.state == 1) {
-                if (!fits) continue;  // nothing on this line fits, here or at a larger p
-                L.hi = top, L.t_hi = t, L.d_hi = d, L.state = 2;
+                if (!fit) continue;  // nothing on this line fits, here or at a larger p
+                L.hi = top, L.state = 2;
                 settled = L.lo >= L.hi;
             } else {
                 int q = (L.lo + L.hi) / 2;
-                if (fits) L.hi = q, L.t_hi = t, L.d_hi = d;
+                if (fit) L.hi = q;
                 else L.lo = q + 1;
                 settled = L.lo >= L.hi;
             }
-            if (settled) {  // the least fitting oo at this level
-                double rest = s->tau * (s->L - cells[L.ci].l);
-                if (!(G * L.t_hi + fmax(fmax(0.0, L.d_hi), rest) <= s->incumbent * (1 + 1e-12))) continue;
-                unsigned char q[4] = {L.q[0], L.q[1], L.q[2], L.q[3]};
-                q[dim] = (unsigned char)L.hi;
-                Cand c = {L.t_hi, L.d_hi, cells[L.ci].mi, (short)cells[L.ci].ckpt, (signed char)z, q[0], q[1], q[2],
-                          q[3]};
-                if (cand_push(&out[cells[L.ci].li * np + L.k], &c)) {
-                    free(ln);
-                    snprintf(s->err, sizeof s->err, "out of memory collecting stage candidates");
-                    return -1;
+            if (settled) {
+                if (ns == cap_settled) {
+                    Settled *grown = realloc(st, 2 * cap_settled * sizeof *st);
+                    if (!grown) goto oom;
+                    st = grown, cap_settled *= 2;
                 }
+                st[ns++] = (Settled){L.id, L.k, L.hi, 0};
                 if (++L.k >= np) continue;
-                L.lo = L.hi, L.hi = top, L.state = 0;  // memory grows with p: the next least oo is no smaller
+                L.lo = L.hi, L.hi = top, L.state = 0;  // memory grows with p: the next least step is no smaller
             }
             ln[kept++] = L;
         }
         n = kept;
     }
-    free(ln);
+    // the times of the settled steps, each (line, step) once; rows in line order (lines are in
+    // cell order), so a block of the batch mostly shares its cell's symbols, which the engine
+    // hoists out of the per-candidate work. A line's steps are settled in nondecreasing order.
+    for (size_t i = 0; i < nl; i++) last_row[i] = 0;  // first: the line's distinct steps
+    for (size_t i = 0; i < ns; i++) {
+        const Settled *e = &st[i];
+        if (last_hi[e->id] != e->hi) last_hi[e->id] = e->hi, last_row[e->id]++;
+    }
+    size_t rows = 0;
+    for (size_t i = 0; i < nl; i++) {  // then: the row of the line's first step
+        size_t count = last_row[i];
+        last_row[i] = rows, rows += count;
+        last_hi[i] = -1;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        Settled *e = &st[i];
+        if (last_hi[e->id] != -1 && last_hi[e->id] != e->hi) last_row[e->id]++;  // the line's next step
+        last_hi[e->id] = e->hi;
+        e->row = last_row[e->id];
+    }
+    if (search_reserve(s, rows) != 0) goto oom;
+    for (size_t i = 0; i < nl; i++) last_hi[i] = -1;
+    for (size_t i = 0; i < ns; i++) {
+        const Settled *e = &st[i];
+        if (last_hi[e->id] == e->hi) continue;
+        last_hi[e->id] = e->hi;
+        line_row(s, e->row, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
+    }
+    search_eval(s, mm, rows, EVAL_TIME);
+    for (size_t i = 0; i < ns; i++) {
+        const Settled *e = &st[i];
+        const LineInfo *li = &info[e->id];
+        double t = s->outs[ST_T][e->row], d = s->outs[ST_D][e->row];
+        if (!search_bound_ok(s, G, t, d, cells[li->ci].l)) continue;
+        unsigned char q[4] = {li->q[0], li->q[1], li->q[2], li->q[3]};
+        q[dim] = (unsigned char)e->hi;
+        Cand c = {t, d, cells[li->ci].mi, (short)cells[li->ci].ckpt, (signed char)z, q[0], q[1], q[2], q[3]};
+        if (cand_push(&out[cells[li->ci].li * np + e->k], &c)) goto oom;
+    }
+    free(ln), free(info), free(last_hi), free(last_row), free(st);
     return 0;
+oom:
+    free(ln), free(info), free(last_hi), free(last_row), free(st);
+    snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
+    return -1;
 }
 
 int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *meshes, int nmesh, const int *plist,
@@ -335,7 +411,8 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
     int *k0 = malloc(maxcells * sizeof *k0);
     ActiveRows act = {NULL, 0};
     int *cell_ok = malloc(16 * maxcells * sizeof *cell_ok);  // (16 patterns, cells): some point may fit
-    if (!cells || !k0 || !cell_ok) goto oom;
+    double *tz = malloc((2 * maxcells + 1) * sizeof *tz);    // (cells, t | d) without offload
+    if (!cells || !k0 || !cell_ok || !tz) goto oom;
     for (int l = lo; l <= hi; l++) {
         int ncopt = space_ckpt_options(&s->rules, l, copt);
         for (int mi = 0; mi < nmesh; mi++) {
@@ -350,17 +427,24 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
         StageModel *m = stage_model_get(s, kind, z, 0);
         if (!m) goto fail;
         if (search_reserve(s, (size_t)nc * np) != 0) goto fail;
+        // times once per cell (they do not depend on p), then memory at every in-flight count
+        for (int x = 0; x < nc; x++)
+            search_set_row(s, x, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt, 0, 0, 0, 0, G, plist[0],
+                           cells[x].l);
+        search_eval(s, m, nc, EVAL_TIME);
+        for (int x = 0; x < nc; x++) tz[2 * x] = s->outs[ST_T][x], tz[2 * x + 1] = s->outs[ST_D][x];
         size_t n = 0;
         for (int x = 0; x < nc; x++)
             for (int k = 0; k < np; k++)
                 search_set_row(s, n++, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt, 0, 0, 0, 0, G, plist[k],
                                cells[x].l);
-        search_eval(s, m, n);
+        search_eval(s, m, n, EVAL_PEAKS);
+        s->stats->candidates -= nc;  // the timed rows are among these
         int need_offload = 0;
         for (int x = 0; x < nc; x++) {
             size_t r0 = (size_t)x * np;
-            double t0 = s->outs[ST_T][r0], d0 = s->outs[ST_D][r0];
-            int bound = row_bound_ok(s, G, r0);
+            double t0 = tz[2 * x], d0 = tz[2 * x + 1];
+            int bound = search_bound_ok(s, G, t0, d0, cells[x].l);
             k0[x] = np;
             for (int k = 0; k < np; k++) {
                 if (!row_fits(s, r0 + k)) {
@@ -394,7 +478,7 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
                         search_set_row(s, n++, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt, mask & 1,
                                        (mask >> 1) & 1, (mask >> 2) & 1, mask & 8 ? space_ratio_oa(R, a) : 0, G,
                                        plist[k0[x]], cells[x].l);
-            search_eval(s, mc, n);
+            search_eval(s, mc, n, EVAL_PEAKS);
             n = 0;
             for (int x = 0; x < nc; x++) {
                 int fits = 0;
@@ -422,7 +506,7 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
             size_t na = 0;
             for (int x = 0; x < nc; x++)
                 if (cell_ok[mask * nc + x])
-                    for (int g = 0; g < grid_n[mask]; g++) act.v[na++] = (ActiveRow){x, g, k0[x]};
+                    for (int g = 0; g < grid_n[mask]; g++) act.v[na++] = (ActiveRow){x, g, k0[x], 0, 0, 0};
             while (na) {
                 for (size_t i = 0; i < na; i++) {
                     const ActiveRow *ar = &act.v[i];
@@ -432,16 +516,28 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
                                    space_ratio_wg(R, q[1]), space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G,
                                    plist[ar->k], ce->l);
                 }
-                search_eval(s, mm, na);
-                size_t kept = 0;
+                // memory of every point, then the times of those that fit and are not timed yet
+                search_eval(s, mm, na, EVAL_PEAKS);
+                size_t fit = 0, nt = 0;
                 for (size_t i = 0; i < na; i++) {
-                    ActiveRow ar = act.v[i];
                     if (!row_fits(s, i)) continue;
                     s->stats->candidates_fit++;
-                    if (!row_bound_ok(s, G, i)) continue;
+                    if (!act.v[i].timed) search_copy_row(s, nt++, i);
+                    act.v[fit++] = act.v[i];
+                }
+                search_eval(s, mm, nt, EVAL_TIME);
+                s->stats->candidates -= (long long)nt;  // rows already counted
+                nt = 0;
+                for (size_t i = 0; i < fit; i++)
+                    if (!act.v[i].timed)
+                        act.v[i].t = s->outs[ST_T][nt], act.v[i].d = s->outs[ST_D][nt], act.v[i].timed = 1, nt++;
+                size_t kept = 0;
+                for (size_t i = 0; i < fit; i++) {
+                    ActiveRow ar = act.v[i];
+                    if (!search_bound_ok(s, G, ar.t, ar.d, cells[ar.ci].l)) continue;
                     const unsigned char *q = s->grid[mask][ar.g];
-                    Cand c = {s->outs[ST_T][i], s->outs[ST_D][i], cells[ar.ci].mi, (short)cells[ar.ci].ckpt,
-                              (signed char)z, q[0], q[1], q[2], q[3]};
+                    Cand c = {ar.t, ar.d, cells[ar.ci].mi, (short)cells[ar.ci].ckpt, (signed char)z, q[0], q[1], q[2],
+                              q[3]};
                     if (cand_push(&out[cells[ar.ci].li * np + ar.k], &c)) goto oom;
                     if (++ar.k < np) act.v[kept++] = ar;
                 }
@@ -450,11 +546,11 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
         }
     }
 done:
-    free(cells), free(k0), free(cell_ok), free(act.v);
+    free(cells), free(k0), free(cell_ok), free(act.v), free(tz);
     return 0;
 oom:
     snprintf(s->err, sizeof s->err, "out of memory collecting stage candidates");
 fail:
-    free(cells), free(k0), free(cell_ok), free(act.v);
+    free(cells), free(k0), free(cell_ok), free(act.v), free(tz);
     return -1;
 }

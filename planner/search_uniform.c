@@ -56,7 +56,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
             StageModel *m = stage_model_get(s, kinds[k], z, 0);
             if (!m || search_reserve(s, (size_t)nc) != 0) goto fail;
             for (int ci = 0; ci < nc; ci++) search_set_row(s, ci, me, b, z, copt[ci], 0, 0, 0, 0, G, pk[k], l);
-            search_eval(s, m, (size_t)nc);
+            search_eval(s, m, (size_t)nc, EVAL_BOTH);
             for (int ci = 0; ci < nc; ci++) {
                 tz[ci * 6 + k * 2] = s->outs[ST_T][ci];
                 tz[ci * 6 + k * 2 + 1] = s->outs[ST_D][ci];
@@ -101,11 +101,19 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
                     search_set_row(s, i, me, b, z, copt[rows[i].ci], space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
                                    space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, pk[k], l);
                 }
-                search_eval(s, m, n);
-                size_t kept = 0;
+                // memory first; the times only of the rows that fit (moved to the front)
+                search_eval(s, m, n, EVAL_PEAKS);
+                size_t fit = 0;
                 for (size_t i = 0; i < n; i++) {
                     if (!fits_row(s, i)) continue;
                     s->stats->candidates_fit++;
+                    search_copy_row(s, fit, i);
+                    rows[fit++] = rows[i];
+                }
+                search_eval(s, m, fit, EVAL_TIME);
+                s->stats->candidates -= (long long)fit;  // rows already counted
+                size_t kept = 0;
+                for (size_t i = 0; i < fit; i++) {
                     double t = s->outs[ST_T][i], d = s->outs[ST_D][i];
                     if (!(G * t + fmax(0.0, d) <= s->incumbent * (1 + 1e-12))) continue;
                     URow r = rows[i];

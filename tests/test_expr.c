@@ -602,6 +602,109 @@ static void test_hoisting(void) {
     free(row);
 }
 
+// A clone continues exactly like its original: same handles for the same
+// construction sequence, independent afterwards.
+static void test_clone(void) {
+    ExprCtx *a = expr_ctx_new();
+    Expr xa = ex_sym(a, "x"), ya = ex_sym(a, "y");
+    Expr base = ex_add(a, ex_mul(a, xa, ya), ex_num(a, 3));
+    ExprCtx *b = expr_ctx_clone(a);
+    int same = expr_ctx_num_nodes(a) == expr_ctx_num_nodes(b) && expr_num_syms(b) == 2 &&
+               ex_sym(b, "y") == ya && expr_sym_index(b, "x") == 0;
+    Expr ea = ex_max(a, ex_div(a, base, ya), ex_ceil(a, xa));
+    Expr eb = ex_max(b, ex_div(b, base, ex_sym(b, "y")), ex_ceil(b, ex_sym(b, "x")));
+    same &= ea == eb && expr_ctx_num_nodes(a) == expr_ctx_num_nodes(b);
+    Expr only_b = ex_mul(b, eb, ex_sym(b, "z"));  // grows b only
+    same &= expr_ctx_num_nodes(a) < expr_ctx_num_nodes(b) && expr_sym_index(a, "z") < 0;
+    double va[2] = {2.5, 4}, vb[3] = {2.5, 4, 2};
+    same &= expr_eval(a, ea, va) == expr_eval(b, eb, vb) && expr_eval(b, only_b, vb) == 2 * expr_eval(a, ea, va);
+    expr_ctx_free(a);  // b lives on
+    char buf[128];
+    expr_print(b, only_b, buf, sizeof buf);
+    same &= strstr(buf, "z") != NULL;
+    expr_ctx_free(b);
+    ok(same, "expr_ctx_clone: same handles for the same constructions, independent afterwards");
+}
+
+// Declared symbol bounds fold what they decide (and nothing else), and the
+// derived bounds are sound on random expressions.
+static void test_bounds(uint64_t seed) {
+    ExprCtx *x = expr_ctx_new();
+    Expr u = ex_sym(x, "u"), v = ex_sym(x, "v"), w = ex_sym(x, "w");
+    expr_sym_set_bounds(x, "u", 1, 1);  // u >= 1
+    expr_sym_set_bounds(x, "v", 0, 1);  // v > 0
+    Expr one = ex_num(x, 1), zero = ex_num(x, 0);
+    int good = ex_select(x, ex_sub(x, u, ex_num(x, 0.5)), v, w) == v;                  // u - 0.5 > 0
+    good &= ex_select(x, ex_sub(x, u, ex_num(x, 2)), v, w) != v;                        // undecided
+    good &= ex_select(x, w, v, u) != v;                                                  // w unbounded
+    Expr bytes = ex_mul(x, ex_mul(x, u, v), ex_num(x, 2));                               // 2uv > 0
+    Expr copy = ex_mul(x, ex_add(x, bytes, ex_num(x, 1e-5)), ex_select(x, bytes, one, zero));
+    good &= copy == ex_add(x, bytes, ex_num(x, 1e-5));                                   // the flag is 1
+    Expr busy = ex_select(x, ex_sub(x, copy, ex_num(x, 1e-12)), one, zero);             // > eps: busy
+    good &= busy == one;
+    good &= ex_max(x, u, ex_num(x, 0.5)) == u && ex_min(x, u, ex_num(x, 0.5)) == ex_num(x, 0.5);
+    good &= ex_max(x, u, one) != u;  // u may equal 1: left to evaluation
+    good &= ex_select(x, ex_sub(x, ex_ceil(x, v), ex_num(x, 0.5)), w, u) == w;          // ceil(v) >= 1
+    int pos;
+    double lo = expr_lower_bound(x, ex_add(x, ex_mul(x, u, ex_num(x, 3)), v), &pos);
+    good &= lo == 3 && pos;
+    ok(good, "declared bounds decide selects and max/min with constants; undecided ones stay");
+    expr_ctx_free(x);
+
+    // soundness: every pool expression over bounded symbols stays >= its lower bound (and > 0
+    // where positive) at random values in range, the range's ends included
+    int violations = 0, checked = 0, bounded = 0;
+    for (int trial = 0; trial < 30; trial++) {
+        rng_state = seed + 7919 * (uint64_t)trial;
+        x = expr_ctx_new();
+        const char *names[NSYM] = {"b", "s", "h", "tp", "dp", "ckpt"};
+        double lows[NSYM];
+        for (int i = 0; i < NSYM; i++) {
+            ex_sym(x, names[i]);
+            lows[i] = i % 3 == 0 ? 0.5 : i % 3 == 1 ? 1.0 : 0.0;  // 0: positive without a bound
+            expr_sym_set_bounds(x, names[i], lows[i], 1);
+        }
+        Pool pl;
+        build_pool(x, &pl, 1);
+        for (int t = 0; t < 60; t++) {
+            double row[NSYM];
+            for (int i = 0; i < NSYM; i++)
+                row[i] = t < 2 ? (lows[i] > 0 ? lows[i] : 1e-9 * (t + 1)) : lows[i] + (t % 2 ? 1e-9 : 4) * rng_unit();
+            for (int q = 0; q < pl.n; q++) {
+                int p2;
+                double l2 = expr_lower_bound(x, pl.e[q], &p2), val = expr_eval(x, pl.e[q], row);
+                if (isnan(val)) continue;
+                checked++;
+                bounded += l2 > -INFINITY;
+                if ((val < l2 || (p2 && !(val > 0))) && violations++ < 5)
+                    diag("bounds trial %d entry %d: value %.17g, bound %.17g, positive %d", trial, q, val, l2, p2);
+            }
+        }
+        expr_ctx_free(x);
+    }
+    ok(violations == 0 && bounded > checked / 4,
+       "derived lower bounds hold on %d random values (%d with a finite bound; %d violations)", checked, bounded,
+       violations);
+}
+
+// an output column given as NULL is not written; the others are as usual
+static void test_null_outputs(void) {
+    ExprCtx *x = expr_ctx_new();
+    Expr a = ex_sym(x, "a"), b = ex_sym(x, "b");
+    Expr outs[2] = {ex_mul(x, a, b), ex_add(x, a, b)};
+    ExprProgram *p = expr_compile(x, outs, 2);
+    double ca[70], cb[70], o0[70];
+    for (int j = 0; j < 70; j++) ca[j] = j, cb[j] = 0.5 * j;
+    const double *cols[2] = {ca, cb};
+    double *o[2] = {o0, NULL};
+    expr_program_eval(p, cols, o, 70);
+    int good = 1;
+    for (int j = 0; j < 70; j++) good &= o0[j] == ca[j] * cb[j];
+    ok(good, "a NULL output column is skipped, the others are written (70 candidates)");
+    expr_program_free(p);
+    expr_ctx_free(x);
+}
+
 int main(void) {
     const char *env = getenv("MIST_TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
@@ -622,5 +725,8 @@ int main(void) {
     expr_ctx_free(x);
     test_random(seed);
     test_hoisting();
+    test_clone();
+    test_bounds(seed);
+    test_null_outputs();
     return tap_done();
 }

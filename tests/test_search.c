@@ -323,6 +323,73 @@ static void test_properties(void) {
     for (int k = 0; k < 4; k++) stage_model_free(&m[k]);
 }
 
+// The models the search builds (from one shared base, split into a time and
+// a memory program) give bitwise what a model built alone gives, on random
+// configurations of each pattern and stage kind.
+static void test_split_models(void) {
+    static MistConfig cfg;
+    const char *pov[] = {"plan.mode=auto"};
+    if (load(&cfg, "gpt3-1.3b.ini", pov, 1)) {
+        ok(0, "split models: gpt3-1.3b.ini loads");
+        return;
+    }
+    HwProfile hw;
+    profile_preset(&hw, "l4");
+    char err[512];
+    StageModelBase *base = stage_model_base_new(&cfg, err, sizeof err);
+    if (!base) {
+        ok(0, "split models: base builds: %s", err);
+        return;
+    }
+    enum { N = 150 };
+    static double col[STAGE_SYMS][N], whole[ST_OUTPUTS][N], part[4][N];
+    int differ = 0, models = 0;
+    for (int kind = 0; kind < 4; kind++)
+        for (int z = 0; z < 4; z++)
+            for (int mask = 0; mask < 16; mask += 1 + (kind + z) % 3) {
+                StagePattern pat = {z, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, (mask >> 3) & 1};
+                StageModel alone, split;
+                if (stage_model_build_pattern(&alone, &cfg, &hw, NULL, kind & 1, kind >> 1, &pat, err, sizeof err) ||
+                    stage_model_build_from(&split, base, &hw, NULL, kind & 1, kind >> 1, &pat, STAGE_BUILD_SPLIT, err,
+                                           sizeof err)) {
+                    ok(0, "split models: build: %s", err);
+                    stage_model_base_free(base);
+                    return;
+                }
+                for (int i = 0; i < N; i++) {
+                    int l = 1 + (int)(frand() * 12), G = 1 + (int)(frand() * 16);
+                    double v[STAGE_SYMS] = {1 << (int)(frand() * 3), 1 << (int)(frand() * 4), 1 << (int)(frand() * 3),
+                                            z >= 3, z >= 2, z >= 1, (int)(frand() * (l + 1)),
+                                            pat.wo ? (1 + (int)(frand() * 4)) / 4.0 : 0,
+                                            pat.go ? (1 + (int)(frand() * 4)) / 4.0 : 0,
+                                            pat.oo ? (1 + (int)(frand() * 8)) / 8.0 : 0,
+                                            pat.ao ? (1 + (int)(frand() * 8)) / 8.0 : 0, G,
+                                            (int)(frand() * (G < 4 ? G : 4)), l};
+                    for (int q = 0; q < STAGE_SYMS; q++) col[q][i] = v[q];
+                }
+                const double *cols[STAGE_SYMS];
+                double *outs[ST_OUTPUTS], *touts[ST_OUTPUTS] = {0}, *pouts[ST_OUTPUTS] = {0};
+                for (int q = 0; q < STAGE_SYMS; q++) cols[q] = col[q];
+                for (int k = 0; k < ST_OUTPUTS; k++) outs[k] = whole[k];
+                touts[ST_T] = part[0], touts[ST_D] = part[1], pouts[ST_PEAK_FWD] = part[2], pouts[ST_PEAK_BWD] = part[3];
+                stage_eval_batch(&alone, cols, outs, N);
+                stage_eval_batch(&split, cols, touts, N);
+                stage_eval_batch(&split, cols, pouts, N);
+                const int which[4] = {ST_T, ST_D, ST_PEAK_FWD, ST_PEAK_BWD};
+                for (int q = 0; q < 4; q++)
+                    for (int i = 0; i < N; i++)
+                        if (memcmp(&part[q][i], &whole[which[q]][i], sizeof(double)) && differ++ < 3)
+                            diag("kind %d z%d mask %d row %d output %s: split %.17g alone %.17g", kind, z, mask, i,
+                                 stage_output_names[which[q]], part[q][i], whole[which[q]][i]);
+                models++;
+                stage_model_free(&alone);
+                stage_model_free(&split);
+            }
+    stage_model_base_free(base);
+    ok(differ == 0, "search models (shared base, time and memory programs) == models built alone, bitwise (%d models, "
+       "%d values differ)", models, differ);
+}
+
 // ---------------------------------------------------------------- spaces
 static int plan_respects(const Plan *p, PlanSpace sp, int L) {
     for (int i = 0; i < p->num_stages; i++) {
@@ -426,6 +493,7 @@ static void test_limits(void) {
 int main(void) {
     test_exhaustive();
     test_properties();
+    test_split_models();
     {
         const char *ov[] = {"plan.mode=auto", "model.layers=4", "train.global_batch=8"};
         test_spaces("tiny.ini", "l4", 1, 4, 0.0008, ov, 3);
