@@ -45,16 +45,16 @@ typedef enum {
     ST_D,              // s: extra time of the first fwd + last bwd micro-batch
     ST_PEAK_FWD,       // bytes: device memory peak during forward (memory.c has the math)
     ST_PEAK_BWD,       // bytes: device memory peak during backward
-    ST_WEIGHTS,        // bytes: resident (device) weights of the stage's blocks, pre, post
+    ST_WEIGHTS,        // bytes: resident (device) weights of the stage's blocks, pre, post (+ tied wte copy)
     ST_GRADS,          // bytes: resident gradient buffers
     ST_OPTIMIZER,      // bytes: resident optimizer state (fp32 master + m + v, or m + v)
     ST_ACTIVATIONS,    // bytes: activations kept at the fwd->bwd turn ((p + 1) micro-batches; head on the last stage)
-    ST_BUFFERS_FWD,    // bytes: persistent buffers: staging, swap buffers, token/loss I/O, pipeline p2p
+    ST_BUFFERS_FWD,    // bytes: persistent buffers: staging, swap buffers, token/loss I/O (p + 1 token slots)
     ST_BUFFERS_BWD,    // bytes: the same buffers (live through forward and backward)
     ST_TRANSIENT_FWD,  // bytes: at the forward peak, beyond the other outputs (last block's working set or head)
     ST_TRANSIENT_BWD,  // bytes: at the backward peak: gradient buffers + recompute or swap workspace, or head
     ST_LOGITS,         // bytes: head of the last stage: last block output, final norm, logits
-    ST_HOST,           // bytes: host arena: offloaded states and activations, token and loss staging
+    ST_HOST,           // bytes: host arena: offloaded states, activations, token/loss staging, pipeline boundary
     ST_FWD_FIRST,      // s: forward of the first micro-batch (incl. optimizer step)
     ST_FWD_OTHER,      // s: forward of another micro-batch
     ST_BWD_LAST,       // s: backward of the last micro-batch (incl. grad sync)

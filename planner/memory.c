@@ -1,15 +1,19 @@
 // Device and host memory of one stage, per rank (DESIGN.md §5), in closed
-// form. The arithmetic is the training runtime's, term for term: for a
-// single stage at tp = 1 on the CPU backend the peaks below equal the arena
-// high-water marks mist-train measures (runtime/model_runtime.c
-// mr_memory_predict, runtime/zero.c zero_predict; tests/plan_runtime_memory.sh
-// checks it to the byte). Arenas count tensor sizes, not the 256-byte
+// form. The arithmetic is the training runtime's, term for term: on the CPU
+// backend the peaks below equal the arena high-water marks mist-train
+// measures on every rank, for single stages at any tp and for every stage of
+// a 1F1B pipeline (runtime/model_runtime.c mr_memory_predict, runtime/zero.c
+// zero_predict, runtime/pipeline_run.c; tests/plan_runtime_memory.sh checks
+// it to the byte). Arenas count tensor sizes, not the 256-byte
 // alignment padding between carved tensors (runtime/arena.h), so no rounding
 // to the alignment appears here.
 //
 // ---- states: units, ZeRO shards, offload (runtime/zero.h)
 // A unit is one part of the stage: pre (embedding), each block, post (final
-// norm and head); count P = its parameters per TP rank. Under ZeRO >= 1 every
+// norm and head); count P = its parameters per TP rank. A pipeline stage has
+// pre only if it is the first and post only if it is the last, except that
+// the last stage of a tied-head model holds a copy of wte (not wpe) as its
+// pre unit for the head. Under ZeRO >= 1 every
 // unit is padded to a multiple of dp:
 //   shard = ceil(P / d),  padded = d * shard,  d = dp if zero >= 1 else 1,
 // so even an unsharded state (weights under ZeRO-1, 2) stores `padded`
@@ -28,10 +32,12 @@
 // (a slot for the pre and post units, a double-buffered ring for blocks).
 // Swap buffers: go > 0: x * max_u n_G (the accumulation view of a unit's
 // stored gradient); oo > 0: 4 * k * max_u n_O (k = 2 or 3 optimizer arrays).
-// I/O: a 4-byte grad-norm accumulator, int32 token ids and targets (N = b*s
-// each) and the fp32 per-token losses (N); at tp > 1 the last stage adds 3N
-// fp32 of vocabulary-parallel cross-entropy statistics. Pipeline stages without pre/post
-// add a receive/send buffer of the (b, s, h) boundary activation.
+// I/O, carved on every stage whether or not it embeds or computes the loss:
+// a 4-byte grad-norm accumulator, int32 token ids for each of the K = p + 1
+// in-flight slots, int32 targets and fp32 per-token losses (N = b*s each):
+//   4 + 4N (K + 1) + 4N,
+// and at tp > 1 3N fp32 of vocabulary-parallel cross-entropy statistics.
+// The pipeline boundary has no device buffer: it moves through the host.
 //
 // ---- activations of one micro-batch (bytes from models/model.h)
 //   X  the block input x (the one tensor a checkpointed block keeps)
@@ -53,23 +59,41 @@
 // then on the last stage the head: H; backward starts with the head and the
 // gradient buffers, H + D, and peaks in its first block (the last one):
 //   T_bwd = D + (c >= 1 ? R + S : O)
-// (the last block's output is freed by then; later blocks hold less). With
-// p more micro-batches in flight (pipeline) each keeps its M too:
-//   peak_fwd = states + buffers + (p + 1) M + max(T_fwd, [post] H)
-//   peak_bwd = states + buffers + (p + 1) M + max(T_bwd, [post] (H + D))
-// Host: offloaded states + (p + 1)(L - c) O + token staging (ids, targets,
-// losses: 4N each) + every DP rank's losses of a micro-batch (4 dp N).
+// (the last block's output is freed by then; later blocks hold less).
+//
+// ---- 1F1B: K = min(S - i, G) micro-batches in flight on stage i (p = K - 1)
+// The stage runs w = min(S - i - 1, G) warm-up forwards, then (G - w) pairs
+// of one forward and one backward, then w backwards. A forward ends holding
+// its M more than it started with (a stage that is not the last copies its
+// output x into a host send buffer and frees it) and peaks T_fwd above that
+// end; a backward starts with its M, peaks T_bwd above it and ends M lower;
+// the shared workspaces (recompute R, swap O, scratch, D) are taken and
+// given back inside one pass. So between passes j micro-batches hold
+// exactly j M, and
+//   forward: runs with at most K - 1 sets saved (if G <= S - i - 1 every
+//     forward is a warm-up one and the last has G - 1 = K - 1; otherwise
+//     every steady forward has w = K - 1): peak (K - 1) M + M + T_fwd
+//   backward: the first one starts with K sets: peak K M + T_bwd
+// i.e. not K times a one-micro-batch peak: the transients count once.
+// The last stage has K = 1, so its head H never meets a second set:
+//   peak_fwd = states + buffers + K M + max(T_fwd, [post] H)
+//   peak_bwd = states + buffers + K M + max(T_bwd, [post] (H + D))
+// Host: offloaded states + K (L - c) O (each set's swapped-out tensors wait
+// on the host until its backward) + token staging (ids, targets, losses: 4N
+// each) + every DP rank's losses of a micro-batch (4 dp N) + the pipeline
+// boundary, per neighbouring stage one receive and two send buffers (a send
+// may still be in flight while the next one is filled) of the (b, s, h)
+// residual stream or its gradient: 3 x N h per neighbour.
 //
 // Outputs: weights, grads, optimizer (device parts of the states), buffers
-// (both phases), activations = (p + 1) M + [post] H, logits = H,
+// (both phases), activations = K M + [post] H, logits = H,
 // transient_fwd = max(T_fwd, [post] H), transient_bwd = max(T_bwd, [post]
 // (H + D)), so peak = states + buffers + (activations - logits) + transient.
 // host = the host arena's peak (everything on it is live at the turn).
 //
-// Generality beyond what the runtime runs: sizes are per TP rank (the model
-// description's tp split), p in-flight micro-batches, stages without pre or
-// post (no I/O of the part they lack, plus the p2p buffers). Those terms
-// follow the same accounting but are not yet checked against a runtime.
+// Generality beyond what the runtime runs: tp > 1 inside a pipeline stage
+// follows the same accounting (sizes per TP rank, the tp terms above on
+// every stage) but has no runtime to compare with yet.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +225,21 @@ static Unit unit_of(StageBuild *sb, Expr count) {
     return u;
 }
 
+// wte's elements per TP rank (rows split over tp: vocabulary-parallel)
+static Expr wte_params(StageBuild *sb) {
+    ExprCtx *x = sb->x;
+    ParamSpec spec[MODEL_MAX_PARAMS];
+    int n = model_params(&sb->cfg->model, PART_PRE, spec, MODEL_MAX_PARAMS);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(spec[i].name, "wte") != 0) continue;
+        Expr rows = ex_num(x, (double)spec[i].rows), cols = ex_num(x, (double)spec[i].cols), tp = sb->s[SYM_TP];
+        if (spec[i].tp_split == 1) return ex_mul(x, ex_ceil(x, ex_div(x, rows, tp)), cols);
+        if (spec[i].tp_split == 2) return ex_mul(x, rows, ex_ceil(x, ex_div(x, cols, tp)));
+        return ex_mul(x, rows, cols);
+    }
+    return sb->zero;
+}
+
 // elements of n that an offload ratio f moves to the host: floor(f * n)
 static Expr host_part(StageBuild *sb, Expr n, Expr f) { return ex_floor(sb->x, ex_mul(sb->x, f, n)); }
 
@@ -241,6 +280,12 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
         add_unit(sb, &se, &pre, one);
         max_g = ex_max(x, max_g, pre.n_g), max_o = ex_max(x, max_o, pre.n_o);
         staging = ex_add(x, staging, pre.padded);
+    } else if (sb->has_post && sb->cfg->model.tied_embeddings) {
+        // the last stage's copy of wte for its tied head: its pre unit
+        pre = unit_of(sb, wte_params(sb));
+        add_unit(sb, &se, &pre, one);
+        max_g = ex_max(x, max_g, pre.n_g), max_o = ex_max(x, max_o, pre.n_o);
+        staging = ex_add(x, staging, pre.padded);
     }
     if (sb->has_post) {
         post = unit_of(sb, me->post.params);
@@ -259,26 +304,25 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_GO]), ex_mul(x, xb, max_g)));
     buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_OO]), ex_mul(x, ob, max_o)));
     Expr tokens = ex_mul(x, ex_num(x, 4.0 * sb->cfg->model.seq_len), b);  // 4N: one int32 / fp32 per token
+    // I/O, the same on every stage (the runtime carves it whether or not the
+    // stage embeds or computes the loss): the grad-norm accumulator, token ids
+    // for each of the p + 1 slots, targets, per-token losses; at tp > 1 the
+    // vocabulary-parallel cross-entropy's row max, sum of exps and target
+    // logit per token (3N fp32)
     Expr ac_post[AC_COUNT];
-    Expr io = ex_num(x, 4);  // grad-norm accumulator
-    Expr host_io = zero;
-    if (sb->has_pre) {
-        io = ex_add(x, io, tokens);  // token ids
-        host_io = ex_add(x, host_io, tokens);
-    }
-    if (sb->has_post) {
-        act_classes(sb, PART_POST, ac_post);
-        io = ex_add(x, io, ex_add(x, tokens, ac_post[AC_LOSSES]));  // targets, per-token losses
-        // vocabulary-parallel cross-entropy (tp > 1): row max, sum of exps and
-        // the target's logit per token, 3N fp32, combined over the tp group
-        io = ex_add(x, io, ex_mul(x, cost_gt0(sb, ex_sub(x, sb->s[SYM_TP], one)), ex_mul(x, ex_num(x, 3), tokens)));
-        // targets, losses, and every DP rank's losses of a micro-batch
-        host_io = ex_add(x, host_io, ex_add(x, ex_mul(x, ex_num(x, 2), tokens), ex_mul(x, dp, tokens)));
-    }
-    Expr p2p = zero;
-    if (!sb->has_pre) p2p = ex_add(x, p2p, me->block.output);   // receive the previous stage's output
-    if (!sb->has_post) p2p = ex_add(x, p2p, me->block.output);  // send buffer for the input grad / output
-    buffers = ex_add(x, buffers, ex_add(x, io, p2p));
+    act_classes(sb, PART_POST, ac_post);
+    Expr io = ex_add(x, ex_num(x, 4), ex_mul(x, ex_add(x, p, ex_num(x, 2)), tokens));
+    io = ex_add(x, io, ac_post[AC_LOSSES]);
+    io = ex_add(x, io, ex_mul(x, cost_gt0(sb, ex_sub(x, sb->s[SYM_TP], one)), ex_mul(x, ex_num(x, 3), tokens)));
+    buffers = ex_add(x, buffers, io);
+    // host: token ids, targets, losses, every DP rank's losses of a
+    // micro-batch; and the pipeline boundary (b, s, h) activation in host
+    // buffers, one receive and two sends per neighbouring stage (a send may
+    // still be in flight while the next one is filled)
+    Expr host_io = ex_mul(x, ex_add(x, ex_num(x, 3), dp), tokens);
+    Expr boundary = ex_mul(x, ex_num(x, (double)me->param_bytes * sb->cfg->model.seq_len * sb->cfg->model.hidden), b);
+    int neighbours = !sb->has_pre + !sb->has_post;
+    host_io = ex_add(x, host_io, ex_mul(x, ex_num(x, 3.0 * neighbours), boundary));
 
     // ---- activations
     Expr ac[AC_COUNT];

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The planner's memory model against the runtime's measurement: for a matrix
 # of single-stage plans (GPT and Llama, fp32 and bf16, 1 to 4 ranks incl. a dp
-# that is not a power of two, ZeRO 0-3, checkpointing, every offload knob and
-# their combinations) mist-train runs 2 steps on the CPU backend and writes
-# every rank's measured arena peaks to its summary file; mist-plan --analyze
-# --json evaluates the same config and overrides. Per rank, exactly:
+# that is not a power of two, tp 2 and 4, ZeRO 0-3, checkpointing, every
+# offload knob and their combinations) and one of 1F1B pipeline plans (2, 3
+# and 4 stages, see the second matrix) mist-train runs 2 steps on the CPU
+# backend and writes every rank's measured arena peaks and its stage to its
+# summary file; mist-plan --analyze --json evaluates the same config and
+# overrides. Per rank, against its own stage's prediction, exactly:
 #   max(peak_bytes_fwd, peak_bytes_bwd) == measured_device_peak_bytes
 #   memory.host_bytes                  == measured_host_peak_bytes
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
@@ -105,4 +107,94 @@ while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp; do
     tap_ok $? "$name: $np ranks (dp $dp x tp $tp) zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: planned \
 device peak and host bytes equal every rank's measured peaks"
 done <"$W/matrix"
+
+# Pipeline plans (1F1B): name model prec tied G layers global_batch, then one
+# column per stage, layers/dp/zero/ckpt/wo/go/oo/ao (b = global_batch / (dp *
+# G) in every stage; tp = 1). Stage s keeps up to K = min(S - s, G)
+# micro-batches' activations (the planner's p = K - 1): the rows have K < G
+# (a 2-stage G = 4, a 3-stage G = 4), K = G (G = 1, 2; the first stage of a
+# 4-stage G = 4), uneven layers, dp differing between stages, ZeRO, ckpt and
+# every offload knob on some stages, tied GPT (the last stage's wte copy),
+# untied GPT, Llama, fp32 and bf16.
+cat >"$W/pipeline" <<'EOF'
+pp2-even     gpt   fp32 1 2 2 8  1/1/0/0/0/0/0/0         1/1/0/0/0/0/0/0
+pp2-g1       gpt   fp32 1 1 3 8  2/2/1/0/0/0/0/0         1/1/0/1/0/0/0/0
+pp2-g4       gpt   fp32 1 4 4 8  3/1/0/1/0/0/0/0.5       1/2/2/0/0/0/0/0
+pp2-untied   gpt   fp32 0 2 3 8  1/2/3/0/0/0/0/0         2/1/0/1/0/0/0/0
+pp3-g4       gpt   fp32 1 4 4 8  2/1/0/1/0/0/0/0         1/2/3/0/0/0/0/0     1/1/1/0/0.5/0.5/0.5/0
+pp3-g2       gpt   fp32 1 2 3 8  1/1/2/0/0.3/0.3/0.3/0.3 1/2/0/1/0/0/0/0     1/1/0/0/0/0/0/0
+pp3-g1       gpt   fp32 0 1 3 8  1/2/0/0/0/0/0/0.5       1/1/0/0/0/0/0/0     1/2/1/1/0/0/0/0
+pp4-g4       gpt   fp32 1 4 4 8  1/1/0/0/0/0/0/0.3       1/1/0/1/0/0/0/0     1/2/2/0/0/0/0/0     1/1/0/0/0/0/0/0
+pp4-g2       gpt   fp32 0 2 5 8  2/1/3/1/0.5/0.5/0.5/0   1/2/0/0/0/0/0/0.5   1/1/0/0/0/0/0/0     1/1/1/1/0/1/0/0
+llama-pp2    llama fp32 0 2 3 8  2/1/0/0/0/0/0/0.5       1/2/1/1/0/0/0/0
+llama-pp3    llama fp32 0 4 4 8  1/2/2/0/0/0/0/0         2/1/0/1/0/0.5/0/0.5 1/1/3/0/0.5/0/0.5/0
+gpt-bf-pp2   gpt   bf16 1 2 3 8  1/1/0/1/0/0/0/0         2/2/3/0/0/0/1/0
+gpt-bf-pp3   gpt   bf16 1 4 3 8  1/2/1/0/0/0/0/0.5       1/1/0/0/0/0/0/0     1/1/2/1/0.5/0.5/0.5/0
+llama-bf-pp2 llama bf16 0 4 2 8  1/1/3/1/0/0/0/0         1/1/0/0/0/0/0/0.5
+EOF
+
+# per rank of the summary: "rank stage dev_meas host_meas", one line each
+measured_stage() {
+    python3 - "$1" <<'EOF'
+import json, sys
+try:
+    for r in json.load(open(sys.argv[1]))["ranks"]:
+        print(r["rank"], r["stage"], r["measured_device_peak_bytes"], r["measured_host_peak_bytes"])
+except Exception:
+    pass
+EOF
+}
+# the planner's "stage device host", one line per stage
+planned_stages() {
+    python3 - "$1" <<'EOF'
+import json, sys
+try:
+    for i, s in enumerate(json.load(open(sys.argv[1]))["stages"]):
+        print(i, max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"])
+except Exception:
+    pass
+EOF
+}
+
+tap_diag "pipeline plans, per stage: planned/measured device bytes, planned/measured host bytes (measured: the" \
+    "stage's ranks when they agree, * when they differ); stage column = layers/dp/zero/ckpt/wo/go/oo/ao"
+while read -r name model prec tied G layers gb stages; do
+    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o model.layers="$layers" \
+        -o model.tied_embeddings="$tied"
+    s=0 np=0 cols=
+    for spec in $stages; do
+        IFS=/ read -r lay dp zero ckpt wo go oo ao <<EOF
+$spec
+EOF
+        set -- "$@" -o stage.$s.layers="$lay" -o stage.$s.dp="$dp" -o stage.$s.tp=1 -o stage.$s.b=$((gb / (dp * G))) \
+            -o stage.$s.zero="$zero" -o stage.$s.ckpt="$ckpt" -o stage.$s.wo="$wo" -o stage.$s.go="$go" \
+            -o stage.$s.oo="$oo" -o stage.$s.ao="$ao"
+        s=$((s + 1)) np=$((np + dp)) cols="$cols${cols:+ }$spec"
+    done
+    set -- "$@" -o plan.stages=$s
+    mist_mpirun -np "$np" "$TRAIN" "$ini" "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
+        -o log.summary="$W/$name.json" -o log.jsonl="$W/$name.jsonl" >"$W/$name.out" 2>&1
+    rc_train=$?
+    "$PLAN" "$ini" --analyze --json --hardware cpu "$@" >"$W/$name.plan" 2>"$W/$name.plan.err"
+    rc_plan=$?
+    measured_stage "$W/$name.json" >"$W/$name.ranks"
+    planned_stages "$W/$name.plan" >"$W/$name.stages"
+    # every rank present and equal to its own stage's prediction; the last word is the verdict
+    report=$(awk -v n="$np" -v S="$s" '
+        FNR == NR { d[$1] = $2; h[$1] = $3; planned++; next }
+        { seen++; st = $2
+          if (!(st in d) || $3 != d[st] || $4 != h[st]) bad++
+          if (!(st in md)) { md[st] = $3; mh[st] = $4 }
+          else if (md[st] != $3 || mh[st] != $4) { md[st] = "*"; mh[st] = "*" } }
+        END { for (i = 0; i < S; i++)
+                  printf "s%d %s/%s %s/%s; ", i, d[i], (i in md) ? md[i] : "-", h[i], (i in mh) ? mh[i] : "-"
+              print (seen == n && planned == S && !bad) ? "yes" : "NO" }' "$W/$name.stages" "$W/$name.ranks")
+    tap_diag "$(printf '%-12s G=%s L=%s | %s' "$name" "$G" "$layers" "$report")"
+    [ $rc_train -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   train: /'
+    [ $rc_plan -eq 0 ] || tail -3 "$W/$name.plan.err" | sed 's/^/#   plan: /'
+    [ $rc_train -eq 0 ] && [ $rc_plan -eq 0 ] && [ "${report##* }" = yes ]
+    tap_ok $? "$name: $s stages ($cols), $np ranks, G=$G, $model $prec tied=$tied: every rank's measured \
+device and host peaks equal its stage's planned bytes"
+done <"$W/pipeline"
 tap_end

@@ -1,7 +1,8 @@
 // The cost and memory model against hand computations and published formulas:
 // the overlap window rule, the 1F1B total, ZeRO state sizes (the runtime's
 // padding and offload rounding), the Megatron FLOPs formula, checkpointed
-// activations, a tiny stage's time and memory peak by hand,
+// activations, a tiny stage's time and memory peak by hand (one stage and
+// pipeline stages: in-flight slots, boundary buffers, the tied wte copy),
 // monotonicity in ckpt and offload, batched == scalar evaluation, and models
 // specialised to a ZeRO / offload pattern == the general model.
 #include <math.h>
@@ -319,6 +320,33 @@ static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
 // adds its output and scratch, the head adds the final norm and the logits,
 // backward adds the gradient buffers D; a checkpointed block keeps X only and
 // recomputes R (+ scratch) in backward.
+// Activation bytes of one micro-batch of the tiny fp32 GPT at b = 1, from the
+// tensor shapes the runtime carves (models/model.h).
+typedef struct {
+    double N, X, R, S, D, H;  // rows; block input, other saved, scratch, grad buffers, head
+} HandActs;
+
+static HandActs hand_acts(const ModelConfig *mc) {
+    double b = 1, s = mc->seq_len, C = mc->hidden, F = mc->ffn_hidden, V = mc->vocab, a = mc->heads;
+    double N = b * s, f = 4;  // rows, bytes per element (fp32; statistics are fp32 too)
+    HandActs h;
+    h.N = N;
+    h.X = N * C * f;
+    // ln1, its mean and rstd, qkv, att, lse (b, a, s), mid, ln2 + stats, fc (pre-GELU), act
+    h.R = N * C * f + 2 * N * 4 + 3 * N * C * f + N * C * f + b * a * s * 4 + N * C * f + N * C * f + 2 * N * 4 +
+          N * F * f + N * F * f;
+    h.S = N * C * f;
+    h.D = (N * C + N * C + N * C + 3 * N * C + N * F + N * F) * f;  // d_res d_ln d_att d_qkv d_act d_fc
+    h.H = h.X + N * C * f + 2 * N * 4 + N * V * f;                  // x_out, lnf + stats, logits
+    return h;
+}
+
+// One stage holding the whole model, fp32, dp = 1, ZeRO-0, no offload: the
+// peak by hand with the runtime's order of life (runtime/model_runtime.c):
+// every block keeps its input X and its other saved tensors R, the last
+// block's forward adds its output and scratch, the head adds the final norm
+// and the logits, backward adds the gradient buffers D; a checkpointed block
+// keeps X only and recomputes R (+ scratch) in backward.
 static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
     MistConfig c = *cfg;
     c.train.precision = PREC_FP32;
@@ -330,16 +358,9 @@ static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
         return;
     }
     const ModelConfig *mc = &c.model;
-    double L = 2, b = 1, s = mc->seq_len, C = mc->hidden, F = mc->ffn_hidden, V = mc->vocab, a = mc->heads;
-    double N = b * s, f = 4;  // rows, bytes per element (fp32; statistics are fp32 too)
-    double X = N * C * f;
-    // ln1, its mean and rstd, qkv, att, lse (b, a, s), mid, ln2 + stats, fc (pre-GELU), act
-    double R = N * C * f + 2 * N * 4 + 3 * N * C * f + N * C * f + b * a * s * 4 + N * C * f + N * C * f + 2 * N * 4 +
-               N * F * f + N * F * f;
-    double S = N * C * f;
-    double D = (N * C + N * C + N * C + 3 * N * C + N * F + N * F) * f;  // d_res d_ln d_att d_qkv d_act d_fc
-    double H = X + N * C * f + 2 * N * 4 + N * V * f;                   // x_out, lnf + stats, logits
-    double states = 16.0 * (double)model_param_count(mc);               // W 4 + G 4 + Adam m, v 8
+    HandActs a = hand_acts(mc);
+    double L = 2, N = a.N, X = a.X, R = a.R, S = a.S, D = a.D, H = a.H;
+    double states = 16.0 * (double)model_param_count(mc);  // W 4 + G 4 + Adam m, v 8
     double io = 4 + 3 * N * 4;  // grad-norm accumulator, token ids, targets, losses
     double o[ST_OUTPUTS];
     StageConfig sc = stage(2, 1, 1, 1, 0, 0, 1, 0);
@@ -351,6 +372,51 @@ static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
     want = states + io + L * X + fmax(fmax(X + S + R, D + R + S), fmax(H, H + D));
     ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want, "peak by hand, every block checkpointed: %.0f bytes", want);
     stage_model_free(&m);
+}
+
+// Pipeline stages by hand (fp32, 2 blocks per stage, b = 1, dp = 2, ZeRO-0,
+// no offload), from what a stage of runtime/pipeline_run.c holds: K = p + 1
+// slots of saved activations (1F1B: the K-th forward runs while K - 1
+// micro-batches wait for their backward, the backward of the oldest starts
+// with K saved sets) and K slots of token ids on every stage, targets and
+// losses on every stage; host: token ids, targets, losses, every dp rank's
+// losses, and per neighbouring stage three (b, s, h) boundary buffers (one
+// receive, two sends); the last stage of a tied GPT keeps a copy of wte.
+static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw) {
+    MistConfig c = *cfg;
+    c.train.precision = PREC_FP32;
+    const ModelConfig *mc = &c.model;
+    HandActs a = hand_acts(mc);
+    double L = 2, dp = 2, N = a.N, X = a.X, M = L * (a.X + a.R);
+    double blk = (double)part_param_count(mc, PART_BLOCK), pre = (double)part_param_count(mc, PART_PRE);
+    double post = (double)part_param_count(mc, PART_POST), wte = (double)mc->vocab * mc->hidden;
+    double host_io = (3 + dp) * 4 * N;
+    struct {
+        int has_pre, has_post, p;
+        double states, transient, host;
+        const char *what;
+    } cases[] = {
+        {1, 0, 1, 16 * (pre + L * blk), fmax(a.X + a.S, a.D), host_io + 3 * X, "first of 2 stages, G = 4 (K = 2)"},
+        {0, 0, 2, 16 * L * blk, fmax(a.X + a.S, a.D), host_io + 6 * X, "second of 4 stages, G = 4 (K = 3)"},
+        {0, 1, 0, 16 * (L * blk + post + wte), a.H + a.D, host_io + 3 * X, "last stage, tied head (wte copy)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        StageModel m;
+        char err[256];
+        if (stage_model_build(&m, &c, hw, NULL, cases[i].has_pre, cases[i].has_post, err, sizeof err) != 0) {
+            ok(0, "stage model builds: %s", err);
+            continue;
+        }
+        double K = cases[i].p + 1, o[ST_OUTPUTS];
+        double io = 4 + (K + 1) * 4 * N + 4 * N;  // norm accumulator, K token slots, targets, losses
+        StageConfig sc = stage((int)L, 1, (int)dp, 1, 0, 0, 4, cases[i].p);
+        stage_eval_scalar(&m, &sc, o);
+        double want = cases[i].states + io + K * M + cases[i].transient;
+        ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want && o[ST_HOST] == cases[i].host,
+           "%s: device peak %.0f (states + I/O + K M + transient), host %.0f by hand (got %.0f, %.0f)",
+           cases[i].what, want, cases[i].host, fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]), o[ST_HOST]);
+        stage_model_free(&m);
+    }
 }
 
 static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
@@ -488,6 +554,7 @@ int main(void) {
     test_hand_time(&cfg);
     test_memory_shape(&cfg, &hw);
     test_memory_hand(&cfg, &hw);
+    test_memory_pipeline_hand(&cfg, &hw);
     test_batched(&cfg, &hw);
     test_specialised(&cfg, &hw);
     return tap_done();
