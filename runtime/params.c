@@ -93,9 +93,11 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
     free(r->unit_first_tensor);
     free(r->blk);
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) {
+        int stage = r->pipe.stage;
         memset(r, 0, sizeof *r);
-        snprintf(err, errlen, "[stage.0] tp = %d (tp rank %d): must divide heads (%d), kv_heads (%d) and "
-                 "ffn_hidden (%d). Hint: choose a common divisor", tp, tp_rank, m.heads, m.kv_heads, m.ffn_hidden);
+        snprintf(err, errlen, "[stage.%d] tp = %d (tp rank %d): must divide heads (%d), kv_heads (%d) and "
+                 "ffn_hidden (%d). Hint: choose a common divisor", stage, tp, tp_rank, m.heads, m.kv_heads,
+                 m.ffn_hidden);
         return 2;
     }
     return layout(r, &m, B, ckpt, dp, dp_rank, zero, wo, go, oo, ao, tp, tp_rank, err, errlen);
@@ -154,8 +156,8 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
     }
     if (zero < 0 || zero > 3 || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||
         !(oo >= 0 && oo <= 1) || !(ao >= 0 && ao <= 1)) {
-        snprintf(err, errlen, "[stage.0] zero = %d, dp rank %d of %d, wo = %g, go = %g, oo = %g, ao = %g; allowed: "
-                 "zero 0..3, offload fractions in [0, 1]", zero, dp_rank, dp, wo, go, oo, ao);
+        snprintf(err, errlen, "[stage.%d] zero = %d, dp rank %d of %d, wo = %g, go = %g, oo = %g, ao = %g; allowed: "
+                 "zero 0..3, offload fractions in [0, 1]", pipe.stage, zero, dp_rank, dp, wo, go, oo, ao);
         return 2;
     }
     r->units = calloc((size_t)r->L + 3, sizeof *r->units);

@@ -160,7 +160,7 @@ double pipe_grad_norm(PipeRun *p) {
     ModelRuntime *r = p->r;
     // Megatron's rule for a head tied across stages: both copies step with the
     // sum of their gradients, so they stay equal bit for bit
-    if (p->tied) zero_sum_tied_grads(r, p->tied, p->grid->dp_index == 0);
+    if (p->tied) zero_sum_tied_grads(r, p->tied, p->grid->dp_index == 0 && p->grid->tp_index == 0);
     double norm = zero_grad_norm(r);  // this stage's, the same on its every rank
     if (p->S == 1) return norm;
     // ||g||^2 = sum over stages; one rank per stage adds its stage's part
@@ -169,7 +169,7 @@ double pipe_grad_norm(PipeRun *p) {
     return sqrt((double)sq);
 }
 
-void pipe_gather_state(PipeRun *p, const ModelRuntime *full, const float *stage_state, float *whole) {
+void pipe_gather_state(PipeRun *p, const ModelRuntime *full, const float *stage_whole, float *whole) {
     const ModelRuntime *r = p->r;
     const Grid *g = p->grid;
     int root = g->world_rank == 0, sender = g->dp_index == 0 && g->tp_index == 0;
@@ -177,17 +177,18 @@ void pipe_gather_state(PipeRun *p, const ModelRuntime *full, const float *stage_
     // the whole model's flat layout: [unit of its first part, unit after its last)
     size_t total = 0;
     for (int k = 0; k < r->num_tensors; k++)
-        if (!r->tensors[k].tied_copy) total += r->tensors[k].count;
+        if (!r->tensors[k].tied_copy) total += (size_t)(r->tensors[k].spec.rows * r->tensors[k].spec.cols);
     if (sender) {
         float *packed = malloc((total ? total : 1) * sizeof(float));
         for (int a = 0; a < 3; a++) {
-            const float *src = stage_state + (size_t)a * r->Pp;
+            const float *src = stage_whole + (size_t)a * r->Pglobal;
             size_t at = 0;
             for (int k = 0; k < r->num_tensors; k++) {
                 const ParamTensor *t = &r->tensors[k];
                 if (t->tied_copy) continue;
-                memcpy(packed + at, src + t->offset, t->count * sizeof(float));
-                at += t->count;
+                size_t n = (size_t)(t->spec.rows * t->spec.cols);  // the whole tensor (every tp shard)
+                memcpy(packed + at, src + t->goffset, n * sizeof(float));
+                at += n;
             }
             if (root) {
                 size_t start = full->tensors[r->tensors[0].gidx].offset;

@@ -2,8 +2,9 @@
 // iteration's G micro-batches in the order of pipeline_schedule.h, moves the
 // boundary activations forward and their gradients backward between the
 // ranks of neighbouring stages (re-sharded over the batch dimension by
-// pipeline_reshard.h when the stages' dp differ), sums the tied embedding's
-// gradient between the first and the last stage, takes the gradient norm
+// pipeline_reshard.h when the stages' dp differ; each receiving tp rank reads
+// one tp copy of the sender), sums the tied embedding's gradient between the
+// first and the last stage (whose tp may differ), takes the gradient norm
 // over every stage, and gathers the whole model for a checkpoint.
 //
 // Point-to-point messages go over the world group with nonblocking sends and
@@ -39,7 +40,7 @@ typedef struct {
     const Plan *plan;          // the run's plan (outlives the driver)
     const struct CommBackend *comm;
     int stage, S, G;
-    int last_root;             // world rank of dp index 0 of the last stage (it holds the losses)
+    int last_root;             // world rank of dp 0, tp 0 of the last stage (it holds the losses)
     PipeLink act_out, act_in;  // forward: to stage + 1, from stage - 1
     PipeLink grad_out, grad_in;  // backward: to stage - 1, from stage + 1
     struct CommGroup *tied;    // ranks of the first and the last stage (tied embeddings, S > 1), else NULL
@@ -52,7 +53,8 @@ typedef struct {
     // (first stage) and targets into mr_targets(r) (last stage). 0 or -1.
     int (*load)(void *ctx, int64_t it, int g, int slot);
     // Last stage, after a forward: the sum of the micro-batch's per-token
-    // losses over the stage's dp group (collective over it).
+    // losses over the stage's dp group (collective over it; every tp rank
+    // holds the same losses and computes the same sum).
     double (*loss_sum)(void *ctx);
     void *ctx;
 } PipeData;
@@ -78,8 +80,9 @@ double pipe_grad_norm(PipeRun *p);
 // Checkpoint gather (collective over the world): world rank 0 gets the whole
 // model's fp32 weights, Adam m and v, in the layout of `full` (a one-stage,
 // unsharded layout of the model: 3 x full->Pp floats in `whole`, w then m
-// then v) from the first rank of every stage, whose own stage arrays are
-// stage_state (3 x r->Pp, zero_collect's result). whole is used on rank 0 only.
-void pipe_gather_state(PipeRun *p, const struct ModelRuntime *full, const float *stage_state, float *whole);
+// then v) from the rank at dp 0, tp 0 of every stage, whose stage_whole holds
+// its stage's whole tensors (3 x r->Pglobal: zero_collect over dp, then
+// mr_tp_gather over tp). whole is used on rank 0 only.
+void pipe_gather_state(PipeRun *p, const struct ModelRuntime *full, const float *stage_whole, float *whole);
 
 #endif

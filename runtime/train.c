@@ -109,22 +109,13 @@ void train_runtime_limits(SearchLimits *lim) {
     memset(lim, 0, sizeof *lim);
     lim->max_stages = 0;     // any: 1F1B pipeline (runtime/pipeline_run.c)
     lim->max_tp = 0;         // any: tensor parallelism (the config checks that tp divides heads, kv_heads, ffn)
-    lim->max_tp_staged = 1;  // but not both in one plan yet
+    lim->max_tp_staged = 0;  // any, inside pipeline stages too
 }
 
 // Keep in step with train_runtime_limits().
+// Any mesh in any stage runs: tp > 1 inside pipeline stages too (the stages'
+// meshes may differ, see docs/pipeline.md).
 static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
-    const Plan *p = &cfg->plan.plan;
-    for (int i = 0; i < p->num_stages && p->num_stages > 1; i++) {
-        const StagePlan *s = &p->stage[i];
-        if (s->tp != 1) {
-            snprintf(err, errlen, "[stage.%d] tp = %d with %d pipeline stages: the training runtime does not combine "
-                     "tensor and pipeline parallelism yet; allowed: tp = 1 when stages > 1, or stages = 1 with any tp. "
-                     "Hint: use dp (with zero = 1..3) in the stages, or one stage with tp", i, s->tp, p->num_stages);
-            return 2;
-        }
-    }
-
     if (cfg->train.precision == PREC_FP16) {
         snprintf(err, errlen, "[train] precision = fp16: not supported by the training runtime; allowed: fp32, bf16");
         return 2;
@@ -187,6 +178,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
     if (mr_plan_memory(r, be, err, sizeof err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
+        // the other stages may have planned theirs and would wait for this one at the first exchange
+        if (S > 1) comm->abort(1, "memory plan failed");
         mr_free(r);
         be->destroy(be);
         return 1;
@@ -247,8 +240,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         return 1;
     }
     CkptTensor *ct = global_state ? ckpt_tensors(r, global_state) : NULL;
-    // several stages (tp = 1): rank 0 assembles the whole model for a save in
-    // the layout of one stage holding every block (pipe_gather_state)
+    // several stages: rank 0 assembles the whole model for a save in the layout
+    // of one stage holding every block (pipe_gather_state), from each stage's
+    // whole tensors (gathered over its dp and tp groups first)
     static ModelRuntime full;
     float *whole = NULL;
     CkptTensor *whole_ct = NULL;
@@ -383,11 +377,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             int crc = 0;
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
-            if (S > 1) {
-                pipe_gather_state(&pipe, &full, host_state, whole);
-            } else if (grid->dp_index == 0) {
-                mr_tp_gather(r, host_state, global_state, 3);  // world rank 0 gets the model
-            }
+            // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
+            if (grid->dp_index == 0) mr_tp_gather(r, host_state, global_state, 3);
+            if (S > 1) pipe_gather_state(&pipe, &full, global_state, whole);
             if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, S > 1 ? whole_ct : ct,
                                             S > 1 ? full.num_tensors : r->num_tensors, err, sizeof err);
             if (crc) {

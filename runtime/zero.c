@@ -552,7 +552,9 @@ double zero_grad_norm(ModelRuntime *r) {
 void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute) {
     Backend *be = r->be;
     const MrUnit *U = &r->units[0];
-    size_t x = r->x, count = (size_t)r->V * r->C;  // wte (V, C) opens unit 0 on both stages
+    // wte opens unit 0 on both stages; this tp rank holds its vocabulary rows
+    // [v0, v0 + Vt) of the whole (V, C)
+    size_t x = r->x, C = (size_t)r->C, count = (size_t)r->Vt * C, whole_n = (size_t)r->V * C;
     size_t lo, len;  // the unit positions this rank holds reduced (zero >= 1: its shard)
     if (r->zero == 0) lo = 0, len = U->padded;
     else lo = (size_t)r->dp_rank * U->shard, len = U->shard;
@@ -561,10 +563,28 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
     store_read_host(r, &r->sg, 0, lo - r->sg.base[0], len, full + lo * x);
     if (r->zero >= 1 && use_comm(r))  // the other shards of this stage's dp group
         commCheck(r->comm, r->comm->all_gather(full + lo * x, full, U->shard, be->dtype, r->dpg));
-    if (!contribute) memset(full, 0, count * x);
-    commCheck(r->comm, r->comm->all_reduce(full, full, count, be->dtype, COMM_SUM, tied));
+    // The two stages may split the vocabulary over different tp degrees, so
+    // the sum is taken over the whole (V, C) gradient: the stage's tp shards
+    // are gathered first. Shard t holds rows [t * ceil(V/tp), ...), so the
+    // shards padded to ceil(V/tp) rows, in tp order, are the whole tensor.
+    char *whole = full, *gathered = NULL;
+    if (r->tp > 1) {
+        size_t per = (size_t)((r->V + r->tp - 1) / r->tp) * C;
+        char *mine = calloc(per ? per : 1, x);
+        gathered = calloc(per * (size_t)r->tp + 1, x);
+        if (!mine || !gathered) r->comm->abort(1, "zero.c: out of host memory for the tied embedding gradient");
+        memcpy(mine, full, count * x);
+        commCheck(r->comm, r->comm->all_gather(mine, gathered, per, be->dtype, r->tpg));
+        free(mine);
+        whole = gathered;
+    }
+    // one rank per stage contributes (dp 0, tp 0), so each stage's gradient counts once
+    if (!contribute) memset(whole, 0, whole_n * x);
+    commCheck(r->comm, r->comm->all_reduce(whole, whole, whole_n, be->dtype, COMM_SUM, tied));
+    if (gathered) memcpy(full, gathered + (size_t)r->v0 * C * x, count * x);  // this rank's rows of the sum
     size_t end = lo + len < count ? lo + len : count;
     if (lo < end) store_write_host(r, &r->sg, 0, lo - r->sg.base[0], end - lo, full + lo * x);
+    free(gathered);
     free(full);
 }
 

@@ -84,11 +84,14 @@ void zero_bwd_finish(struct ModelRuntime *r);
 // After the last micro-batch: global gradient norm (sum of squares over this
 // rank's shards, all-reduced over dp when sharded).
 double zero_grad_norm(struct ModelRuntime *r);
-// Tied embeddings over several stages: the wte gradient (the first count =
-// V*C elements of unit 0, reduced over dp) is summed over the group `tied`
-// (the ranks of the first and the last stage); contribute = 0 adds zeros (one
-// rank per stage contributes, so each stage's sum counts once). Every rank
-// then holds the sum in its part of the gradient store. Collective over tied.
+// Tied embeddings over several stages: the wte gradient (the first Vt*C
+// elements of unit 0: this tp rank's vocabulary rows, reduced over dp) is
+// summed over the group `tied` (the ranks of the first and the last stage,
+// whose tp degrees may differ: the sum is taken over the whole (V, C) tensor,
+// gathered over each stage's tp group); contribute = 0 adds zeros (one rank
+// per stage contributes, so each stage's sum counts once). Every rank then
+// holds the sum in its part of the gradient store. Collective over tied (and
+// the dp and tp groups).
 struct CommGroup;
 void zero_sum_tied_grads(struct ModelRuntime *r, struct CommGroup *tied, int contribute);
 // The step of every unit at (lr, grad_scale), deferred to the unit's next use.
