@@ -7,11 +7,10 @@
 struct Grid;
 struct SearchLimits;
 
-// What this runtime executes, for the planner's search under [plan] mode = auto:
-// any pipeline stages with tp = 1, or one stage with any tp; any ZeRO level,
-// offload ratios and checkpointing.
-// check_supported() in train.c enforces the same limits on a fixed plan; widen
-// both together.
+// What this runtime executes, for the planner's search under [plan] mode = auto
+// (today every plan: any stages, dp x tp per stage, ZeRO level, offload ratios
+// and checkpointing). check_supported() in train.c enforces the same limits on
+// a fixed plan; change both together.
 void train_runtime_limits(struct SearchLimits *lim);
 
 // Runs cfg->train.steps iterations (or resumes) on this rank's part of the grid.
