@@ -19,6 +19,7 @@
 # of squares per stage; see tests/train_zero.sh for why weights are compared
 # as a whole).
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, last_ckpt
 TRAIN="$MIST_BUILDDIR/mist-train"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
@@ -29,13 +30,6 @@ L=4
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1 -o model.layers=$L -o model.seq_len=32"
 
-run() {  # run INI NP NAME ARGS...: $W/NAME.{jsonl,json,out}, final checkpoint in $W/NAME.ck/
-    ini=$1; np=$2; name=$3; shift 3
-    # shellcheck disable=SC2086
-    # (a hang in a pipeline exchange ends after 120 s instead of blocking the suite)
-    mist_mpirun --timeout 120 -np "$np" "$TRAIN" "$ini" $COMMON -o log.jsonl="$W/$name.jsonl" \
-        -o log.summary="$W/$name.json" -o checkpoint.dir="$W/$name.ck" "$@" >"$W/$name.out" 2>&1
-}
 # stage options from "layers/dp/tp/zero/ckpt/offload ..." (offload: wo = go = oo = ao) and G;
 # prints the -o options and, last, the rank count
 stage_args() {
@@ -53,45 +47,6 @@ EOF
     done
     printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
 }
-losses() { grep -o "\"${KEY:-loss}\": [^,}]*" "$1" | sed 's/.*: //'; }
-loss_diff() {  # max relative difference of per-step losses (KEY=val_loss: validation; 999 when the counts differ)
-    losses "$1" >"$W/la"; losses "$2" >"$W/lb"
-    paste "$W/la" "$W/lb" | awk -v n1="$(wc -l <"$W/la")" -v n2="$(wc -l <"$W/lb")" '
-        { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; r = d / a; if (r > m) m = r }
-        END { if (n1 != n2 || n1 == 0) m = 999; printf "%.1e", m }'
-}
-# whole-model relative L2 difference of the fp32 weights of two checkpoints
-# (format: docs/checkpoint-format.md); "exact" as a third argument: 0 when
-# every weight has the same bits and the names agree, else 999
-weight_diff() {
-    python3 - "$1" "$2" "${3:-}" <<'EOF'
-import math, struct, sys
-def read(path):
-    d = open(path, 'rb').read()
-    n, idx = struct.unpack_from('<QQ', d, 24)
-    out = {}
-    for i in range(n):
-        e = idx + 224 * i
-        name = d[e:e + 128].split(b'\0')[0].decode()
-        kind, dtype = struct.unpack_from('<II', d, e + 128)
-        off, size = struct.unpack_from('<QQ', d, e + 208)
-        if kind == 0 and dtype == 0 and name.startswith('param/'):
-            out[name] = d[off:off + size]
-    return out
-try:
-    a, b = read(sys.argv[1]), read(sys.argv[2])
-    if sys.argv[3] == 'exact':
-        print('0' if a.keys() == b.keys() and len(a) > 0 and all(a[k] == b[k] for k in a) else '999')
-        sys.exit(0)
-    f = lambda x: struct.unpack('<%df' % (len(x) // 4), x)
-    num = sum((p - q) ** 2 for k in a for p, q in zip(f(a[k]), f(b[k])))
-    den = sum(p * p for k in a for p in f(a[k]))
-    same = a.keys() == b.keys() and all(len(a[k]) == len(b[k]) for k in a)
-    print('%.1e' % math.sqrt(num / den) if same and den > 0 else '999')
-except Exception:
-    print('999')
-EOF
-}
 peaks() {  # rank count, and whether every rank's predicted peaks equal the measured ones
     python3 - "$1" <<'EOF'
 import json, sys
@@ -104,7 +59,6 @@ except Exception:
     print("0 NO")
 EOF
 }
-last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
 
 # ---- 1. the matrix -----------------------------------------------------------
 # name model variant G stages (layers/dp/tp/zero/ckpt/offload per stage); b = 8 / (dp * G).
