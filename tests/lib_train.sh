@@ -59,5 +59,23 @@ except Exception:
 PYEOF
 }
 
+# rank 0's "pred_dev meas_dev pred_host meas_host" peak bytes from a run summary,
+# then "yes" when every rank's predicted peaks equal its measured ones, and the
+# rank count
+peaks() {
+    python3 - "$1" <<'PYEOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))["ranks"]
+    ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
+             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
+    r = d[0]
+    print(r["predicted_device_peak_bytes"], r["measured_device_peak_bytes"], r["predicted_host_peak_bytes"],
+          r["measured_host_peak_bytes"], "yes" if ok else "NO", len(d))
+except Exception:
+    print("- - - - NO 0")
+PYEOF
+}
+
 # the newest checkpoint file of a checkpoint directory
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }

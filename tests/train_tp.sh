@@ -16,7 +16,7 @@
 # all-reduced; see tests/train_zero.sh for why weights are compared as a
 # whole). bf16 rows are compared with the 1-rank bf16 run at 2e-2.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, last_ckpt
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, peaks, last_ckpt
 TRAIN="$MIST_BUILDDIR/mist-train"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
@@ -26,20 +26,6 @@ STEPS=20
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1"
 
-peaks() {
-    python3 - "$1" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))["ranks"]
-    ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
-             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
-    r = d[0]
-    print(r["predicted_device_peak_bytes"], r["measured_device_peak_bytes"], r["predicted_host_peak_bytes"],
-          r["measured_host_peak_bytes"], "yes" if ok else "NO")
-except Exception:
-    print("- - - - NO")
-EOF
-}
 
 # ---- 1. the matrix -----------------------------------------------------------
 # variant: the model change of a row (its reference is the 1-rank run of the

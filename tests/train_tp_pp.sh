@@ -19,7 +19,7 @@
 # of squares per stage; see tests/train_zero.sh for why weights are compared
 # as a whole).
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, last_ckpt
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, peaks, last_ckpt
 TRAIN="$MIST_BUILDDIR/mist-train"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
@@ -46,18 +46,6 @@ EOF
         s=$((s + 1)); np=$((np + dp * tp))
     done
     printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
-}
-peaks() {  # rank count, and whether every rank's predicted peaks equal the measured ones
-    python3 - "$1" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))["ranks"]
-    ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
-             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
-    print(len(d), "yes" if ok else "NO")
-except Exception:
-    print("0 NO")
-EOF
 }
 
 # ---- 1. the matrix -----------------------------------------------------------
@@ -111,9 +99,9 @@ while read -r name model variant G stages; do
     # shellcheck disable=SC2046
     set -- $(peaks "$W/$name.json")
     tap_diag "$(printf '%-16s %5s %6s %2s %-38s | %7s %7s %7s | %s of %s ranks' "$name" "$model" "$variant" "$G" \
-        "$stages" "$ld" "$vd" "$wd" "$2" "$1")"
+        "$stages" "$ld" "$vd" "$wd" "$5" "$6")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
-    [ $rc -eq 0 ] && [ "$2" = yes ] && [ "$1" = "$np" ] &&
+    [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" = "$np" ] &&
         awk -v l="$ld" -v v="$vd" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && v <= 1e-5 && w <= 1e-5) }'
     tap_ok $? "$name: $np ranks, stages $stages, G=$G: losses, validation losses and weights within 1e-5 of 1 rank, \
 peaks exact"
@@ -134,8 +122,8 @@ ld=$(loss_diff "$W/bf-ref.jsonl" "$W/bf-tppp.jsonl")
 wd=$(weight_diff "$(last_ckpt "$W/bf-ref.ck")" "$(last_ckpt "$W/bf-tppp.ck")")
 # shellcheck disable=SC2046
 set -- $(peaks "$W/bf-tppp.json")
-tap_diag "bf16, stages 2/2/2/3/1/0.5 2/1/2/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $2"
-[ $rc -eq 0 ] && [ "$2" = yes ] && awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 2e-2 && w <= 2e-2) }'
+tap_diag "bf16, stages 2/2/2/3/1/0.5 2/1/2/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $5"
+[ $rc -eq 0 ] && [ "$5" = yes ] && awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 2e-2 && w <= 2e-2) }'
 tap_ok $? "bf16 over 2 stages of tp 2 (dp 2 zero 3 offload; dp 1): losses and weights within 2e-2 of 1 rank, peaks exact"
 
 # ---- 2. checkpoints between 2 stages of tp = 2 and 1 rank -----------------------

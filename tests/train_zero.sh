@@ -17,7 +17,7 @@
 # compared with the 1-rank bf16 run at 2e-2: bf16 gradient sums round once
 # per addition, differently for every dp.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, last_ckpt
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, weight_diff, peaks, last_ckpt
 TRAIN="$MIST_BUILDDIR/mist-train"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
@@ -30,20 +30,6 @@ KEY=loss
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1"
 
-peaks() {
-    python3 - "$1" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))["ranks"]
-    ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
-             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
-    r = d[0]
-    print(r["predicted_device_peak_bytes"], r["measured_device_peak_bytes"], r["predicted_host_peak_bytes"],
-          r["measured_host_peak_bytes"], "yes" if ok else "NO")
-except Exception:
-    print("- - - - NO")
-EOF
-}
 
 # ---- 1. the matrix -----------------------------------------------------------
 # name model prec ranks zero ckpt G wo go oo ao layers (b = 8 / (ranks * G))
