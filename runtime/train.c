@@ -171,10 +171,14 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
-    if (rc) {
-        if (grid->dp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+    // A layout error can hit some stages only; the others would wait for them
+    // at their first exchange. Every rank learns the worst verdict and all stop.
+    int worst = rc;
+    commCheck(comm, comm->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
+    if (worst) {
+        if (rc && grid->dp_index == 0 && grid->tp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
-        return rc;
+        return worst;
     }
     if (mr_plan_memory(r, be, err, sizeof err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
