@@ -131,6 +131,10 @@ llama-pp3    llama fp32 0 4 4 8  1/2/2/0/0/0/0/0         2/1/0/1/0/0.5/0/0.5 1/1
 gpt-bf-pp2   gpt   bf16 1 2 3 8  1/1/0/1/0/0/0/0         2/2/3/0/0/0/1/0
 gpt-bf-pp3   gpt   bf16 1 4 3 8  1/2/1/0/0/0/0/0.5       1/1/0/0/0/0/0/0     1/1/2/1/0.5/0.5/0.5/0
 llama-bf-pp2 llama bf16 0 4 2 8  1/1/3/1/0/0/0/0         1/1/0/0/0/0/0/0.5
+tppp2-tied   gpt   fp32 1 2 4 8  2/1/0/0/0/0/0/0/2       2/1/1/1/0/0/0/0/2
+tppp2-het    gpt   fp32 1 2 4 8  2/2/1/0/0/0/0/0.5/1     2/1/2/1/0/0.5/0/0/2
+tppp3-mid    gpt   fp32 0 4 4 8  1/1/0/0/0/0/0/0         2/1/3/0/0.5/0/0.5/0/2 1/1/0/1/0/0/0/0
+llama-tppp2  llama fp32 0 2 4 8  3/1/2/1/0/0/0/0.5/2     1/1/0/0/0/0/0/0/2
 EOF
 
 # per rank of the summary: "rank stage dev_meas host_meas", one line each
@@ -157,20 +161,21 @@ EOF
 }
 
 tap_diag "pipeline plans, per stage: planned/measured device bytes, planned/measured host bytes (measured: the" \
-    "stage's ranks when they agree, * when they differ); stage column = layers/dp/zero/ckpt/wo/go/oo/ao"
+    "stage's ranks when they agree, * when they differ); stage column = layers/dp/zero/ckpt/wo/go/oo/ao[/tp]"
 while read -r name model prec tied G layers gb stages; do
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o model.layers="$layers" \
         -o model.tied_embeddings="$tied"
     s=0 np=0 cols=
     for spec in $stages; do
-        IFS=/ read -r lay dp zero ckpt wo go oo ao <<EOF
+        IFS=/ read -r lay dp zero ckpt wo go oo ao tp <<EOF
 $spec
 EOF
-        set -- "$@" -o stage.$s.layers="$lay" -o stage.$s.dp="$dp" -o stage.$s.tp=1 -o stage.$s.b=$((gb / (dp * G))) \
+        tp=${tp:-1}
+        set -- "$@" -o stage.$s.layers="$lay" -o stage.$s.dp="$dp" -o stage.$s.tp="$tp" -o stage.$s.b=$((gb / (dp * G))) \
             -o stage.$s.zero="$zero" -o stage.$s.ckpt="$ckpt" -o stage.$s.wo="$wo" -o stage.$s.go="$go" \
             -o stage.$s.oo="$oo" -o stage.$s.ao="$ao"
-        s=$((s + 1)) np=$((np + dp)) cols="$cols${cols:+ }$spec"
+        s=$((s + 1)) np=$((np + dp * tp)) cols="$cols${cols:+ }$spec"
     done
     set -- "$@" -o plan.stages=$s
     mist_mpirun -np "$np" "$TRAIN" "$ini" "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
