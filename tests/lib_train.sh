@@ -6,6 +6,7 @@
 # (a hang, e.g. in a pipeline exchange, ends after 120 s instead of blocking the suite)
 run() {
     ini=$1; np=$2; name=$3; shift 3
+    printf '%s\n' "$ini" "$@" >"$W/$name.args"  # for planned()
     # shellcheck disable=SC2086
     mist_mpirun --timeout 120 -np "$np" "$TRAIN" "$ini" $COMMON -o log.jsonl="$W/$name.jsonl" \
         -o log.summary="$W/$name.json" -o checkpoint.dir="$W/$name.ck" "$@" >"$W/$name.out" 2>&1
@@ -59,16 +60,41 @@ except Exception:
 PYEOF
 }
 
-# rank 0's "pred_dev meas_dev pred_host meas_host" peak bytes from a run summary,
-# then "yes" when every rank's predicted peaks equal its measured ones, and the
-# rank count
+# planned NAME: the planner's analysis (mist-plan --analyze --json) of the
+# configuration and options run NAME trained with
+planned() {
+    (
+        args=$W/$1.args
+        set --
+        while IFS= read -r a; do set -- "$@" "$a"; done <"$args"
+        ini=$1; shift
+        # shellcheck disable=SC2086
+        "$MIST_BUILDDIR/mist-plan" "$ini" --analyze --json --hardware cpu $COMMON "$@"
+    )
+}
+
+# rank 0's "pred_dev meas_dev pred_host meas_host" peak bytes from the summary
+# $W/NAME.json of run NAME, then "yes" when on every rank the runtime's
+# predicted peaks equal the measured ones and, per stage, the planner's peaks
+# (device: max of the forward and backward peaks; host bytes) equal the
+# largest measured ones of the stage's ranks (ranks differ when a vocabulary
+# does not split evenly over tp; the planner sizes the largest), and the rank
+# count
 peaks() {
-    python3 - "$1" <<'PYEOF'
+    planned "$(basename "$1" .json)" >"${1%.json}.plan" 2>/dev/null
+    python3 - "$1" "${1%.json}.plan" <<'PYEOF'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))["ranks"]
+    st = json.load(open(sys.argv[2]))["stages"]
+    plan = [(max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"]) for s in st]
+    worst = {}
+    for r in d:
+        w = worst.get(r["stage"], (0, 0))
+        worst[r["stage"]] = (max(w[0], r["measured_device_peak_bytes"]), max(w[1], r["measured_host_peak_bytes"]))
     ok = all(r["predicted_device_peak_bytes"] == r["measured_device_peak_bytes"] and
-             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0
+             r["predicted_host_peak_bytes"] == r["measured_host_peak_bytes"] for r in d) and len(d) > 0 and \
+        all(plan[s] == w for s, w in worst.items())
     r = d[0]
     print(r["predicted_device_peak_bytes"], r["measured_device_peak_bytes"], r["predicted_host_peak_bytes"],
           r["measured_host_peak_bytes"], "yes" if ok else "NO", len(d))
