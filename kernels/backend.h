@@ -103,6 +103,14 @@ struct Backend {
     void (*matmul_backward)(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                             void *dout, const void *inp, const void *weight, const void *pre_gelu,
                             int N, int C, int OC);
+    // The same two products with out / dout stored with row stride ld >= OC, no bias, no
+    // GELU. The LM head uses them: its logits rows get a stride that is a multiple of 8
+    // elements, so each row starts 16-byte aligned as tensor-core GEMMs require even when
+    // the vocabulary is odd (GPT-2's 50257). Columns OC..ld-1 are never read or written.
+    void (*matmul_forward_ld)(Backend *b, BackendStream *s, void *out, const void *inp, const void *weight,
+                              int N, int C, int OC, int ld);
+    void (*matmul_backward_ld)(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
+                               const void *inp, const void *weight, int N, int C, int OC, int ld);
 
     // Causal self-attention, scale 1/sqrt(HS), grouped-query (query head h reads kv head
     // h / (NH/NKV)). qkv X(B,T,(NH+2*NKV)*HS): per token [q heads | k heads | v heads].

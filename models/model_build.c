@@ -290,7 +290,10 @@ static void build_post(Shapes *z) {
     add_tensor(z, "lnf", nc, 0, 1, 1, 0, 0);
     if (ln) add_tensor(z, "lnf_mean", N, 1, 1, 1, 0, 0);
     add_tensor(z, "lnf_rstd", N, 1, 1, 1, 0, 0);
-    add_tensor(z, "logits", nv, 0, 1, 1, 0, 0);
+    // logits rows are stored with a stride rounded up to 8 elements (16-byte
+    // aligned rows for tensor-core GEMMs; kernels/backend.h matmul_forward_ld)
+    Expr v_stride = scale(z, 8, ex_ceil(z->x, ex_div(z->x, z->v_tp, num(z, 8))));
+    add_tensor(z, "logits", mul(z, N, v_stride), 0, 1, 1, 0, 0);
     add_tensor(z, "losses", N, 1, 1, 1, 0, 0);
 }
 

@@ -224,7 +224,7 @@ static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
         {r->post_acts, r->n_post_acts, "x", N * r->C * x},
         {r->post_acts, r->n_post_acts, "lnf", N * r->C * x},
         {r->post_acts, r->n_post_acts, "lnf_rstd", N * sizeof(float)},
-        {r->post_acts, r->n_post_acts, "logits", N * r->Vt * x},
+        {r->post_acts, r->n_post_acts, "logits", N * r->Vs * x},
         {r->post_acts, r->n_post_acts, "losses", N * sizeof(float)},
     };
     for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
@@ -552,21 +552,21 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
     zero_fwd_begin(r, r->L + 1);
     be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
                      PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
-    be->matmul_forward(be, st, logits, NULL, lnf, PARAM(r->lm_head), NULL, N, r->C, r->Vt);  // (N, Vt)
+    be->matmul_forward_ld(be, st, logits, lnf, PARAM(r->lm_head), N, r->C, r->Vt, r->Vs);  // (N, Vt), stride Vs
     // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot)
     if (r->tp == 1) {
-        be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, mr_targets(r), N, r->V, r->V,
+        be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, mr_targets(r), N, r->V, r->Vs,
                                           dloss);
     } else {  // vocabulary-parallel: global row max, then global sum of exp and the target's logit
         float *rowmax = arena_ptr(&r->t_ce_stats), *stats = rowmax + N;
-        be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vt);
+        be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vs);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
-        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vt, r->Vt);
+        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vt, r->Vs);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
         be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, mr_targets(r), r->v0,
-                                      N, r->Vt, r->Vt, dloss);
+                                      N, r->Vt, r->Vs, dloss);
     }
     if (dloss == 0.0f) {  // evaluation: drop every activation
         arena_release(&r->logits);
@@ -599,8 +599,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
     if (r->has_post) {
         void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
         zero_bwd_begin(r, r->L + 1);
-        be->matmul_backward(be, st, d_ln, GRAD(r->lm_head), NULL, logits, lnf, PARAM(r->lm_head), NULL, N, r->C,
-                            r->Vt);
+        be->matmul_backward_ld(be, st, d_ln, GRAD(r->lm_head), logits, lnf, PARAM(r->lm_head), N, r->C, r->Vt, r->Vs);
         tp_sum(r, d_ln, (size_t)N * r->C);  // vocabulary-parallel head: dL/dlnf summed over tp
         arena_release(&r->logits);
         be->memset_device(be, d_res, 0, xbytes, st);

@@ -105,6 +105,7 @@ typedef struct ModelRuntime {
     // the LM head (rows [v0, v0 + Vt)); norms, wpe and the biases of
     // row-parallel layers are replicated. tp = 1: no tensor parallelism.
     int tp, tp_rank, v0, Vt;
+    int Vs;  // row stride of the logits: Vt rounded up to 8 (16-byte aligned rows)
     size_t Pglobal;        // parameters of the whole model (every tp shard together)
     struct CommGroup *tpg; // the tp group (runtime/grid.h), used when tp > 1
     int ckpt;              // blocks L-ckpt .. L-1 recompute in backward

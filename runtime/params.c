@@ -212,6 +212,7 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
             r->v0 = (int)r->tensors[i].shard.first[0];
             r->Vt = (int)r->tensors[i].shard.count[0];
         }
+    r->Vs = (r->Vt + 7) / 8 * 8;
     return 0;
 }
 

@@ -187,6 +187,26 @@ static int check_matmul(const int *p) {
     return r;
 }
 
+// the LM head's strided products: out / dout rows ld >= OC apart. The
+// columns OC..ld-1 hold the same random values on both sides and must
+// come back untouched (the whole buffer is compared).
+static int check_matmul_ld(const int *p) {
+    int N = p[0], C = p[1], OC = p[2], ld = p[3];
+    T16 inp = t16_random((size_t)N * C, -1, 1), wt = t16_random((size_t)OC * C, -1, 1);
+    T16 out = t16_random((size_t)N * ld, -1, 1);
+    cpu->matmul_forward_ld(cpu, NULL, out.h, inp.h, wt.h, N, C, OC, ld);
+    gpu->matmul_forward_ld(gpu, NULL, out.d, inp.d, wt.d, N, C, OC, ld);
+    int r = check16("matmul_ld out", &out, RTOL, ATOL_FRAC);
+    T16 dout = t16_random((size_t)N * ld, -1, 1), dinp = t16_out((size_t)N * C), dw = t16_random((size_t)OC * C, -1, 1);
+    cpu->matmul_backward_ld(cpu, NULL, dinp.h, dw.h, dout.h, inp.h, wt.h, N, C, OC, ld);
+    gpu->matmul_backward_ld(gpu, NULL, dinp.d, dw.d, dout.d, inp.d, wt.d, N, C, OC, ld);
+    r &= check16("matmul_ld dinp", &dinp, RTOL, ATOL_FRAC);
+    r &= check16("matmul_ld dweight", &dw, RTOL, ATOL_FRAC);
+    T16 *all[] = {&inp, &wt, &out, &dout, &dinp, &dw};
+    for (int i = 0; i < 6; i++) t16_free(all[i]);
+    return r;
+}
+
 static int check_attention(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
@@ -311,9 +331,13 @@ static const Check checks[] = {
     {"layernorm fused residual, bias N=37 C=96", check_norm, {37, 96, NORM_OP_LAYERNORM, 1, 1}},
     {"layernorm N=512 C=768", check_norm, {512, 768, NORM_OP_LAYERNORM, 0, 1}},
     {"rmsnorm fused residual N=100 C=1000", check_norm, {100, 1000, NORM_OP_RMSNORM, 1, 0}},
+    {"layernorm fused residual, bias N=20 C=100 (C % 8 != 0: scalar path)", check_norm, {20, 100, NORM_OP_LAYERNORM, 1, 1}},
+    {"layernorm N=64 C=2048", check_norm, {64, 2048, NORM_OP_LAYERNORM, 0, 1}},
     {"matmul bias N=64 C=128 OC=96", check_matmul, {64, 128, 96, 1, 0}},
     {"matmul no bias N=100 C=72 OC=40", check_matmul, {100, 72, 40, 0, 0}},
     {"matmul + gelu, bias N=256 C=256 OC=512", check_matmul, {256, 256, 512, 1, 1}},
+    {"matmul_ld (LM head, odd vocab) N=96 C=64 OC=1001 ld=1008", check_matmul_ld, {96, 64, 1001, 1008}},
+    {"matmul_ld N=33 C=128 OC=256 ld=256", check_matmul_ld, {33, 128, 256, 256}},
     {"attention B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64}},
     {"attention B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128}},
     {"attention B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128}},

@@ -66,21 +66,26 @@ static double time_ms(RunFn fn, void *arg) {
 typedef struct { int N, C, OC, gelu, which; void *inp, *w, *bias, *out, *pre, *dout, *dinp, *dw; } MM;
 static void run_mm(void *p) {
     MM *m = p;
-    if (m->which == 0) gpu->matmul_forward(gpu, NULL, m->out, m->gelu ? m->pre : NULL, m->inp, m->w, m->bias, m->N, m->C, m->OC);
+    int ld = (m->OC + 7) / 8 * 8;  // the LM head's logits stride (which 3..5)
+    if (m->which == 3) gpu->matmul_forward_ld(gpu, NULL, m->out, m->inp, m->w, m->N, m->C, m->OC, ld);
+    else if (m->which == 4) gpu->matmul_backward_ld(gpu, NULL, m->dinp, NULL, m->dout, m->inp, m->w, m->N, m->C, m->OC, ld);
+    else if (m->which == 5) gpu->matmul_backward_ld(gpu, NULL, NULL, m->dw, m->dout, m->inp, m->w, m->N, m->C, m->OC, ld);
+    else if (m->which == 0) gpu->matmul_forward(gpu, NULL, m->out, m->gelu ? m->pre : NULL, m->inp, m->w, m->bias, m->N, m->C, m->OC);
     else if (m->which == 1) gpu->matmul_backward(gpu, NULL, m->dinp, NULL, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
     else gpu->matmul_backward(gpu, NULL, NULL, m->dw, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
 }
-static void bench_matmul(int N, int C, int OC, int gelu) {
-    MM m = {N, C, OC, gelu, 0, dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2), dev_random((size_t)OC * 2),
-            dev_random((size_t)N * OC * 2), dev_random((size_t)N * OC * 2), dev_random((size_t)N * OC * 2),
+// lm_head: the strided LM-head products (matmul_*_ld) instead
+static void bench_matmul(int N, int C, int OC, int gelu, int lm_head) {
+    MM m = {N, C, OC, gelu, lm_head ? 3 : 0, dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2), dev_random((size_t)OC * 2),
+            dev_random((size_t)N * (OC + 7) * 2), dev_random((size_t)N * OC * 2), dev_random((size_t)N * (OC + 7) * 2),
             dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2)};
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
     double fl = 2.0 * N * C * OC;
-    report(gelu ? "matmul_fwd+bias+gelu" : "matmul_fwd+bias", shape, time_ms(run_mm, &m), fl, 0);
-    m.which = 1;
+    report(lm_head ? "lm_head fwd (strided)" : gelu ? "matmul_fwd+bias+gelu" : "matmul_fwd+bias", shape, time_ms(run_mm, &m), fl, 0);
+    m.which = lm_head ? 4 : 1;
     report("matmul_bwd dinp", shape, time_ms(run_mm, &m), fl, 0);
-    m.which = 2;
+    m.which = lm_head ? 5 : 2;
     report("matmul_bwd dweight", shape, time_ms(run_mm, &m), fl, 0);
     void *all[] = {m.inp, m.w, m.bias, m.out, m.pre, m.dout, m.dinp, m.dw};
     for (int i = 0; i < 8; i++) gpu->free_device(gpu, all[i]);
@@ -159,9 +164,11 @@ int main(int argc, char **argv) {
     if (json_path && !(json = fopen(json_path, "w"))) { fprintf(stderr, "bench: cannot write %s\n", json_path); return 1; }
     if (json) fprintf(json, "{\"peak_tflops\": %.0f, \"peak_gbs\": %.0f, \"results\": [", PEAK_TFLOPS, PEAK_GBS);
     printf("%-22s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
-    bench_matmul(8192, 4096, 4096, 0);
-    bench_matmul(8192, 4096, 16384, 1);
-    bench_matmul(8192, 768, 3072, 1);
+    bench_matmul(8192, 4096, 4096, 0, 0);
+    bench_matmul(8192, 4096, 16384, 1, 0);
+    bench_matmul(8192, 768, 3072, 1, 0);
+    bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
+    bench_matmul(16384, 2048, 50304, 0, 1);
     bench_attention(4, 2048, 16, 16, 128);
     bench_attention(8, 1024, 12, 12, 64);
     bench_attention(2, 4096, 32, 8, 128);

@@ -13,7 +13,9 @@
 //    measured vs predicted peak device memory (runtime memory plan), and the
 //    cost model's predicted iteration time (planner/analyze.h, h100-80g).
 //
-// usage: bench_train [--quick] [--json PATH]
+// usage: bench_train [--quick] [--json PATH] [--only MODEL]
+//   --only gpt2-124m|gpt3-1.3b: just that throughput case, no tracking (for
+//   a profiler run)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,18 +160,20 @@ typedef struct {
 
 int main(int argc, char **argv) {
     const char *json = NULL;
+    const char *only = NULL;
     int quick = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--json PATH]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL]\n", argv[0]); return 2; }
     }
     setvbuf(stdout, NULL, _IONBF, 0);
     char err[512];
     Backend *gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
     if (!gpu) { printf("SKIP no GPU: %s\n", err); return 0; }
-    printf("== tracking: cuda vs cpu backend\n");
-    int fail = tracking(gpu);
+    int fail = 0;
+    if (!only) printf("== tracking: cuda vs cpu backend\n"), fail = tracking(gpu);
 
     HwProfile hw;
     int have_hw = profile_preset(&hw, "h100-80g") == 0;
@@ -182,9 +186,11 @@ int main(int argc, char **argv) {
     printf("\n== throughput: one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n");
     printf("%-10s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s\n", "model", "B", "seq", "ms/iter", "tokens/s",
            "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.");
+    int emitted = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         static Run u;
         Case *k = &cases[c];
+        if (only && strcmp(only, k->name)) continue;
         if (setup(&u, gpu, &k->m, k->B, 0)) { fail = 1; continue; }
         int warm = 3, timed = quick ? 5 : 20;
         for (int s = 0; s < warm; s++) step(&u, gpu, s, k->m.vocab, 1e-4f);
@@ -225,7 +231,7 @@ int main(int argc, char **argv) {
             fprintf(js, "%s\n  {\"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
                         "\"tflops\": %.2f, \"mfu\": %.4f, \"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, "
                         "\"predicted_ms\": %.4f}",
-                    c ? "," : "", k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
+                    emitted++ ? "," : "", k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
                     measured, (long long)u.predicted_peak, pred_ms);
         fail |= (int64_t)measured != u.predicted_peak;
         breakdown(&u, gpu, warm + timed, k->m.vocab);

@@ -188,6 +188,8 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->norm_backward = cpu_norm_backward;
     b->matmul_forward = cpu_matmul_forward;
     b->matmul_backward = cpu_matmul_backward;
+    b->matmul_forward_ld = cpu_matmul_forward_ld;
+    b->matmul_backward_ld = cpu_matmul_backward_ld;
     b->attention_forward = cpu_attention_forward;
     b->attention_backward = cpu_attention_backward;
     b->rotary_forward = cpu_rotary_forward;

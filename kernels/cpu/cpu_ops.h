@@ -98,6 +98,10 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
                        const float *mean, const float *rstd, int N, int C);
 void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
                         const void *weight, const void *bias, int N, int C, int OC);
+void cpu_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void *inp, const void *weight,
+                           int N, int C, int OC, int ld);
+void cpu_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
+                            const void *inp, const void *weight, int N, int C, int OC, int ld);
 void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                          void *dout, const void *inp, const void *weight, const void *pre_gelu,
                          int N, int C, int OC);

@@ -149,17 +149,18 @@ void cpu_gemm(Backend *b, int transA, int transB, int M, int N, int K, const flo
 // out X(N,OC) = inp X(N,C) @ weight X(OC,C)^T + bias X(OC);
 // with pre_gelu X(N,OC): pre_gelu = that sum, out = gelu_tanh(sum). GELU reads
 // the fp32 sum (before bf16 rounding), as a fused GEMM epilogue would.
-void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
-                        const void *weight, const void *bias, int N, int C, int OC) {
+// (out and pre_gelu with row stride ld)
+static void matmul_forward(Backend *b, void *out, void *pre_gelu, const void *inp, const void *weight,
+                           const void *bias, int N, int C, int OC, int ld) {
     MistDtype dt = b->dtype;
     const float *inp32 = cpu_as_f32(b, CPU_WS_IN0, inp, dt, (size_t)N * C);   // (N, C)
     const float *w32 = cpu_as_f32(b, CPU_WS_IN1, weight, dt, (size_t)OC * C); // (OC, C)
-    float *acc = dt == MIST_F32 ? out : cpu_scratch(b, CPU_WS_OUT, (size_t)N * OC * sizeof(float));  // (N, OC)
-    cpu_gemm(b, 0, 1, N, OC, C, inp32, C, w32, C, 0.0f, acc, OC);
+    float *acc = dt == MIST_F32 ? out : cpu_scratch(b, CPU_WS_OUT, (size_t)N * ld * sizeof(float));  // (N, ld)
+    cpu_gemm(b, 0, 1, N, OC, C, inp32, C, w32, C, 0.0f, acc, ld);
     CPU_PRAGMA(omp parallel for schedule(static))
     for (int i = 0; i < N; i++) {
         for (int o = 0; o < OC; o++) {
-            size_t k = (size_t)i * OC + o;
+            size_t k = (size_t)i * ld + o;
             float y = acc[k] + (bias ? cpu_ld(bias, dt, o) : 0.0f);
             if (pre_gelu) {
                 cpu_st(pre_gelu, dt, k, y);
@@ -170,7 +171,40 @@ void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu,
     }
 }
 
-// dinp X(N,C) = dout @ weight (skipped when NULL); dweight X(OC,C) += dout^T @ inp;
+void cpu_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
+                        const void *weight, const void *bias, int N, int C, int OC) {
+    matmul_forward(b, out, pre_gelu, inp, weight, bias, N, C, OC, OC);
+}
+
+void cpu_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void *inp, const void *weight,
+                           int N, int C, int OC, int ld) {
+    matmul_forward(b, out, NULL, inp, weight, NULL, N, C, OC, ld);
+}
+
+// dinp X(N,C) = dout @ weight (skipped when NULL); dweight X(OC,C) += dout^T @ inp,
+// dout with row stride ld (columns OC..ld-1 are converted along but never used)
+static void matmul_backward_products(Backend *b, void *dinp, void *dweight, const void *dout, const void *inp,
+                                     const void *weight, int N, int C, int OC, int ld) {
+    if (N <= 0) return;
+    MistDtype dt = b->dtype;
+    // workspace slots: dout32 stays in IN0 throughout; the dinp and dweight
+    // products run one after the other, so they reuse IN1 and OUT
+    const float *dout32 = cpu_as_f32(b, CPU_WS_IN0, dout, dt, (size_t)(N - 1) * ld + OC);  // (N, ld)
+    if (dinp) {
+        const float *w32 = cpu_as_f32(b, CPU_WS_IN1, weight, dt, (size_t)OC * C);  // (OC, C)
+        float *dinp32 = dt == MIST_F32 ? dinp : cpu_scratch(b, CPU_WS_OUT, (size_t)N * C * sizeof(float));  // (N, C)
+        cpu_gemm(b, 0, 0, N, C, OC, dout32, ld, w32, C, 0.0f, dinp32, C);
+        if (dinp32 != dinp) cpu_from_f32(dinp, dt, dinp32, (size_t)N * C);
+    }
+    if (dweight) {
+        const float *inp32 = cpu_as_f32(b, CPU_WS_IN1, inp, dt, (size_t)N * C);  // (N, C)
+        float *dw32 = cpu_as_f32(b, CPU_WS_OUT, dweight, dt, (size_t)OC * C);     // (OC, C)
+        cpu_gemm(b, 1, 0, OC, C, N, dout32, ld, inp32, C, 1.0f, dw32, C);
+        if (dw32 != dweight) cpu_from_f32(dweight, dt, dw32, (size_t)OC * C);
+    }
+}
+
+// dinp, dweight as above (dout contiguous);
 // dbias X(OC) += column sums of dout. pre_gelu: dout *= gelu'(pre_gelu) in place first.
 void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                          void *dout, const void *inp, const void *weight, const void *pre_gelu,
@@ -195,19 +229,10 @@ void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight
             for (int o = o0; o < o1; o++) cpu_st(dbias, dt, o, cpu_ld(dbias, dt, o) + acc[o - o0]);
         }
     }
-    // workspace slots: dout32 stays in IN0 throughout; the dinp and dweight
-    // products run one after the other, so they reuse IN1 and OUT
-    const float *dout32 = cpu_as_f32(b, CPU_WS_IN0, dout, dt, n_out);  // (N, OC)
-    if (dinp) {
-        const float *w32 = cpu_as_f32(b, CPU_WS_IN1, weight, dt, (size_t)OC * C);  // (OC, C)
-        float *dinp32 = dt == MIST_F32 ? dinp : cpu_scratch(b, CPU_WS_OUT, (size_t)N * C * sizeof(float));  // (N, C)
-        cpu_gemm(b, 0, 0, N, C, OC, dout32, OC, w32, C, 0.0f, dinp32, C);
-        if (dinp32 != dinp) cpu_from_f32(dinp, dt, dinp32, (size_t)N * C);
-    }
-    if (dweight) {
-        const float *inp32 = cpu_as_f32(b, CPU_WS_IN1, inp, dt, (size_t)N * C);  // (N, C)
-        float *dw32 = cpu_as_f32(b, CPU_WS_OUT, dweight, dt, (size_t)OC * C);     // (OC, C)
-        cpu_gemm(b, 1, 0, OC, C, N, dout32, OC, inp32, C, 1.0f, dw32, C);
-        if (dw32 != dweight) cpu_from_f32(dweight, dt, dw32, (size_t)OC * C);
-    }
+    matmul_backward_products(b, dinp, dweight, dout, inp, weight, N, C, OC, OC);
+}
+
+void cpu_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
+                            const void *inp, const void *weight, int N, int C, int OC, int ld) {
+    matmul_backward_products(b, dinp, dweight, dout, inp, weight, N, C, OC, ld);
 }

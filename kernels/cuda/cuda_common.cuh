@@ -54,6 +54,40 @@ void *cuda_scratch(Backend *b, size_t bytes, const char *who);
 static __device__ __forceinline__ float ld(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
 static __device__ __forceinline__ void st(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+// V consecutive bf16 as floats: V = 8 is one 16-byte access (the row-wise
+// kernels use it when C % 8 == 0 and the rows are 16-byte aligned, which
+// turns a warp's 64-byte transactions into 512-byte ones), V = 1 the fallback.
+template <int V> static __device__ __forceinline__ void ldv(float *f, const bf16 *p) {
+    if constexpr (V == 8) {
+        uint4 u = *(const uint4 *)p;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+        for (int i = 0; i < 4; i++) {
+            float2 t = __bfloat1622float2(h[i]);
+            f[2 * i] = t.x, f[2 * i + 1] = t.y;
+        }
+    } else {
+        for (int i = 0; i < V; i++) f[i] = __bfloat162float(p[i]);
+    }
+}
+template <int V> static __device__ __forceinline__ void stv(bf16 *p, const float *f) {
+    if constexpr (V == 8) {
+        uint4 u;
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+        for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+        *(uint4 *)p = u;
+    } else {
+        for (int i = 0; i < V; i++) p[i] = __float2bfloat16_rn(f[i]);
+    }
+}
+// whether rows of C elements starting at these pointers allow 16-byte access (NULL pointers pass)
+static inline int cuda_rows_vec8(int C, const void *a, const void *b, const void *c, const void *d, const void *e) {
+    const void *p[5] = {a, b, c, d, e};
+    if (C % 8) return 0;
+    for (int i = 0; i < 5; i++)
+        if ((size_t)p[i] % 16) return 0;
+    return 1;
+}
+
 static __device__ __forceinline__ float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
     float u = k * (x + 0.044715f * x * x * x);
@@ -95,6 +129,10 @@ void cuda_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, v
                         const float *mean, const float *rstd, int N, int C);
 void cuda_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
                          const void *weight, const void *bias, int N, int C, int OC);
+void cuda_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void *inp, const void *weight,
+                            int N, int C, int OC, int ld);
+void cuda_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
+                             const void *inp, const void *weight, int N, int C, int OC, int ld);
 void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                           void *dout, const void *inp, const void *weight, const void *pre_gelu,
                           int N, int C, int OC);

@@ -105,9 +105,15 @@ static void gemm(Backend *b, cudaStream_t st, int transa, int transb, int m, int
                             p->c, &p->algo, ctx->lt_workspace, ctx->lt_workspace_bytes, st));
 }
 
+// each thread V consecutive elements (V = 8: 16-byte accesses); n is a multiple of V
+template <int V>
 __global__ void gelu_backward_inplace_kernel(bf16 *dout, const bf16 *pre, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        st(dout, i, ld(dout, i) * gelu_tanh_grad(ld(pre, i)));
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
+        float d[V], x[V];
+        ldv<V>(d, dout + i), ldv<V>(x, pre + i);
+        for (int k = 0; k < V; k++) d[k] *= gelu_tanh_grad(x[k]);
+        stv<V>(dout + i, d);
+    }
 }
 
 extern "C" void cuda_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
@@ -125,12 +131,31 @@ extern "C" void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, v
     cudaStream_t st = cuda_stream(s);
     if (pre_gelu) {
         size_t n = (size_t)N * OC;
-        gelu_backward_inplace_kernel<<<cuda_blocks(n, 256), 256, 0, st>>>((bf16 *)dout, (const bf16 *)pre_gelu, n);
+        if (n % 8 == 0 && cuda_rows_vec8(8, dout, pre_gelu, 0, 0, 0))
+            gelu_backward_inplace_kernel<8><<<cuda_blocks(n / 8, 256), 256, 0, st>>>((bf16 *)dout, (const bf16 *)pre_gelu, n);
+        else
+            gelu_backward_inplace_kernel<1><<<cuda_blocks(n, 256), 256, 0, st>>>((bf16 *)dout, (const bf16 *)pre_gelu, n);
         CUDA_CHECK_LAUNCH();
     }
     if (dinp) gemm(b, st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
     if (dweight) gemm(b, st, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
     if (dbias) cuda_column_sum_accumulate(b, st, (bf16 *)dbias, (const bf16 *)dout, N, OC);
+}
+
+// The LM head's products with logits rows ld apart. cuBLASLt still picks
+// align-1 kernels when m (forward) or k (dinp) is the odd vocabulary itself
+// (GPT-2: 50257); only the dweight product gets fast kernels from the aligned
+// stride (see benchmarks/RESULTS.md).
+extern "C" void cuda_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void *inp, const void *weight,
+                                       int N, int C, int OC, int ld) {
+    gemm(b, cuda_stream(s), 1, 0, OC, N, C, weight, C, inp, C, out, ld, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+}
+
+extern "C" void cuda_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
+                                        const void *inp, const void *weight, int N, int C, int OC, int ld) {
+    cudaStream_t st = cuda_stream(s);
+    if (dinp) gemm(b, st, 0, 0, C, N, OC, weight, C, dout, ld, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    if (dweight) gemm(b, st, 0, 1, C, OC, N, inp, C, dout, ld, dweight, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
 }
 
 extern "C" int cuda_matmul_init(Backend *b, char *err, size_t errlen) {

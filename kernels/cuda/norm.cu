@@ -14,32 +14,46 @@
 
 enum { NORM_WARPS = 4, COLSUM_THREADS = 256, COLSUM_MAX_CHUNKS = 64 };
 
+// one warp per row; each lane handles V consecutive channels at a time
+template <int V>
 __global__ void norm_forward_kernel(int is_ln, bf16 *res_out, bf16 *out, float *mean, float *rstd,
                                     const bf16 *inp, const bf16 *res_in, const bf16 *w, const bf16 *bias,
                                     int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     size_t o = (size_t)row * C;
+    float a[V], b[V];
     // the summed row is rounded to bf16 first: that rounded tensor is what gets normalised
     const bf16 *x = inp;
     if (res_in) {
-        for (int c = lane; c < C; c += 32) st(res_out, o + c, ld(inp, o + c) + ld(res_in, o + c));
+        for (int c = lane * V; c < C; c += 32 * V) {
+            ldv<V>(a, inp + o + c), ldv<V>(b, res_in + o + c);
+            for (int i = 0; i < V; i++) a[i] += b[i];
+            stv<V>(res_out + o + c, a);
+        }
         __syncwarp();
         x = res_out;
     }
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += ld(x, o + c);
+    for (int c = lane * V; c < C; c += 32 * V) {
+        ldv<V>(a, x + o + c);
+        for (int i = 0; i < V; i++) sum += a[i];
+    }
     float mu = is_ln ? warp_sum(sum) / C : 0.0f;
     float var = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = ld(x, o + c) - mu;
-        var += d * d;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        ldv<V>(a, x + o + c);
+        for (int i = 0; i < V; i++) var += (a[i] - mu) * (a[i] - mu);
     }
     float r = rsqrtf(warp_sum(var) / C + eps);
-    for (int c = lane; c < C; c += 32) {
-        float y = (ld(x, o + c) - mu) * r * ld(w, c);
-        if (bias) y += ld(bias, c);
-        st(out, o + c, y);
+    for (int c = lane * V; c < C; c += 32 * V) {
+        ldv<V>(a, x + o + c), ldv<V>(b, w + c);
+        for (int i = 0; i < V; i++) a[i] = (a[i] - mu) * r * b[i];
+        if (bias) {
+            ldv<V>(b, bias + c);
+            for (int i = 0; i < V; i++) a[i] += b[i];
+        }
+        stv<V>(out + o + c, a);
     }
     if (lane == 0) {
         if (is_ln && mean) mean[row] = mu;
@@ -47,22 +61,31 @@ __global__ void norm_forward_kernel(int is_ln, bf16 *res_out, bf16 *out, float *
     }
 }
 
+template <int V>
 __global__ void norm_backward_kernel(int is_ln, bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w,
                                      const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     size_t o = (size_t)row * C;
     float mu = is_ln ? mean[row] : 0.0f, r = rstd[row];
+    float d[V], x[V], g[V];
     float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = ld(dout, o + c) * ld(w, c), xh = (ld(inp, o + c) - mu) * r;
-        sum_g += g;
-        sum_gx += g * xh;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        ldv<V>(d, dout + o + c), ldv<V>(x, inp + o + c), ldv<V>(g, w + c);
+        for (int i = 0; i < V; i++) {
+            float gi = d[i] * g[i];
+            sum_g += gi;
+            sum_gx += gi * (x[i] - mu) * r;
+        }
     }
     float mg = is_ln ? warp_sum(sum_g) / C : 0.0f, mgx = warp_sum(sum_gx) / C;
-    for (int c = lane; c < C; c += 32) {
-        float g = ld(dout, o + c) * ld(w, c), xh = (ld(inp, o + c) - mu) * r;
-        st(dinp, o + c, ld(dinp, o + c) + r * (g - mg - xh * mgx));
+    // the second pass re-reads the row: 2 C bytes per tensor, still in L1/L2
+    for (int c = lane * V; c < C; c += 32 * V) {
+        ldv<V>(d, dout + o + c), ldv<V>(x, inp + o + c), ldv<V>(g, w + c);
+        float acc[V];
+        ldv<V>(acc, dinp + o + c);
+        for (int i = 0; i < V; i++) acc[i] += r * (d[i] * g[i] - mg - (x[i] - mu) * r * mgx);
+        stv<V>(dinp + o + c, acc);
     }
 }
 
@@ -111,9 +134,12 @@ extern "C" void cuda_norm_forward(Backend *b, BackendStream *s, NormOp kind, voi
                                   float *mean, float *rstd, const void *inp, const void *res_in,
                                   const void *w, const void *bias, int N, int C, float eps) {
     if (N <= 0) return;
-    norm_forward_kernel<<<(N + NORM_WARPS - 1) / NORM_WARPS, NORM_WARPS * 32, 0, cuda_stream(s)>>>(
-        kind == NORM_OP_LAYERNORM, (bf16 *)res_out, (bf16 *)out, mean, rstd, (const bf16 *)inp,
-        (const bf16 *)res_in, (const bf16 *)w, (const bf16 *)bias, N, C, eps);
+    int blocks = (N + NORM_WARPS - 1) / NORM_WARPS;
+    auto kernel = cuda_rows_vec8(C, res_out, out, inp, res_in, w) && cuda_rows_vec8(C, bias, 0, 0, 0, 0)
+                      ? norm_forward_kernel<8> : norm_forward_kernel<1>;
+    kernel<<<blocks, NORM_WARPS * 32, 0, cuda_stream(s)>>>(kind == NORM_OP_LAYERNORM, (bf16 *)res_out, (bf16 *)out,
+                                                           mean, rstd, (const bf16 *)inp, (const bf16 *)res_in,
+                                                           (const bf16 *)w, (const bf16 *)bias, N, C, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -123,7 +149,8 @@ extern "C" void cuda_norm_backward(Backend *b, BackendStream *s, NormOp kind, vo
     if (N <= 0) return;
     int is_ln = kind == NORM_OP_LAYERNORM;
     cudaStream_t st = cuda_stream(s);
-    norm_backward_kernel<<<(N + NORM_WARPS - 1) / NORM_WARPS, NORM_WARPS * 32, 0, st>>>(
+    auto kernel = cuda_rows_vec8(C, dinp, dout, inp, w, 0) ? norm_backward_kernel<8> : norm_backward_kernel<1>;
+    kernel<<<(N + NORM_WARPS - 1) / NORM_WARPS, NORM_WARPS * 32, 0, st>>>(
         is_ln, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     int rpc = colsum_rows_per_chunk(N), chunks = (N + rpc - 1) / rpc;
