@@ -103,5 +103,42 @@ except Exception:
 PYEOF
 }
 
+# stage_args G SPEC...: the -o options of a pipeline plan with one
+# "layers/dp/tp/zero/ckpt/offload" SPEC per stage (offload: wo = go = oo = ao;
+# b = 8 / (dp G)) on one line, then the rank count on the next
+stage_args() {
+    G=$1; shift
+    s=0; np=0
+    for spec in "$@"; do
+        IFS=/ read -r lay dp tp zero ckpt off <<EOF
+$spec
+EOF
+        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.zero=%s' \
+            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zero"
+        printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
+            $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
+        s=$((s + 1)); np=$((np + dp * tp))
+    done
+    printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
+}
+
+# kill_rank MPID first|last: kill -9 the first or the last mist-train child of
+# the mpirun MPID, then wait at most 20 s for mpirun to end (and stop it after
+# that, so a hang fails the test instead of blocking the suite). Sets victim
+# (the pid, empty when none was found), rc (mpirun's exit status) and dt
+# (seconds from the kill to mpirun's end).
+kill_rank() {
+    victim=$(ps -o pid=,comm= --ppid "$1" |
+        awk -v w="$2" '$2 == "mist-train" { p = $1; if (w == "first") { print p; exit } } END { if (w == "last") print p }')
+    t0=$(date +%s.%N)
+    [ -n "$victim" ] && kill -9 "$victim"
+    i=0
+    while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -0 "$1" 2>/dev/null && kill -9 "$1"
+    wait "$1"
+    rc=$?
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}
+
 # the newest checkpoint file of a checkpoint directory
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }

@@ -26,48 +26,30 @@ L=4
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1 -o model.layers=$L -o model.seq_len=32"
 
-# stage options from "layers/dp/zero/ckpt/offload ..." (offload: wo = go = oo = ao) and G;
-# prints the -o options and, last, the rank count
-stage_args() {
-    G=$1; shift
-    s=0; np=0
-    for spec in "$@"; do
-        IFS=/ read -r lay dp zero ckpt off <<EOF
-$spec
-EOF
-        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=1 -o stage.%d.zero=%s' \
-            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s $s "$zero"
-        printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
-            $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
-        s=$((s + 1)); np=$((np + dp))
-    done
-    printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
-}
-
 # ---- 1. the matrix -----------------------------------------------------------
-# name model tied G stages (layers/dp/zero/ckpt/offload per stage); b = 8 / (dp * G).
+# name model tied G stages (layers/dp/tp/zero/ckpt/offload per stage); b = 8 / (dp * G).
 # Validation (forward only through the stages) runs at steps 10 and 20 over 2G
 # micro-batches of 8/G sequences: the same 16 sequences for every plan.
 cat >"$W/matrix" <<'EOF'
-gpt-ref      gpt   1 1 4/1/0/0/0
-gpt-s2       gpt   1 2 2/1/0/0/0 2/1/0/0/0
-gpt-s2-odd   gpt   1 4 3/1/0/0/0 1/1/0/0/0
-gpt-s4       gpt   1 4 1/1/0/0/0 1/1/0/0/0 1/1/0/0/0 1/1/0/0/0
-gpt-het      gpt   1 2 2/2/0/0/0 2/1/0/0/0
-gpt-het3     gpt   1 2 1/1/0/0/0 2/2/2/1/0 1/4/3/0/0.5
-gpt-zero     gpt   1 1 1/2/1/1/0 3/2/3/2/0.5
-gpt-off      gpt   1 4 2/1/0/2/1 2/2/1/0/0.5
-gpt-untied   gpt   0 1 4/1/0/0/0
-gpt-untied2  gpt   0 2 1/2/2/0/0 3/1/0/1/0
-llama-ref    llama 0 1 4/1/0/0/0
-llama-s2     llama 0 2 3/2/3/1/0.5 1/1/0/0/0
-llama-tied   llama 1 1 4/1/0/0/0
-llama-tied3  llama 1 2 1/1/0/0/0 1/2/1/0/0 2/1/2/1/0.25
+gpt-ref      gpt   1 1 4/1/1/0/0/0
+gpt-s2       gpt   1 2 2/1/1/0/0/0 2/1/1/0/0/0
+gpt-s2-odd   gpt   1 4 3/1/1/0/0/0 1/1/1/0/0/0
+gpt-s4       gpt   1 4 1/1/1/0/0/0 1/1/1/0/0/0 1/1/1/0/0/0 1/1/1/0/0/0
+gpt-het      gpt   1 2 2/2/1/0/0/0 2/1/1/0/0/0
+gpt-het3     gpt   1 2 1/1/1/0/0/0 2/2/1/2/1/0 1/4/1/3/0/0.5
+gpt-zero     gpt   1 1 1/2/1/1/1/0 3/2/1/3/2/0.5
+gpt-off      gpt   1 4 2/1/1/0/2/1 2/2/1/1/0/0.5
+gpt-untied   gpt   0 1 4/1/1/0/0/0
+gpt-untied2  gpt   0 2 1/2/1/2/0/0 3/1/1/0/1/0
+llama-ref    llama 0 1 4/1/1/0/0/0
+llama-s2     llama 0 2 3/2/1/3/1/0.5 1/1/1/0/0/0
+llama-tied   llama 1 1 4/1/1/0/0/0
+llama-tied3  llama 1 2 1/1/1/0/0/0 1/2/1/1/0/0 2/1/1/2/1/0.25
 EOF
 tap_diag "pipeline plan matrix, $STEPS steps, $L layers each: loss = max relative per-step loss difference to the" \
     "1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
     "peaks: predicted == measured on every rank" \
-    "$(printf '%-12s %5s %4s %2s %-36s | %7s %7s %7s | %s' name model tied G 'stages (layers/dp/zero/ckpt/offload)' \
+    "$(printf '%-12s %5s %4s %2s %-47s | %7s %7s %7s | %s' name model tied G 'stages (layers/dp/tp/zero/ckpt/offload)' \
     loss val weights peaks)"
 while read -r name model tied G stages; do
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
@@ -87,7 +69,7 @@ while read -r name model tied G stages; do
     fi
     # shellcheck disable=SC2046
     set -- $(peaks "$W/$name.json")
-    tap_diag "$(printf '%-12s %5s %4s %2s %-36s | %7s %7s %7s | %s of %s ranks' "$name" "$model" "$tied" "$G" \
+    tap_diag "$(printf '%-12s %5s %4s %2s %-47s | %7s %7s %7s | %s of %s ranks' "$name" "$model" "$tied" "$G" \
         "$stages" "$ld" "$vd" "$wd" "$5" "$6")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
     [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" = "$np" ] &&
@@ -99,15 +81,15 @@ done <"$W/matrix"
 # bf16: 2 stages of dp 2 (ZeRO 3, offload) and dp 1 against the 1-rank bf16 run
 # at 2e-2 (bf16 gradient sums round once per addition, differently per plan)
 # shellcheck disable=SC2046,SC2086
-run "$GPT" 1 bf-ref -o train.precision=bf16 $(stage_args 2 4/1/0/0/0 | head -1)
+run "$GPT" 1 bf-ref -o train.precision=bf16 $(stage_args 2 4/1/1/0/0/0 | head -1)
 # shellcheck disable=SC2046,SC2086
-run "$GPT" 3 bf-s2 -o train.precision=bf16 $(stage_args 2 1/2/3/1/0.5 3/1/0/0/0 | head -1)
+run "$GPT" 3 bf-s2 -o train.precision=bf16 $(stage_args 2 1/2/1/3/1/0.5 3/1/1/0/0/0 | head -1)
 rc=$?
 ld=$(loss_diff "$W/bf-ref.jsonl" "$W/bf-s2.jsonl")
 wd=$(weight_diff "$(last_ckpt "$W/bf-ref.ck")" "$(last_ckpt "$W/bf-s2.ck")")
 # shellcheck disable=SC2046
 set -- $(peaks "$W/bf-s2.json")
-tap_diag "bf16, stages 1/2/3/1/0.5 3/1/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $5"
+tap_diag "bf16, stages 1/2/1/3/1/0.5 3/1/1/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $5"
 [ $rc -eq 0 ] && [ "$5" = yes ] && awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 2e-2 && w <= 2e-2) }'
 tap_ok $? "bf16 over 2 stages (dp 2 zero 3 offload, dp 1): losses and weights within 2e-2 of 1 rank, peaks exact"
 
@@ -120,13 +102,13 @@ tap_ok $? "bf16 over 2 stages (dp 2 zero 3 offload, dp 1): losses and weights wi
 # resumed under itself writes a byte-identical step-20 checkpoint.
 SPLIT="-o checkpoint.interval=10 -o checkpoint.keep=10"
 # shellcheck disable=SC2046,SC2086
-run "$GPT" 2 ck-s2 $SPLIT $(stage_args 2 2/1/1/0/0 2/1/0/1/0 | head -1)
+run "$GPT" 2 ck-s2 $SPLIT $(stage_args 2 2/1/1/1/0/0 2/1/1/0/1/0 | head -1)
 tap_ok $? "2 stages (zero 1; ckpt 1) write checkpoints at steps 10 and 20"
 # shellcheck disable=SC2046,SC2086
-run "$GPT" 1 ck-one $SPLIT $(stage_args 2 4/1/0/0/0 | head -1)
+run "$GPT" 1 ck-one $SPLIT $(stage_args 2 4/1/1/0/0/0 | head -1)
 tap_ok $? "1 rank writes checkpoints at steps 10 and 20"
 # shellcheck disable=SC2046,SC2086
-run "$GPT" 3 ck-het $SPLIT $(stage_args 2 2/2/1/0/0 2/1/0/1/0 | head -1)
+run "$GPT" 3 ck-het $SPLIT $(stage_args 2 2/2/1/1/0/0 2/1/1/0/1/0 | head -1)
 tap_ok $? "2 stages of dp 2 and dp 1 write checkpoints at steps 10 and 20"
 resume() {  # resume NAME SRC NP ARGS...
     name=$1; src=$2; np=$3; shift 3
@@ -146,13 +128,13 @@ resume() {  # resume NAME SRC NP ARGS...
     tap_ok $? "$name: losses and final weights within 1e-5 of $src"
 }
 # shellcheck disable=SC2046,SC2086
-resume ck-s2-to-one ck-s2 1 $(stage_args 2 4/1/0/0/0 | head -1)
+resume ck-s2-to-one ck-s2 1 $(stage_args 2 4/1/1/0/0/0 | head -1)
 # shellcheck disable=SC2046,SC2086
-resume ck-s2-to-s3 ck-s2 3 $(stage_args 2 1/1/3/0/0.5 2/1/0/0/0 1/1/2/1/0 | head -1)
+resume ck-s2-to-s3 ck-s2 3 $(stage_args 2 1/1/1/3/0/0.5 2/1/1/0/0/0 1/1/1/2/1/0 | head -1)
 # shellcheck disable=SC2046,SC2086
-resume ck-one-to-s2 ck-one 2 $(stage_args 2 3/1/2/0/0 1/1/0/0/0.5 | head -1)
+resume ck-one-to-s2 ck-one 2 $(stage_args 2 3/1/1/2/0/0 1/1/1/0/0/0.5 | head -1)
 # shellcheck disable=SC2046,SC2086
-resume ck-het-same ck-het 3 $(stage_args 2 2/2/1/0/0 2/1/0/1/0 | head -1)
+resume ck-het-same ck-het 3 $(stage_args 2 2/2/1/1/0/0 2/1/1/0/1/0 | head -1)
 cmp -s "$W/ck-het.ck/step_00000020.ckpt" "$W/ck-het-same.ck/step_00000020.ckpt"
 tap_ok $? "resumed under the same plan of dp 2 and dp 1 stages: the step-20 checkpoint is byte-identical"
 
@@ -160,20 +142,11 @@ tap_ok $? "resumed under the same plan of dp 2 and dp 1 stages: the step-20 chec
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # shellcheck disable=SC2046,SC2086
 mpirun --oversubscribe -np 3 "$TRAIN" "$GPT" $COMMON -o train.steps=100000 -o log.jsonl="$W/kill.jsonl" \
-    $(stage_args 2 2/2/0/0/0 2/1/0/0/0 | head -1) >"$W/kill.out" 2>&1 </dev/null &
+    $(stage_args 2 2/2/1/0/0/0 2/1/1/0/0/0 | head -1) >"$W/kill.out" 2>&1 </dev/null &
 mpid=$!
 i=0
 while [ "$( (wc -l <"$W/kill.jsonl") 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-# the last rank (stage 1) dies
-victim=$(ps -o pid=,comm= --ppid "$mpid" | awk '$2 == "mist-train" { p = $1 } END { print p }')
-t0=$(date +%s.%N)
-[ -n "$victim" ] && kill -9 "$victim"
-i=0
-while kill -0 "$mpid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-kill -0 "$mpid" 2>/dev/null && kill -9 "$mpid"
-wait "$mpid"
-rc=$?
-dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+kill_rank "$mpid" last  # the last rank (stage 1) dies
 tap_diag "killed rank pid ${victim:-none} of a 2-stage job; mpirun exited $rc after ${dt} s"
 [ -n "$victim" ] && [ $rc -ne 0 ] && awk -v t="$dt" 'BEGIN { exit !(t < 10) }'
 tap_ok $? "kill -9 of one pipeline rank ends mpirun with a non-zero exit within 10 s (rc $rc, ${dt} s)"

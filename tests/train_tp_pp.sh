@@ -30,24 +30,6 @@ L=4
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1 -o model.layers=$L -o model.seq_len=32"
 
-# stage options from "layers/dp/tp/zero/ckpt/offload ..." (offload: wo = go = oo = ao) and G;
-# prints the -o options and, last, the rank count
-stage_args() {
-    G=$1; shift
-    s=0; np=0
-    for spec in "$@"; do
-        IFS=/ read -r lay dp tp zero ckpt off <<EOF
-$spec
-EOF
-        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.zero=%s' \
-            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zero"
-        printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
-            $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
-        s=$((s + 1)); np=$((np + dp * tp))
-    done
-    printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
-}
-
 # ---- 1. the matrix -----------------------------------------------------------
 # name model variant G stages (layers/dp/tp/zero/ckpt/offload per stage); b = 8 / (dp * G).
 # A row's reference is the 1-rank run of the same model variant (its -ref row):

@@ -140,16 +140,7 @@ mpid=$!
 i=0
 while [ ! -s "$W/kill.ck/latest" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 0.5
-victim=$(ps -o pid=,comm= --ppid "$mpid" | awk '$2 == "mist-train" { print $1; exit }')
-t0=$(date +%s.%N)
-[ -n "$victim" ] && kill -9 "$victim"
-# wait at most 20 s for mpirun to end (then stop it, and the test fails)
-i=0
-while kill -0 "$mpid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-kill -0 "$mpid" 2>/dev/null && kill -9 "$mpid"
-wait "$mpid"
-rc=$?
-dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+kill_rank "$mpid" first
 tap_diag "killed rank pid ${victim:-none}; mpirun exited $rc after ${dt} s"
 [ -n "$victim" ] && [ $rc -ne 0 ] && awk -v t="$dt" 'BEGIN { exit !(t < 10) }'
 tap_ok $? "kill -9 of one rank ends mpirun with a non-zero exit within 10 s (rc $rc, ${dt} s)"

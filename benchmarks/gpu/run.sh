@@ -1,10 +1,14 @@
 #!/bin/sh
 # Builds the CUDA backend, checks it against the CPU backend and times it, in
 # one go, on a GPU machine that may lack MPI, inih and lp_solve: the objects
-# are compiled with nvcc and gcc directly (no configure).
+# are compiled with nvcc and gcc directly (no configure). Then runs the
+# end-to-end training benchmark (benchmarks/gpu/train.sh: cpu/cuda loss
+# tracking, GPT-2 124M and GPT-3 1.3B throughput, MFU and memory).
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
-# Writes OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json.
-# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer.
+# Writes OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
+# OUTDIR/bench_train.log, OUTDIR/bench_train.json.
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer,
+# TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -45,4 +49,9 @@ fi
 echo "== timings"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader 2>/dev/null || true
 "$out/bench_kernels" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+
+if [ "${TRAIN:-1}" != 0 ]; then
+    echo "== end-to-end training (benchmarks/gpu/train.sh)"
+    sh "$top/benchmarks/gpu/train.sh" "$out" || status=1
+fi
 exit $status

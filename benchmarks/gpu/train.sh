@@ -34,4 +34,8 @@ wait
 gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
     -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
-"$out/bench_train" ${QUICK:+--quick} --json "$out/bench_train.json" 2>&1 | tee "$out/bench_train.log"
+# bench_train's exit status (not tee's) is the script's: nonzero when tracking or memory checks fail
+rc=0
+"$out/bench_train" ${QUICK:+--quick} --json "$out/bench_train.json" >"$out/bench_train.log" 2>&1 || rc=$?
+cat "$out/bench_train.log"
+exit $rc
