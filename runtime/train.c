@@ -165,6 +165,18 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         be->destroy(be);
         return 1;
     }
+    // The CUDA attention kernels are built for head sizes 64 and 128 (their
+    // tiles are compile-time): say so before training rather than abort in the
+    // first forward. Same config on every rank, so all stop together.
+    int head_size = cfg->model.hidden / cfg->model.heads;
+    if (!on_host && head_size != 64 && head_size != 128) {
+        if (root)
+            fprintf(stderr, "mist-train: %s: [model] hidden / heads = %d / %d = %d: the CUDA backend's attention "
+                    "supports head sizes 64 and 128; allowed: 64, 128. Hint: change heads, or MIST_DEVICE=cpu\n",
+                    cfg->source, cfg->model.hidden, cfg->model.heads, head_size);
+        be->destroy(be);
+        return 1;
+    }
     static ModelRuntime model;  // large (parameter table): not on the stack
     ModelRuntime *r = &model;
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
