@@ -297,35 +297,33 @@ static int mpi_broadcast(void *buf, size_t count, MistDtype t, int root, CommGro
 
 // ---- point to point ---------------------------------------------------------
 
-static int mpi_isend(const void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g, CommRequest **out) {
+// One message to or from peer, in chunks of CHUNK_ELEMS (MPI counts are
+// int). Chunks of one message arrive in order: MPI does not overtake on one
+// (peer, tag, comm).
+static int p2p_start(int send, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
+                     CommRequest **out) {
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
     CommRequest *r = req_take();
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
-    // Chunks of one message arrive in order: MPI does not overtake on one (peer, tag, comm).
-    for (size_t off = 0; off < count && rc == MPI_SUCCESS; off += CHUNK_ELEMS) {
+    size_t off = 0;
+    do {  // a zero-length message is still one message
         int n = (int)(count - off < CHUNK_ELEMS ? count - off : CHUNK_ELEMS);
-        rc = MPI_Isend((const char *)buf + off * sz, n, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
-    }
-    if (count == 0 && rc == MPI_SUCCESS)
-        rc = MPI_Isend(buf, 0, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
+        char *at = (char *)buf + off * sz;
+        rc = send ? MPI_Isend(at, n, mpi_type(t), peer, tag, g->comm, &r->r[r->n++])
+                  : MPI_Irecv(at, n, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
+        off += CHUNK_ELEMS;
+    } while (off < count && rc == MPI_SUCCESS);
     return wait_or_hand_back(rc, r, out);
 }
 
+static int mpi_isend(const void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g, CommRequest **out) {
+    return p2p_start(1, (void *)buf, count, t, peer, tag, g, out);
+}
+
 static int mpi_irecv(void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g, CommRequest **out) {
-    if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take();
-    if (!r) return ERR_POOL;
-    size_t sz = mist_dtype_size(t);
-    int rc = MPI_SUCCESS;
-    for (size_t off = 0; off < count && rc == MPI_SUCCESS; off += CHUNK_ELEMS) {
-        int n = (int)(count - off < CHUNK_ELEMS ? count - off : CHUNK_ELEMS);
-        rc = MPI_Irecv((char *)buf + off * sz, n, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
-    }
-    if (count == 0 && rc == MPI_SUCCESS)
-        rc = MPI_Irecv(buf, 0, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
-    return wait_or_hand_back(rc, r, out);
+    return p2p_start(0, buf, count, t, peer, tag, g, out);
 }
 
 static int mpi_send(const void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {

@@ -140,5 +140,16 @@ kill_rank() {
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 }
 
+# within REF NAME TOL RC: compares run NAME with run REF; sets ld and wd (loss
+# and weight differences) and exact (the peaks verdict of NAME, yes or NO), and
+# succeeds when RC (NAME's exit status) is 0, the peaks are exact and both
+# differences are at most TOL
+within() {
+    ld=$(loss_diff "$W/$1.jsonl" "$W/$2.jsonl")
+    wd=$(weight_diff "$(last_ckpt "$W/$1.ck")" "$(last_ckpt "$W/$2.ck")")
+    exact=$(peaks "$W/$2.json" | awk '{ print $5 }')
+    [ "$4" -eq 0 ] && [ "$exact" = yes ] && awk -v l="$ld" -v w="$wd" -v t="$3" 'BEGIN { exit !(l <= t && w <= t) }'
+}
+
 # the newest checkpoint file of a checkpoint directory
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
