@@ -69,6 +69,12 @@ typedef struct CommBackend {
     void (*error_string)(int code, char *buf, size_t len);
     // Ends the whole job from any rank (other ranks do not hang); never returns.
     void (*abort)(int exit_code, const char *message);
+    // ---- hang detection ----
+    // A blocking call or wait() that has not completed after `seconds` (0: never, the
+    // default) ends the job (exit code 4) with a report naming this rank, the operation,
+    // its size, the group, and the context last set (e.g. "step 120"), instead of hanging.
+    void (*set_timeout)(double seconds);
+    void (*set_context)(const char *context);
 } CommBackend;
 
 // commCheck(backend, call): aborts the job with file, line, the call and

@@ -5,6 +5,7 @@
 // so failures come back as codes the caller can print.
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm_mpi.h"
@@ -25,6 +26,11 @@ struct CommRequest {
     void *move_dst;           // in-place reduce-scatter: move the result
     const void *move_src;     // from the buffer start to this rank's block
     size_t move_bytes;        // once it completed (0 = nothing to move)
+    // what it is, for the hang report (see mpi_wait)
+    const char *what;         // "all_reduce", "send", ...
+    size_t count;
+    MistDtype dtype;
+    int group_rank, group_size, peer;  // peer: the other rank of a send/recv, the root of a broadcast; -1 none
 };
 
 // Our own error codes are negative, MPI's are >= 0.
@@ -95,7 +101,7 @@ static struct CommRequest pool[COMM_MAX_REQUESTS];
 static int pool_next;  // where the search for a free slot starts
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static CommRequest *req_take(void) {
+static CommRequest *req_take(const char *what, size_t count, MistDtype t, const CommGroup *g, int peer) {
     CommRequest *r = NULL;
     pthread_mutex_lock(&pool_lock);
     for (int k = 0; k < COMM_MAX_REQUESTS && !r; k++) {
@@ -108,6 +114,8 @@ static CommRequest *req_take(void) {
     if (r) {
         memset(r, 0, sizeof *r);
         r->in_use = 1;
+        r->what = what, r->count = count, r->dtype = t, r->peer = peer;
+        r->group_rank = g ? g->rank : -1, r->group_size = g ? g->size : 0;
     }
     pthread_mutex_unlock(&pool_lock);
     return r;
@@ -125,8 +133,58 @@ static void req_finish(CommRequest *r) {
     req_release(r);
 }
 
+// ---- hang detection -----------------------------------------------------------
+// A wait that outlasts the timeout means the other ranks of the group are not
+// taking part (one died, hangs, or runs a different operation): rather than
+// wait forever, end the job and say which rank, which operation, on which
+// group, and where in training (the context the trainer last set).
+
+static double wait_timeout;        // seconds; 0 = wait forever
+static char wait_context[128];     // e.g. "step 120"
+static void mpi_abort(int exit_code, const char *message);
+
+static void mpi_set_timeout(double seconds) { wait_timeout = seconds > 0 ? seconds : 0; }
+static void mpi_set_context(const char *context) {
+    snprintf(wait_context, sizeof wait_context, "%s", context ? context : "");
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void report_hang(const CommRequest *r, double waited) {
+    char peer[48] = "", msg[768];
+    if (r->peer >= 0) snprintf(peer, sizeof peer, " with rank %d of the group", r->peer);
+    snprintf(msg, sizeof msg,
+             "%s%s%s of %zu %s elements%s, on a group of %d ranks (this rank is %d in it), has not completed after "
+             "%.0f s. The other ranks of the group have not joined it: one may have died, be stuck, or be running a "
+             "different operation (their own reports, if any, name theirs). Hint: [cluster] comm_timeout = %g s; "
+             "raise it if one step can legitimately take longer, 0 turns the check off",
+             wait_context[0] ? wait_context : "", wait_context[0] ? ": " : "", r->what, r->count,
+             mist_dtype_name(r->dtype), peer, r->group_size, r->group_rank, waited, wait_timeout);
+    mpi_abort(4, msg);
+}
+
 static int mpi_wait(CommRequest *r) {
-    int rc = MPI_Waitall(r->n, r->r, MPI_STATUSES_IGNORE);
+    int rc;
+    if (wait_timeout <= 0) {
+        rc = MPI_Waitall(r->n, r->r, MPI_STATUSES_IGNORE);
+    } else {
+        // MPI_Testall drives progress like MPI_Waitall does; the clock is read
+        // every 256 polls (~microseconds) so the check costs nothing measurable
+        double t0 = now_seconds();
+        int flag = 0;
+        for (unsigned polls = 1;; polls++) {
+            rc = MPI_Testall(r->n, r->r, &flag, MPI_STATUSES_IGNORE);
+            if (flag || rc != MPI_SUCCESS) break;
+            if (polls % 256 == 0) {
+                double waited = now_seconds() - t0;
+                if (waited > wait_timeout) report_hang(r, waited);
+            }
+        }
+    }
     req_finish(r);
     return rc;
 }
@@ -210,7 +268,7 @@ static int mpi_iall_reduce(const void *send, void *recv, size_t count, MistDtype
     MPI_Op mop = mpi_op(t, op);
     if (mop == MPI_OP_NULL) return ERR_DTYPE_OP;
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take();
+    CommRequest *r = req_take("all_reduce", count, t, g, -1);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -241,7 +299,7 @@ static int mpi_ireduce_scatter(const void *send, void *recv, size_t count, MistD
     char *mine = (char *)send + (size_t)g->rank * block;  // this rank's block of send
     int in_place = recv == send || recv == mine;
     if (!in_place && overlap(send, block * g->size, recv, block)) return ERR_OVERLAP;
-    CommRequest *r = req_take();
+    CommRequest *r = req_take("reduce_scatter", count, t, g, -1);
     if (!r) return ERR_POOL;
     int rc;
     if (in_place) {
@@ -267,7 +325,7 @@ static int mpi_iall_gather(const void *send, void *recv, size_t count, MistDtype
     size_t block = count * mist_dtype_size(t);
     int in_place = send == (char *)recv + (size_t)g->rank * block;
     if (!in_place && overlap(send, block, recv, block * g->size)) return ERR_OVERLAP;
-    CommRequest *r = req_take();
+    CommRequest *r = req_take("all_gather", count, t, g, -1);
     if (!r) return ERR_POOL;
     int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
                             g->comm, &r->r[r->n++]);
@@ -280,7 +338,7 @@ static int mpi_all_gather(const void *send, void *recv, size_t count, MistDtype 
 
 static int mpi_ibroadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g, CommRequest **out) {
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take();
+    CommRequest *r = req_take("broadcast", count, t, g, root);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -303,7 +361,7 @@ static int mpi_broadcast(void *buf, size_t count, MistDtype t, int root, CommGro
 static int p2p_start(int send, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
                      CommRequest **out) {
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take();
+    CommRequest *r = req_take(send ? "send" : "recv", count, t, g, peer);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -335,7 +393,7 @@ static int mpi_recv(void *buf, size_t count, MistDtype t, int peer, int tag, Com
 }
 
 static int mpi_ibarrier(CommGroup *g, CommRequest **out) {
-    CommRequest *r = req_take();
+    CommRequest *r = req_take("barrier", 0, MIST_I32, g, -1);
     if (!r) return ERR_POOL;
     int rc = MPI_Ibarrier(g->comm, &r->r[r->n++]);
     return wait_or_hand_back(rc, r, out);
@@ -400,6 +458,8 @@ static const CommBackend mpi_backend = {
     .test = mpi_test,
     .error_string = mpi_error_string,
     .abort = mpi_abort,
+    .set_timeout = mpi_set_timeout,
+    .set_context = mpi_set_context,
 };
 
 const CommBackend *comm_mpi_backend(void) { return &mpi_backend; }

@@ -462,6 +462,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->cluster.nodes = 1;
     cfg->cluster.gpus_per_node = 8;
     snprintf(cfg->cluster.hardware, sizeof cfg->cluster.hardware, "h100-80g");
+    cfg->cluster.comm_timeout = 600;  // PyTorch's NCCL default; a step that long is rare
     cfg->plan.mode = PLAN_AUTO;
     cfg->plan.space = SPACE_FULL;
     cfg->plan.plan.G = 1;

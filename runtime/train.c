@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dataloader.h"
@@ -336,8 +337,20 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // the skip-and-abort path (set it on every rank: the decision must agree)
     const char *fault = getenv("MIST_FAULT_NAN_FROM");
     int64_t nan_from = fault ? atoll(fault) : 0;
+    // MIST_FAULT_HANG=R:K makes world rank R stop taking part at iteration K
+    // (it sleeps), to test that the others end the job after [cluster] comm_timeout
+    int hang_rank = -1;
+    long long hang_at = 0;
+    const char *hang = getenv("MIST_FAULT_HANG");
+    if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) != 2) hang_rank = -1;
+    comm->set_timeout(cfg->cluster.comm_timeout);
+    char context[64];
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
+        snprintf(context, sizeof context, "step %lld", (long long)it + 1);
+        comm->set_context(context);
+        if (rank == hang_rank && it + 1 == hang_at)
+            for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
         run.dl = dl;
         double loss_sum = pipe_train_iteration(&pipe, it, dloss, &train_data);
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
@@ -378,6 +391,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
             zero_flush(r);
             run.dl = vdl, run.what = "val";
+            snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
+            comm->set_context(context);
             stats.val_loss = pipe_eval(&pipe, val_batches, &train_data) / ((double)val_batches * dp * r->B * r->T);
             run.dl = dl, run.what = "train";
             stats.has_val = 1;

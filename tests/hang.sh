@@ -1,0 +1,45 @@
+#!/bin/sh
+# A rank that stops taking part must not hang the job: MIST_FAULT_HANG=R:K
+# makes world rank R sleep at iteration K; the other ranks' waits run into
+# [cluster] comm_timeout and end the job with exit code 4 and a report naming
+# the rank, the operation and the step. Once in a data-parallel group (the
+# all-reduce / reduce-scatter of the gradients) and once across a pipeline
+# boundary (the activation send/recv).
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+TRAIN="$MIST_BUILDDIR/mist-train"
+GPT="$MIST_SRCDIR/examples/tiny.ini"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-hang-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+COMMON="-o train.steps=50 -o train.global_batch=8 -o log.interval=1 -o data.val_interval=0 -o cluster.comm_timeout=2"
+
+# hang NAME NP RANK:STEP ARGS...: runs the job with that rank stopping; sets rc and dt (seconds)
+hang() {
+    name=$1; np=$2; fault=$3; shift 3
+    t0=$(date +%s.%N)
+    export MIST_FAULT_HANG="$fault"
+    # shellcheck disable=SC2086
+    mist_mpirun --timeout 60 -np "$np" "$TRAIN" "$GPT" $COMMON "$@" >"$W/$name.out" 2>&1
+    rc=$?
+    unset MIST_FAULT_HANG
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}
+
+hang dp 2 1:3 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=1
+tap_diag "dp 2, rank 1 stops at step 3: mpirun exited $rc after $dt s; report:" \
+    "$(grep -m1 'has not completed' "$W/dp.out" | cut -c1-300)"
+[ $rc -eq 4 ] && grep -q "rank 0: step 3: .* has not completed after [0-9]* s" "$W/dp.out" &&
+    awk -v t="$dt" 'BEGIN { exit !(t < 30) }'
+tap_ok $? "a data-parallel rank that stops at step 3 ends the job with exit 4 and a report of rank 0's wait at step 3 (rc $rc, $dt s)"
+
+hang pp 2 1:3 -o plan.stages=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=4 -o plan.G=2 \
+    -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.b=4
+tap_diag "2 stages, rank 1 (stage 1) stops at step 3: mpirun exited $rc after $dt s; report:" \
+    "$(grep -m1 'has not completed' "$W/pp.out" | cut -c1-300)"
+[ $rc -eq 4 ] && grep -q "rank 0: step 3: .*\(send\|recv\) .* with rank 1 of the group" "$W/pp.out" &&
+    awk -v t="$dt" 'BEGIN { exit !(t < 30) }'
+tap_ok $? "a pipeline rank that stops at step 3 ends the job with exit 4 and a report naming the send/recv with it (rc $rc, $dt s)"
+
+# the steps before the fault ran normally (the timeout does not fire on healthy waits)
+grep -q "iteration        2/" "$W/dp.out" && grep -q "iteration        2/" "$W/pp.out"
+tap_ok $? "steps 1 and 2 complete in both jobs before the fault"
+tap_end
