@@ -28,6 +28,7 @@
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
+#include "runtime/stop_signal.h"
 #include "runtime/trainlog.h"
 
 static double now_s(void) {
@@ -344,6 +345,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     const char *hang = getenv("MIST_FAULT_HANG");
     if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) != 2) hang_rank = -1;
     comm->set_timeout(cfg->cluster.comm_timeout);
+    stop_signal_install();
     char context[64];
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
@@ -398,8 +400,13 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             stats.has_val = 1;
         }
         trainlog_iteration(log, &stats);
+        // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
+        // different times: every rank learns whether any got one, so all stop
+        // after this same iteration, with a checkpoint of it.
+        int stop = stop_signal_pending();
+        commCheck(comm, comm->all_reduce(&stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
-                         it + 1 == tc->steps)) {
+                         it + 1 == tc->steps || stop)) {
             st.step = it + 1;
             st.adam_t = r->opt.t;
             st.data_position = dataloader_position(dl, it + 1);
@@ -418,6 +425,15 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                 comm->abort(1, "checkpoint error");
             }
             commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
+        }
+        if (stop && it + 1 < tc->steps) {
+            if (root)
+                fprintf(stderr, "mist-train: signal %d: stopping after iteration %lld of %lld; %s\n", stop,
+                        (long long)it + 1, (long long)tc->steps,
+                        ckdir[0] ? "checkpoint written, resume with -o checkpoint.resume=1"
+                                 : "no [checkpoint] dir, so nothing was saved");
+            exit_code = MIST_EXIT_STOPPED;
+            break;
         }
     }
 

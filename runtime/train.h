@@ -13,8 +13,13 @@ struct SearchLimits;
 // a fixed plan; change both together.
 void train_runtime_limits(struct SearchLimits *lim);
 
+// Exit code of a run stopped early by SIGUSR1 / SIGTERM after writing a
+// checkpoint (runtime/stop_signal.h): a job script can requeue on it.
+#define MIST_EXIT_STOPPED 5
+
 // Runs cfg->train.steps iterations (or resumes) on this rank's part of the grid.
-// Returns the process exit code: 0 on success, 2 on a config/plan error, 1 otherwise.
+// Returns the process exit code: 0 on success, 2 on a config/plan error,
+// MIST_EXIT_STOPPED after a stop signal, 1 otherwise.
 // Collective: every rank of the grid calls it.
 int mist_train_run(const MistConfig *cfg, const struct Grid *grid);
 

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Graceful stop: SIGUSR1 to mpirun (forwarded to every rank; what Slurm's
+# --signal=USR1@SECONDS sends) makes all ranks finish the same iteration,
+# write a checkpoint of it and exit 5; the job then resumes from it.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+TRAIN="$MIST_BUILDDIR/mist-train"
+GPT="$MIST_SRCDIR/examples/tiny.ini"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-stop-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+COMMON="-o train.global_batch=8 -o log.interval=1 -o data.val_interval=0 -o checkpoint.dir=$W/ck
+ -o checkpoint.interval=0 -o checkpoint.keep=2 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=1"
+
+# shellcheck disable=SC2086
+mpirun --oversubscribe -np 2 "$TRAIN" "$GPT" $COMMON -o train.steps=100000 -o log.jsonl="$W/a.jsonl" \
+    >"$W/a.out" 2>&1 </dev/null &
+mpid=$!
+i=0
+while [ "$( (wc -l <"$W/a.jsonl") 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s.%N)
+kill -USR1 "$mpid"
+i=0
+while kill -0 "$mpid" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+kill -0 "$mpid" 2>/dev/null && kill -9 "$mpid"
+wait "$mpid"
+rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+step=$(sed -n 's/.*stopping after iteration \([0-9]*\) .*/\1/p' "$W/a.out" | head -1)
+tap_diag "SIGUSR1 to mpirun: exit $rc after $dt s; $(grep -m1 'stopping after' "$W/a.out")"
+[ $rc -eq 5 ] && [ -n "$step" ] && [ "$(cat "$W/ck/latest" 2>/dev/null)" = "$(printf 'step_%08d.ckpt' "$step")" ] &&
+    awk -v t="$dt" 'BEGIN { exit !(t < 20) }'
+tap_ok $? "SIGUSR1: every rank stops after iteration ${step:-?}, writes its checkpoint and exits 5 (rc $rc, $dt s)"
+
+# the stopped job resumes at the next iteration
+# shellcheck disable=SC2086
+mpirun --oversubscribe -np 2 "$TRAIN" "$GPT" $COMMON -o checkpoint.resume=1 -o train.steps=$((${step:-0} + 2)) \
+    -o log.jsonl="$W/b.jsonl" >"$W/b.out" 2>&1 </dev/null
+rc=$?
+first=$(sed -n 's/.*"iteration": *\([0-9]*\).*/\1/p' "$W/b.jsonl" | head -1)
+[ $rc -eq 0 ] && [ -n "$step" ] && [ "$first" = $((step + 1)) ]
+tap_ok $? "the run resumes from that checkpoint at iteration $((${step:-0} + 1)) (rc $rc, first logged ${first:-none})"
+tap_end
