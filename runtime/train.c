@@ -413,6 +413,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             st.skipped = skipped;
             st.nonfinite = nonfinite;
             int crc = 0;
+            // gathering the state and rank 0's write of a large model can
+            // legitimately keep the others waiting longer than comm_timeout
+            comm->set_timeout(0);
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
@@ -425,6 +428,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                 comm->abort(1, "checkpoint error");
             }
             commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
+            comm->set_timeout(cfg->cluster.comm_timeout);
         }
         if (stop && it + 1 < tc->steps) {
             if (root)
