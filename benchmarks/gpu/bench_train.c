@@ -11,7 +11,8 @@
 //    timed with CUDA events after warm-up. Reports tokens/s, MFU against the
 //    profile's dense bf16 peak (Megatron model FLOPs, models/model_flops.h),
 //    measured vs predicted peak device memory (runtime memory plan), and the
-//    cost model's predicted iteration time (planner/analyze.h, h100-80g).
+//    cost model's predicted iteration time (planner/analyze.h, h100-80g), with
+//    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
 // usage: bench_train [--quick] [--json PATH] [--only MODEL]
 //   --only gpt2-124m|gpt3-1.3b: just that throughput case, no tracking (for
@@ -24,6 +25,7 @@
 #include "models/model_flops.h"
 #include "planner/analyze.h"
 #include "planner/profile.h"
+#include "runtime/calibrate.h"
 #include "runtime/model_runtime.h"
 
 static ModelConfig model(int family, int L, int h, int heads, int kv, int ffn, int V, int s) {
@@ -184,8 +186,8 @@ int main(int argc, char **argv) {
     FILE *js = json ? fopen(json, "w") : NULL;
     if (js) fprintf(js, "{\"device\": \"%s\", \"results\": [", "cuda:0");
     printf("\n== throughput: one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n");
-    printf("%-10s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s\n", "model", "B", "seq", "ms/iter", "tokens/s",
-           "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.");
+    printf("%-10s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter", "tokens/s",
+           "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.", "op-table ms");
     int emitted = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         static Run u;
@@ -205,7 +207,7 @@ int main(int argc, char **argv) {
         double tflops = flops / (ms * 1e-3) / 1e12;
         double peak_tflops = have_hw ? hw.peak_flops[DT_BF16] / 1e12 : 989.0;
         // the cost model's view of the same run: one stage, dp = tp = 1, b = B, G = 1
-        double pred_ms = NAN;
+        double pred_ms = NAN, pred_table_ms = NAN;
         if (have_hw) {
             static MistConfig cfg;
             memset(&cfg, 0, sizeof cfg);
@@ -222,17 +224,31 @@ int main(int argc, char **argv) {
             static PlanAnalysis a;
             if (plan_analyze(&a, &cfg, &plan, &hw, NULL, err, sizeof err) == 0) pred_ms = a.iteration_seconds * 1e3;
             else fprintf(stderr, "bench_train: cost model: %s\n", err);
+            // the same with the GEMMs and attention measured on this GPU (mist-calibrate's table)
+            CalibEntry ce[CALIB_OPS];
+            OpTimeEntry te[CALIB_OPS];
+            int one = 1, nce = calibrate_ops(gpu, &k->m, &k->B, 1, &one, 1, 2, 5, ce, CALIB_OPS, err, sizeof err);
+            for (int i = 0; i < nce; i++) {
+                memset(&te[i], 0, sizeof te[i]);
+                snprintf(te[i].op, sizeof te[i].op, "%s", ce[i].op);
+                te[i].b = ce[i].b, te[i].s = ce[i].s, te[i].tp = ce[i].tp;
+                te[i].fwd_seconds = ce[i].fwd_us * 1e-6, te[i].bwd_seconds = ce[i].bwd_us * 1e-6;
+            }
+            OpTable table = {.n = nce > 0 ? nce : 0, .cap = CALIB_OPS, .entry = te};
+            if (nce > 0 && plan_analyze(&a, &cfg, &plan, &hw, &table, err, sizeof err) == 0)
+                pred_table_ms = a.iteration_seconds * 1e3;
+            else fprintf(stderr, "bench_train: cost model with the op table: %s\n", err);
         }
         size_t measured = arena_peak_bytes(&u.r.dev);
-        printf("%-10s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %12.2f %12.2f\n", k->name, k->B, k->m.seq_len, ms,
-               tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured, (long long)u.predicted_peak,
-               pred_ms, pred_ms / ms);
+        printf("%-10s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name, k->B,
+               k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
+               (long long)u.predicted_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
         if (js)
             fprintf(js, "%s\n  {\"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
                         "\"tflops\": %.2f, \"mfu\": %.4f, \"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, "
-                        "\"predicted_ms\": %.4f}",
+                        "\"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f}",
                     emitted++ ? "," : "", k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
-                    measured, (long long)u.predicted_peak, pred_ms);
+                    measured, (long long)u.predicted_peak, pred_ms, pred_table_ms);
         fail |= (int64_t)measured != u.predicted_peak;
         breakdown(&u, gpu, warm + timed, k->m.vocab);
         gpu->event_destroy(gpu, e0), gpu->event_destroy(gpu, e1);

@@ -25,7 +25,7 @@ for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/p
          "$top"/planner/profile.c "$top"/planner/profile_presets.c "$top"/planner/optable.c "$top"/planner/cost.c \
          "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
          "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
-         "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
+         "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
     o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
     gcc $cflags -fopenmp -c -o "$o" "$f" &
     objs="$objs $o"

@@ -1,0 +1,182 @@
+// Measured op latencies for the planner's op table (see calibrate.h).
+#include "runtime/calibrate.h"
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/dtype.h"
+
+enum { CAL_QKV, CAL_ATTENTION, CAL_ATTN_PROJ, CAL_FC, CAL_FC_PROJ, CAL_LM_HEAD };  // index into op_names
+static const char *const op_names[CALIB_OPS] = {"qkv", "attention", "attn_proj", "fc", "fc_proj", "lm_head"};
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// One op at one (b, tp): its shapes and device buffers.
+typedef struct {
+    Backend *be;
+    int op;
+    // GEMM: out X(N, ld) = inp X(N, in) @ w X(out, in)^T (+ bias, GELU)
+    int N, in, out, ld, has_bias, gelu;
+    // attention: qkv X(B, T, (NH + 2 NKV) HS) -> y X(B, T, NH HS)
+    int B, T, NH, NKV, HS;
+    void *x, *w, *bias, *y, *pre, *dy, *dx, *dw, *db;
+    float *lse;
+} OpRun;
+
+static uint64_t next_random(uint64_t *state) {  // splitmix64
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// `elems` values uniform in [-0.5, 0.5) in the backend's storage type, on the device
+static void *device_random(Backend *be, size_t elems, uint64_t *state) {
+    size_t x = mist_dtype_size(be->dtype), bytes = elems * x;
+    void *d = be->alloc_device(be, bytes ? bytes : x);
+    void *h = malloc(bytes ? bytes : x);
+    if (!d || !h) {
+        if (d) be->free_device(be, d);
+        free(h);
+        return NULL;
+    }
+    for (size_t i = 0; i < elems; i++) {
+        float v = (float)((double)(next_random(state) >> 11) * 0x1.0p-53 - 0.5);
+        if (be->dtype == MIST_BF16) ((uint16_t *)h)[i] = mist_f32_to_bf16(v);
+        else ((float *)h)[i] = v;
+    }
+    be->copy_h2d(be, d, h, bytes, NULL);
+    be->synchronize(be);
+    free(h);
+    return d;
+}
+
+static void op_free(OpRun *o) {
+    void *all[] = {o->x, o->w, o->bias, o->y, o->pre, o->dy, o->dx, o->dw, o->db, o->lse};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]) o->be->free_device(o->be, all[i]);
+    memset(o, 0, sizeof *o);
+}
+
+// Shapes of op `op` for a tp rank at micro-batch b, and its buffers; 0 or -1 (out of memory).
+static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, int tp, uint64_t *seed) {
+    memset(o, 0, sizeof *o);
+    o->be = be, o->op = op;
+    int C = m->hidden, HS = m->hidden / m->heads;
+    int NHt = ceil_div(m->heads, tp), NKVt = ceil_div(m->kv_heads, tp), Ft = ceil_div(m->ffn_hidden, tp);
+    int qkv = (NHt + 2 * NKVt) * HS, swiglu = m->activation == ACT_SWIGLU;
+    o->N = b * m->seq_len;
+    o->B = b, o->T = m->seq_len, o->NH = NHt, o->NKV = NKVt, o->HS = HS;
+    size_t N = (size_t)o->N;
+    if (op == CAL_ATTENTION) {
+        o->x = device_random(be, N * qkv, seed);                       // qkv (N, QKV)
+        o->y = device_random(be, N * NHt * HS, seed);                  // out (N, NH HS)
+        o->dy = device_random(be, N * NHt * HS, seed);                 // dout
+        o->dx = device_random(be, N * qkv, seed);                      // dqkv
+        o->lse = be->alloc_device(be, (size_t)b * NHt * m->seq_len * sizeof(float));  // (B, NH, T)
+        return o->x && o->y && o->dy && o->dx && o->lse ? 0 : -1;
+    }
+    switch (op) {
+    case CAL_QKV: o->in = C, o->out = qkv, o->has_bias = m->bias; break;
+    case CAL_ATTN_PROJ: o->in = NHt * HS, o->out = C; break;
+    case CAL_FC: o->in = C, o->out = swiglu ? 2 * Ft : Ft, o->has_bias = m->bias, o->gelu = !swiglu; break;
+    case CAL_FC_PROJ: o->in = Ft, o->out = C; break;
+    default: o->in = C, o->out = ceil_div(m->vocab, tp); break;  // CAL_LM_HEAD
+    }
+    o->ld = op == CAL_LM_HEAD ? (o->out + 7) / 8 * 8 : o->out;  // the runtime's logits stride
+    o->x = device_random(be, N * o->in, seed);
+    o->w = device_random(be, (size_t)o->out * o->in, seed);
+    o->y = device_random(be, N * o->ld, seed);
+    o->dy = device_random(be, N * o->ld, seed);
+    o->dx = device_random(be, N * o->in, seed);
+    o->dw = device_random(be, (size_t)o->out * o->in, seed);
+    if (o->has_bias) o->bias = device_random(be, (size_t)o->out, seed), o->db = device_random(be, (size_t)o->out, seed);
+    if (o->gelu) o->pre = device_random(be, N * o->ld, seed);
+    return o->x && o->w && o->y && o->dy && o->dx && o->dw && (!o->has_bias || (o->bias && o->db)) &&
+                   (!o->gelu || o->pre)
+               ? 0
+               : -1;
+}
+
+// One call of the op as the runtime makes it (backward: dinp and dweight, and
+// the bias gradient and GELU derivative where the model has them).
+static void op_call(OpRun *o, int backward) {
+    Backend *be = o->be;
+    if (o->op == CAL_ATTENTION) {
+        if (backward) be->attention_backward(be, NULL, o->dx, o->dy, o->x, o->y, o->lse, o->B, o->T, o->NH, o->NKV, o->HS);
+        else be->attention_forward(be, NULL, o->y, o->lse, o->x, o->B, o->T, o->NH, o->NKV, o->HS);
+    } else if (o->op == CAL_LM_HEAD) {
+        if (backward) be->matmul_backward_ld(be, NULL, o->dx, o->dw, o->dy, o->x, o->w, o->N, o->in, o->out, o->ld);
+        else be->matmul_forward_ld(be, NULL, o->y, o->x, o->w, o->N, o->in, o->out, o->ld);
+    } else if (backward) {
+        be->matmul_backward(be, NULL, o->dx, o->dw, o->db, o->dy, o->x, o->w, o->pre, o->N, o->in, o->out);
+    } else {
+        be->matmul_forward(be, NULL, o->y, o->pre, o->x, o->w, o->bias, o->N, o->in, o->out);
+    }
+}
+
+// mean microseconds per call after warmup
+static double time_us(OpRun *o, int backward, int warmup, int iters) {
+    Backend *be = o->be;
+    for (int i = 0; i < warmup; i++) op_call(o, backward);
+    BackendEvent *a = be->event_create(be), *z = be->event_create(be);
+    be->event_record(be, a, NULL);
+    for (int i = 0; i < iters; i++) op_call(o, backward);
+    be->event_record(be, z, NULL);
+    be->event_synchronize(be, z);
+    double us = 1e3 * be->event_elapsed_ms(be, a, z) / iters;
+    be->event_destroy(be, a);
+    be->event_destroy(be, z);
+    return us;
+}
+
+int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, const int *tps, int ntp, int warmup,
+                  int iters, CalibEntry *out, int max, char *err, size_t errlen) {
+    if (m->heads <= 0 || m->hidden % m->heads || m->kv_heads <= 0 || iters < 1 || warmup < 0) {
+        snprintf(err, errlen, "calibrate: bad shape or counts (hidden %d, heads %d, kv_heads %d, iters %d)", m->hidden,
+                 m->heads, m->kv_heads, iters);
+        return -1;
+    }
+    int n = 0;
+    uint64_t seed = 12345;
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < ntp; j++)
+            for (int op = 0; op < CALIB_OPS; op++) {
+                if (n == max) {
+                    snprintf(err, errlen, "calibrate: more than %d entries", max);
+                    return -1;
+                }
+                OpRun o;
+                if (op_setup(&o, be, m, op, bs[i], tps[j], &seed)) {
+                    op_free(&o);
+                    snprintf(err, errlen, "calibrate: out of device memory for %s at b=%d, tp=%d (hint: smaller "
+                             "--b values)", op_names[op], bs[i], tps[j]);
+                    return -1;
+                }
+                // the backward needs the forward's out and lse (attention) once
+                op_call(&o, 0);
+                out[n] = (CalibEntry){op_names[op], bs[i], m->seq_len, tps[j], time_us(&o, 0, warmup, iters),
+                                      time_us(&o, 1, warmup, iters)};
+                n++;
+                op_free(&o);
+            }
+    return n;
+}
+
+int calibrate_write(const char *path, const char *device, const CalibEntry *e, int n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write the op table: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "mist-optable 1\n# measured by mist-calibrate on %s; times per call, per tp rank\n", device);
+    fprintf(f, "# %-10s %4s %6s %4s %12s %12s\n", "op", "b", "s", "tp", "fwd_us", "bwd_us");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%-12s %4d %6d %4d %12.3f %12.3f\n", e[i].op, e[i].b, e[i].s, e[i].tp, e[i].fwd_us, e[i].bwd_us);
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,37 @@
+// Calibration: measured latencies of the model's GEMMs and attention on a
+// backend, written as the planner's op table (planner/optable.h) so that
+// `mist-plan --op-table` predicts with this device's real kernel speeds
+// instead of the roofline's fixed efficiency.
+//
+// A tensor-parallel rank of a Megatron layer runs the same kernels on a
+// slice of the weights (qkv: ceil(heads/tp) query and ceil(kv/tp) kv heads;
+// fc: ffn/tp columns; attn_proj, fc_proj: the matching input rows; lm_head:
+// ceil(V/tp) rows), so every tp degree is measured on one device. The
+// collectives of tp are not part of an op's time (the cost model adds them).
+#ifndef MIST_CALIBRATE_H
+#define MIST_CALIBRATE_H
+
+#include <stddef.h>
+#include "kernels/backend.h"
+#include "models/model.h"
+
+typedef struct {
+    const char *op;  // planner op name: qkv attention attn_proj fc fc_proj lm_head
+    int b, s, tp;
+    double fwd_us, bwd_us;  // per call, microseconds
+} CalibEntry;
+
+#define CALIB_OPS 6
+
+// Times each op at every (b, tp) pair (s = the model's seq_len): `warmup`
+// untimed calls, then the mean of `iters` timed ones, forward and backward
+// separately. Writes up to `max` entries to out; returns how many, or -1
+// with a message in err (out of device memory, bad shape).
+int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, const int *tps, int ntp, int warmup,
+                  int iters, CalibEntry *out, int max, char *err, size_t errlen);
+
+// Writes the entries as an op table ("mist-optable 1"), with a comment line
+// naming the device; returns 0 or -1 with err.
+int calibrate_write(const char *path, const char *device, const CalibEntry *e, int n, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,140 @@
+// mist-calibrate: measure this machine's GEMM and attention latencies for a
+// model and write them as an op table for `mist-plan --op-table` (one
+// process, no MPI launch needed).
+//   mist-calibrate CONFIG.ini [--b LIST] [--tp LIST] [--iters N] [--out FILE] [-o section.key=value]...
+// Exit codes: 0 ok, 1 runtime failure (no memory, cannot write), 2 usage or config error.
+#include <config.h>  // the build's config (HAVE_CUDA), not runtime/config.h
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/backend.h"
+#include "runtime/calibrate.h"
+#include "runtime/config_load.h"
+
+enum { MAX_LIST = 16, MAX_OVERRIDES = 256 };
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mist-calibrate CONFIG.ini [options]\n"
+            "\n"
+            "Times the model's GEMMs (qkv, attn_proj, fc, fc_proj, lm_head) and attention,\n"
+            "forward and backward, on this machine's first GPU (or the CPU backend when there\n"
+            "is none, or with MIST_DEVICE=cpu), at the model's seq_len, for every micro-batch\n"
+            "b and tensor-parallel degree tp listed, and writes them as an op table that\n"
+            "`mist-plan --op-table FILE` uses instead of the roofline for those ops.\n"
+            "\n"
+            "options:\n"
+            "  --b LIST            micro-batch sizes, comma separated (default 1,2,4)\n"
+            "  --tp LIST           tensor-parallel degrees (default 1); a tp rank's GEMMs are\n"
+            "                      slices of the layer's, so one device measures them all\n"
+            "  --iters N           timed calls per op and direction (default 10, after 2 warm-up)\n"
+            "  --out FILE          the op table (default: standard output)\n"
+            "  -o section.key=value override a config value (repeatable)\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "exit status: 0 ok, 1 runtime failure, 2 configuration or usage error\n"
+            "docs: docs/plan-analyze.md (Measured op table)\n");
+}
+
+// "1,2,4" -> {1, 2, 4}; returns the count, or -1 on a bad list
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 20 || n == max || (*end && *end != ',')) return -1;
+        out[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *config_path = NULL, *out_path = "-", *overrides[MAX_OVERRIDES];
+    int bs[MAX_LIST] = {1, 2, 4}, tps[MAX_LIST] = {1}, nb = 3, ntp = 1, iters = 10, n_overrides = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--b") || !strcmp(a, "--tp") || !strcmp(a, "--iters") || !strcmp(a, "--out") ||
+            !strcmp(a, "-o")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mist-calibrate: %s needs a value (see --help)\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            int bad = 0;
+            if (!strcmp(a, "--b")) bad = (nb = parse_list(v, bs, MAX_LIST)) < 1;
+            else if (!strcmp(a, "--tp")) bad = (ntp = parse_list(v, tps, MAX_LIST)) < 1;
+            else if (!strcmp(a, "--iters")) bad = (iters = atoi(v)) < 1;
+            else if (!strcmp(a, "--out")) out_path = v;
+            else if (n_overrides < MAX_OVERRIDES) overrides[n_overrides++] = v;
+            else bad = 1;
+            if (bad) {
+                fprintf(stderr, "mist-calibrate: %s %s: allowed: %s (see --help)\n", a, v,
+                        !strcmp(a, "--iters") ? "an integer >= 1"
+                        : !strcmp(a, "-o")    ? "at most 256 overrides"
+                                              : "integers >= 1, comma separated, at most 16");
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "mist-calibrate: unknown option '%s' (see --help)\n", a);
+            return 2;
+        } else if (!config_path) {
+            config_path = a;
+        } else {
+            fprintf(stderr, "mist-calibrate: unexpected argument '%s' (one CONFIG.ini)\n", a);
+            return 2;
+        }
+    }
+    if (!config_path) {
+        usage(stderr);
+        return 2;
+    }
+    static MistConfig cfg;
+    char err[1024];
+    if (config_load(&cfg, config_path, overrides, n_overrides, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-calibrate: %s\n", err);
+        return 2;
+    }
+    Backend *be = NULL;
+    char device[160] = "cpu";
+    const char *force = getenv("MIST_DEVICE");
+#ifdef HAVE_CUDA
+    if (!force || strcmp(force, "cpu")) {
+        be = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
+        if (be) snprintf(device, sizeof device, "cuda:0");
+    }
+#endif
+    if (!be) {
+        be = backend_cpu_create(cfg.train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32, err, sizeof err);
+        if (!be) {
+            fprintf(stderr, "mist-calibrate: cannot start the cpu backend: %s\n", err);
+            return 1;
+        }
+        snprintf(device, sizeof device, "the cpu backend (%s)", cfg.train.precision == PREC_BF16 ? "bf16" : "fp32");
+    }
+    int max = nb * ntp * CALIB_OPS;
+    CalibEntry *e = calloc((size_t)max, sizeof *e);
+    int n = e ? calibrate_ops(be, &cfg.model, bs, nb, tps, ntp, 2, iters, e, max, err, sizeof err) : -1;
+    if (n < 0) {
+        fprintf(stderr, "mist-calibrate: %s\n", e ? err : "out of host memory");
+        free(e);
+        be->destroy(be);
+        return 1;
+    }
+    int rc = 0;
+    if (!strcmp(out_path, "-")) {
+        rc = calibrate_write("/dev/stdout", device, e, n, err, sizeof err);
+    } else {
+        rc = calibrate_write(out_path, device, e, n, err, sizeof err);
+        if (!rc) fprintf(stderr, "mist-calibrate: %d entries (%d ops x %d b x %d tp) on %s -> %s\n", n, CALIB_OPS, nb,
+                         ntp, device, out_path);
+    }
+    if (rc) fprintf(stderr, "mist-calibrate: %s\n", err);
+    free(e);
+    be->destroy(be);
+    return rc ? 1 : 0;
+}

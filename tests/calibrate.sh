@@ -1,0 +1,41 @@
+#!/bin/sh
+# mist-calibrate writes an op table that mist-plan --op-table reads: every op
+# at every requested (b, tp), positive times, and a prediction that uses them.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+CAL="$MIST_BUILDDIR/mist-calibrate"
+PLAN="$MIST_BUILDDIR/mist-plan"
+GPT="$MIST_SRCDIR/examples/tiny.ini"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-calibrate-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+export MIST_DEVICE=cpu
+
+"$CAL" "$GPT" --b 1,2 --tp 1,2 --iters 2 --out "$W/t.optable" 2>"$W/cal.err"
+rc=$?
+tap_diag "$(cat "$W/cal.err")"
+# 6 ops x 2 b x 2 tp, each line: op b s tp fwd bwd with s = the model's seq_len and times > 0
+entries=$(awk '!/^#/ && NF == 6 && $3 == 64 && $5 > 0 && $6 > 0' "$W/t.optable" | wc -l)
+combos=$(awk '!/^#/ && NF == 6 { print $1, $2, $4 }' "$W/t.optable" | sort -u | wc -l)
+[ $rc -eq 0 ] && [ "$(head -1 "$W/t.optable")" = "mist-optable 1" ] && [ "$entries" -eq 24 ] && [ "$combos" -eq 24 ]
+tap_ok $? "mist-calibrate: 24 entries (qkv attention attn_proj fc fc_proj lm_head at b 1,2 and tp 1,2), positive times (rc $rc)"
+
+# the planner reads the table; with it the predicted iteration time is the measured one's, not the roofline's
+STAGE="-o stage.0.b=2 -o plan.G=8 -o stage.0.dp=1"  # 16 sequences = b 2 x dp 1 x G 8
+# shellcheck disable=SC2086
+roof=$("$PLAN" "$GPT" --analyze --json --hardware cpu $STAGE | sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+# shellcheck disable=SC2086
+meas=$("$PLAN" "$GPT" --analyze --json --hardware cpu --op-table "$W/t.optable" $STAGE |
+    sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+tap_diag "predicted iteration at b=2: roofline $roof s, with the measured op table $meas s"
+[ -n "$roof" ] && [ -n "$meas" ] && awk -v a="$roof" -v b="$meas" 'BEGIN { exit !(b > 0 && a != b) }'
+tap_ok $? "mist-plan --analyze --op-table uses the calibrated times (roofline $roof s -> $meas s)"
+
+# usage errors exit 2 with a message naming the option
+"$CAL" "$GPT" --b 0 >/dev/null 2>"$W/bad.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--b 0: allowed: integers >= 1" "$W/bad.err"
+tap_ok $? "a bad --b list exits 2 naming the option and what is allowed (rc $rc)"
+"$CAL" "$W/missing.ini" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ]
+tap_ok $? "a missing config exits 2 (rc $rc)"
+tap_end
