@@ -7,8 +7,25 @@
 #include <string.h>
 #include "kernels/dtype.h"
 
-enum { CAL_QKV, CAL_ATTENTION, CAL_ATTN_PROJ, CAL_FC, CAL_FC_PROJ, CAL_LM_HEAD };  // index into op_names
-static const char *const op_names[CALIB_OPS] = {"qkv", "attention", "attn_proj", "fc", "fc_proj", "lm_head"};
+enum {  // index into op_names
+    CAL_QKV, CAL_ATTENTION, CAL_ATTN_PROJ, CAL_FC, CAL_FC_PROJ, CAL_LM_HEAD,
+    CAL_LN1, CAL_LN2, CAL_LNF, CAL_ROTARY, CAL_SWIGLU, CAL_EMBEDDING, CAL_CROSSENTROPY,
+};
+static const char *const op_names[CALIB_OPS] = {"qkv", "attention", "attn_proj", "fc", "fc_proj", "lm_head", "ln1",
+                                                "ln2", "lnf", "rotary", "swiglu", "embedding", "crossentropy"};
+
+// Whether the model has the op at this tp degree. The vocabulary-parallel
+// embedding and cross-entropy (tp > 1) are not measured: the roofline stays.
+static int op_applies(const ModelConfig *m, int op, int tp) {
+    switch (op) {
+    case CAL_LN2: return !m->parallel_block;
+    case CAL_ROTARY: return m->position == POS_ROTARY;
+    case CAL_SWIGLU: return m->activation == ACT_SWIGLU;
+    case CAL_EMBEDDING:
+    case CAL_CROSSENTROPY: return tp == 1;
+    default: return 1;
+    }
+}
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -20,8 +37,12 @@ typedef struct {
     int N, in, out, ld, has_bias, gelu;
     // attention: qkv X(B, T, (NH + 2 NKV) HS) -> y X(B, T, NH HS)
     int B, T, NH, NKV, HS;
-    void *x, *w, *bias, *y, *pre, *dy, *dx, *dw, *db;
-    float *lse;
+    // norms (C = in), swiglu (F = out), embedding and cross-entropy (V = out, Vs = ld)
+    int kind, fused;  // NormOp; ln2 adds the residual stream first
+    float eps, theta;
+    void *x, *w, *bias, *y, *pre, *dy, *dx, *dw, *db, *res, *res_out, *wpe, *dwpe;
+    float *lse, *mean, *rstd;
+    int32_t *tokens;
 } OpRun;
 
 static uint64_t next_random(uint64_t *state) {  // splitmix64
@@ -52,8 +73,24 @@ static void *device_random(Backend *be, size_t elems, uint64_t *state) {
     return d;
 }
 
+// `n` token ids in [0, V) on the device
+static int32_t *device_tokens(Backend *be, size_t n, int V, uint64_t *state) {
+    int32_t *d = be->alloc_device(be, n * sizeof(int32_t)), *h = malloc(n * sizeof(int32_t));
+    if (!d || !h) {
+        if (d) be->free_device(be, d);
+        free(h);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)(next_random(state) % (uint64_t)V);
+    be->copy_h2d(be, d, h, n * sizeof(int32_t), NULL);
+    be->synchronize(be);
+    free(h);
+    return d;
+}
+
 static void op_free(OpRun *o) {
-    void *all[] = {o->x, o->w, o->bias, o->y, o->pre, o->dy, o->dx, o->dw, o->db, o->lse};
+    void *all[] = {o->x, o->w, o->bias, o->y, o->pre, o->dy, o->dx, o->dw, o->db, o->res, o->res_out, o->wpe,
+                   o->dwpe, o->lse, o->mean, o->rstd, o->tokens};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i]) o->be->free_device(o->be, all[i]);
     memset(o, 0, sizeof *o);
@@ -69,6 +106,52 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     o->N = b * m->seq_len;
     o->B = b, o->T = m->seq_len, o->NH = NHt, o->NKV = NKVt, o->HS = HS;
     size_t N = (size_t)o->N;
+    o->eps = (float)m->norm_eps, o->theta = (float)m->rope_theta;
+    o->kind = m->norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
+    if (op == CAL_LN1 || op == CAL_LN2 || op == CAL_LNF) {
+        int ln = o->kind == NORM_OP_LAYERNORM;
+        o->in = C, o->fused = op == CAL_LN2, o->has_bias = m->bias;
+        o->x = device_random(be, N * C, seed);
+        o->y = device_random(be, N * C, seed);
+        o->w = device_random(be, (size_t)C, seed);
+        o->dy = device_random(be, N * C, seed);
+        o->dx = device_random(be, N * C, seed);
+        o->dw = device_random(be, (size_t)C, seed);
+        if (o->has_bias) o->bias = device_random(be, (size_t)C, seed), o->db = device_random(be, (size_t)C, seed);
+        if (o->fused) o->res = device_random(be, N * C, seed), o->res_out = device_random(be, N * C, seed);
+        o->mean = ln ? be->alloc_device(be, N * sizeof(float)) : NULL;
+        o->rstd = be->alloc_device(be, N * sizeof(float));
+        return o->x && o->y && o->w && o->dy && o->dx && o->dw && (!o->has_bias || (o->bias && o->db)) &&
+                       (!o->fused || (o->res && o->res_out)) && (!ln || o->mean) && o->rstd
+                   ? 0
+                   : -1;
+    }
+    if (op == CAL_ROTARY) {
+        o->x = device_random(be, N * qkv, seed), o->dx = device_random(be, N * qkv, seed);
+        return o->x && o->dx ? 0 : -1;
+    }
+    if (op == CAL_SWIGLU) {
+        o->out = Ft;
+        o->x = device_random(be, N * 2 * Ft, seed), o->y = device_random(be, N * Ft, seed);
+        o->dy = device_random(be, N * Ft, seed), o->dx = device_random(be, N * 2 * Ft, seed);
+        return o->x && o->y && o->dy && o->dx ? 0 : -1;
+    }
+    if (op == CAL_EMBEDDING) {
+        int learned = m->position == POS_LEARNED;
+        o->in = C, o->out = m->vocab;
+        o->tokens = device_tokens(be, N, m->vocab, seed);
+        o->w = device_random(be, (size_t)m->vocab * C, seed), o->dw = device_random(be, (size_t)m->vocab * C, seed);
+        if (learned) o->wpe = device_random(be, (size_t)m->seq_len * C, seed), o->dwpe = device_random(be, (size_t)m->seq_len * C, seed);
+        o->y = device_random(be, N * C, seed), o->dy = device_random(be, N * C, seed);
+        return o->tokens && o->w && o->dw && (!learned || (o->wpe && o->dwpe)) && o->y && o->dy ? 0 : -1;
+    }
+    if (op == CAL_CROSSENTROPY) {
+        o->out = m->vocab, o->ld = (m->vocab + 7) / 8 * 8;
+        o->tokens = device_tokens(be, N, m->vocab, seed);
+        o->x = device_random(be, N * o->ld, seed);  // logits, the gradient written in place
+        o->lse = be->alloc_device(be, N * sizeof(float));  // losses
+        return o->tokens && o->x && o->lse ? 0 : -1;
+    }
     if (op == CAL_ATTENTION) {
         o->x = device_random(be, N * qkv, seed);                       // qkv (N, QKV)
         o->y = device_random(be, N * NHt * HS, seed);                  // out (N, NH HS)
@@ -103,7 +186,27 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
 // the bias gradient and GELU derivative where the model has them).
 static void op_call(OpRun *o, int backward) {
     Backend *be = o->be;
-    if (o->op == CAL_ATTENTION) {
+    if (o->op == CAL_LN1 || o->op == CAL_LN2 || o->op == CAL_LNF) {
+        const void *normed = o->fused ? o->res_out : o->x;
+        if (backward)
+            be->norm_backward(be, NULL, (NormOp)o->kind, o->dx, o->dw, o->db, o->dy, normed, o->w, o->mean, o->rstd,
+                              o->N, o->in);
+        else
+            be->norm_forward(be, NULL, (NormOp)o->kind, o->res_out, o->y, o->mean, o->rstd, o->x, o->res, o->w,
+                             o->bias, o->N, o->in, o->eps);
+    } else if (o->op == CAL_ROTARY) {
+        if (backward) be->rotary_backward(be, NULL, o->dx, o->B, o->T, o->NH, o->NKV, o->HS, o->theta);
+        else be->rotary_forward(be, NULL, o->x, o->B, o->T, o->NH, o->NKV, o->HS, o->theta);
+    } else if (o->op == CAL_SWIGLU) {
+        if (backward) be->swiglu_backward(be, NULL, o->dx, o->dy, o->x, o->N, o->out);
+        else be->swiglu_forward(be, NULL, o->y, o->x, o->N, o->out);
+    } else if (o->op == CAL_EMBEDDING) {
+        if (backward) be->embedding_backward(be, NULL, o->dw, o->dwpe, o->dy, o->tokens, o->B, o->T, o->in);
+        else be->embedding_forward(be, NULL, o->y, o->tokens, o->w, o->wpe, o->B, o->T, o->in);
+    } else if (o->op == CAL_CROSSENTROPY) {
+        // forward and gradient are one fused pass (the cost model counts it as the forward)
+        if (!backward) be->crossentropy_forward_backward(be, NULL, o->lse, o->x, o->tokens, o->N, o->out, o->ld, 1.0f / o->N);
+    } else if (o->op == CAL_ATTENTION) {
         if (backward) be->attention_backward(be, NULL, o->dx, o->dy, o->x, o->y, o->lse, o->B, o->T, o->NH, o->NKV, o->HS);
         else be->attention_forward(be, NULL, o->y, o->lse, o->x, o->B, o->T, o->NH, o->NKV, o->HS);
     } else if (o->op == CAL_LM_HEAD) {
@@ -143,6 +246,7 @@ int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, cons
     for (int i = 0; i < nb; i++)
         for (int j = 0; j < ntp; j++)
             for (int op = 0; op < CALIB_OPS; op++) {
+                if (!op_applies(m, op, tps[j])) continue;
                 if (n == max) {
                     snprintf(err, errlen, "calibrate: more than %d entries", max);
                     return -1;

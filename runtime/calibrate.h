@@ -1,5 +1,6 @@
-// Calibration: measured latencies of the model's GEMMs and attention on a
-// backend, written as the planner's op table (planner/optable.h) so that
+// Calibration: measured latencies of the model's ops on a backend (GEMMs,
+// attention, norms, rotary, SwiGLU, and at tp = 1 the embedding and the
+// cross-entropy), written as the planner's op table (planner/optable.h) so that
 // `mist-plan --op-table` predicts with this device's real kernel speeds
 // instead of the roofline's fixed efficiency.
 //
@@ -16,14 +17,15 @@
 #include "models/model.h"
 
 typedef struct {
-    const char *op;  // planner op name: qkv attention attn_proj fc fc_proj lm_head
+    const char *op;  // planner op name (qkv attention attn_proj fc fc_proj lm_head ln1 ln2 lnf rotary
+                     // swiglu embedding crossentropy)
     int b, s, tp;
     double fwd_us, bwd_us;  // per call, microseconds
 } CalibEntry;
 
-#define CALIB_OPS 6
+#define CALIB_OPS 13  // op kinds; a model has those of its architecture
 
-// Times each op at every (b, tp) pair (s = the model's seq_len): `warmup`
+// Times each op of the model at every (b, tp) pair (s = the model's seq_len): `warmup`
 // untimed calls, then the mean of `iters` timed ones, forward and backward
 // separately. Writes up to `max` entries to out; returns how many, or -1
 // with a message in err (out of device memory, bad shape).

@@ -1,5 +1,5 @@
-// mist-calibrate: measure this machine's GEMM and attention latencies for a
-// model and write them as an op table for `mist-plan --op-table` (one
+// mist-calibrate: measure this machine's op latencies for a model (GEMMs,
+// attention, norms, ...; see runtime/calibrate.h) and write them as an op table for `mist-plan --op-table` (one
 // process, no MPI launch needed).
 //   mist-calibrate CONFIG.ini [--b LIST] [--tp LIST] [--iters N] [--out FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 1 runtime failure (no memory, cannot write), 2 usage or config error.
@@ -17,7 +17,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: mist-calibrate CONFIG.ini [options]\n"
             "\n"
-            "Times the model's GEMMs (qkv, attn_proj, fc, fc_proj, lm_head) and attention,\n"
+            "Times the model's ops (qkv attention attn_proj fc fc_proj lm_head ln1 ln2 lnf, and\n"
+            "rotary swiglu where the model has them; at tp = 1 also embedding and crossentropy),\n"
             "forward and backward, on this machine's first GPU (or the CPU backend when there\n"
             "is none, or with MIST_DEVICE=cpu), at the model's seq_len, for every micro-batch\n"
             "b and tensor-parallel degree tp listed, and writes them as an op table that\n"
@@ -130,7 +131,7 @@ int main(int argc, char **argv) {
         rc = calibrate_write("/dev/stdout", device, e, n, err, sizeof err);
     } else {
         rc = calibrate_write(out_path, device, e, n, err, sizeof err);
-        if (!rc) fprintf(stderr, "mist-calibrate: %d entries (%d ops x %d b x %d tp) on %s -> %s\n", n, CALIB_OPS, nb,
+        if (!rc) fprintf(stderr, "mist-calibrate: %d entries (the model's ops at %d b x %d tp) on %s -> %s\n", n, nb,
                          ntp, device, out_path);
     }
     if (rc) fprintf(stderr, "mist-calibrate: %s\n", err);
