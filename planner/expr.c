@@ -23,6 +23,8 @@ struct ExprCtx {
     // node takes is >= lo (-inf: unknown), and > 0 where pos is set
     double *lo;
     unsigned char *pos;
+    ExprOverlapTable *tables;  // (num_tables,) of the overlap nodes, each once
+    int num_tables, cap_tables;
 };
 
 static void die(const char *fmt, ...) {
@@ -59,6 +61,7 @@ void expr_ctx_free(ExprCtx *x) {
     free(x->table);
     free(x->lo);
     free(x->pos);
+    free(x->tables);
     free(x);
 }
 
@@ -84,12 +87,15 @@ ExprCtx *expr_ctx_clone(const ExprCtx *src) {
         memcpy(x->sym_names[i], src->sym_names[i], len + 1);
         x->sym_nodes[i] = src->sym_nodes[i];
     }
+    x->tables = xrealloc(NULL, (x->cap_tables ? x->cap_tables : 1) * sizeof *x->tables);
+    if (src->num_tables) memcpy(x->tables, src->tables, src->num_tables * sizeof *x->tables);
     return x;
 }
 
 size_t expr_ctx_num_nodes(const ExprCtx *x) { return x->num_nodes; }
 void expr_ctx_set_merge_like_terms(ExprCtx *x, int on) { x->merge_like_terms = on != 0; }
 const ExprNode *expr_ctx_nodes(const ExprCtx *x) { return x->nodes; }
+const ExprOverlapTable *expr_ctx_overlap_tables(const ExprCtx *x) { return x->tables; }
 
 // ---- hash-consing
 
@@ -106,12 +112,13 @@ static uint64_t node_hash(const ExprNode *n) {
     memcpy(&bits, &n->value, sizeof bits);
     uint64_t h = mix64((uint64_t)n->op * 0x9e3779b97f4a7c15ULL + (uint32_t)n->a);
     h = mix64(h ^ ((uint64_t)(uint32_t)n->b << 32 | (uint32_t)n->c));
+    h = mix64(h ^ (uint32_t)n->d);
     return mix64(h ^ bits);
 }
 
 // bitwise comparison of the value: -0.0 and 0.0 stay distinct constants
 static int node_equal(const ExprNode *p, const ExprNode *q) {
-    return p->op == q->op && p->a == q->a && p->b == q->b && p->c == q->c &&
+    return p->op == q->op && p->a == q->a && p->b == q->b && p->c == q->c && p->d == q->d &&
            memcmp(&p->value, &q->value, sizeof p->value) == 0;
 }
 
@@ -172,6 +179,16 @@ static void node_bounds(const ExprCtx *x, const ExprNode *n, double *lo, unsigne
         if (la > unknown) *lo = floor(la);
         break;
     case EXPR_OP_SELECT: *lo = lb < lc ? lb : lc, *pos = pb && pc; break;
+    case EXPR_OP_OVERLAP: {
+        // a sum of windows and rests, each >= 0; positive when a stream is
+        // surely busy (its work > eps): it is either overlapped, and each
+        // window is a positive x f, or runs alone and its rest is added
+        Expr in[EXPR_OVERLAP_MAX] = {n->a, n->b, n->c, n->d};
+        *lo = 0.0;
+        for (int i = 0; i < EXPR_OVERLAP_MAX; i++)
+            if (in[i] != EXPR_NONE && x->lo[in[i]] > EXPR_OVERLAP_EPS) *pos = 1;
+        return;
+    }
     default: break;
     }
     if (*lo > 0) *pos = 1;
@@ -207,6 +224,7 @@ static ExprNode make_node(ExprOp op, Expr a, Expr b, Expr c) {
     n.a = a;
     n.b = b;
     n.c = c;
+    n.d = EXPR_NONE;
     n.value = 0.0;
     return n;
 }
@@ -494,6 +512,80 @@ Expr ex_select(ExprCtx *x, Expr cond, Expr a, Expr b) {
     return intern(x, make_node(EXPR_OP_SELECT, cond, a, b));
 }
 
+// the index of a table equal to t (bitwise), added if new
+static int overlap_table_index(ExprCtx *x, const ExprOverlapTable *t) {
+    for (int i = 0; i < x->num_tables; i++)
+        if (memcmp(&x->tables[i], t, sizeof *t) == 0) return i;
+    if (x->num_tables == x->cap_tables) {
+        x->cap_tables = x->cap_tables ? 2 * x->cap_tables : 4;
+        x->tables = xrealloc(x->tables, (size_t)x->cap_tables * sizeof *x->tables);
+    }
+    x->tables[x->num_tables] = *t;
+    return x->num_tables++;
+}
+
+// the window over the n inputs of t (any n up to the maximum)
+static double overlap_apply(const ExprOverlapTable *t, const double in[EXPR_OVERLAP_MAX]) {
+    switch (t->n) {
+    case 2: return expr_overlap_n(t, 2, in);
+    case 3: return expr_overlap_n(t, 3, in);
+    default: return expr_overlap_n(t, 4, in);
+    }
+}
+
+Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERLAP_MAX],
+                const Expr in[EXPR_OVERLAP_MAX]) {
+    // the streams that may be busy, in order; an idle constant never enters a busy set
+    int stream[EXPR_OVERLAP_MAX], n = 0, all_const = 1;
+    Expr kept[EXPR_OVERLAP_MAX] = {EXPR_NONE, EXPR_NONE, EXPR_NONE, EXPR_NONE};
+    for (int s = 0; s < EXPR_OVERLAP_MAX; s++) {
+        if (in[s] == EXPR_NONE) continue;
+        check_handle(x, in[s], "ex_overlap");
+        if (is_num(x, in[s]) && !(num_of(x, in[s]) > EXPR_OVERLAP_EPS)) continue;
+        all_const &= is_num(x, in[s]);
+        stream[n] = s;
+        kept[n++] = in[s];
+    }
+    if (n == 0) return ex_num(x, 0.0);
+    if (n == 1) {  // alone: in > eps ? in : 0 (0 + in is in exactly)
+        Expr e = kept[0];
+        return ex_select(x, ex_sub(x, e, ex_num(x, EXPR_OVERLAP_EPS)), e, ex_num(x, 0.0));
+    }
+    ExprOverlapTable t;
+    memset(&t, 0, sizeof t);  // padding too: tables are compared bitwise
+    t.n = n;
+    t.all_busy = 1;
+    for (int i = 0; i < n; i++) t.all_busy &= x->lo[kept[i]] > EXPR_OVERLAP_EPS;
+    for (int A = 0; A < EXPR_OVERLAP_SUBSETS; A++)
+        for (int i = 0; i < EXPR_OVERLAP_MAX; i++) {
+            t.f[A][i] = 1.0;
+            if (A >= 1 << n || !((A >> i) & 1) || !(A & (A - 1))) continue;
+            int global = 0;  // the same busy set in the caller's stream numbering
+            for (int j = 0; j < n; j++)
+                if ((A >> j) & 1) global |= 1 << stream[j];
+            double f = factor[global][stream[i]];
+            if (!(f > 0) || !isfinite(f))
+                die("ex_overlap: slowdown factor[%d][%d] = %g; allowed: finite and > 0", global, stream[i], f);
+            t.f[A][i] = f;
+        }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 1 << (n - 1); k++) {
+            int A = 1 << i;
+            for (int m = 0, o = 0; o < n; o++)
+                if (o != i) A |= ((k >> m++) & 1) << o;
+            t.by_others[i][k] = k ? t.f[A][i] : INFINITY;
+        }
+    if (all_const) {
+        double v[EXPR_OVERLAP_MAX] = {0, 0, 0, 0};
+        for (int i = 0; i < n; i++) v[i] = num_of(x, kept[i]);
+        return ex_num(x, overlap_apply(&t, v));
+    }
+    ExprNode nd = make_node(EXPR_OP_OVERLAP, kept[0], kept[1], kept[2]);
+    nd.d = kept[3];
+    nd.value = overlap_table_index(x, &t);
+    return intern(x, nd);
+}
+
 Expr ex_sum(ExprCtx *x, const Expr *terms, int n) {
     if (n <= 0) return ex_num(x, 0.0);
     Expr s = terms[0];
@@ -518,10 +610,19 @@ static double apply(const ExprNode *n, const double *val, const double *sym_valu
     case EXPR_OP_CEIL: return expr_ceil1(val[n->a]);
     case EXPR_OP_FLOOR: return expr_floor1(val[n->a]);
     case EXPR_OP_SELECT: return expr_select3(val[n->a], val[n->b], val[n->c]);
+    case EXPR_OP_OVERLAP: break;  // needs the context's table: overlap_value
     case EXPR_OP_COUNT: break;
     }
     die("corrupt node with op %d", (int)n->op);
     return 0.0;
+}
+
+static double overlap_value(const ExprCtx *x, const ExprNode *n, const double *val) {
+    Expr in[EXPR_OVERLAP_MAX] = {n->a, n->b, n->c, n->d};
+    double v[EXPR_OVERLAP_MAX] = {0, 0, 0, 0};
+    for (int i = 0; i < EXPR_OVERLAP_MAX; i++)
+        if (in[i] != EXPR_NONE) v[i] = val[in[i]];
+    return overlap_apply(&x->tables[(int)n->value], v);
 }
 
 double expr_eval(ExprCtx *x, Expr e, const double *sym_values) {
@@ -540,9 +641,13 @@ double expr_eval(ExprCtx *x, Expr e, const double *sym_values) {
         needed[nd->a] = 1;
         if (nd->b != EXPR_NONE) needed[nd->b] = 1;
         if (nd->c != EXPR_NONE) needed[nd->c] = 1;
+        if (nd->d != EXPR_NONE) needed[nd->d] = 1;
     }
-    for (Expr i = 0; i <= e; i++)
-        if (needed[i]) val[i] = apply(&x->nodes[i], val, sym_values);
+    for (Expr i = 0; i <= e; i++) {
+        if (!needed[i]) continue;
+        const ExprNode *nd = &x->nodes[i];
+        val[i] = nd->op == EXPR_OP_OVERLAP ? overlap_value(x, nd, val) : apply(nd, val, sym_values);
+    }
     double r = val[e];
     free(needed);
     free(val);
@@ -644,6 +749,19 @@ static void print_node(const ExprCtx *x, Printer *p, Expr e, int min_prec) {
         print_node(x, p, n->c, 1);
         put(p, ")");
         break;
+    case EXPR_OP_OVERLAP: {
+        // overlap#k(x, y, ...): the window rule under table k of the context
+        char head[32];
+        snprintf(head, sizeof head, "overlap#%d(", (int)n->value);
+        put(p, head);
+        Expr in[EXPR_OVERLAP_MAX] = {n->a, n->b, n->c, n->d};
+        for (int i = 0; i < EXPR_OVERLAP_MAX && in[i] != EXPR_NONE; i++) {
+            if (i) put(p, ", ");
+            print_node(x, p, in[i], 1);
+        }
+        put(p, ")");
+        break;
+    }
     case EXPR_OP_COUNT: die("corrupt node with op %d", (int)n->op);
     }
     if (paren) put(p, ")");

@@ -16,7 +16,9 @@
 //   select(select(y, k1, k2), a, b) tests y itself (a flag as a condition),
 //   commutative operands (+, *, max, min) sorted, so a*b and b*a are one node,
 //   x - c becomes x + (-c) (exact in IEEE), constants inside nested sums and
-//   products are gathered: 2*(3*x) = 6*x, (x+1)+2 = x+3.
+//   products are gathered: 2*(3*x) = 6*x, (x+1)+2 = x+3,
+//   an overlap window drops idle streams and folds when it has one stream
+//   left or only constants (ex_overlap).
 // Assumptions (documented contract): symbol values are finite, so x*0 = 0 and
 // x-x = 0 hold. Gathering constants re-associates, which may differ from the
 // unsimplified tree by an ulp; it does not change results between expr_eval
@@ -80,6 +82,25 @@ Expr ex_ceil(ExprCtx *ctx, Expr a);
 Expr ex_floor(ExprCtx *ctx, Expr a);
 Expr ex_select(ExprCtx *ctx, Expr cond, Expr a, Expr b);  // cond > 0 ? a : b
 Expr ex_sum(ExprCtx *ctx, const Expr *terms, int n);      // terms[0] + ... (0 if n == 0)
+
+// The overlap (interference) rule of DESIGN.md §4 as one node: how long a
+// window takes in which up to EXPR_OVERLAP_MAX streams with work in[i]
+// seconds run at once, each slowed by the others. A stream whose work is at
+// most EXPR_OVERLAP_EPS counts as idle (0). While the set A of busy streams
+// has two or more members, every i in A runs factor[A][i] times slower (A a
+// bit mask, bit i: stream i; factors finite and > 0), the first to finish
+// sets the window w = min_{i in A} x_i factor[A][i], which is added to the
+// total while each i in A keeps x_i - w / factor[A][i] (finished if x_i
+// factor[A][i] - w <= EXPR_OVERLAP_EPS); the last stream then runs alone
+// and its rest is added. in[i] = EXPR_NONE: no work on stream i. Streams
+// that are EXPR_NONE or constants <= EXPR_OVERLAP_EPS drop out at build time;
+// all constants fold to a number, one stream left to in > eps ? in : 0.
+// The factors are copied: the caller's table need not outlive the call.
+#define EXPR_OVERLAP_MAX 4
+#define EXPR_OVERLAP_SUBSETS (1 << EXPR_OVERLAP_MAX)
+#define EXPR_OVERLAP_EPS 1e-12
+Expr ex_overlap(ExprCtx *ctx, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERLAP_MAX],
+                const Expr in[EXPR_OVERLAP_MAX]);
 
 // A handle of EXPR_NONE (or out of range) as an operand is a programming
 // error: the constructors print the caller's mistake and abort.

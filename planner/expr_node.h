@@ -20,23 +20,88 @@ typedef enum {
     EXPR_OP_CEIL,
     EXPR_OP_FLOOR,
     EXPR_OP_SELECT,   // a > 0 ? b : c
+    EXPR_OP_OVERLAP,  // the window of streams a, b[, c[, d]] under overlap table (int)value
     EXPR_OP_COUNT
 } ExprOp;
 
 typedef struct {
     int32_t op;        // ExprOp
-    Expr a, b, c;      // operands (EXPR_NONE where unused); children have smaller handles
-    double value;      // EXPR_OP_NUM only
+    Expr a, b, c, d;   // operands (EXPR_NONE where unused); children have smaller handles
+    double value;      // EXPR_OP_NUM: the constant; EXPR_OP_OVERLAP: the table's index in the context
 } ExprNode;
 
 // the context's node array (handles index it); valid until the next constructor call
 const ExprNode *expr_ctx_nodes(const ExprCtx *ctx);
+
+// The slowdown factors of one overlap node, over its own n inputs (the
+// streams that may be busy, in the caller's stream order): f[A][i] for the
+// busy set A (bit i: input i), 1.0 where i is not in A or |A| < 2 (never
+// used, but finite so that masked lanes compute nothing odd).
+typedef struct {
+    int n;  // 2..EXPR_OVERLAP_MAX inputs
+    // 1 when every input is > EXPR_OVERLAP_EPS for every value the symbols
+    // may take (expr_sym_set_bounds): the first round's busy set is all of
+    // them, so the batched loops use its factors without picking them
+    int all_busy;
+    double f[EXPR_OVERLAP_SUBSETS][EXPR_OVERLAP_MAX];
+    // the same factors as the batched loops pick them: by_others[i][k] is
+    // f[A][i] for A = {i} and the other inputs in k (bit m: the m-th input
+    // other than i), +inf for k = 0 (input i alone: its scaled work is inf,
+    // so no window); derived from f
+    double by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
+} ExprOverlapTable;
+
+// the context's overlap tables (a node's value indexes them); valid until the next constructor call
+const ExprOverlapTable *expr_ctx_overlap_tables(const ExprCtx *ctx);
 
 // The scalar semantics of every operator. Builder folding, expr_eval and the
 // batched loops all use exactly these expressions, so results agree bitwise.
 static inline double expr_max2(double a, double b) { return a > b ? a : b; }
 static inline double expr_min2(double a, double b) { return a < b ? a : b; }
 static inline double expr_select3(double c, double a, double b) { return c > 0 ? a : b; }
+
+// The window rule of expr.h's ex_overlap over n inputs (n a constant at
+// every call site, so the loops unroll). Written without branches: a round
+// with fewer than two busy streams gets an empty window (w = 0, nothing
+// changes), which is what stopping there gives, and per stream the update
+// is a select. So the batched loops vectorise it (the factor lookup is a
+// gather) and the value is the same bitwise as the scalar rule with its
+// early exits (overlap_seconds in planner/overlap.c): the same operations
+// on the same values in the same order; the added terms are exact zeros.
+// Every round with two or more busy streams finishes the one that sets the
+// window (its x f - w is exactly 0), so n - 1 rounds are enough.
+static inline __attribute__((always_inline)) double expr_overlap_n(const ExprOverlapTable *t, const int n,
+                                                                   const double in[EXPR_OVERLAP_MAX]) {
+    double x[EXPR_OVERLAP_MAX], total = 0.0;
+#pragma GCC unroll 4
+    for (int s = 0; s < n; s++) x[s] = in[s] > EXPR_OVERLAP_EPS ? in[s] : 0.0;
+#pragma GCC unroll 4
+    for (int round = 0; round < n - 1; round++) {
+        int busy = 0;
+#pragma GCC unroll 4
+        for (int s = 0; s < n; s++) busy |= (x[s] > EXPR_OVERLAP_EPS) << s;
+        int several = (busy & (busy - 1)) != 0;
+        double w = INFINITY;
+#pragma GCC unroll 4
+        for (int s = 0; s < n; s++) {
+            double scaled = x[s] * t->f[busy][s];
+            w = (busy >> s) & 1 ? expr_min2(w, scaled) : w;
+        }
+        w = several ? w : 0.0;
+        total += w;
+#pragma GCC unroll 4
+        for (int s = 0; s < n; s++) {
+            // computed unconditionally, then selected: a division under a
+            // condition could trap, so the compiler would keep a branch
+            double f = t->f[busy][s], rest = x[s] - w / f;
+            double left = x[s] * f - w > EXPR_OVERLAP_EPS ? rest : 0.0;
+            x[s] = several & (busy >> s) ? left : x[s];
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < n; s++) total += x[s];
+    return total;
+}
 
 // ceil and floor, bitwise equal to C's, written so that loops over them
 // vectorise (GCC vectorises libm's ceil only when the whole file targets

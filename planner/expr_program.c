@@ -11,9 +11,11 @@
 // c > 0 ? k1 : x, ...), and a value used once may be computed inside its
 // user: a select whose condition is y + k tests y + k > 0 itself, y * k + z
 // and max(y * k, z * c) are one instruction each (each product rounded on
-// its own, as expr_eval does). A register is reused as soon as the last
-// instruction reading it has run, which keeps the block's working set in
-// L1/L2 cache even for programs of thousands of instructions.
+// its own, as expr_eval does). An overlap window (ex_overlap) is one
+// instruction over its 2 to 4 stream operands, whose loops pick the
+// slowdown factors by selects (overlap_lanes). A register is reused as soon
+// as the last instruction reading it has run, which keeps the block's
+// working set in L1/L2 cache even for programs of thousands of instructions.
 //
 // Hoisting of batch-uniform work: a search evaluates batches in which many
 // symbols take one value for a whole block of candidates (the mesh, the
@@ -24,8 +26,9 @@
 // a variant of the program (built once per set of uniform symbols and cached
 // in the program) in which the hoisted values act as constants: they are
 // patched into the instructions' constant fields. The scalar and the batched
-// forms of every instruction are the same C expression on the same operands,
-// so results stay bitwise equal to expr_eval. Hoisted values are recomputed
+// forms of every instruction are the same C expression on the same operands
+// (the overlap window: the same operations in the same order, see
+// overlap_lanes), so results stay bitwise equal to expr_eval. Hoisted values are recomputed
 // only when a uniform symbol's value changes from one block to the next. A
 // variant is built (tens of microseconds for a long program) only for a set
 // of uniform symbols that lasts more than one block; a block whose set is new
@@ -58,6 +61,7 @@ typedef enum {
     PI_MULADD_K, PI_MULADD_KK,                          // d = a * k + (b | k1), rounded twice (no FMA)
     PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
     PI_MOV,                                             // d = a
+    PI_OVERLAP2, PI_OVERLAP3, PI_OVERLAP4,              // d = window of a, b[, c[, e]] (expr_overlap_n)
     PI_COUNT
 } ProgOp;
 
@@ -65,8 +69,9 @@ typedef enum {
 typedef struct {
     int32_t op;  // ProgOp
     int32_t dst; // register written (never one of the operand registers)
-    int32_t a, b, c;
+    int32_t a, b, c, e;  // e: the fourth input of PI_OVERLAP4 only
     double k, k1, k2;  // constants: k of the _K forms and FILL, select: condition offset k, branches k1, k2
+    const ExprOverlapTable *tbl;  // PI_OVERLAP*: its factors (owned by the program)
 } Instr;
 
 typedef enum { OUT_FROM_OPERAND, OUT_CONST, OUT_SCALAR } OutKind;
@@ -80,8 +85,9 @@ typedef struct {
 // num_code + u the value of used symbol u.
 typedef struct {
     int32_t op;
-    int32_t a, b, c;  // slots (-1: unused)
+    int32_t a, b, c, e;  // slots (-1: unused)
     double k, k1, k2;
+    const ExprOverlapTable *tbl;
 } ScalarInstr;
 
 // Where a hoisted value goes in the variant's code: field 0 k, 1 k1, 2 k2;
@@ -119,6 +125,7 @@ struct ExprProgram {
     int num_used_syms;
     int32_t *sym_pos;   // (num_syms,) position in used_syms, -1 if unused
     uint64_t *deps;     // (num_code,) used-symbol positions each instruction depends on
+    ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
     int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
     _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
@@ -145,8 +152,15 @@ static void *xcalloc(size_t n, size_t size) {
 
 static inline double op_select(double cond, double k, double x, double y) { return expr_select3(cond + k, x, y); }
 
-// whether instruction op reads operand j (0: a, 1: b, 2: c)
+// whether instruction op reads operand j (0: a, 1: b, 2: c, 3: e)
 static int op_reads(int op, int j) {
+    switch ((ProgOp)op) {
+    case PI_OVERLAP2: return j < 2;
+    case PI_OVERLAP3: return j < 3;
+    case PI_OVERLAP4: return 1;
+    default: break;
+    }
+    if (j == 3) return 0;  // only an overlap of four reads e
     switch ((ProgOp)op) {
     case PI_ADD: case PI_SUB: case PI_MUL: case PI_DIV: case PI_MAX: case PI_MIN: return j < 2;
     case PI_SELECT: return 1;
@@ -190,8 +204,8 @@ static Expr *schedule(const ExprNode *nodes, Expr top, const Expr *outputs, int 
             continue;
         }
         int32_t m = 0, ties = 0;
-        Expr ops[3] = {nd->a, nd->b, nd->c};
-        for (int j = 0; j < 3; j++) {
+        Expr ops[4] = {nd->a, nd->b, nd->c, nd->d};
+        for (int j = 0; j < 4; j++) {
             if (ops[j] == EXPR_NONE) continue;
             if (need[ops[j]] > m) m = need[ops[j]], ties = 0;
             else if (need[ops[j]] == m && m > 0) ties = 1;
@@ -200,7 +214,7 @@ static Expr *schedule(const ExprNode *nodes, Expr top, const Expr *outputs, int 
     }
     Expr *order = xmalloc(n * sizeof *order);
     unsigned char *state = xcalloc(n, 1);  // 0 new, 1 operands pushed, 2 emitted
-    Expr *stack = xmalloc((3 * n + 1) * sizeof *stack);
+    Expr *stack = xmalloc((4 * n + 1) * sizeof *stack);
     int32_t count = 0;
     for (int k = n_outputs - 1; k >= 0; k--) {  // outputs in their order
         size_t sp = 0;
@@ -218,11 +232,11 @@ static Expr *schedule(const ExprNode *nodes, Expr top, const Expr *outputs, int 
                 continue;
             }
             state[e] = 1;
-            Expr ops[3] = {nodes[e].a, nodes[e].b, nodes[e].c};
+            Expr ops[4] = {nodes[e].a, nodes[e].b, nodes[e].c, nodes[e].d};
             // push the least hungry first so the hungriest is evaluated first
-            for (int pass = 0; pass < 3; pass++) {
+            for (int pass = 0; pass < 4; pass++) {
                 int best = -1;
-                for (int j = 0; j < 3; j++)
+                for (int j = 0; j < 4; j++)
                     if (ops[j] != EXPR_NONE && (best < 0 || need[ops[j]] < need[ops[best]])) best = j;
                 if (best < 0) break;
                 if (state[ops[best]] == 0) stack[sp++] = ops[best];
@@ -246,9 +260,9 @@ static void compute_deps(ExprProgram *p) {
     int32_t *writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *writer);
     for (int i = 0; i < p->num_code; i++) {
         const Instr *in = &p->code[i];
-        int32_t ops[3] = {in->a, in->b, in->c};
+        int32_t ops[4] = {in->a, in->b, in->c, in->e};
         uint64_t d = 0;
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < 4; j++) {
             if (!op_reads(in->op, j)) continue;
             int32_t o = ops[j];
             if (o >= 0) d |= p->deps[writer[o]];
@@ -280,8 +294,8 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     for (int k = 0; k < n_outputs; k++) needed[outputs[k]] = pinned[outputs[k]] = 1;
     for (Expr i = top; i >= 0; i--) {  // children have smaller handles
         if (!needed[i] || nodes[i].op == EXPR_OP_NUM || nodes[i].op == EXPR_OP_SYM) continue;
-        Expr ops[3] = {nodes[i].a, nodes[i].b, nodes[i].c};
-        for (int j = 0; j < 3; j++)
+        Expr ops[4] = {nodes[i].a, nodes[i].b, nodes[i].c, nodes[i].d};
+        for (int j = 0; j < 4; j++)
             if (ops[j] != EXPR_NONE) needed[ops[j]] = 1, uses[ops[j]]++;
     }
 
@@ -296,7 +310,12 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             p->used_syms[p->num_used_syms++] = nodes[i].a;
         }
     // sorted by symbol index: symbols are created in index order, so already ascending
-    size_t cap = 2 * n + 4;  // each node gives at most 1 instruction + 2 fills
+    size_t cap = 5 * n + 4;  // each node gives at most 1 instruction + 4 fills
+    size_t num_tables = 0;
+    for (Expr i = 0; i <= top; i++)
+        if (nodes[i].op == EXPR_OP_OVERLAP && (size_t)nodes[i].value + 1 > num_tables) num_tables = (size_t)nodes[i].value + 1;
+    p->tables = xmalloc(num_tables * sizeof *p->tables);
+    if (num_tables) memcpy(p->tables, expr_ctx_overlap_tables(ctx), num_tables * sizeof *p->tables);
     p->code = xmalloc(cap * sizeof *p->code);
     RegAlloc ra = {xmalloc((cap + 1) * sizeof(int32_t)), 0, 0};
     int32_t num_order;
@@ -339,7 +358,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             const ExprNode *nd = &nodes[i];
             Expr prod = fuse_kind[i] == 2 ? nd->b : nd->a, other = fuse_kind[i] == 2 ? nd->a : nd->b;
             Expr src[2] = {nodes[prod].a, fuse_kind[i] == 3 ? nodes[other].a : other};
-            Instr in = {PI_MULADD_K, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0};
+            Instr in = {PI_MULADD_K, 0, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0, NULL};
             int nsrc = 2;
             if (fuse_kind[i] == 3) in.op = PI_MAXMUL_KK, in.k1 = nodes[nodes[other].b].value;
             else if (nodes[other].op == EXPR_OP_NUM) in.op = PI_MULADD_KK, in.k1 = nodes[other].value, nsrc = 1;
@@ -359,23 +378,28 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             continue;
         }
         const ExprNode *nd = &nodes[i];
-        Expr src[3] = {nd->a, nd->b, nd->c};
+        Expr src[4] = {nd->a, nd->b, nd->c, nd->d};
         double cond_offset = 0.0;
         if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
             cond_offset = nodes[nodes[src[0]].b].value;
             src[0] = nodes[src[0]].a;
         }
-        int nsrc = nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
-        int32_t enc[3] = {0, 0, 0};
-        int is_const[3] = {0, 0, 0};
+        const ExprOverlapTable *tbl = nd->op == EXPR_OP_OVERLAP ? &p->tables[(int)nd->value] : NULL;
+        int nsrc = tbl ? tbl->n : nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
+        int32_t enc[4] = {0, 0, 0, 0};
+        int is_const[4] = {0, 0, 0, 0};
         for (int j = 0; j < nsrc; j++) {
             const ExprNode *s = &nodes[src[j]];
             if (s->op == EXPR_OP_NUM) is_const[j] = 1;
             else enc[j] = s->op == EXPR_OP_SYM ? -s->a - 1 : reg_of[src[j]];
         }
-        Instr in = {0, 0, enc[0], enc[1], enc[2], 0.0, 0.0, 0.0};
-        int fill_needed[3] = {0, 0, 0};
-        if (nd->op == EXPR_OP_SELECT) {
+        Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl};
+        int fill_needed[4] = {0, 0, 0, 0};
+        if (tbl) {
+            // constant inputs (rare: the builder drops idle ones) go through fills
+            in.op = PI_OVERLAP2 + (tbl->n - 2);
+            for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
+        } else if (nd->op == EXPR_OP_SELECT) {
             // the condition is never constant (the builder picks the branch)
             in.k = cond_offset;
             if (is_const[1]) in.k1 = nodes[src[1]].value;
@@ -414,14 +438,13 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
         }
         // constants that no instruction variant absorbs go through a filled register
-        int32_t fill_regs[3] = {-1, -1, -1};
+        int32_t fill_regs[4] = {-1, -1, -1, -1};
+        int32_t *fld[4] = {&in.a, &in.b, &in.c, &in.e};
         for (int j = 0; j < nsrc; j++) {
             if (!fill_needed[j]) continue;
             fill_regs[j] = reg_take(&ra);
-            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, nodes[src[j]].value, 0.0, 0.0};
-            if (j == 0) in.a = fill_regs[j];
-            if (j == 1) in.b = fill_regs[j];
-            if (j == 2) in.c = fill_regs[j];
+            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, 0, nodes[src[j]].value, 0.0, 0.0, NULL};
+            *fld[j] = fill_regs[j];
         }
         // the destination is taken before operands are released: it never aliases them
         in.dst = reg_take(&ra);
@@ -476,6 +499,7 @@ void expr_program_free(ExprProgram *p) {
     free(p->used_syms);
     free(p->sym_pos);
     free(p->deps);
+    free(p->tables);
     free(p);
 }
 
@@ -495,36 +519,37 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
     v->mask = mask;
     v->scalar = xmalloc((size_t)nc * sizeof *v->scalar);
     v->scalar_slot = xmalloc((size_t)nc * sizeof *v->scalar_slot);
-    v->code = xmalloc(((size_t)4 * nc + 1) * sizeof *v->code);  // each may need up to 3 fills
-    v->patch = xmalloc(((size_t)3 * nc + 1) * sizeof *v->patch);
+    v->code = xmalloc(((size_t)5 * nc + 1) * sizeof *v->code);  // each may need up to 4 fills
+    v->patch = xmalloc(((size_t)4 * nc + 1) * sizeof *v->patch);
     v->outs = xmalloc((size_t)p->num_outs * sizeof *v->outs);
 
     // value ids: instruction i's result is value i; fills of hoisted values
     // in the variant get ids nc, nc + 1, ...
     int32_t *writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *writer);
     unsigned char *hoisted = xcalloc((size_t)nc, 1);
-    int32_t *val_of = xmalloc(((size_t)4 * nc + 1) * 3 * sizeof(int32_t));  // (variant instr, operand) -> value id
-    int32_t *last_use = xmalloc(((size_t)4 * nc + 1) * sizeof *last_use);   // value id -> variant instr
-    int32_t *def_val = xmalloc(((size_t)4 * nc + 1) * sizeof *def_val);    // variant instr -> value it writes
+    int32_t *val_of = xmalloc(((size_t)5 * nc + 1) * 4 * sizeof(int32_t));  // (variant instr, operand) -> value id
+    int32_t *last_use = xmalloc(((size_t)5 * nc + 1) * sizeof *last_use);   // value id -> variant instr
+    int32_t *def_val = xmalloc(((size_t)5 * nc + 1) * sizeof *def_val);    // variant instr -> value it writes
     int num_fills = 0;
     // slot of an operand that is hoisted, else -1
     #define SLOT_OF(o) ((o) >= 0 ? (hoisted[writer[o]] ? writer[o] : -1) \
                         : ((mask >> p->sym_pos[-(o) - 1]) & 1) ? nc + p->sym_pos[-(o) - 1] : -1)
     for (int i = 0; i < nc; i++) {
         const Instr *in = &p->code[i];
-        int32_t ops[3] = {in->a, in->b, in->c}, slots[3] = {-1, -1, -1};
-        for (int j = 0; j < 3; j++)
+        int32_t ops[4] = {in->a, in->b, in->c, in->e}, slots[4] = {-1, -1, -1, -1};
+        for (int j = 0; j < 4; j++)
             if (op_reads(in->op, j)) slots[j] = SLOT_OF(ops[j]);
         if ((p->deps[i] & ~mask) == 0) {  // every operand hoisted (or none): hoisted too
             hoisted[i] = 1;
-            v->scalar[v->num_scalar] = (ScalarInstr){in->op, slots[0], slots[1], slots[2], in->k, in->k1, in->k2};
+            v->scalar[v->num_scalar] =
+                (ScalarInstr){in->op, slots[0], slots[1], slots[2], slots[3], in->k, in->k1, in->k2, in->tbl};
             v->scalar_slot[v->num_scalar++] = i;
             writer[in->dst] = i;
             continue;
         }
         Instr out = *in;
         int npatch = 0;
-        Patch pt[3];
+        Patch pt[4];
         // a binary op with one hoisted operand becomes its constant form (both
         // hoisted would have made the instruction hoisted)
         if (in->op <= PI_MIN && (slots[0] >= 0 || slots[1] >= 0)) {
@@ -558,18 +583,18 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
                 slots[0] = -1;
             }
         }
-        // a hoisted operand left (a select's condition) goes through a fill
-        int32_t *fld[3] = {&out.a, &out.b, &out.c};
-        int32_t opval[3] = {-1, -1, -1};
+        // a hoisted operand left (a select's condition, an overlap's input) goes through a fill
+        int32_t *fld[4] = {&out.a, &out.b, &out.c, &out.e};
+        int32_t opval[4] = {-1, -1, -1, -1};
         int branch_patched = npatch > 0 && pt[npatch - 1].field == PATCH_BRANCH;
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < 4; j++) {
             if (!op_reads(out.op, j) || (j == 0 && branch_patched)) continue;
             if (slots[j] >= 0) {
                 int fv = nc + num_fills++;
                 int fi = v->num_code++;
-                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
+                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL};
                 def_val[fi] = fv;
-                for (int q = 0; q < 3; q++) val_of[3 * fi + q] = -1;
+                for (int q = 0; q < 4; q++) val_of[4 * fi + q] = -1;
                 v->patch[v->num_patch++] = (Patch){fi, 0, slots[j]};
                 opval[j] = fv;
                 *fld[j] = 0;
@@ -581,7 +606,7 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         for (int q = 0; q < npatch; q++) pt[q].instr = vi, v->patch[v->num_patch++] = pt[q];
         v->code[vi] = out;
         def_val[vi] = i;
-        for (int q = 0; q < 3; q++) val_of[3 * vi + q] = opval[q];
+        for (int q = 0; q < 4; q++) val_of[4 * vi + q] = opval[q];
         writer[in->dst] = i;
     }
     #undef SLOT_OF
@@ -613,21 +638,21 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
     // before the operands are released (never aliases them)
     for (int q = 0; q < nvals; q++) last_use[q] = -1;
     for (int vi = 0; vi < v->num_code; vi++)
-        for (int q = 0; q < 3; q++)
-            if (val_of[3 * vi + q] >= 0) last_use[val_of[3 * vi + q]] = vi;
+        for (int q = 0; q < 4; q++)
+            if (val_of[4 * vi + q] >= 0) last_use[val_of[4 * vi + q]] = vi;
     int32_t *reg_of = xmalloc(((size_t)nvals + 1) * sizeof *reg_of);
     RegAlloc ra = {xmalloc(((size_t)v->num_code + 1) * sizeof(int32_t)), 0, 0};
     for (int vi = 0; vi < v->num_code; vi++) {
         Instr *in = &v->code[vi];
-        int32_t *fld[3] = {&in->a, &in->b, &in->c};
-        for (int q = 0; q < 3; q++)
-            if (val_of[3 * vi + q] >= 0) *fld[q] = reg_of[val_of[3 * vi + q]];
+        int32_t *fld[4] = {&in->a, &in->b, &in->c, &in->e};
+        for (int q = 0; q < 4; q++)
+            if (val_of[4 * vi + q] >= 0) *fld[q] = reg_of[val_of[4 * vi + q]];
         int d = def_val[vi];
         in->dst = reg_of[d] = reg_take(&ra);
-        for (int q = 0; q < 3; q++) {
-            int u = val_of[3 * vi + q];
+        for (int q = 0; q < 4; q++) {
+            int u = val_of[4 * vi + q];
             int dup = 0;  // an operand read twice is released once
-            for (int r = 0; r < q; r++) dup |= val_of[3 * vi + r] == u;
+            for (int r = 0; r < q; r++) dup |= val_of[4 * vi + r] == u;
             if (u >= 0 && !dup && last_use[u] == vi && !pinned[u]) reg_give(&ra, reg_of[u]);
         }
         if (last_use[d] < 0 && !pinned[d]) reg_give(&ra, in->dst);  // dead (cannot happen: kept for safety)
@@ -693,6 +718,80 @@ static Variant *variant_get(const ExprProgram *cp, uint64_t mask, int build) {
 #define EXPR_NO_CONTRACT
 #endif
 
+// a ? x : y with a all ones or all zeros, by bit masks: no operand can be
+// sunk into a branch (a division under a condition could trap, so the
+// compiler would keep the branch and not vectorise the loop)
+static inline double mask_select(uint64_t a, double x, double y) {
+    uint64_t xb, yb, ob;
+    memcpy(&xb, &x, sizeof xb);
+    memcpy(&yb, &y, sizeof yb);
+    ob = (xb & a) | (yb & ~a);
+    double o;
+    memcpy(&o, &ob, sizeof o);
+    return o;
+}
+static inline uint64_t mask_of(int cond) { return (uint64_t)0 - (uint64_t)cond; }
+
+// The overlap window of n inputs over `lanes` candidates: expr_overlap_n
+// restructured so that it vectorises, with the same value bitwise. Each
+// round is one loop over the lanes; the factor of stream s is picked from
+// by_others by a tree of selects on the other streams' busy flags (no
+// gather), and is +inf for a stream busy alone, which makes its scaled work
+// inf: with fewer than two busy streams w stays inf and becomes 0, and every
+// stream keeps x - 0 / f = x, as with expr_overlap_n's empty window.
+// With all_busy (the table's promise, a constant here) the first round's
+// set is every stream: its factors are constants, no picking.
+static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverlapTable *t, const int n, const int all_busy,
+                                                                const int lanes, double *restrict d,
+                                                                const double *const in[EXPR_OVERLAP_MAX]) {
+    double x[EXPR_OVERLAP_MAX][B];  // (n, lanes) work left per stream between rounds; d: the total so far
+#pragma GCC unroll 4
+    for (int round = 0; round < n - 1; round++)
+        for (int j = 0; j < lanes; j++) {
+            double xs[EXPR_OVERLAP_MAX], f[EXPR_OVERLAP_MAX];
+            uint64_t busy[EXPR_OVERLAP_MAX];
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                xs[s] = round ? x[s][j] : mask_select(mask_of(in[s][j] > EXPR_OVERLAP_EPS), in[s][j], 0.0);
+                busy[s] = round == 0 && all_busy ? ~(uint64_t)0 : mask_of(xs[s] > EXPR_OVERLAP_EPS);
+            }
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                if (round == 0 && all_busy) {
+                    f[s] = t->by_others[s][(1 << (n - 1)) - 1];
+                    continue;
+                }
+                double leaf[EXPR_OVERLAP_SUBSETS / 2];  // halved per other stream: its flag picks the upper half
+#pragma GCC unroll 8
+                for (int k = 0; k < 1 << (n - 1); k++) leaf[k] = t->by_others[s][k];
+#pragma GCC unroll 4
+                for (int m = 0, o = 0; o < n; o++) {
+                    if (o == s) continue;
+#pragma GCC unroll 8
+                    for (int k = 0; k < 1 << (n - 2 - m); k++) leaf[k] = mask_select(busy[o], leaf[2 * k + 1], leaf[2 * k]);
+                    m++;
+                }
+                f[s] = leaf[0];
+            }
+            double w = INFINITY;
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) w = mask_select(busy[s], expr_min2(w, xs[s] * f[s]), w);
+            w = mask_select(mask_of(w < INFINITY), w, 0.0);
+            double total = (round ? d[j] : 0.0) + w;
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                double rest = xs[s] - w / f[s];
+                double left = mask_select(mask_of(xs[s] * f[s] - w > EXPR_OVERLAP_EPS), rest, 0.0);
+                xs[s] = mask_select(busy[s], left, xs[s]);
+                if (round < n - 2) x[s][j] = xs[s];
+            }
+            if (round == n - 2)  // the last round adds what is left
+#pragma GCC unroll 4
+                for (int s = 0; s < n; s++) total += xs[s];
+            d[j] = total;
+        }
+}
+
 // The instructions over the first `lanes` candidates of a block (registers
 // keep their stride B); inlined with a constant lane count, so each loop has
 // a fixed trip count.
@@ -704,6 +803,7 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         const double *restrict a = in->a >= 0 ? regs + (size_t)in->a * B : syms[-in->a - 1];
         const double *restrict b = in->b >= 0 ? regs + (size_t)in->b * B : syms[-in->b - 1];
         const double *restrict c = in->c >= 0 ? regs + (size_t)in->c * B : syms[-in->c - 1];
+        const double *restrict e = in->e >= 0 ? regs + (size_t)in->e * B : syms[-in->e - 1];
         const double k = in->k, k1 = in->k1, k2 = in->k2;
         switch ((ProgOp)in->op) {
         case PI_ADD: LOOP2(a[j] + b[j]); break;
@@ -733,6 +833,24 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         case PI_MAXMUL_KK: LOOP2(expr_max2(a[j] * k, b[j] * k1)); break;
         case PI_MOV: LOOP2(a[j]); break;
         case PI_FILL: LOOP2(k); break;
+        case PI_OVERLAP2: {
+            const double *const src[EXPR_OVERLAP_MAX] = {a, b, a, a};
+            if (in->tbl->all_busy) overlap_lanes(in->tbl, 2, 1, lanes, d, src);
+            else overlap_lanes(in->tbl, 2, 0, lanes, d, src);
+            break;
+        }
+        case PI_OVERLAP3: {
+            const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, a};
+            if (in->tbl->all_busy) overlap_lanes(in->tbl, 3, 1, lanes, d, src);
+            else overlap_lanes(in->tbl, 3, 0, lanes, d, src);
+            break;
+        }
+        case PI_OVERLAP4: {
+            const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, e};
+            if (in->tbl->all_busy) overlap_lanes(in->tbl, 4, 1, lanes, d, src);
+            else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
+            break;
+        }
         case PI_COUNT: break;
         }
     }
@@ -766,6 +884,7 @@ EXPR_NO_CONTRACT static void run_scalar(const Variant *v, double *val, uint64_t 
         if (!(v->scalar_deps[i] & changed) && v->scalar_deps[i]) continue;
         const ScalarInstr *in = &v->scalar[i];
         double a = in->a >= 0 ? val[in->a] : 0, b = in->b >= 0 ? val[in->b] : 0, c = in->c >= 0 ? val[in->c] : 0;
+        double e = in->e >= 0 ? val[in->e] : 0;
         double k = in->k, k1 = in->k1, k2 = in->k2, r = 0;
         switch ((ProgOp)in->op) {
         case PI_ADD: r = a + b; break;
@@ -795,6 +914,9 @@ EXPR_NO_CONTRACT static void run_scalar(const Variant *v, double *val, uint64_t 
         case PI_MAXMUL_KK: r = expr_max2(a * k, b * k1); break;
         case PI_MOV: r = a; break;
         case PI_FILL: r = k; break;
+        case PI_OVERLAP2: r = expr_overlap_n(in->tbl, 2, (const double[EXPR_OVERLAP_MAX]){a, b, 0, 0}); break;
+        case PI_OVERLAP3: r = expr_overlap_n(in->tbl, 3, (const double[EXPR_OVERLAP_MAX]){a, b, c, 0}); break;
+        case PI_OVERLAP4: r = expr_overlap_n(in->tbl, 4, (const double[EXPR_OVERLAP_MAX]){a, b, c, e}); break;
         case PI_COUNT: break;
         }
         val[v->scalar_slot[i]] = r;
