@@ -162,29 +162,61 @@ static Expr affine_b(ExprCtx *x, Expr b, double at1, double at2) {
     return ex_add(x, ex_num(x, at1 - slope), ex_mul(x, ex_num(x, slope), b));
 }
 
-// O at one tp level: scan R's tensors largest first, taking each whose
-// addition keeps the sum <= ao * R. Every size is b times a constant, so the
-// choice depends on ao only and is made on the b = 1 sizes.
-static Expr offload_level(ExprCtx *x, Expr b, Expr ao, const ActLevel *lv) {
-    int order[MAX_REST];
-    for (int i = 0; i < lv->n_rest; i++) order[i] = i;
-    for (int i = 1; i < lv->n_rest; i++)  // insertion sort, largest first (stable)
-        for (int j = i; j > 0 && lv->rest_b[0][order[j]] > lv->rest_b[0][order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
+// O: scan R's tensors largest first, taking each whose addition keeps the
+// sum <= ao * R. Every size is b times a constant, so the choice depends on
+// ao only and is made on the b = 1 sizes.
+//
+// One scan serves every tp level: slot i holds the i-th largest tensor of the
+// level that tp selects (its size and bytes picked by select_tp, constants
+// only, which the search's batches hoist since tp is uniform there), so a
+// stage's program runs the scan once per candidate instead of once per level.
+// A level with fewer tensors pads with size 0: taking it adds +0 to both sums
+// (taken <= budget always), so each level's result is its own scan's, bitwise.
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS]) {
+    double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
+    double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
+    int slots = 0, all_valid = 1;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        if (!lv[l].valid) {
+            all_valid = 0;
+            continue;
         }
-    Expr budget = ex_mul(x, ao, ex_num(x, lv->at_b[0][AC_REST]));
-    Expr taken = ex_num(x, 0), off = ex_num(x, 0), zero = ex_num(x, 0), one = ex_num(x, 1);
-    for (int i = 0; i < lv->n_rest; i++) {
-        double s1 = lv->rest_b[0][order[i]], s2 = lv->rest_b[1][order[i]];
-        if (s1 <= 0) continue;
-        Expr with = ex_add(x, taken, ex_num(x, s1));
-        Expr take = ex_select(x, ex_sub(x, with, budget), zero, one);  // with <= budget
-        taken = ex_add(x, taken, ex_mul(x, take, ex_num(x, s1)));
-        off = ex_add(x, off, ex_mul(x, take, affine_b(x, b, s1, s2)));
+        int order[MAX_REST], n = 0;
+        for (int i = 0; i < lv[l].n_rest; i++)
+            if (lv[l].rest_b[0][i] > 0) order[n++] = i;
+        for (int i = 1; i < n; i++)  // insertion sort, largest first (stable)
+            for (int j = i; j > 0 && lv[l].rest_b[0][order[j]] > lv[l].rest_b[0][order[j - 1]]; j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        for (int i = 0; i < n; i++) {
+            double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
+            size[l][i] = s1;
+            slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as affine_b
+            icpt[l][i] = s1 - slope[l][i];
+        }
+        if (n > slots) slots = n;
     }
-    return off;
+    Expr at[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
+    Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
+    Expr taken = ex_num(x, 0), off = ex_num(x, 0), zero = ex_num(x, 0), one = ex_num(x, 1);
+    for (int i = 0; i < slots; i++) {
+        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS];
+        for (int l = 0; l < MEM_TP_LEVELS; l++)
+            s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
+        Expr si = select_tp(x, tp, s);
+        Expr with = ex_add(x, taken, si);
+        Expr take = ex_select(x, ex_sub(x, with, budget), zero, one);  // with <= budget
+        taken = ex_add(x, taken, ex_mul(x, take, si));
+        off = ex_add(x, off, ex_mul(x, take, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+    }
+    if (all_valid) return off;
+    // a tp the model cannot split into: impossible bytes, as for the other classes
+    Expr per_level[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
+    return select_tp(x, tp, per_level);
 }
 
 // every class of a part (AC_OFFLOAD: O, blocks only) as expressions of b, tp, ao
@@ -194,18 +226,15 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
     if (m.kv_heads <= 0) m.kv_heads = m.heads;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
     Expr at[AC_COUNT][MEM_TP_LEVELS];
+    ActLevel lv[MEM_TP_LEVELS];
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
-        ActLevel lv;
-        act_level(&m, part, 1 << l, sb->me->param_bytes, &lv);
-        for (int c = 0; c < AC_COUNT; c++) {
+        act_level(&m, part, 1 << l, sb->me->param_bytes, &lv[l]);
+        for (int c = 0; c < AC_COUNT; c++)
             // a tp the model cannot split into: impossible bytes, it never fits
-            if (!lv.valid) at[c][l] = ex_num(x, 1e30);
-            else if (c == AC_OFFLOAD)
-                at[c][l] = part == PART_BLOCK ? offload_level(x, b, sb->s[SYM_AO], &lv) : sb->zero;
-            else at[c][l] = affine_b(x, b, lv.at_b[0][c], lv.at_b[1][c]);
-        }
+            at[c][l] = !lv[l].valid ? ex_num(x, 1e30) : affine_b(x, b, lv[l].at_b[0][c], lv[l].at_b[1][c]);
     }
     for (int c = 0; c < AC_COUNT; c++) out[c] = select_tp(x, tp, at[c]);
+    out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
 }
 
 // ---- states of one unit
