@@ -315,6 +315,8 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     me->grad_bytes = elt;
     me->optimizer_bytes = elt == 4 ? 8 : 12;
     me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
+    memory_act_levels(m, PART_BLOCK, elt, me->acts_block);
+    memory_act_levels(m, PART_POST, elt, me->acts_post);
 
     Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");
     // every quantity of the model description is an integer count (elements,

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "models/model.h"
 #include "planner/expr.h"
 #include "planner/optable.h"
 #include "planner/profile.h"
@@ -96,9 +97,25 @@ typedef struct {
     Expr tp_comm_bwd;     // bytes all-reduced over TP in backward
 } PartExprs;
 
+// Activation bytes of a part at one tp level, per TP rank, in the classes the
+// runtime sorts them into (memory.c): the block input X, the rest R kept for
+// backward (and each of R's tensors, for the offload scan), scratch, gradient
+// workspaces, logits and losses. They depend on the model, the sequence and
+// the element size only, so they are tabulated once per configuration.
+#define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
+typedef struct {
+    double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
+    int n_rest;
+    double rest_b[2][MODEL_MAX_ACTS];  // each saved tensor of R, at b = 1 and 2
+    int valid;                         // the model splits over this tp
+} ActLevel;
+void memory_act_levels(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
+
 // The model's symbolic parts for one configuration (cost.c).
 typedef struct {
     PartExprs pre, block, post;
+    ActLevel acts_block[MEM_TP_LEVELS], acts_post[MEM_TP_LEVELS];  // memory_act_levels
     int param_bytes;       // 2 (bf16/fp16) or 4 (fp32)
     int grad_bytes;        // bytes per gradient element
     int optimizer_bytes;   // 12 (fp32 master + m + v) or 8 (m + v, fp32 training)

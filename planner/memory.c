@@ -100,8 +100,6 @@
 #include "models/model.h"
 #include "planner/cost.h"
 
-#define MEM_TP_LEVELS 7  // activation sizes tabulated for tp = 1, 2, 4, ..., 64
-
 // value_at[l] for tp = 2^l; larger tp uses the last level
 static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {
     Expr e = value_at[MEM_TP_LEVELS - 1];
@@ -111,15 +109,7 @@ static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {
 }
 
 // ---- activation classes of a part, per TP rank, as the runtime sorts them
-enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
 enum { MAX_REST = MODEL_MAX_ACTS };
-
-typedef struct {
-    double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
-    int n_rest;
-    double rest_b[2][MAX_REST];  // each saved tensor of R, at b = 1 and 2
-    int valid;                   // the model splits over this tp
-} ActLevel;
 
 static int act_class(ModelPart part, const ActSpec *a) {
     if (part == PART_POST) {
@@ -153,6 +143,12 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, Act
         }
         lv->n_rest = k;
     }
+}
+
+void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]) {
+    ModelConfig m = *model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, elt, &out[l]);
 }
 
 // bytes affine in b through the two samples (every activation is b times a
@@ -222,17 +218,13 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
 // every class of a part (AC_OFFLOAD: O, blocks only) as expressions of b, tp, ao
 static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
-    ModelConfig m = sb->cfg->model;
-    if (m.kv_heads <= 0) m.kv_heads = m.heads;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
+    const ActLevel *lv = part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post;
     Expr at[AC_COUNT][MEM_TP_LEVELS];
-    ActLevel lv[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) {
-        act_level(&m, part, 1 << l, sb->me->param_bytes, &lv[l]);
+    for (int l = 0; l < MEM_TP_LEVELS; l++)
         for (int c = 0; c < AC_COUNT; c++)
             // a tp the model cannot split into: impossible bytes, it never fits
             at[c][l] = !lv[l].valid ? ex_num(x, 1e30) : affine_b(x, b, lv[l].at_b[0][c], lv[l].at_b[1][c]);
-    }
     for (int c = 0; c < AC_COUNT; c++) out[c] = select_tp(x, tp, at[c]);
     out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
 }
