@@ -4,6 +4,12 @@
 #include "models/model.h"
 #include "planner/analyze.h"
 
+int64_t host_capacity_per_rank(const MistConfig *cfg, const HwProfile *hw, int ranks_per_node) {
+    int64_t node = cfg->cluster.host_memory > 0 ? cfg->cluster.host_memory : hw->host_memory_bytes;
+    if (node <= 0) return 0;
+    return node / (ranks_per_node > 0 ? ranks_per_node : 1);
+}
+
 int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
                  char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
@@ -54,6 +60,9 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
     a->world = plan_world_size(plan);
     a->params_total = model_param_count(m);
     a->capacity = cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory : hw->memory_bytes;
+    int gpn = cfg->cluster.gpus_per_node > 0 ? cfg->cluster.gpus_per_node : hw->gpus_per_node;
+    a->ranks_per_node = gpn < a->world ? gpn : a->world;
+    a->host_capacity = host_capacity_per_rank(cfg, hw, a->ranks_per_node);
     snprintf(a->hardware, sizeof a->hardware, "%s", hw->name);
 
     // one stage model per (has_pre, has_post), built when first needed
@@ -83,8 +92,10 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
         stage_eval_scalar(&models[has_pre][has_post], &c, st->out);
         double peak = fmax(st->out[ST_PEAK_FWD], st->out[ST_PEAK_BWD]);
         st->peak = (int64_t)ceil(peak);
-        st->fits = st->peak <= a->capacity;
-        st->shortfall = st->fits ? 0 : st->peak - a->capacity;
+        st->shortfall = st->peak > a->capacity ? st->peak - a->capacity : 0;
+        st->host = (int64_t)ceil(st->out[ST_HOST]);
+        st->host_shortfall = a->host_capacity > 0 && st->host > a->host_capacity ? st->host - a->host_capacity : 0;
+        st->fits = !st->shortfall && !st->host_shortfall;
         if (!st->fits && a->all_fit) {
             a->all_fit = 0;
             a->first_bad = i;
@@ -150,7 +161,8 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, "%-5d %-9s %-7s %3d %-11s %-5d %-23s %11s %11s %11s %11s %s\n", i, layers, mesh, s->sp.b,
                 zero_name(s->sp.zero), s->sp.ckpt, off, seconds(s->out[ST_T], b1, sizeof b1),
                 seconds(s->out[ST_D], b2, sizeof b2), human(s->out[ST_PEAK_FWD], b3, sizeof b3),
-                human(s->out[ST_PEAK_BWD], b4, sizeof b4), s->fits ? "yes" : "NO");
+                human(s->out[ST_PEAK_BWD], b4, sizeof b4),
+                s->fits ? "yes" : !s->host_shortfall ? "NO" : !s->shortfall ? "NO (host)" : "NO (+host)");
     }
     fprintf(f, "\nmemory per rank (dp x tp mesh; dp = data-parallel, tp = tensor-parallel):\n");
     for (int i = 0; i < a->num_stages; i++) {
@@ -169,10 +181,15 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
             a->model_flops, 100 * a->mfu, 100 * a->hfu, a->peak_flops);
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];
-        if (!s->fits)
+        if (s->shortfall)
             fprintf(f, "stage %d does not fit: peak %lld bytes > capacity %lld bytes, short by %lld bytes (%s)\n", i,
                     (long long)s->peak, (long long)a->capacity, (long long)s->shortfall,
                     human((double)s->shortfall, b1, sizeof b1));
+        if (s->host_shortfall)
+            fprintf(f, "stage %d does not fit the host: %lld bytes per rank > %lld bytes (the node's host memory over its "
+                       "%d ranks), short by %lld bytes (%s)\n",
+                    i, (long long)s->host, (long long)a->host_capacity, a->ranks_per_node, (long long)s->host_shortfall,
+                    human((double)s->host_shortfall, b1, sizeof b1));
     }
 }
 
@@ -188,8 +205,9 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if (*c == '"' || *c == '\\') fputc('\\', f);
         if ((unsigned char)*c >= 0x20) fputc(*c, f);
     }
-    fprintf(f, "\", \"capacity_bytes\": %lld, \"world_size\": %d, \"G\": %d, \"global_batch\": %lld, ",
-            (long long)a->capacity, a->world, a->G, (long long)cfg->train.global_batch);
+    fprintf(f, "\", \"capacity_bytes\": %lld, \"host_capacity_bytes\": %lld, \"world_size\": %d, \"G\": %d, "
+               "\"global_batch\": %lld, ",
+            (long long)a->capacity, (long long)a->host_capacity, a->world, a->G, (long long)cfg->train.global_batch);
     fprintf(f, "\"fits\": %s, \"stages\": [", a->all_fit ? "true" : "false");
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];
@@ -202,9 +220,10 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, "\"fwd_first_seconds\": %.17g, \"fwd_other_seconds\": %.17g, \"bwd_last_seconds\": %.17g, "
                    "\"bwd_other_seconds\": %.17g, ",
                 o[ST_FWD_FIRST], o[ST_FWD_OTHER], o[ST_BWD_LAST], o[ST_BWD_OTHER]);
-        fprintf(f, "\"peak_bytes_fwd\": %lld, \"peak_bytes_bwd\": %lld, \"fits\": %s, \"shortfall_bytes\": %lld, ",
+        fprintf(f, "\"peak_bytes_fwd\": %lld, \"peak_bytes_bwd\": %lld, \"fits\": %s, \"shortfall_bytes\": %lld, "
+                   "\"host_shortfall_bytes\": %lld, ",
                 bytes_int(o[ST_PEAK_FWD]), bytes_int(o[ST_PEAK_BWD]), s->fits ? "true" : "false",
-                (long long)s->shortfall);
+                (long long)s->shortfall, (long long)s->host_shortfall);
         fprintf(f, "\"memory\": {\"weights\": %lld, \"grads\": %lld, \"optimizer\": %lld, \"activations\": %lld, ",
                 bytes_int(o[ST_WEIGHTS]), bytes_int(o[ST_GRADS]), bytes_int(o[ST_OPTIMIZER]),
                 bytes_int(o[ST_ACTIVATIONS]));

@@ -17,8 +17,10 @@ typedef struct {
     int p;                        // extra in-flight micro-batches, min(S - i - 1, G - 1)
     double out[ST_OUTPUTS];       // the stage model's outputs (per rank)
     int64_t peak;                 // max(fwd, bwd) peak bytes
-    int fits;
-    int64_t shortfall;            // peak - capacity when it does not fit
+    int fits;                     // device and host both
+    int64_t shortfall;            // peak - capacity when the device does not fit, else 0
+    int64_t host;                 // host bytes per rank
+    int64_t host_shortfall;       // host - host_capacity when the host does not fit, else 0
 } StageAnalysis;
 
 typedef struct {
@@ -26,6 +28,8 @@ typedef struct {
     StageAnalysis stage[MIST_MAX_STAGES];
     int64_t params_total;        // whole model, exact
     int64_t capacity;            // device bytes per rank
+    int64_t host_capacity;       // host bytes per rank; 0 = not checked
+    int ranks_per_node;          // the ranks that share a node's host memory
     double iteration_seconds;    // 1F1B total
     double tokens_per_second;
     double model_flops;          // per iteration, Megatron convention
@@ -37,6 +41,11 @@ typedef struct {
     int first_bad;               // first stage that does not fit, -1 if all fit
     char hardware[64];
 } PlanAnalysis;
+
+// Host bytes each rank may keep (offloaded states and activations, I/O and
+// pipeline buffers): the node's host memory ([cluster] host_memory, else the
+// profile's) shared evenly by the node's ranks; 0 = not checked.
+int64_t host_capacity_per_rank(const MistConfig *cfg, const HwProfile *hw, int ranks_per_node);
 
 // Check the plan against the config (layers, batch, world) and evaluate it.
 // Returns 0, or -1 with err for a plan that is inconsistent (a usage error).

@@ -500,9 +500,11 @@ int stage_model_build_from(StageModel *sm, const StageModelBase *base, const HwP
     for (int k = 0; k < ST_OUTPUTS; k++)
         if (sm->out[k] == EXPR_NONE) sm->out[k] = sb.zero;
     if (flags & STAGE_BUILD_SPLIT) {
-        Expr time[2] = {sm->out[ST_T], sm->out[ST_D]}, peaks[2] = {sm->out[ST_PEAK_FWD], sm->out[ST_PEAK_BWD]};
+        // the memory program: both peaks and the host bytes (the search's fit test)
+        Expr time[2] = {sm->out[ST_T], sm->out[ST_D]};
+        Expr peaks[3] = {sm->out[ST_PEAK_FWD], sm->out[ST_PEAK_BWD], sm->out[ST_HOST]};
         sm->prog_time = expr_compile(sm->ctx, time, 2);
-        sm->prog_peaks = expr_compile(sm->ctx, peaks, 2);
+        sm->prog_peaks = expr_compile(sm->ctx, peaks, 3);
     } else {
         sm->prog = expr_compile(sm->ctx, sm->out, ST_OUTPUTS);
     }
@@ -564,15 +566,15 @@ void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS]
         expr_program_eval(sm->prog, sym_cols, out, n);  // unwanted outputs (NULL) are not written
     } else {
         for (int k = 0; k < ST_OUTPUTS; k++)
-            if (out[k] && k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD) {
+            if (out[k] && k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD && k != ST_HOST) {
                 fprintf(stderr, "planner/cost.c: stage_eval_batch: output '%s' asked of a model built with "
                         "STAGE_BUILD_SPLIT (it computes t, d and the peaks); hint: build it with flags 0\n",
                         stage_output_names[k]);
                 abort();
             }
-        double *time[2] = {out[ST_T], out[ST_D]}, *peaks[2] = {out[ST_PEAK_FWD], out[ST_PEAK_BWD]};
+        double *time[2] = {out[ST_T], out[ST_D]}, *peaks[3] = {out[ST_PEAK_FWD], out[ST_PEAK_BWD], out[ST_HOST]};
         if (time[0] || time[1]) expr_program_eval(sm->prog_time, sym_cols, time, n);
-        if (peaks[0] || peaks[1]) expr_program_eval(sm->prog_peaks, sym_cols, peaks, n);
+        if (peaks[0] || peaks[1] || peaks[2]) expr_program_eval(sm->prog_peaks, sym_cols, peaks, n);
     }
     if (sym_cols != sym_on_stack) free(sym_cols);
 }

@@ -146,7 +146,7 @@ typedef struct {
     ExprCtx *ctx;             // owned
     ExprProgram *prog;        // every output, compiled (NULL in a model built with STAGE_BUILD_SPLIT)
     ExprProgram *prog_time;   // STAGE_BUILD_SPLIT: ST_T and ST_D only
-    ExprProgram *prog_peaks;  // STAGE_BUILD_SPLIT: ST_PEAK_FWD and ST_PEAK_BWD only
+    ExprProgram *prog_peaks;  // STAGE_BUILD_SPLIT: ST_PEAK_FWD, ST_PEAK_BWD and ST_HOST only
     Expr out[ST_OUTPUTS];
     int sym[STAGE_SYMS];      // symbol index in ctx of each stage symbol
     int has_pre, has_post;    // first / last stage of the pipeline

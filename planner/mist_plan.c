@@ -72,7 +72,8 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
     search_stats_print_json(st, so, stdout);
     printf(", \"found\": %s", r->found ? "true" : "false");
     if (!r->found && r->have_closest)
-        printf(", \"closest_stage\": %d, \"shortfall_bytes\": %lld", r->closest_stage, (long long)r->shortfall);
+        printf(", \"closest_stage\": %d, \"shortfall_bytes\": %lld, \"shortfall_memory\": \"%s\"", r->closest_stage,
+               (long long)r->shortfall, r->closest_host ? "host" : "device");
     printf("}}\n");
 }
 
@@ -112,6 +113,7 @@ static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const O
     static MistConfig c2;
     c2 = *cfg;
     c2.cluster.device_memory = r.capacity;
+    c2.cluster.nodes = so->nodes, c2.cluster.gpus_per_node = so->gpus_per_node;  // the ranks sharing a node's host
     if (shown && plan_analyze(&an, &c2, shown, hw, table, err, sizeof err) != 0) {
         fprintf(stderr, "mist-plan: internal error: the search's plan does not analyze: %s\n", err);
         return 1;
@@ -293,10 +295,15 @@ int main(int argc, char **argv) {
     else analysis_print_text(&an, &cfg, stdout);
     if (!an.all_fit) {
         for (int i = 0; i < an.num_stages; i++)
-            if (!an.stage[i].fits)
+            if (an.stage[i].shortfall)
                 fprintf(stderr, "mist-plan: stage %d (layers %d-%d) does not fit: needs %lld bytes, has %lld, short by %lld bytes\n",
                         i, an.stage[i].first_layer, an.stage[i].last_layer, (long long)an.stage[i].peak,
                         (long long)an.capacity, (long long)an.stage[i].shortfall);
+            else if (an.stage[i].host_shortfall)
+                fprintf(stderr, "mist-plan: stage %d (layers %d-%d) does not fit the host: needs %lld bytes per rank, "
+                        "has %lld, short by %lld bytes (hint: less offloading, or [cluster] host_memory if the nodes "
+                        "have more)\n", i, an.stage[i].first_layer, an.stage[i].last_layer, (long long)an.stage[i].host,
+                        (long long)an.host_capacity, (long long)an.stage[i].host_shortfall);
         return 3;
     }
     return 0;

@@ -133,6 +133,13 @@ static int handler(void *user, const char *sec, const char *key, const char *val
             p->memory_bytes = (int64_t)x;
             return 1;
         }
+        if (!strcmp(key, "host_memory_gib")) {
+            double x;
+            if (parse_numbers(val, &x, 1) != 1 || !(x >= 0) || !isfinite(x))
+                return fail(pp, sec, key, val, "expected GiB of host memory per node >= 0 (0 = not checked)");
+            p->host_memory_bytes = (int64_t)(x * GiB);
+            return 1;
+        }
         if (!strcmp(key, "gpus_per_node")) {
             char *end;
             long n = strtol(val, &end, 10);
@@ -141,7 +148,7 @@ static int handler(void *user, const char *sec, const char *key, const char *val
             return 1;
         }
         if (!strcmp(key, "launch_us")) return one_positive(pp, sec, key, val, 1e-6, &p->launch_seconds);
-        return fail(pp, sec, key, val, "unknown key (allowed: base, name, memory_gib, gpus_per_node, launch_us)");
+        return fail(pp, sec, key, val, "unknown key (allowed: base, name, memory_gib, host_memory_gib, gpus_per_node, launch_us)");
     }
     if (!strcmp(sec, "compute")) {
         if (!strcmp(key, "peak_tflops_bf16")) return one_positive(pp, sec, key, val, 1e12, &p->peak_flops[DT_BF16]);
@@ -231,8 +238,8 @@ int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errle
 }
 
 void profile_write_ini(const HwProfile *p, FILE *f) {
-    fprintf(f, "[profile]\nname = %s\nmemory_gib = %.6g\ngpus_per_node = %d\nlaunch_us = %.6g\n\n", p->name,
-            p->memory_bytes / GiB, p->gpus_per_node, p->launch_seconds * 1e6);
+    fprintf(f, "[profile]\nname = %s\nmemory_gib = %.6g\nhost_memory_gib = %.9g\ngpus_per_node = %d\nlaunch_us = %.6g\n\n",
+            p->name, p->memory_bytes / GiB, p->host_memory_bytes / GiB, p->gpus_per_node, p->launch_seconds * 1e6);
     fprintf(f, "[compute]\npeak_tflops_bf16 = %.6g\npeak_tflops_fp16 = %.6g\npeak_tflops_fp32 = %.6g\n",
             p->peak_flops[DT_BF16] / 1e12, p->peak_flops[DT_FP16] / 1e12, p->peak_flops[DT_FP32] / 1e12);
     fprintf(f, "flops_efficiency = %.6g\nmemory_bandwidth_gbps = %.6g\nbandwidth_efficiency = %.6g\n\n",

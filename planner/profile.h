@@ -35,6 +35,9 @@ typedef struct {
 typedef struct {
     char name[64];            // preset name or file path
     int64_t memory_bytes;     // usable device memory per device
+    // host memory per node that the ranks' host buffers (offloaded states and
+    // activations, pinned staging) may take; 0 = not checked
+    int64_t host_memory_bytes;
     double peak_flops[DT_COUNT];   // dense peak FLOP/s per compute dtype
     double flops_efficiency;       // achievable fraction of peak for large matmuls
     double mem_bandwidth;          // device memory bytes/s (HBM / GDDR)

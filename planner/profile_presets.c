@@ -86,6 +86,7 @@ static void preset_l4(HwProfile *p) {
     p->mem_bandwidth = 300 * GB;  // GDDR6
     p->launch_seconds = 5e-6;
     p->gpus_per_node = 8;
+    p->host_memory_bytes = (int64_t)(0.9 * 384 * GB);  // 8 x L4 node (GCP g2-standard-96), 10% left to the OS
     // Mist's fits, k in GiB/s: one node 2/4/8 GPUs; 2 nodes; 4 nodes (PCIe, no NVLink).
     const LinkFit n1[4] = {{4.5 * GiB, 0}, {2.964 * GiB, 1e-4}, {4.1635 * GiB, 4e-4}, {4.6832 * GiB, 3e-4}};
     const LinkFit n2[4] = {{0.4895 * GiB, 0.0045}, {0.9791 * GiB, 0.0076}, {1.7183 * GiB, 0}, {3.3215 * GiB, 0.0013}};
@@ -124,9 +125,10 @@ static void nvlink_slowdowns(HwProfile *p) {
     set_pairwise_slowdowns(p, pen);
 }
 
-static void preset_a100(HwProfile *p, const char *name, double mem_gib, double hbm) {
+static void preset_a100(HwProfile *p, const char *name, double mem_gib, double hbm, double host_gb) {
     common_defaults(p, name);
     p->memory_bytes = (int64_t)(mem_gib * GiB);
+    p->host_memory_bytes = (int64_t)(0.9 * host_gb * GB);  // 10% left to the OS
     p->peak_flops[DT_BF16] = 312 * TFLOPS;  // datasheet dense tensor
     p->peak_flops[DT_FP16] = 312 * TFLOPS;
     p->peak_flops[DT_FP32] = 19.5 * TFLOPS;  // non-tensor fp32
@@ -155,6 +157,7 @@ static void preset_a100(HwProfile *p, const char *name, double mem_gib, double h
 static void preset_hopper(HwProfile *p, const char *name, double mem_gib, double hbm) {
     common_defaults(p, name);
     p->memory_bytes = (int64_t)(mem_gib * GiB);
+    p->host_memory_bytes = (int64_t)(0.9 * 2048 * GB);  // DGX H100 / H200: 2 TB, 10% left to the OS
     p->peak_flops[DT_BF16] = 989 * TFLOPS;
     p->peak_flops[DT_FP16] = 989 * TFLOPS;
     p->peak_flops[DT_FP32] = 67 * TFLOPS;
@@ -174,6 +177,7 @@ static void preset_hopper(HwProfile *p, const char *name, double mem_gib, double
 static void preset_cpu(HwProfile *p) {
     common_defaults(p, "cpu");
     p->memory_bytes = (int64_t)(4 * GiB);
+    p->host_memory_bytes = 0;  // "device" and host are the same memory: memory_bytes is the check
     p->peak_flops[DT_FP32] = 50e9;   // one core, AVX2 FMA, order of magnitude
     p->peak_flops[DT_BF16] = 10e9;   // bf16 is converted to fp32 around each op
     p->peak_flops[DT_FP16] = 10e9;
@@ -191,8 +195,9 @@ static void preset_cpu(HwProfile *p) {
 
 int profile_preset(HwProfile *p, const char *name) {
     if (!strcmp(name, "l4")) preset_l4(p);
-    else if (!strcmp(name, "a100-40g")) preset_a100(p, name, 40, 1555 * GB);
-    else if (!strcmp(name, "a100-80g")) preset_a100(p, name, 80, 2039 * GB);
+    // host: 8-GPU nodes a2-highgpu-8g (680 GB) and a2-ultragpu-8g (1360 GB)
+    else if (!strcmp(name, "a100-40g")) preset_a100(p, name, 40, 1555 * GB, 680);
+    else if (!strcmp(name, "a100-80g")) preset_a100(p, name, 80, 2039 * GB, 1360);
     else if (!strcmp(name, "h100-80g")) preset_hopper(p, name, 80, 3350 * GB);
     else if (!strcmp(name, "h200")) preset_hopper(p, name, 140, 4800 * GB);  // 141 GB HBM3e, ~140 GiB usable
     else if (!strcmp(name, "cpu")) preset_cpu(p);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "planner/analyze.h"
 #include "planner/milp.h"
 #include "planner/pareto.h"
 #include "planner/search_internal.h"
@@ -308,12 +309,14 @@ static int closest_plan(Search *s, SearchResult *r) {
                 pl.G = G;
                 pl.num_stages = S;
                 int64_t worst = INT64_MIN;
-                int worst_stage = 0;
+                int worst_stage = 0, worst_host = 0;
                 for (int i = 0; i < S; i++) {
                     int l = s->L / S + (i >= S - s->L % S);  // the extra blocks go to the last stages (fewer in flight)
                     int ck = s->rules.no_ckpt ? 0 : l;
-                    int64_t best_peak = INT64_MAX;
-                    int best_z = 0, best_mask = 0;
+                    // the (ZeRO, offload corner) whose larger excess, of device or of host memory,
+                    // is the least
+                    int64_t stage_short = INT64_MAX;
+                    int best_z = 0, best_mask = 0, best_host = 0;
                     for (int z = 0; z < 4; z++) {
                         if (!(s->rules.zero_mask >> z & 1)) continue;
                         for (int mask = 0; mask < (s->rules.offload ? 16 : 1); mask++) {
@@ -322,14 +325,18 @@ static int closest_plan(Search *s, SearchResult *r) {
                             search_set_row(s, 0, &meshes[mi], (int)(s->B / per), z, ck, mask & 1, (mask >> 1) & 1,
                                            (mask >> 2) & 1, (mask >> 3) & 1, G, stage_p(i, S, G), l);
                             search_eval(s, m, 1, EVAL_PEAKS);
-                            int64_t peak = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0]));
-                            if (peak < best_peak) best_peak = peak, best_z = z, best_mask = mask;
+                            int64_t dev = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0])) -
+                                          s->capacity;
+                            int64_t host = s->host_capacity > 0 ? (int64_t)ceil(s->outs[ST_HOST][0]) - s->host_capacity
+                                                                : INT64_MIN;
+                            int64_t worse = dev >= host ? dev : host;
+                            if (worse < stage_short) stage_short = worse, best_z = z, best_mask = mask, best_host = host > dev;
                         }
                     }
                     pl.stage[i] = (StagePlan){l, meshes[mi].dp, meshes[mi].tp, (int)(s->B / per), best_z, ck,
                                               best_mask & 1, (best_mask >> 1) & 1, (best_mask >> 2) & 1,
                                               (best_mask >> 3) & 1};
-                    if (best_peak - s->capacity > worst) worst = best_peak - s->capacity, worst_stage = i;
+                    if (stage_short > worst) worst = stage_short, worst_stage = i, worst_host = best_host;
                 }
                 if (worst < best_short) {
                     best_short = worst;
@@ -337,6 +344,7 @@ static int closest_plan(Search *s, SearchResult *r) {
                     r->closest = pl;
                     r->closest_stage = worst_stage;
                     r->shortfall = worst;
+                    r->closest_host = worst_host;
                 }
             }
         }
@@ -445,16 +453,21 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     stats->lp_agrees = -1;
     static Search s;  // model cache: keep it off the stack
     memset(&s, 0, sizeof s);
-    s.cfg = cfg, s.hw = hw, s.table = table, s.opt = opt, s.stats = stats;
+    s.cluster_cfg = *cfg;
+    s.cluster_cfg.cluster.nodes = opt->nodes, s.cluster_cfg.cluster.gpus_per_node = opt->gpus_per_node;
+    cfg = s.cfg = &s.cluster_cfg;
+    s.hw = hw, s.table = table, s.opt = opt, s.stats = stats;
     s.L = cfg->model.layers;
     s.B = cfg->train.global_batch;
     s.N = opt->nodes * opt->gpus_per_node;
     s.capacity = opt->capacity > 0 ? opt->capacity
                  : cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory
                                                   : hw->memory_bytes;
+    s.host_capacity = host_capacity_per_rank(cfg, hw, opt->gpus_per_node);
     s.incumbent = INFINITY;
     s.t_start = search_now();
     result->capacity = s.capacity;
+    result->host_capacity = s.host_capacity;
     if (opt->nodes < 1 || opt->gpus_per_node < 1) {
         snprintf(err, errlen, "search: %d node(s) x %d GPU(s) per node; allowed: both >= 1", opt->nodes,
                  opt->gpus_per_node);
@@ -564,10 +577,13 @@ void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) 
     }
     const Plan *p = &r->closest;
     const StagePlan *w = &p->stage[r->closest_stage];
-    fprintf(f, "no plan fits in %.2f GiB per device. Closest: %d stage(s), G = %d, stage %d (%d layers, mesh %dx%d, "
-               "b %d, zero %d, ckpt %d, offload %.2g/%.2g/%.2g/%.2g) is short by %lld bytes (%.2f GiB).\n",
-            r->capacity / 1073741824.0, p->num_stages, p->G, r->closest_stage, w->layers, w->dp, w->tp, w->b, w->zero,
-            w->ckpt, w->wo, w->go, w->oo, w->ao, (long long)r->shortfall, r->shortfall / 1073741824.0);
+    char host[96] = "";
+    if (r->host_capacity > 0) snprintf(host, sizeof host, " and %.2f GiB of host memory per rank", r->host_capacity / 1073741824.0);
+    fprintf(f, "no plan fits in %.2f GiB per device%s. Closest: %d stage(s), G = %d, stage %d (%d layers, mesh %dx%d, "
+               "b %d, zero %d, ckpt %d, offload %.2g/%.2g/%.2g/%.2g) is short by %lld bytes (%.2f GiB) of %s memory.\n",
+            r->capacity / 1073741824.0, host, p->num_stages, p->G, r->closest_stage, w->layers, w->dp, w->tp, w->b,
+            w->zero, w->ckpt, w->wo, w->go, w->oo, w->ao, (long long)r->shortfall, r->shortfall / 1073741824.0,
+            r->closest_host ? "host" : "device");
     fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
                "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
 }

@@ -51,7 +51,7 @@ void search_options_default(SearchOptions *o, const MistConfig *cfg);
 
 typedef struct {
     long long candidates;          // stage configurations evaluated (one per batch column)
-    long long candidates_fit;      // of those, within device memory
+    long long candidates_fit;      // of those, within device (and host) memory
     long long time_evaluations;    // of those, rows whose time (t, d) was evaluated (the rest: memory only)
     long long classes;             // batched evaluations: (G, mesh, layers, ckpt / in-flight) groups
     long long frontiers;           // (stage position, layer count) frontiers built
@@ -79,7 +79,9 @@ typedef struct {
     Plan closest;
     int closest_stage;         // its stage that misses by the most
     int64_t shortfall;         // bytes over capacity on that stage
+    int closest_host;          // 1: that shortfall is of host memory (per rank), 0: of device memory
     int64_t capacity;          // the capacity searched against
+    int64_t host_capacity;     // host bytes per rank searched against (analyze.h); 0 = not checked
 } SearchResult;
 
 // Search. Returns 0 when a plan fits (result->found), 3 when nothing in the

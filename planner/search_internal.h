@@ -48,13 +48,17 @@ typedef struct {
 } SpaceRules;
 
 typedef struct Search {
-    const MistConfig *cfg;
+    const MistConfig *cfg;  // = &cluster_cfg
+    // the configuration with [cluster] nodes and gpus_per_node set to the searched cluster:
+    // the cost model's collective group shapes and the mesh enumeration must agree
+    MistConfig cluster_cfg;
     const HwProfile *hw;
     const OpTable *table;
     const SearchOptions *opt;
     SearchStats *stats;
     SpaceRules rules;
     int64_t capacity;
+    int64_t host_capacity;  // per rank; 0 = not checked (then ST_HOST is not evaluated)
     int L;               // model blocks
     int64_t B;           // global batch
     int N;               // devices
@@ -98,6 +102,10 @@ int search_reserve(Search *s, size_t n);
 // a model's work and does not depend on p, so the search asks for the peaks
 // alone wherever only fitting matters and for times only where they are new.
 enum { EVAL_TIME = 1, EVAL_PEAKS = 2, EVAL_BOTH = 3 };
+// Row i of the last EVAL_PEAKS batch within device memory alone, and within
+// device and host memory (the host check only where host_capacity is set).
+int search_row_fits_device(const Search *s, size_t i);
+int search_row_fits(const Search *s, size_t i);
 void search_eval(Search *s, StageModel *m, size_t n, int what);
 // copy row from to row to of the batch columns
 void search_copy_row(Search *s, size_t to, size_t from);

@@ -78,7 +78,7 @@ int search_reserve(Search *s, size_t n) {
         s->cols[i] = p;
     }
     for (int k = 0; k < ST_OUTPUTS; k++) {
-        if (k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD) continue;
+        if (k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD && k != ST_HOST) continue;
         double *p = realloc(s->outs[k], cap * sizeof *p);
         if (!p) goto oom;
         s->outs[k] = p;
@@ -95,6 +95,7 @@ void search_eval(Search *s, StageModel *m, size_t n, int what) {
     double *outs[ST_OUTPUTS] = {0};
     if (what & EVAL_TIME) outs[ST_T] = s->outs[ST_T], outs[ST_D] = s->outs[ST_D];
     if (what & EVAL_PEAKS) outs[ST_PEAK_FWD] = s->outs[ST_PEAK_FWD], outs[ST_PEAK_BWD] = s->outs[ST_PEAK_BWD];
+    if ((what & EVAL_PEAKS) && s->host_capacity > 0) outs[ST_HOST] = s->outs[ST_HOST];
     double t0 = search_now();
     stage_eval_batch(m, (const double *const *)s->cols, outs, n);
     s->stats->eval_seconds += search_now() - t0;
@@ -133,10 +134,20 @@ void search_set_row(Search *s, size_t i, const Mesh *me, int b, int zero, int ck
     c[SYM_L][i] = l;
 }
 
-static int row_fits(const Search *s, size_t i) {
+int search_row_fits_device(const Search *s, size_t i) {
     double peak = fmax(s->outs[ST_PEAK_FWD][i], s->outs[ST_PEAK_BWD][i]);
     return (int64_t)ceil(peak) <= s->capacity;
 }
+
+// Host bytes grow with every offload ratio and with p, so where device
+// memory alone is monotone in a direction, so is this predicate except along
+// an offload line (device memory falls, host memory rises): grid_lines
+// settles a line on device memory and checks the host at the settled step.
+int search_row_fits(const Search *s, size_t i) {
+    return search_row_fits_device(s, i) && (s->host_capacity <= 0 || (int64_t)ceil(s->outs[ST_HOST][i]) <= s->host_capacity);
+}
+
+static int row_fits(const Search *s, size_t i) { return search_row_fits(s, i); }
 
 // G*t + max(0, d, rest) <= incumbent: the candidate can still be part of a
 // better plan (rest = tau * (L - l): a lower bound on the other stages' summed t)
@@ -318,7 +329,7 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         size_t kept = 0;
         for (size_t i = 0; i < n; i++) {
             Line L = ln[i];
-            int fit = row_fits(s, i), settled = 0;
+            int fit = search_row_fits_device(s, i), settled = 0;
             if (fit) s->stats->candidates_fit++;
             if (L.state == 0) {
                 if (fit) L.hi = L.lo, settled = 1;
@@ -347,6 +358,20 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
             ln[kept++] = L;
         }
         n = kept;
+    }
+    // The host at each settled step: device memory alone settled the lines, and the least step
+    // that fits the device holds the least host memory of those that do (host bytes grow with the
+    // line's ratio), so a settled point over the host budget leaves its line nothing at that level
+    // (nor at a larger p: both memories grow with p).
+    if (s->host_capacity > 0 && ns) {
+        if (search_reserve(s, ns) != 0) goto oom;
+        for (size_t i = 0; i < ns; i++)
+            line_row(s, i, &info[st[i].id], dim, st[i].hi, z, meshes, cells, G, plist[st[i].k]);
+        search_eval(s, mm, ns, EVAL_PEAKS);
+        size_t kept = 0;
+        for (size_t i = 0; i < ns; i++)
+            if (search_row_fits(s, i)) st[kept++] = st[i];
+        ns = kept;
     }
     // the times of the settled steps, each (line, step) once; rows in line order (lines are in
     // cell order), so a block of the batch mostly shares its cell's symbols, which the engine
@@ -483,7 +508,7 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
             for (int x = 0; x < nc; x++) {
                 int fits = 0;
                 if (k0[x] < np)
-                    for (int a = 1; a <= na; a++) fits |= row_fits(s, n++);
+                    for (int a = 1; a <= na; a++) fits |= search_row_fits_device(s, n++);  // host: more offload, more host
                 cell_ok[mask * nc + x] = fits;
             }
         }

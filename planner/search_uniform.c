@@ -22,9 +22,7 @@ typedef struct {
     double t[3], d[3];
 } URow;
 
-static int fits_row(const Search *s, size_t i) {
-    return (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][i], s->outs[ST_PEAK_BWD][i])) <= s->capacity;
-}
+static int fits_row(const Search *s, size_t i) { return search_row_fits(s, i); }
 
 int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T) {
     const SpaceRules *R = &s->rules;

@@ -102,8 +102,8 @@ int main(int argc, char **argv) {
     }
     Backend *be = NULL;
     char device[160] = "cpu";
-    const char *force = getenv("MIST_DEVICE");
 #ifdef HAVE_CUDA
+    const char *force = getenv("MIST_DEVICE");  // "cpu": time the CPU backend on a GPU machine
     if (!force || strcmp(force, "cpu")) {
         be = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
         if (be) snprintf(device, sizeof device, "cuda:0");

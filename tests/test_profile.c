@@ -48,6 +48,18 @@ int main(void) {
     ok(near(p.mem_bandwidth, 4.8e12, 0, 1e-12, "h200 hbm"), "h200: 4.8 TB/s");
     profile_preset(&p, "a100-40g");
     ok(near(p.coll[0][1].k, 139.04 * GiB, 0, 1e-12, "a100 1x2"), "a100: one node 2 GPUs k = 139.04 GiB/s");
+    // host memory per node: the presets' 8-GPU nodes less 10%; the cpu preset does not check it
+    const struct { const char *name; double gb; } host[] = {
+        {"l4", 384}, {"a100-40g", 680}, {"a100-80g", 1360}, {"h100-80g", 2048}, {"h200", 2048}, {"cpu", 0}};
+    int host_ok = 1;
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+        profile_preset(&p, host[i].name);
+        if (p.host_memory_bytes != (int64_t)(0.9 * host[i].gb * 1e9)) {
+            diag("%s: host_memory_bytes %lld", host[i].name, (long long)p.host_memory_bytes);
+            host_ok = 0;
+        }
+    }
+    ok(host_ok, "host memory per node: 0.9 x 384 / 680 / 1360 / 2048 / 2048 GB, cpu not checked");
 
     // shape index: log2 rounded up, clamped
     ok(profile_shape_index(1) == 0 && profile_shape_index(2) == 1 && profile_shape_index(3) == 2 &&
@@ -88,15 +100,17 @@ int main(void) {
             same &= fabs(a.coll[n][g].k - b.coll[n][g].k) <= 1e-6 * a.coll[n][g].k && a.coll[n][g].beta == b.coll[n][g].beta;
     for (unsigned m = 0; m < STREAM_SUBSETS && same; m++)
         for (int s = 0; s < STREAM_COUNT; s++) same &= fabs(a.slowdown[m][s] - b.slowdown[m][s]) < 1e-9;
+    same &= llabs(a.host_memory_bytes - b.host_memory_bytes) < 4096 && a.host_memory_bytes > 0;
     ok(same && fabs(a.h2d.k - b.h2d.k) < 1e-6 * a.h2d.k, "a written profile reads back the same");
 
     // a file starting from a preset, overriding some fields
     const char *pf = write_file("mine.ini",
-                                "[profile]\nbase = a100-80g\nmemory_gib = 70\n[collective]\n2x8 = 25 1e-4\n"
+                                "[profile]\nbase = a100-80g\nmemory_gib = 70\nhost_memory_gib = 500\n[collective]\n2x8 = 25 1e-4\n"
                                 "[interference]\nC+N = 1.3 1.05\n[host]\nh2d = 20 1e-5\n");
     rc = profile_load(&p, pf, err, sizeof err);
     if (rc) diag("%s", err);
-    ok(rc == 0 && p.memory_bytes == (int64_t)(70 * GiB) && near(p.coll[1][3].k, 25e9, 0, 1e-12, "2x8") &&
+    ok(rc == 0 && p.memory_bytes == (int64_t)(70 * GiB) && p.host_memory_bytes == (int64_t)(500 * GiB) &&
+           near(p.coll[1][3].k, 25e9, 0, 1e-12, "2x8") &&
            p.slowdown[3][STREAM_C] == 1.3 && p.slowdown[3][STREAM_N] == 1.05 && p.h2d.k == 20e9 &&
            near(p.peak_flops[DT_BF16], 312e12, 0, 1e-12, "base peak"),
        "profile file overrides fields of its base preset");
@@ -114,6 +128,10 @@ int main(void) {
     pf = write_file("bad4.ini", "[profile]\nmemory_gib = 10\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "peak_tflops_bf16"), "a file without base must give the peaks (%s)", err);
+    pf = write_file("bad6.ini", "[profile]\nbase = l4\nhost_memory_gib = -4\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "bad6.ini:3:") && strstr(err, "host_memory_gib") && strstr(err, ">= 0"),
+       "a negative host_memory_gib is an error naming it (%s)", err);
     pf = write_file("bad5.ini", "[collective]\n3x8 = 10 0\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, ":2:") && strstr(err, "3x8"), "group shapes must be powers of two (%s)", err);

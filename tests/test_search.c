@@ -41,7 +41,7 @@ static int load(MistConfig *cfg, const char *example, const char *const *ov, int
 
 // ---------------------------------------------------------------- exhaustive
 typedef struct {
-    double t, d, peak;
+    double t, d, peak, host;
     StagePlan sp;
 } Choice;
 
@@ -58,6 +58,7 @@ typedef struct {
     const MistConfig *cfg;
     StageModel model[4];  // general models per kind (has_pre | has_post << 1)
     int64_t capacity;
+    int64_t host_capacity;  // per rank; 0 = not checked
     int N, gpn, max_stages, wg, oa;
     double best;
     Plan best_plan;
@@ -79,7 +80,9 @@ static int list_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choic
     Choice *v = malloc((size_t)(ev->count + 1) * sizeof *v);
     int cnt = 0;
     for (int i = 0; i < ev->count; i++)
-        if ((int64_t)ceil(ev->v[i].peak) <= e->capacity) v[cnt++] = ev->v[i];
+        if ((int64_t)ceil(ev->v[i].peak) <= e->capacity &&
+            (e->host_capacity <= 0 || (int64_t)ceil(ev->v[i].host) <= e->host_capacity))
+            v[cnt++] = ev->v[i];
     *out = v;
     return cnt;
 }
@@ -106,7 +109,7 @@ static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, C
                                 stage_eval_scalar(&e->model[kind], &sc, out);
                                 if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
                                 v[cnt++] = (Choice){out[ST_T], out[ST_D], fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]),
-                                                    {l, dp, tp, b, z, c, sc.wo, sc.go, sc.oo, sc.ao}};
+                                                    out[ST_HOST], {l, dp, tp, b, z, c, sc.wo, sc.go, sc.oo, sc.ao}};
                             }
     }
     *out = v;
@@ -193,15 +196,33 @@ static void test_exhaustive(void) {
     double out[ST_OUTPUTS];
     stage_eval_scalar(&e.model[3], &plain, out);
     double base = fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]);
-    const double fractions[] = {4.0, 0.8, 0.55, 0.4, 0.05};
+    // and the host bytes of the same plan with every ratio offloaded scale the host capacities
+    // (0: the profile's, which does not bind here); the host cases need offloading and limit it
+    StageConfig all_off = {cfg.model.layers, 2, 2, 1, 0, 0, 1, 0, 1, 1, 1, 1};
+    stage_eval_scalar(&e.model[3], &all_off, out);
+    double hbase = out[ST_HOST];
+    const struct { double dev, host; } fractions[] = {{4.0, 0}, {0.8, 0}, {0.55, 0}, {0.4, 0}, {0.05, 0},
+                                                      {0.55, 0.5}, {0.4, 0.5}, {0.4, 0.25}, {0.4, 0.02}, {0.4, 0.00001}};
     const struct { int N, gpn, max_stages; } shapes[] = {{2, 2, 2}, {4, 2, 2}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         for (int i = 0; i < ncache; i++) free(cache[i].v);
         ncache = 0;
+        // the enumeration's models for this cluster shape (its collective groups), as the search's
+        cfg.cluster.nodes = shapes[si].N / shapes[si].gpn, cfg.cluster.gpus_per_node = shapes[si].gpn;
+        for (int k = 0; k < 4; k++) {
+            stage_model_free(&e.model[k]);
+            if (stage_model_build(&e.model[k], &cfg, &hw, NULL, k & 1, k >> 1, err, sizeof err)) {
+                ok(0, "exhaustive: stage model builds: %s", err);
+                return;
+            }
+        }
         for (size_t fi = 0; fi < sizeof fractions / sizeof fractions[0]; fi++) {
             e.N = shapes[si].N, e.gpn = shapes[si].gpn, e.max_stages = shapes[si].max_stages;
             e.wg = 1, e.oa = 2;
-            e.capacity = (int64_t)(base * fractions[fi]);
+            e.capacity = (int64_t)(base * fractions[fi].dev);
+            // [cluster] host_memory is per node: gpn ranks share it
+            cfg.cluster.host_memory = (int64_t)(hbase * fractions[fi].host) * e.gpn;
+            e.host_capacity = host_capacity_per_rank(&cfg, &hw, e.gpn);  // host 0: the profile's
             e.plans = 0;
             double want = exhaustive(&e);
             SearchOptions so;
@@ -214,20 +235,26 @@ static void test_exhaustive(void) {
             SearchStats st;
             int rc = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
             if (isinf(want)) {
-                ok(rc == 3 && !r.found && r.have_closest && r.shortfall > 0,
-                   "exhaustive N=%d cap %.2fx: nothing fits in %lld plans, search says 3 (rc %d, short %lld)", e.N,
-                   fractions[fi], e.plans, rc, (long long)r.shortfall);
+                // the closest plan misses on the host where only the host capacity is below the base plan's
+                int host_short = fractions[fi].dev >= 0.4 && fractions[fi].host > 0;
+                ok(rc == 3 && !r.found && r.have_closest && r.shortfall > 0 && r.closest_host == host_short,
+                   "exhaustive N=%d cap %.2fx host %gx: nothing fits in %lld plans, search says 3 (rc %d, short %lld "
+                   "of %s memory)", e.N, fractions[fi].dev, fractions[fi].host, e.plans, rc, (long long)r.shortfall,
+                   r.closest_host ? "host" : "device");
                 continue;
             }
             static PlanAnalysis an;
             static MistConfig c2;
             c2 = cfg;
             c2.cluster.device_memory = e.capacity;
+            c2.cluster.nodes = e.N / e.gpn, c2.cluster.gpus_per_node = e.gpn;
             int arc = rc == 0 ? plan_analyze(&an, &c2, &r.plan, &hw, NULL, err, sizeof err) : -1;
             int good = rc == 0 && arc == 0 && an.all_fit && fabs(an.iteration_seconds - want) <= 1e-12 * want &&
                        fabs(r.iteration_seconds - want) <= 1e-12 * want;
-            ok(good, "exhaustive N=%d cap %.2fx: search %.15g s (analyzed %.15g) == enumeration %.15g s over %lld plans",
-               e.N, fractions[fi], r.iteration_seconds, arc == 0 ? an.iteration_seconds : NAN, want, e.plans);
+            ok(good && r.host_capacity == e.host_capacity,
+               "exhaustive N=%d cap %.2fx host %gx: search %.15g s (analyzed %.15g) == enumeration %.15g s over %lld "
+               "plans", e.N, fractions[fi].dev, fractions[fi].host, r.iteration_seconds,
+               arc == 0 ? an.iteration_seconds : NAN, want, e.plans);
             if (!good) diag("rc %d arc %d err %s", rc, arc, err);
         }
     }
