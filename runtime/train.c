@@ -222,6 +222,11 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     } else if (root) {
         printf("mist: predicted iteration %.4g ms on hardware profile %s (peak %.4g FLOP/s per device; MFU and "
                "HFU below are against it)\n", 1e3 * flops.predicted_seconds, flops.hardware, flops.peak_flops);
+        // the machine may have more than the profile says: warn, the allocations decide
+        if (flops.misfit[0])
+            printf("mist: warning: the plan does not fit hardware profile %s: %s (hint: mist-plan %s --analyze; "
+                   "[cluster] device_memory and host_memory say what the machines have)\n", flops.hardware,
+                   flops.misfit, cfg->source);
     }
     if (root) fflush(stdout);
     r->comm = comm;

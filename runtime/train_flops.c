@@ -26,6 +26,15 @@ int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err,
     f->peak_flops = an.peak_flops;
     f->predicted_seconds = an.iteration_seconds;
     snprintf(f->hardware, sizeof f->hardware, "%s", hw.name);
+    if (!an.all_fit) {
+        const StageAnalysis *s = &an.stage[an.first_bad];
+        if (s->shortfall)
+            snprintf(f->misfit, sizeof f->misfit, "stage %d needs %lld device bytes per rank, the profile has %lld",
+                     an.first_bad, (long long)s->peak, (long long)an.capacity);
+        else
+            snprintf(f->misfit, sizeof f->misfit, "stage %d needs %lld host bytes per rank, its share of the node is %lld",
+                     an.first_bad, (long long)s->host, (long long)an.host_capacity);
+    }
     return 0;
 }
 

@@ -13,6 +13,9 @@ typedef struct {
     double predicted_seconds;  // the planner's iteration time for this plan
     int world;                 // ranks
     char hardware[64];         // profile name
+    // the planner's fit test of the plan on that profile: "" when it fits, else
+    // which stage misses device or host memory and by how much
+    char misfit[256];
 } TrainFlops;
 
 // Evaluates the running plan (cfg->plan.plan) with the planner's cost model.

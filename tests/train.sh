@@ -132,4 +132,13 @@ unset MIST_FAULT_NAN_FROM
 tap_ok $? "NaN loss: steps skipped with a warning, exit 1 after max_nonfinite consecutive (rc $rc)"
 grep -q "skipped: 1" "$W/nan.out" && ! grep -q "iteration        4/" "$W/nan.out"
 tap_ok $? "the first non-finite step is logged as skipped and no step runs after the abort"
+
+# 7. a plan that the profile says does not fit: a warning naming the stage and the bytes, and
+#    the run goes on (the machine may have more than the profile says: the allocations decide)
+run 1 misfit -o train.steps=1 -o train.global_batch=8 -o stage.0.dp=1 -o stage.0.b=8 \
+    -o cluster.device_memory=1MiB -o data.val_interval=0
+rc=$?
+[ $rc -eq 0 ] &&
+    grep -q 'warning: the plan does not fit hardware profile cpu: stage 0 needs [0-9]* device bytes per rank, the profile has 1048576' "$W/misfit.out"
+tap_ok $? "a plan over the profile's device memory: a warning with the bytes, and the run completes (rc $rc)"
 tap_end
