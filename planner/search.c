@@ -584,6 +584,11 @@ void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) 
             r->capacity / 1073741824.0, host, p->num_stages, p->G, r->closest_stage, w->layers, w->dp, w->tp, w->b,
             w->zero, w->ckpt, w->wo, w->go, w->oo, w->ao, (long long)r->shortfall, r->shortfall / 1073741824.0,
             r->closest_host ? "host" : "device");
-    fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
-               "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
+    if (r->closest_host)
+        fprintf(f, "hint: more nodes (sharded states spread over more ranks and hosts), nodes with "
+                   "more host memory ([cluster] host_memory says what they have), a smaller global batch or sequence "
+                   "(%d)\n", cfg->model.seq_len);
+    else
+        fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
+                   "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
 }
