@@ -1,6 +1,7 @@
 // Flat programs: several expression outputs compiled into one instruction
 // list over a small register file, evaluated over candidates in blocks
-// (contract in expr.h).
+// (contract in expr.h). This file compiles them and drives the evaluation;
+// the block kernels, batched and scalar, are in expr_block.c.
 //
 // Each instruction is one loop over a block of EXPR_BLOCK candidates with a
 // constant trip count and a destination that never aliases an operand, so
@@ -43,36 +44,12 @@
 #include <string.h>
 
 #include "planner/expr_node.h"
+#include "planner/expr_program_internal.h"
 
-#ifndef EXPR_BLOCK
-#define EXPR_BLOCK 64  // candidates per block: 512 B per register; measured best of 64/128/256
-#endif
 #define EXPR_VARIANTS 32   // cached hoisting variants per program (sets of uniform symbols)
 #define EXPR_MAX_HOIST 64  // symbols a program may read and still hoist (one bit each)
 
-typedef enum {
-    PI_ADD, PI_SUB, PI_MUL, PI_DIV, PI_MAX, PI_MIN,     // d = a op b
-    PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K,   // d = a op k
-    PI_MIN_K,
-    PI_K_SUB, PI_K_DIV, PI_K_MAX, PI_K_MIN,             // d = k op a
-    PI_CEIL, PI_FLOOR,                                  // d = f(a)
-    PI_SELECT, PI_SEL_KX, PI_SEL_XK, PI_SEL_KK,         // d = a + k > 0 ? (b | k1) : (c | k2)
-    PI_FILL,                                            // d = k
-    PI_MULADD_K, PI_MULADD_KK,                          // d = a * k + (b | k1), rounded twice (no FMA)
-    PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
-    PI_MOV,                                             // d = a
-    PI_OVERLAP2, PI_OVERLAP3, PI_OVERLAP4,              // d = window of a, b[, c[, e]] (expr_overlap_n)
-    PI_COUNT
-} ProgOp;
 
-// Operand encoding: r >= 0 is register r, r < 0 is symbol column -r-1.
-typedef struct {
-    int32_t op;  // ProgOp
-    int32_t dst; // register written (never one of the operand registers)
-    int32_t a, b, c, e;  // e: the fourth input of PI_OVERLAP4 only
-    double k, k1, k2;  // constants: k of the _K forms and FILL, select: condition offset k, branches k1, k2
-    const ExprOverlapTable *tbl;  // PI_OVERLAP*: its factors (owned by the program)
-} Instr;
 
 typedef enum { OUT_FROM_OPERAND, OUT_CONST, OUT_SCALAR } OutKind;
 typedef struct {
@@ -81,14 +58,6 @@ typedef struct {
     double k;
 } Output;
 
-// A hoisted value: slot s < num_code is the result of instruction s, slot
-// num_code + u the value of used symbol u.
-typedef struct {
-    int32_t op;
-    int32_t a, b, c, e;  // slots (-1: unused)
-    double k, k1, k2;
-    const ExprOverlapTable *tbl;
-} ScalarInstr;
 
 // Where a hoisted value goes in the variant's code: field 0 k, 1 k1, 2 k2;
 // PATCH_PRODUCT: k = value * the instruction's k (y * k + z with y hoisted
@@ -146,11 +115,6 @@ static void *xcalloc(size_t n, size_t size) {
     if (!p) die_oom("compiling an expression program");
     return p;
 }
-
-// ---- the semantics of each instruction, shared by the batched loops and
-// the hoisted scalar evaluation (the same expressions as expr_eval's)
-
-static inline double op_select(double cond, double k, double x, double y) { return expr_select3(cond + k, x, y); }
 
 // whether instruction op reads operand j (0: a, 1: b, 2: c, 3: e)
 static int op_reads(int op, int j) {
@@ -693,235 +657,9 @@ static Variant *variant_get(const ExprProgram *cp, uint64_t mask, int build) {
     return NULL;
 }
 
-// ---- evaluation of one block
+// ---- evaluation
 
 #define B EXPR_BLOCK
-#define LOOP2(expr_)                                                     \
-    do {                                                                 \
-        for (int j = 0; j < lanes; j++) d[j] = (expr_);                  \
-    } while (0)
-
-// Compiled once per instruction set where GCC supports function
-// multi-versioning, so the loops use AVX2 (and vroundpd for ceil/floor) on
-// machines that have it; at -O3 whatever the build's -O level, because GCC's
-// -O2 cost model leaves these loops scalar. No FMA target, and no
-// contraction even where the build's target has FMA: a*k+b rounded once
-// would break bitwise agreement with expr_eval.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define EXPR_MULTIVERSION __attribute__((target_clones("avx2", "default"), optimize("O3", "fp-contract=off")))
-#define EXPR_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#elif defined(__GNUC__) && !defined(__clang__)
-#define EXPR_MULTIVERSION __attribute__((optimize("O3", "fp-contract=off")))
-#define EXPR_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#else
-#define EXPR_MULTIVERSION
-#define EXPR_NO_CONTRACT
-#endif
-
-// a ? x : y with a all ones or all zeros, by bit masks: no operand can be
-// sunk into a branch (a division under a condition could trap, so the
-// compiler would keep the branch and not vectorise the loop)
-static inline double mask_select(uint64_t a, double x, double y) {
-    uint64_t xb, yb, ob;
-    memcpy(&xb, &x, sizeof xb);
-    memcpy(&yb, &y, sizeof yb);
-    ob = (xb & a) | (yb & ~a);
-    double o;
-    memcpy(&o, &ob, sizeof o);
-    return o;
-}
-static inline uint64_t mask_of(int cond) { return (uint64_t)0 - (uint64_t)cond; }
-
-// The overlap window of n inputs over `lanes` candidates: expr_overlap_n
-// restructured so that it vectorises, with the same value bitwise. Each
-// round is one loop over the lanes; the factor of stream s is picked from
-// by_others by a tree of selects on the other streams' busy flags (no
-// gather), and is +inf for a stream busy alone, which makes its scaled work
-// inf: with fewer than two busy streams w stays inf and becomes 0, and every
-// stream keeps x - 0 / f = x, as with expr_overlap_n's empty window.
-// With all_busy (the table's promise, a constant here) the first round's
-// set is every stream: its factors are constants, no picking.
-static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverlapTable *t, const int n, const int all_busy,
-                                                                const int lanes, double *restrict d,
-                                                                const double *const in[EXPR_OVERLAP_MAX]) {
-    double x[EXPR_OVERLAP_MAX][B];  // (n, lanes) work left per stream between rounds; d: the total so far
-#pragma GCC unroll 4
-    for (int round = 0; round < n - 1; round++)
-        for (int j = 0; j < lanes; j++) {
-            double xs[EXPR_OVERLAP_MAX], f[EXPR_OVERLAP_MAX];
-            uint64_t busy[EXPR_OVERLAP_MAX];
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                xs[s] = round ? x[s][j] : mask_select(mask_of(in[s][j] > EXPR_OVERLAP_EPS), in[s][j], 0.0);
-                busy[s] = round == 0 && all_busy ? ~(uint64_t)0 : mask_of(xs[s] > EXPR_OVERLAP_EPS);
-            }
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                if (round == 0 && all_busy) {
-                    f[s] = t->by_others[s][(1 << (n - 1)) - 1];
-                    continue;
-                }
-                double leaf[EXPR_OVERLAP_SUBSETS / 2];  // halved per other stream: its flag picks the upper half
-#pragma GCC unroll 8
-                for (int k = 0; k < 1 << (n - 1); k++) leaf[k] = t->by_others[s][k];
-#pragma GCC unroll 4
-                for (int m = 0, o = 0; o < n; o++) {
-                    if (o == s) continue;
-#pragma GCC unroll 8
-                    for (int k = 0; k < 1 << (n - 2 - m); k++) leaf[k] = mask_select(busy[o], leaf[2 * k + 1], leaf[2 * k]);
-                    m++;
-                }
-                f[s] = leaf[0];
-            }
-            double w = INFINITY;
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) w = mask_select(busy[s], expr_min2(w, xs[s] * f[s]), w);
-            w = mask_select(mask_of(w < INFINITY), w, 0.0);
-            double total = (round ? d[j] : 0.0) + w;
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                double rest = xs[s] - w / f[s];
-                double left = mask_select(mask_of(xs[s] * f[s] - w > EXPR_OVERLAP_EPS), rest, 0.0);
-                xs[s] = mask_select(busy[s], left, xs[s]);
-                if (round < n - 2) x[s][j] = xs[s];
-            }
-            if (round == n - 2)  // the last round adds what is left
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) total += xs[s];
-            d[j] = total;
-        }
-}
-
-// The instructions over the first `lanes` candidates of a block (registers
-// keep their stride B); inlined with a constant lane count, so each loop has
-// a fixed trip count.
-static inline __attribute__((always_inline)) void run_lanes(const Instr *code, int num_code, double *regs,
-                                                            const double *const *syms, const int lanes) {
-    for (int i = 0; i < num_code; i++) {
-        const Instr *in = &code[i];
-        double *restrict d = regs + (size_t)in->dst * B;
-        const double *restrict a = in->a >= 0 ? regs + (size_t)in->a * B : syms[-in->a - 1];
-        const double *restrict b = in->b >= 0 ? regs + (size_t)in->b * B : syms[-in->b - 1];
-        const double *restrict c = in->c >= 0 ? regs + (size_t)in->c * B : syms[-in->c - 1];
-        const double *restrict e = in->e >= 0 ? regs + (size_t)in->e * B : syms[-in->e - 1];
-        const double k = in->k, k1 = in->k1, k2 = in->k2;
-        switch ((ProgOp)in->op) {
-        case PI_ADD: LOOP2(a[j] + b[j]); break;
-        case PI_SUB: LOOP2(a[j] - b[j]); break;
-        case PI_MUL: LOOP2(a[j] * b[j]); break;
-        case PI_DIV: LOOP2(a[j] / b[j]); break;
-        case PI_MAX: LOOP2(expr_max2(a[j], b[j])); break;
-        case PI_MIN: LOOP2(expr_min2(a[j], b[j])); break;
-        case PI_ADD_K: LOOP2(a[j] + k); break;
-        case PI_SUB_K: LOOP2(a[j] - k); break;
-        case PI_MUL_K: LOOP2(a[j] * k); break;
-        case PI_DIV_K: LOOP2(a[j] / k); break;
-        case PI_MAX_K: LOOP2(expr_max2(a[j], k)); break;
-        case PI_MIN_K: LOOP2(expr_min2(a[j], k)); break;
-        case PI_K_SUB: LOOP2(k - a[j]); break;
-        case PI_K_DIV: LOOP2(k / a[j]); break;
-        case PI_K_MAX: LOOP2(expr_max2(k, a[j])); break;
-        case PI_K_MIN: LOOP2(expr_min2(k, a[j])); break;
-        case PI_CEIL: LOOP2(expr_ceil1(a[j])); break;
-        case PI_FLOOR: LOOP2(expr_floor1(a[j])); break;
-        case PI_SELECT: LOOP2(op_select(a[j], k, b[j], c[j])); break;
-        case PI_SEL_KX: LOOP2(op_select(a[j], k, k1, c[j])); break;
-        case PI_SEL_XK: LOOP2(op_select(a[j], k, b[j], k2)); break;
-        case PI_SEL_KK: LOOP2(op_select(a[j], k, k1, k2)); break;
-        case PI_MULADD_K: LOOP2(a[j] * k + b[j]); break;
-        case PI_MULADD_KK: LOOP2(a[j] * k + k1); break;
-        case PI_MAXMUL_KK: LOOP2(expr_max2(a[j] * k, b[j] * k1)); break;
-        case PI_MOV: LOOP2(a[j]); break;
-        case PI_FILL: LOOP2(k); break;
-        case PI_OVERLAP2: {
-            const double *const src[EXPR_OVERLAP_MAX] = {a, b, a, a};
-            if (in->tbl->all_busy) overlap_lanes(in->tbl, 2, 1, lanes, d, src);
-            else overlap_lanes(in->tbl, 2, 0, lanes, d, src);
-            break;
-        }
-        case PI_OVERLAP3: {
-            const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, a};
-            if (in->tbl->all_busy) overlap_lanes(in->tbl, 3, 1, lanes, d, src);
-            else overlap_lanes(in->tbl, 3, 0, lanes, d, src);
-            break;
-        }
-        case PI_OVERLAP4: {
-            const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, e};
-            if (in->tbl->all_busy) overlap_lanes(in->tbl, 4, 1, lanes, d, src);
-            else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
-            break;
-        }
-        case PI_COUNT: break;
-        }
-    }
-}
-
-EXPR_MULTIVERSION
-static void run_full(const Instr *code, int num_code, double *regs, const double *const *syms) {
-    run_lanes(code, num_code, regs, syms, B);
-}
-EXPR_MULTIVERSION
-static void run_half(const Instr *code, int num_code, double *regs, const double *const *syms) {
-    run_lanes(code, num_code, regs, syms, B / 2);
-}
-EXPR_MULTIVERSION
-static void run_quarter(const Instr *code, int num_code, double *regs, const double *const *syms) {
-    run_lanes(code, num_code, regs, syms, B / 4);
-}
-
-// a block of m <= B candidates: a short last block runs a half or a quarter
-// of the lanes (small batches are mostly such blocks)
-static void run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m) {
-    if (m <= B / 4) run_quarter(code, num_code, regs, syms);
-    else if (m <= B / 2) run_half(code, num_code, regs, syms);
-    else run_full(code, num_code, regs, syms);
-}
-
-// the hoisted instructions of a variant that depend on a uniform symbol in
-// changed (the others keep their values in val, the slots)
-EXPR_NO_CONTRACT static void run_scalar(const Variant *v, double *val, uint64_t changed) {
-    for (int i = 0; i < v->num_scalar; i++) {
-        if (!(v->scalar_deps[i] & changed) && v->scalar_deps[i]) continue;
-        const ScalarInstr *in = &v->scalar[i];
-        double a = in->a >= 0 ? val[in->a] : 0, b = in->b >= 0 ? val[in->b] : 0, c = in->c >= 0 ? val[in->c] : 0;
-        double e = in->e >= 0 ? val[in->e] : 0;
-        double k = in->k, k1 = in->k1, k2 = in->k2, r = 0;
-        switch ((ProgOp)in->op) {
-        case PI_ADD: r = a + b; break;
-        case PI_SUB: r = a - b; break;
-        case PI_MUL: r = a * b; break;
-        case PI_DIV: r = a / b; break;
-        case PI_MAX: r = expr_max2(a, b); break;
-        case PI_MIN: r = expr_min2(a, b); break;
-        case PI_ADD_K: r = a + k; break;
-        case PI_SUB_K: r = a - k; break;
-        case PI_MUL_K: r = a * k; break;
-        case PI_DIV_K: r = a / k; break;
-        case PI_MAX_K: r = expr_max2(a, k); break;
-        case PI_MIN_K: r = expr_min2(a, k); break;
-        case PI_K_SUB: r = k - a; break;
-        case PI_K_DIV: r = k / a; break;
-        case PI_K_MAX: r = expr_max2(k, a); break;
-        case PI_K_MIN: r = expr_min2(k, a); break;
-        case PI_CEIL: r = expr_ceil1(a); break;
-        case PI_FLOOR: r = expr_floor1(a); break;
-        case PI_SELECT: r = op_select(a, k, b, c); break;
-        case PI_SEL_KX: r = op_select(a, k, k1, c); break;
-        case PI_SEL_XK: r = op_select(a, k, b, k2); break;
-        case PI_SEL_KK: r = op_select(a, k, k1, k2); break;
-        case PI_MULADD_K: r = a * k + b; break;
-        case PI_MULADD_KK: r = a * k + k1; break;
-        case PI_MAXMUL_KK: r = expr_max2(a * k, b * k1); break;
-        case PI_MOV: r = a; break;
-        case PI_FILL: r = k; break;
-        case PI_OVERLAP2: r = expr_overlap_n(in->tbl, 2, (const double[EXPR_OVERLAP_MAX]){a, b, 0, 0}); break;
-        case PI_OVERLAP3: r = expr_overlap_n(in->tbl, 3, (const double[EXPR_OVERLAP_MAX]){a, b, c, 0}); break;
-        case PI_OVERLAP4: r = expr_overlap_n(in->tbl, 4, (const double[EXPR_OVERLAP_MAX]){a, b, c, e}); break;
-        case PI_COUNT: break;
-        }
-        val[v->scalar_slot[i]] = r;
-    }
-}
 
 // bit u set: used symbol u has one value (bitwise) in every lane of the block
 static uint64_t uniform_mask(const ExprProgram *p, const double *const *syms) {
@@ -1008,7 +746,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             lasting = uniform_mask_at(p, sym_columns, base + B, n - base - B < B ? n - base - B : B) == mask;
         prev_mask = mask;
         if (!lasting) {
-            run_block(p->code, p->num_code, regs, syms, m);
+            expr_run_block(p->code, p->num_code, regs, syms, m);
             write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
             continue;
         }
@@ -1053,7 +791,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             changed = ~(uint64_t)0;
         }
         if (changed) {
-            run_scalar(v, val, changed);
+            expr_run_scalar(v->scalar, v->scalar_slot, v->scalar_deps, v->num_scalar, val, changed);
             for (int q = 0; q < v->num_patch; q++) {
                 if (!(v->patch_deps[q] & changed) && v->patch_deps[q]) continue;
                 const Patch *pt = &v->patch[q];
@@ -1073,7 +811,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             }
             current = v;
         }
-        run_block(work, v->num_code, regs, syms, m);
+        expr_run_block(work, v->num_code, regs, syms, m);
         write_outputs(v->outs, p->num_outs, regs, syms, val, out_columns, base, m);
     }
     variant_free(private_variant);

@@ -1,0 +1,64 @@
+// What the compiler (expr_program.c) and the block kernels (expr_block.c)
+// of the flat programs share: the instruction set, and the two ways a block
+// runs — the batched loops over EXPR_BLOCK candidates and the scalar pass over
+// the hoisted instructions. Internal to planner/; expr.h is the contract.
+#ifndef MIST_EXPR_PROGRAM_INTERNAL_H
+#define MIST_EXPR_PROGRAM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "planner/expr_node.h"
+
+#ifndef EXPR_BLOCK
+#define EXPR_BLOCK 64  // candidates per block: 512 B per register; measured best of 64/128/256
+#endif
+
+typedef enum {
+    PI_ADD, PI_SUB, PI_MUL, PI_DIV, PI_MAX, PI_MIN,     // d = a op b
+    PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K,   // d = a op k
+    PI_MIN_K,
+    PI_K_SUB, PI_K_DIV, PI_K_MAX, PI_K_MIN,             // d = k op a
+    PI_CEIL, PI_FLOOR,                                  // d = f(a)
+    PI_SELECT, PI_SEL_KX, PI_SEL_XK, PI_SEL_KK,         // d = a + k > 0 ? (b | k1) : (c | k2)
+    PI_FILL,                                            // d = k
+    PI_MULADD_K, PI_MULADD_KK,                          // d = a * k + (b | k1), rounded twice (no FMA)
+    PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
+    PI_MOV,                                             // d = a
+    PI_OVERLAP2, PI_OVERLAP3, PI_OVERLAP4,              // d = window of a, b[, c[, e]] (expr_overlap_n)
+    PI_COUNT
+} ProgOp;
+
+// Operand encoding: r >= 0 is register r, r < 0 is symbol column -r-1.
+typedef struct {
+    int32_t op;  // ProgOp
+    int32_t dst; // register written (never one of the operand registers)
+    int32_t a, b, c, e;  // e: the fourth input of PI_OVERLAP4 only
+    double k, k1, k2;  // constants: k of the _K forms and FILL, select: condition offset k, branches k1, k2
+    const ExprOverlapTable *tbl;  // PI_OVERLAP*: its factors (owned by the program)
+} Instr;
+
+// A hoisted value: slot s < num_code is the result of instruction s, slot
+// num_code + u the value of used symbol u.
+typedef struct {
+    int32_t op;
+    int32_t a, b, c, e;  // slots (-1: unused)
+    double k, k1, k2;
+    const ExprOverlapTable *tbl;
+} ScalarInstr;
+
+// the semantics of a select instruction, shared by the batched loops, the
+// hoisted scalar pass and the compiler's branch patches (expr_eval's)
+static inline double op_select(double cond, double k, double x, double y) { return expr_select3(cond + k, x, y); }
+
+// Run code over one block of m <= EXPR_BLOCK candidates: register r is
+// regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
+// pads a short block); a short block runs a half or a quarter of the lanes.
+void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
+
+// The hoisted instructions that depend on a uniform symbol in `changed` (or
+// on none): instruction i reads the slots of val its operands name and writes
+// val[slot[i]]; deps[i] is the set of uniform symbols it depends on.
+void expr_run_scalar(const ScalarInstr *scalar, const int32_t *slot, const uint64_t *deps, int n, double *val,
+                     uint64_t changed);
+
+#endif
