@@ -13,3 +13,15 @@ tap_diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
 tap_end() { echo "1..$tap_n"; [ "$tap_fail" -eq 0 ]; }
 # mpirun with the flags the test machines need (root, oversubscription, no stdin)
 mist_mpirun() { mpirun --oversubscribe "$@" </dev/null; }
+
+# reap PID LIMIT: wait up to LIMIT seconds for the background job PID to end
+# (kill -9 when it does not), then set rc (its exit status) and dt (seconds,
+# one decimal, since the caller's t0=$(date +%s.%N))
+reap() {
+    i=0
+    while kill -0 "$1" 2>/dev/null && [ $i -lt $(($2 * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+    kill -0 "$1" 2>/dev/null && kill -9 "$1"
+    wait "$1"
+    rc=$?
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}

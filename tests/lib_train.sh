@@ -132,12 +132,7 @@ kill_rank() {
         awk -v w="$2" '$2 == "mist-train" { p = $1; if (w == "first") { print p; exit } } END { if (w == "last") print p }')
     t0=$(date +%s.%N)
     [ -n "$victim" ] && kill -9 "$victim"
-    i=0
-    while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -0 "$1" 2>/dev/null && kill -9 "$1"
-    wait "$1"
-    rc=$?
-    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    reap "$1" 20
 }
 
 # within REF NAME TOL RC: compares run NAME with run REF; sets ld and wd (loss

@@ -18,12 +18,7 @@ i=0
 while [ "$( (wc -l <"$W/a.jsonl") 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 t0=$(date +%s.%N)
 kill -USR1 "$mpid"
-i=0
-while kill -0 "$mpid" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-kill -0 "$mpid" 2>/dev/null && kill -9 "$mpid"
-wait "$mpid"
-rc=$?
-dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+reap "$mpid" 30
 step=$(sed -n 's/.*stopping after iteration \([0-9]*\) .*/\1/p' "$W/a.out" | head -1)
 tap_diag "SIGUSR1 to mpirun: exit $rc after $dt s; $(grep -m1 'stopping after' "$W/a.out")"
 [ $rc -eq 5 ] && [ -n "$step" ] && [ "$(cat "$W/ck/latest" 2>/dev/null)" = "$(printf 'step_%08d.ckpt' "$step")" ] &&
