@@ -130,13 +130,14 @@ static int handler(void *user, const char *sec, const char *key, const char *val
         if (!strcmp(key, "memory_gib")) {
             double x;
             if (!one_positive(pp, sec, key, val, GiB, &x)) return 0;
+            if (x > 1e7 * GiB) return fail(pp, sec, key, val, "expected GiB of device memory, at most 1e7");
             p->memory_bytes = (int64_t)x;
             return 1;
         }
         if (!strcmp(key, "host_memory_gib")) {
             double x;
-            if (parse_numbers(val, &x, 1) != 1 || !(x >= 0) || !isfinite(x))
-                return fail(pp, sec, key, val, "expected GiB of host memory per node >= 0 (0 = not checked)");
+            if (parse_numbers(val, &x, 1) != 1 || !(x >= 0 && x <= 1e7))
+                return fail(pp, sec, key, val, "expected GiB of host memory per node >= 0 and <= 1e7 (0 = not checked)");
             p->host_memory_bytes = (int64_t)(x * GiB);
             return 1;
         }

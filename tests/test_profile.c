@@ -132,6 +132,10 @@ int main(void) {
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "bad6.ini:3:") && strstr(err, "host_memory_gib") && strstr(err, ">= 0"),
        "a negative host_memory_gib is an error naming it (%s)", err);
+    pf = write_file("bad7.ini", "[profile]\nbase = l4\nhost_memory_gib = 1e300\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "bad7.ini:3:") && strstr(err, "host_memory_gib"),
+       "a host_memory_gib too large for a byte count is an error (%s)", err);
     pf = write_file("bad5.ini", "[collective]\n3x8 = 10 0\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, ":2:") && strstr(err, "3x8"), "group shapes must be powers of two (%s)", err);
