@@ -215,17 +215,17 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     return select_tp(x, tp, per_level);
 }
 
-// every class of a part (AC_OFFLOAD: O, blocks only) as expressions of b, tp, ao
+// every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions of b, tp, ao
 static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
     const ActLevel *lv = part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post;
     Expr at[AC_COUNT][MEM_TP_LEVELS];
     for (int l = 0; l < MEM_TP_LEVELS; l++)
-        for (int c = 0; c < AC_COUNT; c++)
+        for (int c = 0; c < AC_OFFLOAD; c++)
             // a tp the model cannot split into: impossible bytes, it never fits
             at[c][l] = !lv[l].valid ? ex_num(x, 1e30) : affine_b(x, b, lv[l].at_b[0][c], lv[l].at_b[1][c]);
-    for (int c = 0; c < AC_COUNT; c++) out[c] = select_tp(x, tp, at[c]);
+    for (int c = 0; c < AC_OFFLOAD; c++) out[c] = select_tp(x, tp, at[c]);
     out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
 }
 
