@@ -207,8 +207,12 @@ static int check_matmul_ld(const int *p) {
     return r;
 }
 
+// p[5]: 1 runs the experimental kernels (MIST_CUDA_ATTENTION=wide: 128-query
+// forward tiles, double-buffered dK/dV), 0 the default ones
 static int check_attention(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
+    if (p[5]) setenv("MIST_CUDA_ATTENTION", "wide", 1);
+    else unsetenv("MIST_CUDA_ATTENTION");
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
     T16 qkv = t16_random(nqkv, -1.5, 1.5), out = t16_out(nout);
     T32 lse = t32_out(nl);
@@ -227,8 +231,24 @@ static int check_attention(const int *p) {
     gpu->attention_backward(gpu, NULL, again, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HS);
     int det = same_bits(again, dqkv.d, nqkv * 2);
     if (!det) diag("attention backward is not bitwise reproducible");
+    if (p[5]) {  // the same sums in the same order as the default kernels: the same bits
+        unsetenv("MIST_CUDA_ATTENTION");
+        void *out2 = gpu->alloc_device(gpu, nout * 2), *lse2 = gpu->alloc_device(gpu, nl * 4);
+        gpu->attention_forward(gpu, NULL, out2, lse2, qkv.d, B, T, NH, NKV, HS);
+        gpu->attention_backward(gpu, NULL, again, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HS);
+        // the wide forward's out and lse were overwritten by the CPU's: run it again
+        setenv("MIST_CUDA_ATTENTION", "wide", 1);
+        void *out1 = gpu->alloc_device(gpu, nout * 2), *lse1 = gpu->alloc_device(gpu, nl * 4);
+        gpu->attention_forward(gpu, NULL, out1, lse1, qkv.d, B, T, NH, NKV, HS);
+        int same = same_bits(out1, out2, nout * 2) && same_bits(lse1, lse2, nl * 4) && same_bits(again, dqkv.d, nqkv * 2);
+        if (!same) diag("the wide kernels' results differ from the default kernels' bits");
+        det &= same;
+        void *tmp[] = {out1, lse1, out2, lse2};
+        for (int i = 0; i < 4; i++) gpu->free_device(gpu, tmp[i]);
+    }
     gpu->free_device(gpu, again);
     t16_free(&qkv); t16_free(&out); t16_free(&dout); t16_free(&dqkv); t32_free(&lse);
+    unsetenv("MIST_CUDA_ATTENTION");
     return r && det;
 }
 
@@ -338,10 +358,17 @@ static const Check checks[] = {
     {"matmul + gelu, bias N=256 C=256 OC=512", check_matmul, {256, 256, 512, 1, 1}},
     {"matmul_ld (LM head, odd vocab) N=96 C=64 OC=1001 ld=1008", check_matmul_ld, {96, 64, 1001, 1008}},
     {"matmul_ld N=33 C=128 OC=256 ld=256", check_matmul_ld, {33, 128, 256, 256}},
-    {"attention B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64}},
-    {"attention B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128}},
-    {"attention B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128}},
-    {"attention B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64}},
+    {"attention B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 0}},
+    {"attention B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128, 0}},
+    {"attention B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 0}},
+    {"attention B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 0}},
+    {"attention wide B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 1}},
+    {"attention wide B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128, 1}},
+    {"attention wide B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 1}},
+    {"attention wide B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 1}},
+    {"attention wide B=1 T=130 NH=2 NKV=1 HS=128 (2 rows in the last tile)", check_attention, {1, 130, 2, 1, 128, 1}},
+    {"attention wide B=3 T=1 NH=2 NKV=2 HS=64 (one token)", check_attention, {3, 1, 2, 2, 64, 1}},
+    {"attention wide B=1 T=384 NH=4 NKV=2 HS=128", check_attention, {1, 384, 4, 2, 128, 1}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},

@@ -98,17 +98,21 @@ static void run_att(void *p) {
     if (!a->bwd) gpu->attention_forward(gpu, NULL, a->out, a->lse, a->qkv, a->B, a->T, a->NH, a->NKV, a->HS);
     else gpu->attention_backward(gpu, NULL, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->NH, a->NKV, a->HS);
 }
-static void bench_attention(int B, int T, int NH, int NKV, int HS) {
+// wide: the experimental kernels (MIST_CUDA_ATTENTION=wide), reported as
+// attention_fwd_wide / attention_bwd_wide
+static void bench_attention(int B, int T, int NH, int NKV, int HS, int wide) {
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
     ATT a = {B, T, NH, NKV, HS, 0, dev_random(nqkv * 2), dev_random(nout * 2), dev_random((size_t)B * NH * T * 4),
              dev_random(nout * 2), dev_random(nqkv * 2)};
     char shape[64];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
     double fl = 4.0 * B * NH * (double)T * T * HS / 2.0;
-    report("attention_fwd", shape, time_ms(run_att, &a), fl, 0);
+    if (wide) setenv("MIST_CUDA_ATTENTION", "wide", 1);
+    report(wide ? "attention_fwd_wide" : "attention_fwd", shape, time_ms(run_att, &a), fl, 0);
     run_att(&a);  // a real lse for the backward
     a.bwd = 1;
-    report("attention_bwd", shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    report(wide ? "attention_bwd_wide" : "attention_bwd", shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    unsetenv("MIST_CUDA_ATTENTION");
     void *all[] = {a.qkv, a.out, a.lse, a.dout, a.dqkv};
     for (int i = 0; i < 5; i++) gpu->free_device(gpu, all[i]);
 }
@@ -169,9 +173,11 @@ int main(int argc, char **argv) {
     bench_matmul(8192, 768, 3072, 1, 0);
     bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
     bench_matmul(16384, 2048, 50304, 0, 1);
-    bench_attention(4, 2048, 16, 16, 128);
-    bench_attention(8, 1024, 12, 12, 64);
-    bench_attention(2, 4096, 32, 8, 128);
+    for (int wide = 0; wide < 2; wide++) {
+        bench_attention(4, 2048, 16, 16, 128, wide);
+        bench_attention(8, 1024, 12, 12, 64, wide);
+        bench_attention(2, 4096, 32, 8, 128, wide);
+    }
     int64_t N = 8192, C = 4096;
     bench_memory(0, "layernorm_fwd+residual", N, C, 4.0 * N * C * 2);
     bench_memory(1, "layernorm_bwd", N, C, (4.0 * N * C + 2.0 * N * C) * 2);  // kernel + weight-grad pass

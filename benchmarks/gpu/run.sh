@@ -8,7 +8,8 @@
 # Writes OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
 # OUTDIR/bench_train.log, OUTDIR/bench_train.json.
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer,
-# TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh).
+# TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
+# and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -19,21 +20,30 @@ nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 
 echo "== build ($arch)"
-objs=""
+objs=""; pids=""
 for f in "$top"/kernels/cuda/*.cu; do
     o="$out/obj/cuda_$(basename "$f" .cu).o"
     "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+    pids="$pids $!"
     objs="$objs $o"
 done
 for f in "$top"/kernels/cpu/*.c; do
     o="$out/obj/cpu_$(basename "$f" .c).o"
     gcc $cflags -c -o "$o" "$f" &
+    pids="$pids $!"
     objs="$objs $o"
 done
-wait
+failed=0
+for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
+[ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
 libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
 gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
 gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
+
+if [ "${BUILD_ONLY:-0}" = 1 ]; then
+    [ "${TRAIN:-1}" != 0 ] && FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out"
+    exit 0
+fi
 
 status=0
 echo "== correctness vs the CPU backend"
@@ -52,6 +62,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noh
 
 if [ "${TRAIN:-1}" != 0 ]; then
     echo "== end-to-end training (benchmarks/gpu/train.sh)"
-    sh "$top/benchmarks/gpu/train.sh" "$out" || status=1
+    FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out" || status=1
 fi
 exit $status
