@@ -293,6 +293,13 @@ static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const
     }
 }
 
+void cost_state_bytes(Precision precision, int *param, int *grad, int *optimizer) {
+    int elt = precision == PREC_FP32 ? 4 : 2;
+    *param = elt;
+    *grad = elt;
+    *optimizer = elt == 4 ? 8 : 12;
+}
+
 int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen) {
     ModelConfig mc = cfg->model;
     const ModelConfig *m = &mc;
@@ -310,10 +317,8 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
                  "hidden, kv_heads divide heads)", cfg->source, m->hidden, m->heads, m->kv_heads);
         return -1;
     }
-    int elt = cfg->train.precision == PREC_FP32 ? 4 : 2;
-    me->param_bytes = elt;
-    me->grad_bytes = elt;
-    me->optimizer_bytes = elt == 4 ? 8 : 12;
+    cost_state_bytes(cfg->train.precision, &me->param_bytes, &me->grad_bytes, &me->optimizer_bytes);
+    int elt = me->param_bytes;
     me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
     memory_act_levels(m, PART_BLOCK, elt, me->acts_block);
     memory_act_levels(m, PART_POST, elt, me->acts_post);

@@ -122,6 +122,11 @@ typedef struct {
     ComputeDtype compute;
 } ModelExprs;
 
+// Bytes per parameter of the model states: weight, gradient and optimizer
+// state (bf16/fp16 training: 2 + 2 + 12, the optimizer keeping an fp32
+// master copy and Adam's m, v; fp32 training: 4 + 4 + 8).
+void cost_state_bytes(Precision precision, int *param, int *grad, int *optimizer);
+
 int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen);
 
 // A discrete pattern of stage configurations: the ZeRO level and which

@@ -75,6 +75,8 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
     if (!r->found && r->have_closest)
         printf(", \"closest_stage\": %d, \"shortfall_bytes\": %lld, \"shortfall_memory\": \"%s\"", r->closest_stage,
                (long long)r->shortfall, r->closest_host ? "host" : "device");
+    if (r->states_bytes > 0)
+        printf(", \"states_bytes\": %.0f, \"cluster_memory_bytes\": %.0f", r->states_bytes, r->cluster_bytes);
     printf("}}\n");
 }
 

@@ -468,6 +468,7 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     s.t_start = search_now();
     result->capacity = s.capacity;
     result->host_capacity = s.host_capacity;
+    result->ranks = s.N;
     if (opt->nodes < 1 || opt->gpus_per_node < 1) {
         snprintf(err, errlen, "search: %d node(s) x %d GPU(s) per node; allowed: both >= 1", opt->nodes,
                  opt->gpus_per_node);
@@ -489,6 +490,25 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
                  "the cluster size or use --space full", s.L, opt->nodes, opt->gpus_per_node,
                  search_space_name(opt->space), s.rules.uniform ? " and the layers" : "");
         return 2;
+    }
+    // Every plan keeps the model's states (weights, gradients, optimizer state) somewhere in the
+    // cluster: at best sharded over all ranks without copies, each byte on a device or offloaded
+    // to its host. When they alone exceed all device and host memory together, nothing in any
+    // space fits: say so now (with the closest plan) instead of searching the whole space.
+    if (s.host_capacity > 0) {
+        int pb, gb, ob;
+        cost_state_bytes(cfg->train.precision, &pb, &gb, &ob);
+        double states = (double)model_param_count(&cfg->model) * (pb + gb + ob);
+        double memory = (double)s.N * ((double)s.capacity + (double)s.host_capacity);
+        if (states > memory) {
+            result->states_bytes = states, result->cluster_bytes = memory;
+            rules_for(&s, opt->space);
+            int bad = closest_plan(&s, result) != 0;
+            if (bad) snprintf(err, errlen, "search: %s", s.err);
+            search_models_free(&s);
+            stats->seconds = search_now() - s.t_start;
+            return bad ? 2 : 3;
+        }
     }
     Best best;
     memset(&best, 0, sizeof best);
@@ -570,6 +590,13 @@ void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE 
 }
 
 void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) {
+    if (r->states_bytes > 0)
+        fprintf(f, "no plan can fit: the model's states alone (%lld parameters x weight, gradient and optimizer "
+                   "bytes) need %.2f GiB, more than all devices and hosts hold together (%.2f GiB: %d ranks x "
+                   "(%.2f GiB device + %.2f GiB host)); the search was skipped.\n",
+                (long long)model_param_count(&cfg->model), r->states_bytes / 1073741824.0,
+                r->cluster_bytes / 1073741824.0, r->ranks,
+                r->capacity / 1073741824.0, r->host_capacity / 1073741824.0);
     if (!r->have_closest) {
         fprintf(f, "no plan in the space fits in %lld bytes per device, and no layout could be evaluated\n",
                 (long long)r->capacity);

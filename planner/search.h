@@ -82,6 +82,11 @@ typedef struct {
     int closest_host;          // 1: that shortfall is of host memory (per rank), 0: of device memory
     int64_t capacity;          // the capacity searched against
     int64_t host_capacity;     // host bytes per rank searched against (analyze.h); 0 = not checked
+    // nothing can fit, found before searching: the model's states alone (states_bytes:
+    // parameters x (weight + gradient + optimizer) bytes) exceed every device's and host's
+    // memory together (cluster_bytes); 0 when not the case or the host is not checked
+    double states_bytes, cluster_bytes;
+    int ranks;                 // devices searched over (nodes x GPUs per node)
 } SearchResult;
 
 // Search. Returns 0 when a plan fits (result->found), 3 when nothing in the

@@ -63,4 +63,31 @@ rc=$?
 tap_ok $? "8 GiB of host per node: exit 3, the report states the host share (4.00 GiB per rank)"
 [ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/n.err")"
 
+# 6. Llama-70B on one node of 8 L4s: its states alone (parameters x 16 bytes) exceed all device and
+#    host memory together, so no plan can fit; the search is skipped (an instant answer), the
+#    report gives both totals and still names the closest plan
+L70="$MIST_SRCDIR/examples/llama-70b.ini"
+"$PLAN" "$L70" -o plan.mode=auto --nodes 1 --gpus-per-node 8 --hardware l4 --json >"$tmp/s.json" 2>"$tmp/s.err"
+rc=$?
+params=$(field "$tmp/s.json" params_total)
+states=$(field "$tmp/s.json" states_bytes)
+memory=$(field "$tmp/s.json" cluster_memory_bytes)
+dev=$(field "$tmp/s.json" capacity_bytes)
+hostcap=$(field "$tmp/s.json" host_capacity_bytes)
+searched=$(field "$tmp/s.json" combinations_searched)
+[ $rc -eq 3 ] && [ -n "$params" ] && [ "$states" = "$((params * 16))" ] &&
+    [ "$memory" = "$((8 * (dev + hostcap)))" ] && [ "$states" -gt "$memory" ] && [ "$searched" = 0 ] &&
+    grep -q "no plan can fit: the model's states alone" "$tmp/s.err" && grep -q 'Closest:' "$tmp/s.err"
+tap_ok $? "70B on 8 L4s: states $states B (params x 16) > $memory B of device + host memory: exit 3, search skipped"
+[ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/s.err")"
+
+# 7. where the states do fit in device + host memory together, the search runs (22B on one L4:
+#    349 GB of states, 370 GB of memory) and still finds nothing, without the states message
+"$PLAN" "$GPT22" -o plan.mode=auto --nodes 1 --gpus-per-node 1 --hardware l4 --json >"$tmp/o.json" 2>"$tmp/o.err"
+rc=$?
+[ $rc -eq 3 ] && ! grep -q 'states_bytes' "$tmp/o.json" && ! grep -q 'no plan can fit' "$tmp/o.err" &&
+    grep -q 'no plan fits' "$tmp/o.err"
+tap_ok $? "22B on one L4: states within device + host memory, searched, nothing fits (exit 3)"
+[ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/o.err")"
+
 tap_end
