@@ -34,6 +34,31 @@ static int find_local_rank(Launch *L) {
     return MPI_Comm_free(&node);
 }
 
+int launch_check_env(char *err, size_t errlen) {
+    static const struct {
+        const char *name, *allowed[3], *hint;
+    } vars[] = {
+        {"MIST_DEVICE", {"cpu"}, "unset it to use a GPU when one answers, or set cpu to force the CPU backend"},
+        {"MIST_CUDA_ATTENTION", {"base", "wide"}, "unset it for the default (base)"},
+    };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i].name);
+        if (!v || !*v) continue;
+        int ok = 0;
+        char list[64] = "";
+        for (int k = 0; k < 3 && vars[i].allowed[k]; k++) {
+            ok |= strcmp(v, vars[i].allowed[k]) == 0;
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", vars[i].allowed[k]);
+        }
+        if (!ok) {
+            snprintf(err, errlen, "environment: %s='%.64s' is not allowed (allowed: %s, or unset); hint: %s",
+                     vars[i].name, v, list, vars[i].hint);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 // Picks this rank's device; writes the reason when it falls back to the CPU.
 static void pick_device(Launch *L, char *why, size_t whylen) {
     snprintf(L->device, sizeof L->device, "cpu");
@@ -108,8 +133,10 @@ int launch_init(int *argc, char ***argv, Launch *out) {
     }
     // Say which GPUs drive the job, once per host.
     if (L->gpus_on_host > 0 && L->local_rank == 0) {
-        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend\n", L->gpus_on_host,
-                L->gpus_on_host == 1 ? "" : "s", L->host, gpu_description_);
+        const char *att = getenv("MIST_CUDA_ATTENTION");  // checked by launch_check_env
+        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend%s\n", L->gpus_on_host,
+                L->gpus_on_host == 1 ? "" : "s", L->host, gpu_description_,
+                att && !strcmp(att, "wide") ? " with the experimental wide attention kernels (MIST_CUDA_ATTENTION)" : "");
         fflush(stderr);
     }
     // Oversubscribed GPUs work (ranks share a device) but are slower: say so once per host.

@@ -22,6 +22,12 @@ typedef struct {
 // Returns 0, or 1 when MPI could not start (a message is on stderr).
 int launch_init(int *argc, char ***argv, Launch *out);
 
+// The environment variables that pick a backend or kernels, checked before
+// any work: MIST_DEVICE (unset, or "cpu") and MIST_CUDA_ATTENTION (unset,
+// "base" or "wide": kernels/cuda/attention.cu). Returns 0, or 2 with a message
+// in err naming the variable, its value, the allowed ones and a hint. Needs no MPI.
+int launch_check_env(char *err, size_t errlen);
+
 // The launch of this process, or NULL before launch_init.
 const Launch *launch_info(void);
 

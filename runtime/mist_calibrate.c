@@ -10,6 +10,7 @@
 #include "kernels/backend.h"
 #include "runtime/calibrate.h"
 #include "runtime/config_load.h"
+#include "runtime/launch.h"
 
 enum { MAX_LIST = 16, MAX_OVERRIDES = 256 };
 
@@ -92,6 +93,11 @@ int main(int argc, char **argv) {
     }
     if (!config_path) {
         usage(stderr);
+        return 2;
+    }
+    char env_err[256];
+    if (launch_check_env(env_err, sizeof env_err)) {
+        fprintf(stderr, "mist-calibrate: %s\n", env_err);
         return 2;
     }
     static MistConfig cfg;

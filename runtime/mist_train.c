@@ -264,6 +264,11 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &args);
     if (rc >= 0) return rc;
 
+    char env_err[256];
+    if (launch_check_env(env_err, sizeof env_err)) {  // before MPI: every rank exits, one says why
+        if (launcher_rank() == 0) fprintf(stderr, "mist-train: %s\n", env_err);
+        return MIST_EXIT_CONFIG;
+    }
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
     if ((rc = load_config(&cfg, &args, &L))) return finish(rc);

@@ -54,6 +54,22 @@ out=$(MIST_DEVICE=cpu timeout 60 sh -c "mpirun --oversubscribe -x MIST_DEVICE -n
 [ $rc -eq 0 ] && ! printf '%s' "$out" | grep -q 'using the CPU backend'
 tap_ok $? "MIST_DEVICE=cpu picks the CPU backend without a notice"
 
+# Environment variables with values mist does not know: exit 2 before any work, one message
+# naming the variable, its value and the allowed ones.
+for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allowed: base, wide, or unset"; do
+    var=${v%%=*}; rest=${v#*=}; val=${rest%%:*}; want=${rest#*:}
+    start=$(date +%s)
+    out=$(env "$var=$val" timeout 30 sh -c "mpirun --oversubscribe -x $var -np 2 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
+    took=$(( $(date +%s) - start ))
+    n=$(printf '%s\n' "$out" | grep -c "$var='$val' is not allowed ($want)")
+    [ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ $took -lt 10 ]
+    tap_ok $? "$var=$val under mpirun -np 2: exit 2 in ${took}s, message printed $n time(s)"
+    [ $rc -eq 2 ] && [ "$n" -eq 1 ] || tap_diag "$out"
+done
+out=$(MIST_CUDA_ATTENTION=wide timeout 60 sh -c "mpirun --oversubscribe -x MIST_CUDA_ATTENTION -np 4 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
+[ $rc -eq 0 ]
+tap_ok $? "MIST_CUDA_ATTENTION=wide is accepted (exit $rc)"
+
 # A plan for 4 ranks started on 2: every rank exits 2, one message.
 start=$(date +%s)
 out=$(timeout 30 sh -c "mpirun --oversubscribe -np 2 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
