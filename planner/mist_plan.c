@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "planner/analyze.h"
 #include "planner/search.h"
 #include "planner/optable.h"
@@ -33,6 +36,8 @@ static void usage(FILE *f) {
             "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
+            "  --threads T              search with T threads (default: OMP_NUM_THREADS, else the\n"
+            "                           cores; the plan found is the same with any T)\n"
             "\n"
             "options:\n"
             "  --analyze [PLAN.ini]     analyze a fixed plan instead of searching\n"
@@ -149,7 +154,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL, *plan_path = NULL, *hardware = NULL, *op_table = NULL;
     const char *out_path = NULL, *space_name = NULL;
     const char *overrides[MAX_OVERRIDES];
-    int n_overrides = 0, analyze = 0, json = 0, nodes = 0, gpn = 0, frontier_max = 0;
+    int n_overrides = 0, analyze = 0, json = 0, nodes = 0, gpn = 0, frontier_max = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -160,7 +165,8 @@ int main(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') plan_path = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strcmp(a, "--nodes") || !strcmp(a, "--gpus-per-node") || !strcmp(a, "--frontier-max")) {
+        } else if (!strcmp(a, "--nodes") || !strcmp(a, "--gpus-per-node") || !strcmp(a, "--frontier-max") ||
+                   !strcmp(a, "--threads")) {
             char *end = NULL;
             long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
             if (i + 1 >= argc || !end || *end || v < 1 || v > 1000000) {
@@ -171,6 +177,7 @@ int main(int argc, char **argv) {
             i++;
             if (!strcmp(a, "--nodes")) nodes = (int)v;
             else if (!strcmp(a, "--gpus-per-node")) gpn = (int)v;
+            else if (!strcmp(a, "--threads")) threads = (int)v;
             else frontier_max = (int)v;
         } else if (!strcmp(a, "--space") || !strcmp(a, "--out")) {
             if (i + 1 >= argc) {
@@ -218,8 +225,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-plan: --frontier-max 1: a sample keeps both ends of a frontier; allowed: 2 or more\n");
         return 2;
     }
-    if (analyze && (space_name || out_path || nodes || gpn || frontier_max)) {
-        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node and --frontier-max belong to a search; "
+    if (analyze && (space_name || out_path || nodes || gpn || frontier_max || threads)) {
+        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node, --frontier-max and --threads belong to a "
+                        "search; "
                         "--analyze evaluates a fixed plan (hint: drop --analyze to search)\n");
         return 2;
     }
@@ -252,6 +260,11 @@ int main(int argc, char **argv) {
         if (space_name) so.space = space;
         so.frontier_max = frontier_max;
         so.progress = isatty(STDERR_FILENO);
+#ifdef _OPENMP
+        so.threads = threads ? threads : omp_get_max_threads();  // OMP_NUM_THREADS, else the cores
+#else
+        so.threads = 1;
+#endif
         int rc = search_and_report(&cfg, &hw, tablep, &so, out_path, json);
         if (tablep) optable_free(tablep);
         return rc;

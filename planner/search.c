@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "planner/analyze.h"
 #include "planner/milp.h"
 #include "planner/pareto.h"
@@ -156,7 +159,7 @@ static int combo_search(Search *s, const Combo *c, Best *best) {
                 plist[k][b] = plist[k][b - 1], plist[k][b - 1] = tmp;
             }
     int lo, hi, lhi[KINDS] = {0};
-    static double tmin[KINDS][4097];  // t_min(l) per kind (full space)
+    static _Thread_local double tmin[KINDS][4097];  // t_min(l) per kind (full space); one per search thread
     if (s->rules.uniform) {
         lo = hi = L / S;
         for (int q = 0; q < nk; q++) lhi[kinds[q]] = hi;
@@ -379,6 +382,127 @@ static void rules_for(Search *s, PlanSpace space) {
     space_grid(s);
 }
 
+static double best_time(const Best *b) { return b->found ? b->T : INFINITY; }
+
+static void stats_add(SearchStats *to, const SearchStats *x) {
+    to->candidates += x->candidates;
+    to->candidates_fit += x->candidates_fit;
+    to->time_evaluations += x->time_evaluations;
+    to->classes += x->classes;
+    to->frontiers += x->frontiers;
+    to->frontier_points += x->frontier_points;
+    if (x->frontier_max_points > to->frontier_max_points) to->frontier_max_points = x->frontier_max_points;
+    to->dp_solves += x->dp_solves;
+    to->dp_seconds += x->dp_seconds;
+    to->models_built += x->models_built;
+    to->model_seconds += x->model_seconds;
+    to->eval_seconds += x->eval_seconds;
+}
+
+// The combinations of one pass (sorted by lower bound) searched by several threads, each with
+// its own stage models and batch buffers, taking the next combination as it finishes one. A
+// thread searches a combination against the best time found so far by any thread, raised by
+// 1e-9, so that the combination's best plan is found whenever it is within that of the best
+// (pruning only drops candidates whose bound exceeds it, and a combination's frontiers keep
+// every point under it). Each combination's result is kept, and the results are merged in the
+// sorted order with the rules of the one-thread loop: the same plan wins, whatever the timing.
+// The statistics differ from one thread's (more is searched before the bound tightens).
+typedef struct {
+    Best b;
+    int searched;
+} ComboResult;
+
+static int search_combos_parallel(Search *s, const Combo *combos, int ncombo, Best *best, int count_stats) {
+#ifdef _OPENMP
+    int nt = s->opt->threads;
+    ComboResult *res = calloc((size_t)ncombo, sizeof *res);
+    Search **ts = calloc((size_t)nt, sizeof *ts);
+    SearchStats *tst = calloc((size_t)nt, sizeof *tst);
+    int rc = -1;
+    if (!res || !ts || !tst) goto oom;
+    for (int t = 0; t < nt; t++) {
+        if (!(ts[t] = malloc(sizeof **ts))) goto oom;
+        *ts[t] = *s;  // shares the read-only configuration, profile and op table
+        memset(ts[t]->models, 0, sizeof ts[t]->models);
+        ts[t]->base = NULL;
+        for (int i = 0; i < STAGE_SYMS; i++) ts[t]->cols[i] = NULL;
+        for (int i = 0; i < ST_OUTPUTS; i++) ts[t]->outs[i] = NULL;
+        ts[t]->cap = 0;
+        ts[t]->stats = &tst[t];
+        ts[t]->err[0] = '\0';
+    }
+    double shared = s->incumbent;  // the best time found by any thread so far
+    int next = 0, failed = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num();
+        Search *me = ts[t];
+        for (;;) {
+            int j, stop;
+            double inc;
+#pragma omp atomic capture
+            j = next++;
+#pragma omp atomic read
+            stop = failed;
+#pragma omp atomic read
+            inc = shared;
+            if (stop || j >= ncombo || combos[j].lb > inc * (1 + 1e-12)) break;  // sorted: no later one wins
+            me->incumbent = inc * (1 + 1e-9);
+            res[j].searched = 1;
+            if (combo_search(me, &combos[j], &res[j].b) != 0) {
+#pragma omp critical(search_failure)
+                if (!failed) {
+                    memcpy(s->err, me->err, sizeof s->err);
+                    failed = 1;
+                }
+                break;
+            }
+            if (res[j].b.found) {
+#pragma omp critical(search_incumbent)
+                if (res[j].b.T < shared) shared = res[j].b.T;
+            }
+            if (t == 0) {
+                s->incumbent = shared;
+                progress(s, j + 1, ncombo, 0);
+            }
+        }
+    }
+    if (failed) goto done;
+    // the one-thread loop's rules, in its order
+    for (int j = 0; j < ncombo; j++) {
+        Best *r = &res[j].b;
+        if (count_stats) s->stats->combos_searched += res[j].searched;
+        if (!r->found) continue;
+        int take = s->rules.uniform ? r->T < best_time(best)
+                                    : r->T < best_time(best) || (!best->saved.f && r->T <= best_time(best) * (1 + 1e-12));
+        if (!take) continue;
+        saved_free(&best->saved);
+        *best = *r;
+        memset(r, 0, sizeof *r);  // its saved problem moved to best
+    }
+    if (best->found) s->incumbent = best->T;
+    rc = 0;
+    goto done;
+oom:
+    snprintf(s->err, sizeof s->err, "out of memory starting the search threads");
+done:
+    for (int t = 0; t < nt && ts; t++)
+        if (ts[t]) {
+            stats_add(s->stats, &tst[t]);
+            search_models_free(ts[t]);
+            free(ts[t]);
+        }
+    for (int j = 0; j < ncombo && res; j++) saved_free(&res[j].b.saved);
+    free(res), free(ts), free(tst);
+    return rc;
+#else
+    (void)count_stats;
+    snprintf(s->err, sizeof s->err, "this build has no OpenMP: search with one thread");
+    (void)combos, (void)ncombo, (void)best;
+    return -1;
+#endif
+}
+
 static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) {
     rules_for(s, space);
     int ncombo = 0, cap = 64;
@@ -431,6 +555,11 @@ static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) 
     }
     qsort(combos, (size_t)ncombo, sizeof *combos, cmp_combo);
     if (count_stats) s->stats->combos = ncombo;
+    if (s->opt->threads > 1 && ncombo > 1) {
+        int rc = search_combos_parallel(s, combos, ncombo, best, count_stats);
+        free(combos);
+        return rc;
+    }
     for (int j = 0; j < ncombo; j++) {
         if (combos[j].lb > s->incumbent * (1 + 1e-12)) break;  // sorted: none after it can win
         if (count_stats) s->stats->combos_searched++;
@@ -554,8 +683,8 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
 }
 
 void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f) {
-    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %.3f s wall\n", search_space_name(o->space), o->nodes,
-            o->gpus_per_node, s->seconds);
+    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %d thread(s), %.3f s wall\n", search_space_name(o->space),
+            o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, s->seconds);
     fprintf(f, "  candidates evaluated %lld (%lld fit; %lld timed) in %lld batches, %.3f s evaluating, %lld stage "
                "models compiled in %.3f s\n",
             s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds, s->models_built,
@@ -573,8 +702,8 @@ void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE 
 }
 
 void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f) {
-    fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"seconds\": %.6g, ",
-            search_space_name(o->space), o->nodes, o->gpus_per_node, s->seconds);
+    fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"threads\": %d, \"seconds\": %.6g, ",
+            search_space_name(o->space), o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, s->seconds);
     fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"time_evaluations\": %lld, \"batches\": %lld, "
                "\"eval_seconds\": %.6g, ",
             s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds);

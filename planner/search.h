@@ -43,10 +43,12 @@ typedef struct {
     int offload_steps_oa;      // grid of oo and ao; 0: 8 (eighths), at most 8
     int confirm_lp;            // 1: re-solve the winning inter-stage problem with lp_solve (milp.h)
     int progress;              // 1: a progress line on stderr once the search runs longer than a second
+    int threads;               // > 1: that many threads search the combinations (same plan as one thread)
 } SearchOptions;
 
 // Defaults: the config's [cluster] nodes x gpus_per_node and [plan] space,
-// no limits, the whole frontier, lp_solve confirmation on, no progress line.
+// no limits, the whole frontier, lp_solve confirmation on, no progress line,
+// one thread.
 void search_options_default(SearchOptions *o, const MistConfig *cfg);
 
 typedef struct {

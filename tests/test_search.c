@@ -173,6 +173,14 @@ static double exhaustive(Exhaustive *e) {
     return e->best;
 }
 
+// two plans with the same stage count, G and stages (every field, bit for bit)
+static int same_plan(const Plan *a, const Plan *b) {
+    if (a->num_stages != b->num_stages || a->G != b->G) return 0;
+    for (int i = 0; i < a->num_stages; i++)
+        if (memcmp(&a->stage[i], &b->stage[i], sizeof a->stage[i])) return 0;
+    return 1;
+}
+
 static void test_exhaustive(void) {
     static MistConfig cfg;
     const char *ov[] = {"plan.mode=auto", "model.layers=3", "train.global_batch=4"};
@@ -231,9 +239,17 @@ static void test_exhaustive(void) {
             so.limits.max_stages = e.max_stages;
             so.capacity = e.capacity;
             so.offload_steps_wg = e.wg, so.offload_steps_oa = e.oa;
-            static SearchResult r;
-            SearchStats st;
+            static SearchResult r, r3;
+            SearchStats st, st3;
             int rc = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
+            // the same search with three threads: the same answer, bit for bit
+            so.threads = 3;
+            int rc3 = plan_search(&cfg, &hw, NULL, &so, &r3, &st3, err, sizeof err);
+            int same = rc3 == rc && (rc == 0 ? same_plan(&r.plan, &r3.plan) &&
+                                                   !memcmp(&r.iteration_seconds, &r3.iteration_seconds, sizeof(double))
+                                             : same_plan(&r.closest, &r3.closest) && r.shortfall == r3.shortfall);
+            ok(same, "exhaustive N=%d cap %.2fx host %gx: 3 threads find the same %s (rc %d / %d)", e.N,
+               fractions[fi].dev, fractions[fi].host, rc == 0 ? "plan and time" : "closest plan", rc, rc3);
             if (isinf(want)) {
                 // the closest plan misses on the host where only the host capacity is below the base plan's
                 int host_short = fractions[fi].dev >= 0.4 && fractions[fi].host > 0;
@@ -504,7 +520,7 @@ static void test_limits(void) {
     SearchOptions so;
     search_options_default(&so, &cfg);
     so.nodes = 1, so.gpus_per_node = 4;
-    so.limits = (SearchLimits){1, 1, 1, 1, 0};  // one stage, tp 1, ZeRO 0, no offload
+    so.limits = (SearchLimits){.max_stages = 1, .max_tp = 1, .max_tp_staged = 1, .zero_levels = 1};  // one stage, tp 1, ZeRO 0
     static SearchResult r;
     SearchStats st;
     char err[512];
