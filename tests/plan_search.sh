@@ -79,4 +79,19 @@ took=$(( $(date +%s) - start ))
 tap_ok $? "nothing fits under mpirun -np 2: every rank exits 3 with one message (${took} s, rc $rc)"
 [ $rc -eq 3 ] || tap_diag "$out"
 
+# --threads: the same plan and time, bit for bit, with one thread and with three (GPT-3 22B on
+# 4 x 8 L4, the tuning-time case); the JSON says how many searched
+for t in 1 3; do
+    "$PLAN" "$GPT22" -o plan.mode=auto --nodes 4 --gpus-per-node 8 --hardware l4 --threads $t --json \
+        >"$tmp/th$t.json" 2>/dev/null
+done
+strip() { sed 's/"search": {.*//' "$1"; }  # the plan and its analysis, without the statistics
+strip "$tmp/th1.json" >"$tmp/th1.plan" && strip "$tmp/th3.json" >"$tmp/th3.plan"
+[ -s "$tmp/th1.plan" ] && cmp -s "$tmp/th1.plan" "$tmp/th3.plan" && grep -q '"threads": 3' "$tmp/th3.json" &&
+    grep -q '"threads": 1' "$tmp/th1.json"
+tap_ok $? "--threads 3 finds the same plan and time as --threads 1 (the analysis JSON is identical)"
+"$PLAN" "$GPT22" --threads 0 >/dev/null 2>"$tmp/th.err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
+tap_ok $? "--threads 0 exits 2 naming the option"
+
 tap_end
