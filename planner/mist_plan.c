@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
             "  --threads T              search with T threads (default: OMP_NUM_THREADS, else the\n"
-            "                           cores; the plan found is the same with any T)\n"
+            "                           cores, at most 8; the plan found is the same with any T)\n"
             "\n"
             "options:\n"
             "  --analyze [PLAN.ini]     analyze a fixed plan instead of searching\n"
@@ -261,7 +261,9 @@ int main(int argc, char **argv) {
         so.frontier_max = frontier_max;
         so.progress = isatty(STDERR_FILENO);
 #ifdef _OPENMP
-        so.threads = threads ? threads : omp_get_max_threads();  // OMP_NUM_THREADS, else the cores
+        // OMP_NUM_THREADS, else the cores, at most 8 by default: each thread keeps its own batch
+        // buffers (up to ~250 MB for the largest examples)
+        so.threads = threads ? threads : omp_get_max_threads() < 8 ? omp_get_max_threads() : 8;
 #else
         so.threads = 1;
 #endif
