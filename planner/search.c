@@ -364,6 +364,14 @@ static void progress(Search *s, long long done, long long total, int final) {
     }
     if (now - s->t_start < 1.0 || now - s->t_progress < 0.2) return;
     s->t_progress = now;
+    if (s->opt->threads > 1) {  // the threads count their candidates apart: combinations and the best so far
+        if (isinf(s->incumbent))
+            fprintf(stderr, "\rmist-plan: searching: %lld/%lld combinations taken, no plan fits yet\033[K", done, total);
+        else
+            fprintf(stderr, "\rmist-plan: searching: %lld/%lld combinations taken, best %.4g s\033[K", done, total,
+                    s->incumbent);
+        return;
+    }
     if (isinf(s->incumbent))
         fprintf(stderr, "\rmist-plan: searching: %lld/%lld combinations, %lld candidates, no plan fits yet\033[K", done,
                 total, s->stats->candidates);
