@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
         so.progress = isatty(STDERR_FILENO);
 #ifdef _OPENMP
         // OMP_NUM_THREADS, else the cores, at most 8 by default: each thread keeps its own batch
-        // buffers (up to ~250 MB for the largest examples)
+        // buffers and candidate lists (~175 MB for the largest examples)
         so.threads = threads ? threads : omp_get_max_threads() < 8 ? omp_get_max_threads() : 8;
 #else
         so.threads = 1;

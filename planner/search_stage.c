@@ -212,6 +212,9 @@ double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes
 }
 
 #define MAX_P 64
+// rows per evaluation in grid_lines: a search thread's batch buffers stay ~17 MB (33 doubles a
+// row) whatever the number of lines (Llama-70B on a node of 8: 629,120 lines of one pattern)
+#define LINE_CHUNK 65536
 
 // a grid point of a checkpoint option still to be evaluated at in-flight index k
 typedef struct {
@@ -297,13 +300,15 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     if (!nl) return 0;
     StageModel *mm = stage_model_get(s, kind, z, mask);
     if (!mm) return -1;
+    double *td = NULL;  // (rows, t | d) of the time batch
     Line *ln = malloc(nl * sizeof *ln);
     LineInfo *info = malloc(nl * sizeof *info);
     int *last_hi = malloc(nl * sizeof *last_hi);
     size_t *last_row = malloc(nl * sizeof *last_row);
     size_t ns = 0, cap_settled = nl;
     Settled *st = malloc(cap_settled * sizeof *st);
-    if (!ln || !info || !last_hi || !last_row || !st || search_reserve(s, nl) != 0) goto oom;
+    if (!ln || !info || !last_hi || !last_row || !st || search_reserve(s, nl < LINE_CHUNK ? nl : LINE_CHUNK) != 0)
+        goto oom;
     size_t n = 0;
     for (int ci = 0; ci < nc; ci++) {
         if (!cell_ok[mask * nc + ci]) continue;
@@ -319,43 +324,47 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     }
     while (n) {
         // one memory query per line: its lowest candidate first (it settles the line when it fits),
-        // then the top (nothing fits when it does not), then bisection
-        for (size_t i = 0; i < n; i++) {
-            const Line *L = &ln[i];
-            line_row(s, i, &info[L->id], dim, L->state == 0 ? L->lo : L->state == 1 ? top : (L->lo + L->hi) / 2, z,
-                     meshes, cells, G, plist[L->k]);
-        }
-        search_eval(s, mm, n, EVAL_PEAKS);
+        // then the top (nothing fits when it does not), then bisection; a chunk of lines at a time
+        // (kept lines move down in order: the same order as in one batch)
         size_t kept = 0;
-        for (size_t i = 0; i < n; i++) {
-            Line L = ln[i];
-            int fit = search_row_fits_device(s, i), settled = 0;
-            if (fit) s->stats->candidates_fit++;
-            if (L.state == 0) {
-                if (fit) L.hi = L.lo, settled = 1;
-                else if (L.lo >= top) continue;
-                else L.lo++, L.state = 1;
-            } else if (L.state == 1) {
-                if (!fit) continue;  // nothing on this line fits, here or at a larger p
-                L.hi = top, L.state = 2;
-                settled = L.lo >= L.hi;
-            } else {
-                int q = (L.lo + L.hi) / 2;
-                if (fit) L.hi = q;
-                else L.lo = q + 1;
-                settled = L.lo >= L.hi;
+        for (size_t c0 = 0; c0 < n; c0 += LINE_CHUNK) {
+            size_t cn = n - c0 < LINE_CHUNK ? n - c0 : LINE_CHUNK;
+            for (size_t i = 0; i < cn; i++) {
+                const Line *L = &ln[c0 + i];
+                int q = L->state == 0 ? L->lo : L->state == 1 ? top : (L->lo + L->hi) / 2;
+                line_row(s, i, &info[L->id], dim, q, z, meshes, cells, G, plist[L->k]);
             }
-            if (settled) {
-                if (ns == cap_settled) {
-                    Settled *grown = realloc(st, 2 * cap_settled * sizeof *st);
-                    if (!grown) goto oom;
-                    st = grown, cap_settled *= 2;
+            search_eval(s, mm, cn, EVAL_PEAKS);
+            for (size_t i = 0; i < cn; i++) {
+                Line L = ln[c0 + i];
+                int fit = search_row_fits_device(s, i), settled = 0;
+                if (fit) s->stats->candidates_fit++;
+                if (L.state == 0) {
+                    if (fit) L.hi = L.lo, settled = 1;
+                    else if (L.lo >= top) continue;
+                    else L.lo++, L.state = 1;
+                } else if (L.state == 1) {
+                    if (!fit) continue;  // nothing on this line fits, here or at a larger p
+                    L.hi = top, L.state = 2;
+                    settled = L.lo >= L.hi;
+                } else {
+                    int q = (L.lo + L.hi) / 2;
+                    if (fit) L.hi = q;
+                    else L.lo = q + 1;
+                    settled = L.lo >= L.hi;
                 }
-                st[ns++] = (Settled){L.id, L.k, L.hi, 0};
-                if (++L.k >= np) continue;
-                L.lo = L.hi, L.hi = top, L.state = 0;  // memory grows with p: the next least step is no smaller
+                if (settled) {
+                    if (ns == cap_settled) {
+                        Settled *grown = realloc(st, 2 * cap_settled * sizeof *st);
+                        if (!grown) goto oom;
+                        st = grown, cap_settled *= 2;
+                    }
+                    st[ns++] = (Settled){L.id, L.k, L.hi, 0};
+                    if (++L.k >= np) continue;
+                    L.lo = L.hi, L.hi = top, L.state = 0;  // memory grows with p: the next least step is no smaller
+                }
+                ln[kept++] = L;
             }
-            ln[kept++] = L;
         }
         n = kept;
     }
@@ -364,13 +373,16 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     // line's ratio), so a settled point over the host budget leaves its line nothing at that level
     // (nor at a larger p: both memories grow with p).
     if (s->host_capacity > 0 && ns) {
-        if (search_reserve(s, ns) != 0) goto oom;
-        for (size_t i = 0; i < ns; i++)
-            line_row(s, i, &info[st[i].id], dim, st[i].hi, z, meshes, cells, G, plist[st[i].k]);
-        search_eval(s, mm, ns, EVAL_PEAKS);
         size_t kept = 0;
-        for (size_t i = 0; i < ns; i++)
-            if (search_row_fits(s, i)) st[kept++] = st[i];
+        for (size_t c0 = 0; c0 < ns; c0 += LINE_CHUNK) {
+            size_t cn = ns - c0 < LINE_CHUNK ? ns - c0 : LINE_CHUNK;
+            if (search_reserve(s, cn) != 0) goto oom;
+            for (size_t i = 0; i < cn; i++)
+                line_row(s, i, &info[st[c0 + i].id], dim, st[c0 + i].hi, z, meshes, cells, G, plist[st[c0 + i].k]);
+            search_eval(s, mm, cn, EVAL_PEAKS);
+            for (size_t i = 0; i < cn; i++)
+                if (search_row_fits(s, i)) st[kept++] = st[c0 + i];
+        }
         ns = kept;
     }
     // the times of the settled steps, each (line, step) once; rows in line order (lines are in
@@ -393,29 +405,38 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         last_hi[e->id] = e->hi;
         e->row = last_row[e->id];
     }
-    if (search_reserve(s, rows) != 0) goto oom;
-    for (size_t i = 0; i < nl; i++) last_hi[i] = -1;
-    for (size_t i = 0; i < ns; i++) {
-        const Settled *e = &st[i];
-        if (last_hi[e->id] == e->hi) continue;
-        last_hi[e->id] = e->hi;
-        line_row(s, e->row, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
+    // in chunks of rows: each chunk's rows are written by the first settled entry of each, then
+    // timed; t, d kept per row for the pass below (in the settled order, as in one batch)
+    td = malloc((2 * rows + 1) * sizeof *td);
+    if (!td) goto oom;
+    for (size_t r0 = 0; r0 < rows; r0 += LINE_CHUNK) {
+        size_t cn = rows - r0 < LINE_CHUNK ? rows - r0 : LINE_CHUNK;
+        if (search_reserve(s, cn) != 0) goto oom;
+        for (size_t i = 0; i < nl; i++) last_hi[i] = -1;
+        for (size_t i = 0; i < ns; i++) {
+            const Settled *e = &st[i];
+            if (last_hi[e->id] == e->hi) continue;
+            last_hi[e->id] = e->hi;
+            if (e->row >= r0 && e->row < r0 + cn)
+                line_row(s, e->row - r0, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
+        }
+        search_eval(s, mm, cn, EVAL_TIME);
+        for (size_t i = 0; i < cn; i++) td[2 * (r0 + i)] = s->outs[ST_T][i], td[2 * (r0 + i) + 1] = s->outs[ST_D][i];
     }
-    search_eval(s, mm, rows, EVAL_TIME);
     for (size_t i = 0; i < ns; i++) {
         const Settled *e = &st[i];
         const LineInfo *li = &info[e->id];
-        double t = s->outs[ST_T][e->row], d = s->outs[ST_D][e->row];
+        double t = td[2 * e->row], d = td[2 * e->row + 1];
         if (!search_bound_ok(s, G, t, d, cells[li->ci].l)) continue;
         unsigned char q[4] = {li->q[0], li->q[1], li->q[2], li->q[3]};
         q[dim] = (unsigned char)e->hi;
         Cand c = {t, d, cells[li->ci].mi, (short)cells[li->ci].ckpt, (signed char)z, q[0], q[1], q[2], q[3]};
         if (cand_push(&out[cells[li->ci].li * np + e->k], &c)) goto oom;
     }
-    free(ln), free(info), free(last_hi), free(last_row), free(st);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td);
     return 0;
 oom:
-    free(ln), free(info), free(last_hi), free(last_row), free(st);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td);
     snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
     return -1;
 }
