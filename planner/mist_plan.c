@@ -37,8 +37,9 @@ static void usage(FILE *f) {
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
             "  --threads T              search with T threads (default: OMP_NUM_THREADS, else the\n"
-            "                           cores, at most 8; the plan found is the same with any T,\n"
-            "                           unless --frontier-max samples the frontiers)\n"
+            "                           cores, at most 8; 1 with --frontier-max); the plan found\n"
+            "                           is the same with any T, unless --frontier-max samples\n"
+            "                           the frontiers\n"
             "\n"
             "options:\n"
             "  --analyze [PLAN.ini]     analyze a fixed plan instead of searching\n"
@@ -265,6 +266,8 @@ int main(int argc, char **argv) {
         // OMP_NUM_THREADS, else the cores, at most 8 by default: each thread keeps its own batch
         // buffers and candidate lists (~175 MB for the largest examples)
         so.threads = threads ? threads : omp_get_max_threads() < 8 ? omp_get_max_threads() : 8;
+        // a sampled frontier depends on what survived the threads' bounds: one thread unless asked
+        if (frontier_max && !threads) so.threads = 1;
 #else
         so.threads = 1;
 #endif
