@@ -390,6 +390,7 @@ static void rules_for(Search *s, PlanSpace space) {
     space_grid(s);
 }
 
+#ifdef _OPENMP
 static double best_time(const Best *b) { return b->found ? b->T : INFINITY; }
 
 static void stats_add(SearchStats *to, const SearchStats *x) {
@@ -421,7 +422,6 @@ typedef struct {
 } ComboResult;
 
 static int search_combos_parallel(Search *s, const Combo *combos, int ncombo, Best *best, int count_stats) {
-#ifdef _OPENMP
     int nt = s->opt->threads;
     ComboResult *res = calloc((size_t)ncombo, sizeof *res);
     Search **ts = calloc((size_t)nt, sizeof *ts);
@@ -459,10 +459,9 @@ static int search_combos_parallel(Search *s, const Combo *combos, int ncombo, Be
             res[j].searched = 1;
             if (combo_search(me, &combos[j], &res[j].b) != 0) {
 #pragma omp critical(search_failure)
-                if (!failed) {
-                    memcpy(s->err, me->err, sizeof s->err);
-                    failed = 1;
-                }
+                if (!s->err[0]) memcpy(s->err, me->err, sizeof s->err);
+#pragma omp atomic write
+                failed = 1;
                 break;
             }
             if (res[j].b.found) {
@@ -470,6 +469,7 @@ static int search_combos_parallel(Search *s, const Combo *combos, int ncombo, Be
                 if (res[j].b.T < shared) shared = res[j].b.T;
             }
             if (t == 0) {
+#pragma omp critical(search_incumbent)
                 s->incumbent = shared;
                 progress(s, j + 1, ncombo, 0);
             }
@@ -503,13 +503,8 @@ done:
     for (int j = 0; j < ncombo && res; j++) saved_free(&res[j].b.saved);
     free(res), free(ts), free(tst);
     return rc;
-#else
-    (void)count_stats;
-    snprintf(s->err, sizeof s->err, "this build has no OpenMP: search with one thread");
-    (void)combos, (void)ncombo, (void)best;
-    return -1;
-#endif
 }
+#endif
 
 static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) {
     rules_for(s, space);
@@ -563,11 +558,13 @@ static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) 
     }
     qsort(combos, (size_t)ncombo, sizeof *combos, cmp_combo);
     if (count_stats) s->stats->combos = ncombo;
+#ifdef _OPENMP
     if (s->opt->threads > 1 && ncombo > 1) {
         int rc = search_combos_parallel(s, combos, ncombo, best, count_stats);
         free(combos);
         return rc;
     }
+#endif  // without OpenMP: one thread, whatever opt->threads says
     for (int j = 0; j < ncombo; j++) {
         if (combos[j].lb > s->incumbent * (1 + 1e-12)) break;  // sorted: none after it can win
         if (count_stats) s->stats->combos_searched++;

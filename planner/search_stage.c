@@ -300,7 +300,8 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     if (!nl) return 0;
     StageModel *mm = stage_model_get(s, kind, z, mask);
     if (!mm) return -1;
-    double *td = NULL;  // (rows, t | d) of the time batch
+    double *td = NULL;     // (rows, t | d) of the time batch
+    size_t *row_src = NULL;
     Line *ln = malloc(nl * sizeof *ln);
     LineInfo *info = malloc(nl * sizeof *info);
     int *last_hi = malloc(nl * sizeof *last_hi);
@@ -399,26 +400,25 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         last_row[i] = rows, rows += count;
         last_hi[i] = -1;
     }
+    td = malloc((2 * rows + 1) * sizeof *td);  // (rows, t | d)
+    row_src = malloc((rows + 1) * sizeof *row_src);  // the settled entry that writes each row
+    if (!td || !row_src) goto oom;
     for (size_t i = 0; i < ns; i++) {
         Settled *e = &st[i];
-        if (last_hi[e->id] != -1 && last_hi[e->id] != e->hi) last_row[e->id]++;  // the line's next step
+        int first = last_hi[e->id] != e->hi;
+        if (last_hi[e->id] != -1 && first) last_row[e->id]++;  // the line's next step
         last_hi[e->id] = e->hi;
         e->row = last_row[e->id];
+        if (first) row_src[e->row] = i;
     }
-    // in chunks of rows: each chunk's rows are written by the first settled entry of each, then
-    // timed; t, d kept per row for the pass below (in the settled order, as in one batch)
-    td = malloc((2 * rows + 1) * sizeof *td);
-    if (!td) goto oom;
+    // timed in chunks of rows; t, d kept per row for the pass below (in the settled order, as in
+    // one batch)
     for (size_t r0 = 0; r0 < rows; r0 += LINE_CHUNK) {
         size_t cn = rows - r0 < LINE_CHUNK ? rows - r0 : LINE_CHUNK;
         if (search_reserve(s, cn) != 0) goto oom;
-        for (size_t i = 0; i < nl; i++) last_hi[i] = -1;
-        for (size_t i = 0; i < ns; i++) {
-            const Settled *e = &st[i];
-            if (last_hi[e->id] == e->hi) continue;
-            last_hi[e->id] = e->hi;
-            if (e->row >= r0 && e->row < r0 + cn)
-                line_row(s, e->row - r0, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
+        for (size_t i = 0; i < cn; i++) {
+            const Settled *e = &st[row_src[r0 + i]];
+            line_row(s, i, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
         }
         search_eval(s, mm, cn, EVAL_TIME);
         for (size_t i = 0; i < cn; i++) td[2 * (r0 + i)] = s->outs[ST_T][i], td[2 * (r0 + i) + 1] = s->outs[ST_D][i];
@@ -433,10 +433,10 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         Cand c = {t, d, cells[li->ci].mi, (short)cells[li->ci].ckpt, (signed char)z, q[0], q[1], q[2], q[3]};
         if (cand_push(&out[cells[li->ci].li * np + e->k], &c)) goto oom;
     }
-    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(row_src);
     return 0;
 oom:
-    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(row_src);
     snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
     return -1;
 }
