@@ -103,6 +103,13 @@ struct Backend {
     void (*matmul_backward)(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                             void *dout, const void *inp, const void *weight, const void *pre_gelu,
                             int N, int C, int OC);
+    // dinp X(N,C) = (dout X(N,OC) @ weight X(OC,C)) * gelu'(pre_gelu X(N,C)): the input
+    // gradient of a layer whose input was gelu_tanh(pre_gelu), carried through the GELU
+    // (GPT's MLP projection: the result is dL/d(fc output)). One product with the GELU's
+    // backward in its epilogue where the backend can, instead of a product then a pass
+    // over N*C elements; dinp must not alias dout, weight or pre_gelu.
+    void (*matmul_dinp_gelu)(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *weight,
+                             const void *pre_gelu, int N, int C, int OC);
     // The same two products with out / dout stored with row stride ld >= OC, no bias, no
     // GELU. The LM head uses them: its logits rows get a stride that is a multiple of 8
     // elements, so each row starts 16-byte aligned as tensor-core GEMMs require even when

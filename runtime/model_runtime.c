@@ -453,16 +453,19 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
     int N = r->B * r->T;
     void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln), *d_act = arena_ptr(&r->d_act);
     // d_res = dL/dx_{l+1}; MLP projection: d_act = d_res Wfcproj
-    be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
-                        PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
     if (r->m.activation == ACT_SWIGLU) {
         void *d_fc = arena_ptr(&r->d_fc);
+        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
+                            PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
         be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, arena_ptr(&a->ln2), PARAM(bp->fc_w),
                             NULL, N, r->C, r->FC);
-    } else {
+    } else {  // d_act = (d_res Wfcproj) * gelu'(fc) = dL/dfc: the GELU's backward fused into the product
+        be->matmul_backward(be, st, NULL, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
+                            PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
+        be->matmul_dinp_gelu(be, st, d_act, d_res, PARAM(bp->fcproj_w), arena_ptr(&a->fc), N, r->F, r->C);
         be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, arena_ptr(&a->ln2), PARAM(bp->fc_w),
-                            arena_ptr(&a->fc), N, r->C, r->F);
+                            NULL, N, r->C, r->F);
     }
     tp_sum(r, d_ln, (size_t)N * r->C);  // column-parallel fc: dL/dln2 summed over tp
     // d_res += norm backward: now dL/dmid

@@ -182,8 +182,32 @@ static int check_matmul(const int *p) {
     r &= check16("matmul dinp", &dinp, RTOL, ATOL_FRAC);
     r &= check16("matmul dweight", &dw, RTOL, ATOL_FRAC);
     if (has_bias) r &= check16("matmul dbias", &db, RTOL, ATOL_FRAC);
+    if (has_bias && !gelu) {  // the bias gradient's two-pass sum: the same bits on a second run
+        T16 z1 = t16_random(OC, 0, 0), z2 = t16_random(OC, 0, 0);
+        gpu->matmul_backward(gpu, NULL, NULL, NULL, z1.d, dout.d, inp.d, wt.d, NULL, N, C, OC);
+        gpu->matmul_backward(gpu, NULL, NULL, NULL, z2.d, dout.d, inp.d, wt.d, NULL, N, C, OC);
+        if (!same_bits(z1.d, z2.d, (size_t)OC * 2)) {
+            diag("the bias gradient is not bitwise reproducible");
+            r = 0;
+        }
+        t16_free(&z1); t16_free(&z2);
+    }
     T16 *all[] = {&inp, &wt, &bias, &out, &pre, &dout, &dinp, &dw, &db};
     for (int i = 0; i < 9; i++) t16_free(all[i]);
+    return r;
+}
+
+// the MLP projection's input gradient through the GELU (DGELU epilogue, or
+// its fallback): the CPU rounds the product to bf16 before the GELU factor,
+// the GPU's epilogue applies it to the fp32 product, hence the tolerance
+static int check_matmul_dinp_gelu(const int *p) {
+    int N = p[0], C = p[1], OC = p[2];
+    T16 dout = t16_random((size_t)N * OC, -1, 1), wt = t16_random((size_t)OC * C, -1, 1);
+    T16 pre = t16_random((size_t)N * C, -3, 3), dinp = t16_out((size_t)N * C);
+    cpu->matmul_dinp_gelu(cpu, NULL, dinp.h, dout.h, wt.h, pre.h, N, C, OC);
+    gpu->matmul_dinp_gelu(gpu, NULL, dinp.d, dout.d, wt.d, pre.d, N, C, OC);
+    int r = check16("matmul_dinp_gelu", &dinp, RTOL, ATOL_FRAC);
+    t16_free(&dout); t16_free(&wt); t16_free(&pre); t16_free(&dinp);
     return r;
 }
 
@@ -353,9 +377,16 @@ static const Check checks[] = {
     {"rmsnorm fused residual N=100 C=1000", check_norm, {100, 1000, NORM_OP_RMSNORM, 1, 0}},
     {"layernorm fused residual, bias N=20 C=100 (C % 8 != 0: scalar path)", check_norm, {20, 100, NORM_OP_LAYERNORM, 1, 1}},
     {"layernorm N=64 C=2048", check_norm, {64, 2048, NORM_OP_LAYERNORM, 0, 1}},
+    {"layernorm, bias N=3000 C=768 (many row chunks)", check_norm, {3000, 768, NORM_OP_LAYERNORM, 0, 1}},
+    {"rmsnorm N=2000 C=100 (many row chunks, scalar path)", check_norm, {2000, 100, NORM_OP_RMSNORM, 0, 0}},
     {"matmul bias N=64 C=128 OC=96", check_matmul, {64, 128, 96, 1, 0}},
     {"matmul no bias N=100 C=72 OC=40", check_matmul, {100, 72, 40, 0, 0}},
     {"matmul + gelu, bias N=256 C=256 OC=512", check_matmul, {256, 256, 512, 1, 1}},
+    {"matmul bias N=5000 C=64 OC=2304 (bias gradient over many row chunks)", check_matmul, {5000, 64, 2304, 1, 0}},
+    {"matmul bias N=1000 C=64 OC=100 (bias gradient, scalar path)", check_matmul, {1000, 64, 100, 1, 0}},
+    {"matmul_dinp_gelu N=64 C=512 OC=128", check_matmul_dinp_gelu, {64, 512, 128}},
+    {"matmul_dinp_gelu N=100 C=3072 OC=768 (GPT-2's MLP projection)", check_matmul_dinp_gelu, {100, 3072, 768}},
+    {"matmul_dinp_gelu N=37 C=200 OC=72", check_matmul_dinp_gelu, {37, 200, 72}},
     {"matmul_ld (LM head, odd vocab) N=96 C=64 OC=1001 ld=1008", check_matmul_ld, {96, 64, 1001, 1008}},
     {"matmul_ld N=33 C=128 OC=256 ld=256", check_matmul_ld, {33, 128, 256, 256}},
     {"attention B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 0}},

@@ -36,9 +36,9 @@ static void *dev_random(size_t bytes) {
 static void report(const char *op, const char *shape, double ms, double flops, double bytes) {
     double tflops = flops / (ms * 1e-3) / 1e12, gbs = bytes / (ms * 1e-3) / 1e9;
     if (flops > 0)
-        printf("%-22s %-34s %9.3f ms %9.1f TFLOP/s %6.1f%% of peak\n", op, shape, ms, tflops, 100.0 * tflops / PEAK_TFLOPS);
+        printf("%-28s %-34s %9.3f ms %9.1f TFLOP/s %6.1f%% of peak\n", op, shape, ms, tflops, 100.0 * tflops / PEAK_TFLOPS);
     else
-        printf("%-22s %-34s %9.3f ms %9.1f GB/s    %6.1f%% of peak\n", op, shape, ms, gbs, 100.0 * gbs / PEAK_GBS);
+        printf("%-28s %-34s %9.3f ms %9.1f GB/s    %6.1f%% of peak\n", op, shape, ms, gbs, 100.0 * gbs / PEAK_GBS);
     fflush(stdout);
     if (json) {
         fprintf(json, "%s\n  {\"op\": \"%s\", \"shape\": \"%s\", \"ms\": %.5f, \"tflops\": %.2f, \"gbs\": %.1f}",
@@ -70,6 +70,11 @@ static void run_mm(void *p) {
     if (m->which == 3) gpu->matmul_forward_ld(gpu, NULL, m->out, m->inp, m->w, m->N, m->C, m->OC, ld);
     else if (m->which == 4) gpu->matmul_backward_ld(gpu, NULL, m->dinp, NULL, m->dout, m->inp, m->w, m->N, m->C, m->OC, ld);
     else if (m->which == 5) gpu->matmul_backward_ld(gpu, NULL, NULL, m->dw, m->dout, m->inp, m->w, m->N, m->C, m->OC, ld);
+    else if (m->which == 6) gpu->matmul_dinp_gelu(gpu, NULL, m->dinp, m->dout, m->w, m->pre, m->N, m->C, m->OC);
+    else if (m->which == 7) {  // the same in two ops: the product, then the GELU's backward over N C elements
+        gpu->matmul_backward(gpu, NULL, m->dinp, NULL, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
+        gpu->gelu_backward(gpu, NULL, m->dinp, m->pre, m->dinp, (size_t)m->N * m->C);
+    } else if (m->which == 8) gpu->matmul_backward(gpu, NULL, NULL, NULL, m->bias, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
     else if (m->which == 0) gpu->matmul_forward(gpu, NULL, m->out, m->gelu ? m->pre : NULL, m->inp, m->w, m->bias, m->N, m->C, m->OC);
     else if (m->which == 1) gpu->matmul_backward(gpu, NULL, m->dinp, NULL, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
     else gpu->matmul_backward(gpu, NULL, NULL, m->dw, NULL, m->dout, m->inp, m->w, NULL, m->N, m->C, m->OC);
@@ -89,6 +94,23 @@ static void bench_matmul(int N, int C, int OC, int gelu, int lm_head) {
     report("matmul_bwd dweight", shape, time_ms(run_mm, &m), fl, 0);
     void *all[] = {m.inp, m.w, m.bias, m.out, m.pre, m.dout, m.dinp, m.dw};
     for (int i = 0; i < 8; i++) gpu->free_device(gpu, all[i]);
+}
+
+// The MLP projection's input gradient through the GELU (pre: N x C), fused
+// and in two ops; then the bias gradient alone (a column sum of dout).
+static void bench_mlp_backward(int N, int C, int OC) {
+    MM m = {N, C, OC, 0, 6, dev_random((size_t)N * C * 2), dev_random((size_t)OC * C * 2), dev_random((size_t)OC * 2),
+            NULL, dev_random((size_t)N * C * 2), dev_random((size_t)N * OC * 2), dev_random((size_t)N * C * 2), NULL};
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
+    double fl = 2.0 * N * C * OC;
+    report("matmul_dinp_gelu (fused)", shape, time_ms(run_mm, &m), fl, 0);
+    m.which = 7;
+    report("matmul_bwd dinp + gelu_bwd", shape, time_ms(run_mm, &m), fl, 0);
+    m.which = 8;
+    report("bias gradient (column sum)", shape, time_ms(run_mm, &m), 0, (double)N * OC * 2);
+    void *all[] = {m.inp, m.w, m.bias, m.pre, m.dout, m.dinp};
+    for (int i = 0; i < 6; i++) gpu->free_device(gpu, all[i]);
 }
 
 // ---- attention
@@ -167,10 +189,12 @@ int main(int argc, char **argv) {
     if (!gpu) { printf("# SKIP no GPU: %s\n", err); return 0; }
     if (json_path && !(json = fopen(json_path, "w"))) { fprintf(stderr, "bench: cannot write %s\n", json_path); return 1; }
     if (json) fprintf(json, "{\"peak_tflops\": %.0f, \"peak_gbs\": %.0f, \"results\": [", PEAK_TFLOPS, PEAK_GBS);
-    printf("%-22s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
+    printf("%-28s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
     bench_matmul(8192, 4096, 4096, 0, 0);
     bench_matmul(8192, 4096, 16384, 1, 0);
     bench_matmul(8192, 768, 3072, 1, 0);
+    bench_mlp_backward(8192, 16384, 4096);  // GPT-3 6.7B-like MLP projection (dinp: N x 4h)
+    bench_mlp_backward(16384, 3072, 768);   // GPT-2 124M at B 16, T 1024
     bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
     bench_matmul(16384, 2048, 50304, 0, 1);
     for (int wide = 0; wide < 2; wide++) {

@@ -188,6 +188,7 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->norm_backward = cpu_norm_backward;
     b->matmul_forward = cpu_matmul_forward;
     b->matmul_backward = cpu_matmul_backward;
+    b->matmul_dinp_gelu = cpu_matmul_dinp_gelu;
     b->matmul_forward_ld = cpu_matmul_forward_ld;
     b->matmul_backward_ld = cpu_matmul_backward_ld;
     b->attention_forward = cpu_attention_forward;

@@ -102,6 +102,8 @@ void cpu_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void *
                            int N, int C, int OC, int ld);
 void cpu_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
                             const void *inp, const void *weight, int N, int C, int OC, int ld);
+void cpu_matmul_dinp_gelu(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *weight,
+                          const void *pre_gelu, int N, int C, int OC);
 void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                          void *dout, const void *inp, const void *weight, const void *pre_gelu,
                          int N, int C, int OC);

@@ -232,6 +232,18 @@ void cpu_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight
     matmul_backward_products(b, dinp, dweight, dout, inp, weight, N, C, OC, OC);
 }
 
+// the product, rounded to the storage type, then times gelu'(pre_gelu) and
+// rounded again: the same values as matmul_backward's dinp followed by
+// gelu_backward on it
+void cpu_matmul_dinp_gelu(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *weight,
+                          const void *pre_gelu, int N, int C, int OC) {
+    MistDtype dt = b->dtype;
+    matmul_backward_products(b, dinp, NULL, dout, NULL, weight, N, C, OC, OC);
+    size_t n = (size_t)N * C;
+    CPU_PRAGMA(omp parallel for schedule(static))
+    for (size_t k = 0; k < n; k++) cpu_st(dinp, dt, k, cpu_ld(dinp, dt, k) * cpu_gelu_grad(cpu_ld(pre_gelu, dt, k)));
+}
+
 void cpu_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
                             const void *inp, const void *weight, int N, int C, int OC, int ld) {
     matmul_backward_products(b, dinp, dweight, dout, inp, weight, N, C, OC, ld);

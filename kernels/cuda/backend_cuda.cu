@@ -187,6 +187,7 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->norm_backward = cuda_norm_backward;
     b->matmul_forward = cuda_matmul_forward;
     b->matmul_backward = cuda_matmul_backward;
+    b->matmul_dinp_gelu = cuda_matmul_dinp_gelu;
     b->matmul_forward_ld = cuda_matmul_forward_ld;
     b->matmul_backward_ld = cuda_matmul_backward_ld;
     b->attention_forward = cuda_attention_forward;

@@ -133,6 +133,8 @@ void cuda_matmul_forward_ld(Backend *b, BackendStream *s, void *out, const void 
                             int N, int C, int OC, int ld);
 void cuda_matmul_backward_ld(Backend *b, BackendStream *s, void *dinp, void *dweight, const void *dout,
                              const void *inp, const void *weight, int N, int C, int OC, int ld);
+void cuda_matmul_dinp_gelu(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *weight,
+                           const void *pre_gelu, int N, int C, int OC);
 void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweight, void *dbias,
                           void *dout, const void *inp, const void *weight, const void *pre_gelu,
                           int N, int C, int OC);
