@@ -34,7 +34,9 @@ typedef struct {
     Backend *be;
     int op;
     // GEMM: out X(N, ld) = inp X(N, in) @ w X(out, in)^T (+ bias, GELU)
-    int N, in, out, ld, has_bias, gelu;
+    int N, in, out, ld, has_bias;
+    int gelu;     // fc: the forward applies GELU and saves the pre-activation (pre: N x out)
+    int gelu_in;  // fc_proj: its input was GELU(pre), and the backward's dinp carries gelu' (pre: N x in)
     // attention: qkv X(B, T, (NH + 2 NKV) HS) -> y X(B, T, NH HS)
     int B, T, NH, NKV, HS;
     // norms (C = in), swiglu (F = out), embedding and cross-entropy (V = out, Vs = ld)
@@ -167,7 +169,7 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     case CAL_QKV: o->in = C, o->out = qkv, o->has_bias = m->bias; break;
     case CAL_ATTN_PROJ: o->in = NHt * HS, o->out = C; break;
     case CAL_FC: o->in = C, o->out = swiglu ? 2 * Ft : Ft, o->has_bias = m->bias, o->gelu = !swiglu; break;
-    case CAL_FC_PROJ: o->in = Ft, o->out = C; break;
+    case CAL_FC_PROJ: o->in = Ft, o->out = C, o->gelu_in = !swiglu; break;
     default: o->in = C, o->out = ceil_div(m->vocab, tp); break;  // CAL_LM_HEAD
     }
     o->ld = op == CAL_LM_HEAD ? (o->out + 7) / 8 * 8 : o->out;  // the runtime's logits stride
@@ -178,9 +180,9 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     o->dx = device_random(be, N * o->in, seed);
     o->dw = device_random(be, (size_t)o->out * o->in, seed);
     if (o->has_bias) o->bias = device_random(be, (size_t)o->out, seed), o->db = device_random(be, (size_t)o->out, seed);
-    if (o->gelu) o->pre = device_random(be, N * o->ld, seed);
+    if (o->gelu || o->gelu_in) o->pre = device_random(be, N * (o->gelu ? o->ld : o->in), seed);
     return o->x && o->w && o->y && o->dy && o->dx && o->dw && (!o->has_bias || (o->bias && o->db)) &&
-                   (!o->gelu || o->pre)
+                   (!(o->gelu || o->gelu_in) || o->pre)
                ? 0
                : -1;
 }
@@ -215,8 +217,11 @@ static void op_call(OpRun *o, int backward) {
     } else if (o->op == CAL_LM_HEAD) {
         if (backward) be->matmul_backward_ld(be, NULL, o->dx, o->dw, o->dy, o->x, o->w, o->N, o->in, o->out, o->ld);
         else be->matmul_forward_ld(be, NULL, o->y, o->x, o->w, o->N, o->in, o->out, o->ld);
+    } else if (backward && o->gelu_in) {  // as block_backward: the GELU's backward rides on dinp
+        be->matmul_backward(be, NULL, NULL, o->dw, o->db, o->dy, o->x, o->w, NULL, o->N, o->in, o->out);
+        be->matmul_dinp_gelu(be, NULL, o->dx, o->dy, o->w, o->pre, o->N, o->in, o->out);
     } else if (backward) {
-        be->matmul_backward(be, NULL, o->dx, o->dw, o->db, o->dy, o->x, o->w, o->pre, o->N, o->in, o->out);
+        be->matmul_backward(be, NULL, o->dx, o->dw, o->db, o->dy, o->x, o->w, NULL, o->N, o->in, o->out);
     } else {
         be->matmul_forward(be, NULL, o->y, o->pre, o->x, o->w, o->bias, o->N, o->in, o->out);
     }
