@@ -5,7 +5,7 @@
 # end-to-end training benchmark (benchmarks/gpu/train.sh: cpu/cuda loss
 # tracking, GPT-2 124M and GPT-3 1.3B throughput, MFU and memory).
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
-# Writes OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
+# Writes OUTDIR/wgmma_probe.log, OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
 # OUTDIR/bench_train.log, OUTDIR/bench_train.json.
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer,
 # TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
@@ -39,6 +39,10 @@ for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a fa
 libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
 gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
 gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
+# the wgmma layout probe needs the architecture-specific sm_90a target
+"$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o "$out/wgmma_probe" \
+    "$top/benchmarks/gpu/wgmma_probe.cu" 2>"$out/wgmma_probe.build.log" ||
+    { cat "$out/wgmma_probe.build.log" >&2; echo "$0: the wgmma probe did not compile" >&2; exit 1; }
 
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     [ "${TRAIN:-1}" != 0 ] && FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out"
@@ -46,6 +50,10 @@ if [ "${BUILD_ONLY:-0}" = 1 ]; then
 fi
 
 status=0
+# informational (no kernel uses wgmma yet): which descriptor layouts this GPU reads as assumed
+echo "== wgmma layout probe (benchmarks/gpu/wgmma_probe.cu)"
+"$out/wgmma_probe" 2>&1 | tee "$out/wgmma_probe.log" || true
+
 echo "== correctness vs the CPU backend"
 "$out/test_cuda_kernels" 2>&1 | tee "$out/test.log" || status=1
 if grep -q '^not ok' "$out/test.log"; then status=1; fi
