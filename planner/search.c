@@ -381,12 +381,17 @@ static void progress(Search *s, long long done, long long total, int final) {
 }
 
 // One pass over a space; best and s->incumbent carry over between passes.
+enum { WARM_OFFLOAD_STEPS = 2 };  // the offload warm start's grid: halves (divides 4 and 8)
 static void rules_for(Search *s, PlanSpace space) {
     space_rules(&s->rules, space, &s->opt->limits);
     if (s->opt->offload_steps_wg > 0 && s->opt->offload_steps_wg <= SEARCH_WG_STEPS)
         s->rules.wg_steps = s->opt->offload_steps_wg;
     if (s->opt->offload_steps_oa > 0 && s->opt->offload_steps_oa <= SEARCH_OA_STEPS)
         s->rules.oa_steps = s->opt->offload_steps_oa;
+    if (s->warm_steps > 0) {
+        if (s->rules.wg_steps % s->warm_steps == 0) s->rules.wg_steps = s->warm_steps;
+        if (s->rules.oa_steps % s->warm_steps == 0) s->rules.oa_steps = s->warm_steps;
+    }
     space_grid(s);
 }
 
@@ -650,6 +655,18 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     // Warm start: a plan of a smaller space (uniform stages, no offload) is a
     // plan of the larger one; its time bounds the larger search from the start.
     if (opt->space >= SPACE_OFFLOAD && search_pass(&s, SPACE_CKPT, &best, 0) != 0) rc = -1;
+    // When nothing fits without offload (the model's states need the hosts), the uniform offload
+    // space on a grid of halves (0, 1/2, 1: points of the full grid) is the warm start: without
+    // an incumbent the full space's first combinations are searched unbounded (Llama-70B on one
+    // node of 8 A100s: 115 M candidates, 13.7 s; with this start 4.0 s, the same plan). Halves,
+    // not the full grid: a warm pass on quarters and eighths costs more than it saves on small
+    // clusters (GPT-3 22B on one A100: 0.13 s without a warm start, 0.51 s with the full grid,
+    // 0.20 s with halves).
+    if (!rc && !best.found && opt->space > SPACE_OFFLOAD) {
+        s.warm_steps = WARM_OFFLOAD_STEPS;
+        if (search_pass(&s, SPACE_OFFLOAD, &best, 0) != 0) rc = -1;
+        s.warm_steps = 0;
+    }
     if (!rc && search_pass(&s, opt->space, &best, 1) != 0) rc = -1;
     progress(&s, 0, 0, 1);
     if (rc) {

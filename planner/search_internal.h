@@ -63,6 +63,7 @@ typedef struct Search {
     int64_t B;           // global batch
     int N;               // devices
     double incumbent;    // best plan time so far (INFINITY: none)
+    int warm_steps;      // > 0: a warm-start pass on an offload grid of 1/warm_steps (a subset of the full grid)
     double tau;          // the other stages of a stage of l blocks sum to at least tau * (L - l) of t
     // compiled stage models, built when first needed: [kind][zero][offload mask wo|go<<1|oo<<2|ao<<3]
     StageModel *models[KINDS][4][16];
