@@ -532,6 +532,24 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
                     for (int a = 1; a <= na; a++) fits |= search_row_fits_device(s, n++);  // host: more offload, more host
                 cell_ok[mask * nc + x] = fits;
             }
+            if (isinf(s->incumbent)) continue;
+            // The pattern's fastest point in a cell has every nonzero ratio at its least step (P1:
+            // t and t + d are nondecreasing in each ratio, and so is the bound): when that point is
+            // over the bound, so is every point of the pattern in the cell, at every p (P4).
+            n = 0;
+            for (int x = 0; x < nc; x++)
+                if (cell_ok[mask * nc + x])
+                    search_set_row(s, n++, &meshes[cells[x].mi], cells[x].b, z, cells[x].ckpt,
+                                   mask & 1 ? space_ratio_wg(R, 1) : 0, mask & 2 ? space_ratio_wg(R, 1) : 0,
+                                   mask & 4 ? space_ratio_oa(R, 1) : 0, mask & 8 ? space_ratio_oa(R, 1) : 0, G,
+                                   plist[k0[x]], cells[x].l);
+            search_eval(s, mc, n, EVAL_TIME);
+            n = 0;
+            for (int x = 0; x < nc; x++)
+                if (cell_ok[mask * nc + x]) {
+                    cell_ok[mask * nc + x] = search_bound_ok(s, G, s->outs[ST_T][n], s->outs[ST_D][n], cells[x].l);
+                    n++;
+                }
         }
         // The grid, in increasing in-flight count: a point that does not fit at p fits at no larger
         // p (memory is nondecreasing in p), and one over the bound is over it at every p (t and d do
