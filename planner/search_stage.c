@@ -323,6 +323,21 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
                         n++;
                     }
     }
+    if (!isinf(s->incumbent)) {
+        // A line's fastest point is its least step (P1): a line over the bound there is over it
+        // at every step and p (P4), so it is dropped before any memory query.
+        size_t kept = 0;
+        for (size_t c0 = 0; c0 < n; c0 += LINE_CHUNK) {
+            size_t cn = n - c0 < LINE_CHUNK ? n - c0 : LINE_CHUNK;
+            for (size_t i = 0; i < cn; i++)
+                line_row(s, i, &info[ln[c0 + i].id], dim, 1, z, meshes, cells, G, plist[ln[c0 + i].k]);
+            search_eval(s, mm, cn, EVAL_TIME);
+            for (size_t i = 0; i < cn; i++)
+                if (search_bound_ok(s, G, s->outs[ST_T][i], s->outs[ST_D][i], cells[info[ln[c0 + i].id].ci].l))
+                    ln[kept++] = ln[c0 + i];
+        }
+        n = kept;
+    }
     while (n) {
         // one memory query per line: its lowest candidate first (it settles the line when it fits),
         // then the top (nothing fits when it does not), then bisection; a chunk of lines at a time
