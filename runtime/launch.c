@@ -39,7 +39,7 @@ int launch_check_env(char *err, size_t errlen) {
         const char *name, *allowed[3], *hint;
     } vars[] = {
         {"MIST_DEVICE", {"cpu"}, "unset it to use a GPU when one answers, or set cpu to force the CPU backend"},
-        {"MIST_CUDA_ATTENTION", {"base", "wide"}, "unset it for the default (base)"},
+        {"MIST_CUDA_ATTENTION", {"base", "wide", "wgmma"}, "unset it for the default (base)"},
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i].name);
@@ -136,7 +136,9 @@ int launch_init(int *argc, char ***argv, Launch *out) {
         const char *att = getenv("MIST_CUDA_ATTENTION");  // checked by launch_check_env
         fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend%s\n", L->gpus_on_host,
                 L->gpus_on_host == 1 ? "" : "s", L->host, gpu_description_,
-                att && !strcmp(att, "wide") ? " with the experimental wide attention kernels (MIST_CUDA_ATTENTION)" : "");
+                att && !strcmp(att, "wide")    ? " with the experimental wide attention kernels (MIST_CUDA_ATTENTION)"
+                : att && !strcmp(att, "wgmma") ? " with the experimental wgmma attention forward (MIST_CUDA_ATTENTION)"
+                                               : "");
         fflush(stderr);
     }
     // Oversubscribed GPUs work (ranks share a device) but are slower: say so once per host.

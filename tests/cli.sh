@@ -56,7 +56,7 @@ tap_ok $? "MIST_DEVICE=cpu picks the CPU backend without a notice"
 
 # Environment variables with values mist does not know: exit 2 before any work, one message
 # naming the variable, its value and the allowed ones.
-for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allowed: base, wide, or unset"; do
+for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allowed: base, wide, wgmma, or unset"; do
     var=${v%%=*}; rest=${v#*=}; val=${rest%%:*}; want=${rest#*:}
     start=$(date +%s)
     out=$(env "$var=$val" timeout 30 sh -c "mpirun --oversubscribe -x $var -np 2 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?

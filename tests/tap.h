@@ -46,6 +46,12 @@ static inline void tap_skip_all(const char *reason) {
     exit(0);
 }
 
+// one skipped point, with the reason
+static inline void tap_skip(const char *reason) {
+    printf("ok %d # SKIP %s\n", ++tap_count_, reason);
+    fflush(stdout);
+}
+
 // |got - want| <= atol + rtol*|want|
 static inline int near(double got, double want, double atol, double rtol, const char *what) {
     double err = fabs(got - want);

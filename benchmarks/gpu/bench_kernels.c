@@ -13,6 +13,8 @@
 #include <string.h>
 #include "kernels/backend.h"
 
+int cuda_attention_wgmma_available(void);  // kernels/cuda/attention.cu
+
 #define PEAK_TFLOPS 989.0
 #define PEAK_GBS 3350.0
 
@@ -120,20 +122,27 @@ static void run_att(void *p) {
     if (!a->bwd) gpu->attention_forward(gpu, NULL, a->out, a->lse, a->qkv, a->B, a->T, a->NH, a->NKV, a->HS);
     else gpu->attention_backward(gpu, NULL, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->NH, a->NKV, a->HS);
 }
-// wide: the experimental kernels (MIST_CUDA_ATTENTION=wide), reported as
-// attention_fwd_wide / attention_bwd_wide
-static void bench_attention(int B, int T, int NH, int NKV, int HS, int wide) {
+// variant: 0 the default kernels, 1 MIST_CUDA_ATTENTION=wide (attention_fwd_wide /
+// attention_bwd_wide), 2 MIST_CUDA_ATTENTION=wgmma (attention_fwd_wgmma; its backward is the
+// default one, not repeated)
+static void bench_attention(int B, int T, int NH, int NKV, int HS, int variant) {
+    static const char *const names[3][2] = {{"attention_fwd", "attention_bwd"},
+                                            {"attention_fwd_wide", "attention_bwd_wide"},
+                                            {"attention_fwd_wgmma", NULL}};
+    static const char *const env[3] = {NULL, "wide", "wgmma"};
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
     ATT a = {B, T, NH, NKV, HS, 0, dev_random(nqkv * 2), dev_random(nout * 2), dev_random((size_t)B * NH * T * 4),
              dev_random(nout * 2), dev_random(nqkv * 2)};
     char shape[64];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
     double fl = 4.0 * B * NH * (double)T * T * HS / 2.0;
-    if (wide) setenv("MIST_CUDA_ATTENTION", "wide", 1);
-    report(wide ? "attention_fwd_wide" : "attention_fwd", shape, time_ms(run_att, &a), fl, 0);
-    run_att(&a);  // a real lse for the backward
-    a.bwd = 1;
-    report(wide ? "attention_bwd_wide" : "attention_bwd", shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    if (env[variant]) setenv("MIST_CUDA_ATTENTION", env[variant], 1);
+    report(names[variant][0], shape, time_ms(run_att, &a), fl, 0);
+    if (names[variant][1]) {
+        run_att(&a);  // a real lse for the backward
+        a.bwd = 1;
+        report(names[variant][1], shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    }
     unsetenv("MIST_CUDA_ATTENTION");
     void *all[] = {a.qkv, a.out, a.lse, a.dout, a.dqkv};
     for (int i = 0; i < 5; i++) gpu->free_device(gpu, all[i]);
@@ -197,10 +206,12 @@ int main(int argc, char **argv) {
     bench_mlp_backward(16384, 3072, 768);   // GPT-2 124M at B 16, T 1024
     bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
     bench_matmul(16384, 2048, 50304, 0, 1);
-    for (int wide = 0; wide < 2; wide++) {
-        bench_attention(4, 2048, 16, 16, 128, wide);
-        bench_attention(8, 1024, 12, 12, 64, wide);
-        bench_attention(2, 4096, 32, 8, 128, wide);
+    int variants = cuda_attention_wgmma_available() ? 3 : 2;
+    if (variants == 2) printf("(attention_fwd_wgmma not timed: needs a Hopper GPU and a build for sm_90a)\n");
+    for (int variant = 0; variant < variants; variant++) {
+        bench_attention(4, 2048, 16, 16, 128, variant);
+        bench_attention(8, 1024, 12, 12, 64, variant);
+        bench_attention(2, 4096, 32, 8, 128, variant);
     }
     int64_t N = 8192, C = 4096;
     bench_memory(0, "layernorm_fwd+residual", N, C, 4.0 * N * C * 2);

@@ -7,7 +7,7 @@
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
 # Writes OUTDIR/wgmma_probe.log, OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
 # OUTDIR/bench_train.log, OUTDIR/bench_train.json.
-# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), SANITIZE=0 skips compute-sanitizer,
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels), SANITIZE=0 skips compute-sanitizer,
 # TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
 # and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
 set -eu
@@ -15,7 +15,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
 mkdir -p "$out/obj"
 cuda=${CUDA_HOME:-/usr/local/cuda}
-arch=${CUDA_ARCH:-sm_90}
+arch=${CUDA_ARCH:-sm_90a}
 nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 

@@ -4,7 +4,7 @@
 # nvcc/gcc directly and runs benchmarks/gpu/bench_train (tracking vs the CPU
 # backend, then GPT-2 124M and GPT-3 1.3B throughput, MFU and memory).
 #   benchmarks/gpu/train.sh [OUTDIR]    (default OUTDIR: build-gpu/)
-# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90), INIH_DIR (a folder with
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a), INIH_DIR (a folder with
 # include/ini.h and lib/libinih.a when inih is not installed), QUICK=1,
 # BUILD_ONLY=1 (compile and link, run nothing: tests/gpu_scripts_build.sh).
 set -eu
@@ -12,7 +12,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
 mkdir -p "$out/obj-train"
 cuda=${CUDA_HOME:-/usr/local/cuda}
-arch=${CUDA_ARCH:-sm_90}
+arch=${CUDA_ARCH:-sm_90a}
 inc=""; inih="-linih"
 if [ -n "${INIH_DIR:-}" ]; then inc="-I$INIH_DIR/include"; inih="$INIH_DIR/lib/libinih.a"; fi
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top $inc"

@@ -340,6 +340,160 @@ __global__ void __launch_bounds__(ATT_THREADS, 3) attention_forward_kernel(bf16 
     store_rows<HS>(out, lse, o, rp, row0, bb, h, T, NH);
 }
 
+// ---------------------------------------------------------------- forward, wgmma scores (sm_90a)
+// The default forward with S = Q K^T on Hopper's warpgroup MMA (wgmma, built only for sm_90a):
+// the block's 4 warps are one warpgroup, Q stays in registers as the A operand (the same
+// fragments as mma.sync's A, warp w holding rows 16w..16w+15), K is read by the tensor cores
+// straight from a 128-byte-swizzled shared-memory tile (no ldmatrix of K into registers: the
+// shared-memory traffic that caps the default forward), and the accumulator comes back in
+// mma.sync's C layout (d[4j + e] = s[j][e]), so softmax_tile and accumulate_pv (P V with
+// mma.sync, V as in the default kernel) run unchanged. The layouts assumed here are the ones
+// benchmarks/gpu/wgmma_probe.cu checks (cases 1-4). Experimental: MIST_CUDA_ATTENTION=wgmma.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MIST_ATT_WGMMA 1
+#endif
+
+// whether this build's device code has the wgmma kernel (sm_90a); read once by the host
+__device__ int att_wgmma_built;
+__global__ void attention_wgmma_built_kernel(void) {
+#ifdef MIST_ATT_WGMMA
+    att_wgmma_built = 1;
+#else
+    att_wgmma_built = 0;
+#endif
+}
+
+#ifdef MIST_ATT_WGMMA
+// d = A B (scale-d 0: d is only written)
+static __device__ __forceinline__ void wgmma_rs_n64_first(float d[32], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+                   "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+                   "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+                   "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
+}
+// d += A B
+static __device__ __forceinline__ void wgmma_rs_n64_acc(float d[32], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// shared-memory matrix descriptor: start address, leading byte offset (unused with swizzling),
+// stride byte offset 1024 (8 rows of 128 B), 128-byte swizzle
+static __device__ __forceinline__ uint64_t att_smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(16 >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+#endif
+
+// rows [row0, row0+64) of K (HS columns) with cp.async into the wgmma operand layout: 64-column
+// sub-tiles of 64 rows x 128 B, the 16-byte chunk c of row r stored at chunk c ^ (r % 8); rows
+// >= T zero-filled. The tile must start 1024-byte aligned.
+template <int HS>
+static __device__ __forceinline__ void load_tile_swizzled_async(bf16 *sm, const bf16 *gbase, size_t stride, int row0,
+                                                                int T) {
+    constexpr int CHUNKS = HS / 8;
+    for (int i = threadIdx.x; i < ATT_ROWS * CHUNKS; i += ATT_THREADS) {
+        int r = i / CHUNKS, ch = i % CHUNKS;
+        int valid = row0 + r < T;
+        const bf16 *src = gbase + (size_t)(valid ? row0 + r : 0) * stride + ch * 8;
+        bf16 *d = sm + (ch / 8) * (ATT_ROWS * 64) + r * 64 + ((ch % 8) ^ (r % 8)) * 8;
+        uint32_t dst = (uint32_t)__cvta_generic_to_shared(d);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// a stage: the swizzled K tile (a multiple of 1024 bytes), then the V tile with row pitch HS+8
+template <int HS> struct WgmmaStage {
+    static constexpr int K_ELEMS = ATT_ROWS * HS, V_ELEMS = ATT_ROWS * (HS + 8);
+    static constexpr int BYTES = (K_ELEMS + V_ELEMS) * 2;
+    static_assert(K_ELEMS * 2 % 1024 == 0 && BYTES % 1024 == 0, "stages keep K tiles 1024-byte aligned");
+};
+
+template <int HS>
+// 2 blocks per SM: with 3 (<= 168 registers) the HS 128 instance spills 124 B
+__global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv,
+                                                                              int T, int NH, int NKV, float scale_log2) {
+#ifdef MIST_ATT_WGMMA
+    extern __shared__ __align__(16) unsigned char att_smem_wg[];
+    // the dynamic shared memory is rounded up to 1024 bytes (the launch adds the slack)
+    uint32_t raw = (uint32_t)__cvta_generic_to_shared(att_smem_wg);
+    unsigned char *smem = att_smem_wg + ((1024 - raw % 1024) % 1024);
+    constexpr int STAGE = WgmmaStage<HS>::BYTES;
+    int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
+    int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
+    int warp = threadIdx.x / 32, q = threadIdx.x % 4;
+    size_t stride = (size_t)(NH + 2 * NKV) * HS;
+    const bf16 *base = qkv + (size_t)bb * T * stride;
+    const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
+    const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4, r_hi = r_lo + 8;
+    RowPair rp = row_pair();
+
+    uint32_t qf[HS / 16][4];
+    {
+        const bf16 *qlo = base + (size_t)r_lo * stride + (size_t)h * HS, *qhi = base + (size_t)r_hi * stride + (size_t)h * HS;
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            int c = kk * 16 + 2 * q;
+            qf[kk][0] = r_lo < T ? ld32(qlo + c) : 0u;
+            qf[kk][1] = r_hi < T ? ld32(qhi + c) : 0u;
+            qf[kk][2] = r_lo < T ? ld32(qlo + c + 8) : 0u;
+            qf[kk][3] = r_hi < T ? ld32(qhi + c + 8) : 0u;
+        }
+    }
+    float o_[1][HS / 8][4], (&o)[HS / 8][4] = o_[0];
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+    load_tile_swizzled_async<HS>((bf16 *)smem, kbase, stride, 0, T);
+    load_tile_async<HS>((bf16 *)(smem + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, 0, T);
+    for (int kb = 0; kb <= qb; kb++) {
+        unsigned char *cur = smem + (kb & 1) * STAGE;
+        const bf16 *Vs = (const bf16 *)(cur + WgmmaStage<HS>::K_ELEMS * 2);
+        if (kb < qb) {
+            unsigned char *next = smem + ((kb + 1) & 1) * STAGE;
+            load_tile_swizzled_async<HS>((bf16 *)next, kbase, stride, (kb + 1) * ATT_ROWS, T);
+            load_tile_async<HS>((bf16 *)(next + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, (kb + 1) * ATT_ROWS, T);
+            asm volatile("cp.async.wait_group 2;\n" ::);  // this tile's K and V groups have landed
+        } else {
+            cp_async_wait_all();
+        }
+        // the tile was written through the generic proxy; wgmma reads it through the async one
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        float s_[1][8][4], (&s)[8][4] = s_[0];
+        uint32_t kaddr = (uint32_t)__cvta_generic_to_shared(cur);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wgmma_rs_n64_first(&s[0][0], qf[0], att_smem_desc(kaddr));
+#pragma unroll
+        for (int kk = 1; kk < HS / 16; kk++)  // k16 steps: +32 B inside a 64-column sub-tile
+            wgmma_rs_n64_acc(&s[0][0], qf[kk], att_smem_desc(kaddr + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        bool diagonal = kb == qb || (kb + 1) * ATT_ROWS > T;
+        softmax_tile<HS>(s, o, rp, row0, kb * ATT_ROWS, T, diagonal, scale_log2);
+        accumulate_pv<HS, 1>(o_, s_, Vs);
+        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+    store_rows<HS>(out, lse, o, rp, row0, bb, h, T, NH);
+#else
+    __trap();  // never launched: the host checks attention_wgmma_built first
+#endif
+}
+
 // Forward with 128-query tiles: each warp owns 32 queries as two 16-row MMA
 // tiles (RT = 2) that share every K and V fragment read from shared memory.
 // Per 64-key tile a warp then issues 80 ldmatrix.x4 (512 B each) for 256
@@ -646,23 +800,58 @@ static void check_shape(const char *who, int NH, int NKV, int HS) {
 // Which attention kernels run. "base" (the default): 64-query forward tiles,
 // dK/dV loading each query tile before computing it. "wide" (experimental,
 // MIST_CUDA_ATTENTION=wide): 128-query forward tiles
-// (attention_forward_wide_kernel) and double-buffered dK/dV query tiles. Read
-// at every call (a getenv is nothing next to a launch), so that one process
-// can check and time both.
-static int attention_wide(void) {
+// (attention_forward_wide_kernel) and double-buffered dK/dV query tiles.
+// "wgmma" (experimental, sm_90a builds on Hopper): the forward's scores on
+// wgmma (attention_forward_wgmma_kernel), the backward as in base. Read at
+// every call (a getenv is nothing next to a launch), so that one process can
+// check and time each.
+enum { ATT_BASE, ATT_WIDE, ATT_WGMMA };
+
+// 1 when this build has the wgmma forward and the current device runs it (asked
+// once: a kernel writes a flag compiled in only for sm_90a; any error means no)
+extern "C" int cuda_attention_wgmma_available(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    int flag = 0;
+    attention_wgmma_built_kernel<<<1, 1>>>();
+    known = cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+            cudaMemcpyFromSymbol(&flag, att_wgmma_built, sizeof flag) == cudaSuccess && flag == 1;
+    cudaGetLastError();  // a build without this architecture's code leaves an error: clear it
+    return known;
+}
+static int attention_variant(void) {
     const char *v = getenv("MIST_CUDA_ATTENTION");
-    if (!v || !*v || !strcmp(v, "base")) return 0;
-    if (!strcmp(v, "wide")) return 1;
-    fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: base, wide); "
+    if (!v || !*v || !strcmp(v, "base")) return ATT_BASE;
+    if (!strcmp(v, "wide")) return ATT_WIDE;
+    if (!strcmp(v, "wgmma")) {
+        if (!cuda_attention_wgmma_available()) {
+            fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION=wgmma needs a Hopper GPU and the backend built for "
+                            "sm_90a (./configure CUDA_ARCH=sm_90a); hint: unset it for the default (base)\n");
+            abort();
+        }
+        return ATT_WGMMA;
+    }
+    fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: base, wide, wgmma); "
                     "hint: unset it for the default (base)\n", v);
     abort();
 }
+static int attention_wide(void) { return attention_variant() == ATT_WIDE; }
 
 template <int HS>
 static void launch_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NKV) {
     float scale_log2 = LOG2E / sqrtf((float)HS);
-    static int attribute_set[2];  // per kernel, one per head size (template instance)
-    if (attention_wide()) {
+    static int attribute_set[3];  // per kernel, one per head size (template instance)
+    int variant = attention_variant();
+    if (variant == ATT_WGMMA) {
+        dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, NH, B);
+        size_t smem = 2 * WgmmaStage<HS>::BYTES + 1024;  // two stages, and slack to align them to 1024 B
+        if (!attribute_set[2]) {
+            CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+            attribute_set[2] = 1;
+        }
+        attention_forward_wgmma_kernel<HS><<<grid, ATT_THREADS, smem, st>>>(out, lse, qkv, T, NH, NKV, scale_log2);
+    } else if (variant == ATT_WIDE) {
         dim3 grid((T + ATT_WIDE_ROWS - 1) / ATT_WIDE_ROWS, NH, B);
         size_t smem = 6 * ATT_ROWS * (HS + 8) * sizeof(bf16);  // Q (2 tiles) + 2 stages of (K, V)
         if (!attribute_set[1]) {

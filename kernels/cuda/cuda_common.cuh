@@ -140,6 +140,8 @@ void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweigh
                           int N, int C, int OC);
 void cuda_attention_forward(Backend *b, BackendStream *s, void *out, float *lse, const void *qkv,
                             int B, int T, int NH, int NKV, int HS);
+// whether MIST_CUDA_ATTENTION=wgmma can run: the backend built for sm_90a, on a Hopper GPU
+int cuda_attention_wgmma_available(void);
 void cuda_attention_backward(Backend *b, BackendStream *s, void *dqkv, const void *dout,
                              const void *qkv, const void *out, const float *lse,
                              int B, int T, int NH, int NKV, int HS);
