@@ -341,14 +341,15 @@ __global__ void __launch_bounds__(ATT_THREADS, 3) attention_forward_kernel(bf16 
 }
 
 // ---------------------------------------------------------------- forward, wgmma scores (sm_90a)
-// The default forward with S = Q K^T on Hopper's warpgroup MMA (wgmma, built only for sm_90a):
-// the block's 4 warps are one warpgroup, Q stays in registers as the A operand (the same
-// fragments as mma.sync's A, warp w holding rows 16w..16w+15), K is read by the tensor cores
-// straight from a 128-byte-swizzled shared-memory tile (no ldmatrix of K into registers: the
-// shared-memory traffic that caps the default forward), and the accumulator comes back in
-// mma.sync's C layout (d[4j + e] = s[j][e]), so softmax_tile and accumulate_pv (P V with
-// mma.sync, V as in the default kernel) run unchanged. The layouts assumed here are the ones
-// benchmarks/gpu/wgmma_probe.cu checks (cases 1-4). Experimental: MIST_CUDA_ATTENTION=wgmma.
+// The default forward with both products on Hopper's warpgroup MMA (wgmma, built only for
+// sm_90a): the block's 4 warps are one warpgroup; S = Q K^T with Q in registers as the A
+// operand (the same fragments as mma.sync's A, warp w holding rows 16w..16w+15) and K read by
+// the tensor cores straight from a 128-byte-swizzled shared-memory tile (no ldmatrix into
+// registers: the shared-memory traffic that caps the default forward); the accumulator comes
+// back in mma.sync's C layout (d[4j + e] = s[j][e]), so softmax_tile runs unchanged; then
+// O += P V with P packed to bf16 in registers (as accumulate_pv packs it) and V read from the
+// same swizzled layout as an MN-major operand (imm-trans-b). The layouts assumed here are the
+// ones benchmarks/gpu/wgmma_probe.cu checks. Experimental: MIST_CUDA_ATTENTION=wgmma.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MIST_ATT_WGMMA 1
 #endif
@@ -391,16 +392,63 @@ static __device__ __forceinline__ void wgmma_rs_n64_acc(float d[32], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-// shared-memory matrix descriptor: start address, leading byte offset (unused with swizzling),
-// stride byte offset 1024 (8 rows of 128 B), 128-byte swizzle
-static __device__ __forceinline__ uint64_t att_smem_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(16 >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+// d += A B with B MN-major (imm-trans-b = 1): the P V product, V as stored
+static __device__ __forceinline__ void wgmma_rs_n64_acc_tb(float d[32], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+static __device__ __forceinline__ void wgmma_rs_n128_acc_tb(float d[64], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// shared-memory matrix descriptor with 128-byte swizzle: start address, leading and stride
+// byte offsets (bits 0-13, 16-29, 32-45, each >> 4; swizzle mode 1 in bits 62-63)
+static __device__ __forceinline__ uint64_t att_smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 1ull << 62;
 }
 #endif
 
-// rows [row0, row0+64) of K (HS columns) with cp.async into the wgmma operand layout: 64-column
-// sub-tiles of 64 rows x 128 B, the 16-byte chunk c of row r stored at chunk c ^ (r % 8); rows
-// >= T zero-filled. The tile must start 1024-byte aligned.
+// K as the B operand of S = Q K^T is K-major (keys are its N rows, head dim its K): 8-row atoms
+// 1024 B apart in SBO, LBO unused. V as the B operand of O = P V is MN-major (keys are its K
+// rows, head dim its contiguous N): k atoms (8 keys) 1024 B apart, 64-column head-dim blocks
+// ATT_ROWS * 128 B apart. Which descriptor field holds which of those two strides for an
+// MN-major operand is the one layout fact not settled by the K-major cases;
+// benchmarks/gpu/wgmma_probe.cu (cases 5-8) prints which holds, and this flag follows it.
+#define ATT_V_KATOM_IN_SBO 1
+enum {
+    ATT_K_LBO = 16, ATT_K_SBO = 1024,
+    ATT_V_LBO = ATT_V_KATOM_IN_SBO ? ATT_ROWS * 128 : 1024,
+    ATT_V_SBO = ATT_V_KATOM_IN_SBO ? 1024 : ATT_ROWS * 128,
+};
+
+// rows [row0, row0+64) of K or V (HS columns) with cp.async into the wgmma operand layout:
+// 64-column sub-tiles of 64 rows x 128 B, the 16-byte chunk c of row r stored at chunk c ^ (r % 8);
+// rows >= T zero-filled. The tile must start 1024-byte aligned. (The same bytes serve K as a
+// K-major operand and V as an MN-major one: rows are keys either way.)
 template <int HS>
 static __device__ __forceinline__ void load_tile_swizzled_async(bf16 *sm, const bf16 *gbase, size_t stride, int row0,
                                                                 int T) {
@@ -416,11 +464,11 @@ static __device__ __forceinline__ void load_tile_swizzled_async(bf16 *sm, const 
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// a stage: the swizzled K tile (a multiple of 1024 bytes), then the V tile with row pitch HS+8
+// a stage: the swizzled K tile, then the swizzled V tile (each a multiple of 1024 bytes)
 template <int HS> struct WgmmaStage {
-    static constexpr int K_ELEMS = ATT_ROWS * HS, V_ELEMS = ATT_ROWS * (HS + 8);
+    static constexpr int K_ELEMS = ATT_ROWS * HS, V_ELEMS = ATT_ROWS * HS;
     static constexpr int BYTES = (K_ELEMS + V_ELEMS) * 2;
-    static_assert(K_ELEMS * 2 % 1024 == 0 && BYTES % 1024 == 0, "stages keep K tiles 1024-byte aligned");
+    static_assert(K_ELEMS * 2 % 1024 == 0 && BYTES % 1024 == 0, "stages keep the tiles 1024-byte aligned");
 };
 
 template <int HS>
@@ -459,14 +507,13 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
     for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
     load_tile_swizzled_async<HS>((bf16 *)smem, kbase, stride, 0, T);
-    load_tile_async<HS>((bf16 *)(smem + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, 0, T);
+    load_tile_swizzled_async<HS>((bf16 *)(smem + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, 0, T);
     for (int kb = 0; kb <= qb; kb++) {
         unsigned char *cur = smem + (kb & 1) * STAGE;
-        const bf16 *Vs = (const bf16 *)(cur + WgmmaStage<HS>::K_ELEMS * 2);
         if (kb < qb) {
             unsigned char *next = smem + ((kb + 1) & 1) * STAGE;
             load_tile_swizzled_async<HS>((bf16 *)next, kbase, stride, (kb + 1) * ATT_ROWS, T);
-            load_tile_async<HS>((bf16 *)(next + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, (kb + 1) * ATT_ROWS, T);
+            load_tile_swizzled_async<HS>((bf16 *)(next + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, (kb + 1) * ATT_ROWS, T);
             asm volatile("cp.async.wait_group 2;\n" ::);  // this tile's K and V groups have landed
         } else {
             cp_async_wait_all();
@@ -475,17 +522,35 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         float s_[1][8][4], (&s)[8][4] = s_[0];
-        uint32_t kaddr = (uint32_t)__cvta_generic_to_shared(cur);
+        uint32_t kaddr = (uint32_t)__cvta_generic_to_shared(cur), vaddr = kaddr + WgmmaStage<HS>::K_ELEMS * 2;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        wgmma_rs_n64_first(&s[0][0], qf[0], att_smem_desc(kaddr));
+        wgmma_rs_n64_first(&s[0][0], qf[0], att_smem_desc(kaddr, ATT_K_LBO, ATT_K_SBO));
 #pragma unroll
         for (int kk = 1; kk < HS / 16; kk++)  // k16 steps: +32 B inside a 64-column sub-tile
-            wgmma_rs_n64_acc(&s[0][0], qf[kk], att_smem_desc(kaddr + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32));
+            wgmma_rs_n64_acc(&s[0][0], qf[kk],
+                             att_smem_desc(kaddr + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32, ATT_K_LBO, ATT_K_SBO));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         bool diagonal = kb == qb || (kb + 1) * ATT_ROWS > T;
         softmax_tile<HS>(s, o, rp, row0, kb * ATT_ROWS, T, diagonal, scale_log2);
-        accumulate_pv<HS, 1>(o_, s_, Vs);
+        // o += P V: P (bf16, this warp's 16 rows) as the A operand from registers, as
+        // accumulate_pv packs it; V MN-major, one k16 step per 16 keys (+2048 B)
+        uint32_t pa[4][4];  // all packed before the fence: registers a wgmma reads are not written mid-group
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]), pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint64_t dv = att_smem_desc(vaddr + kk * 16 * 128, ATT_V_LBO, ATT_V_SBO);
+            if constexpr (HS == 128) wgmma_rs_n128_acc_tb(&o[0][0], pa[kk], dv);
+            else wgmma_rs_n64_acc_tb(&o[0][0], pa[kk], dv);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
     store_rows<HS>(out, lse, o, rp, row0, bb, h, T, NH);
