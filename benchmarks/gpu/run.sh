@@ -40,7 +40,7 @@ libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpth
 gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
 gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
 # the wgmma layout probe needs the architecture-specific sm_90a target
-"$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o "$out/wgmma_probe" \
+"$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$top" -o "$out/wgmma_probe" \
     "$top/benchmarks/gpu/wgmma_probe.cu" 2>"$out/wgmma_probe.build.log" ||
     { cat "$out/wgmma_probe.build.log" >&2; echo "$0: the wgmma probe did not compile" >&2; exit 1; }
 

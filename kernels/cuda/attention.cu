@@ -282,6 +282,23 @@ static __device__ __forceinline__ void store_rows(bf16 *out, float *lse, const f
     }
 }
 
+// The A fragments (mma.sync m16n8k16 layout, one per 16-wide k step) of the 16 query rows
+// r_lo - g .. r_lo - g + 15 of head h that this thread's warp owns; rows >= T are zero
+template <int HS>
+static __device__ __forceinline__ void query_fragments(uint32_t qf[HS / 16][4], const bf16 *base, size_t stride, int h,
+                                                       int r_lo, int T) {
+    int q = threadIdx.x % 4, r_hi = r_lo + 8;
+    const bf16 *qlo = base + (size_t)r_lo * stride + (size_t)h * HS, *qhi = base + (size_t)r_hi * stride + (size_t)h * HS;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        int c = kk * 16 + 2 * q;
+        qf[kk][0] = r_lo < T ? ld32(qlo + c) : 0u;
+        qf[kk][1] = r_hi < T ? ld32(qhi + c) : 0u;
+        qf[kk][2] = r_lo < T ? ld32(qlo + c + 8) : 0u;
+        qf[kk][3] = r_hi < T ? ld32(qhi + c + 8) : 0u;
+    }
+}
+
 // ---------------------------------------------------------------- forward
 template <int HS>
 // 3 blocks per SM (<= 168 registers per thread) hide the softmax latency of one
@@ -294,28 +311,16 @@ __global__ void __launch_bounds__(ATT_THREADS, 3) attention_forward_kernel(bf16 
     bf16 *stages = (bf16 *)att_smem;
     int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
     int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
-    int warp = threadIdx.x / 32, q = threadIdx.x % 4;
+    int warp = threadIdx.x / 32;
     size_t stride = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *base = qkv + (size_t)bb * T * stride;
     const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
-    const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4, r_hi = r_lo + 8;  // this warp's 16 queries
+    const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4;  // this warp's 16 queries
     RowPair rp = row_pair();
 
     uint32_t qf[HS / 16][4];
-    {
-        const bf16 *qlo = base + (size_t)r_lo * stride + (size_t)h * HS, *qhi = base + (size_t)r_hi * stride + (size_t)h * HS;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            int c = kk * 16 + 2 * q;
-            qf[kk][0] = r_lo < T ? ld32(qlo + c) : 0u;
-            qf[kk][1] = r_hi < T ? ld32(qhi + c) : 0u;
-            qf[kk][2] = r_lo < T ? ld32(qlo + c + 8) : 0u;
-            qf[kk][3] = r_hi < T ? ld32(qhi + c + 8) : 0u;
-        }
-    }
-    float o_[1][HS / 8][4], (&o)[HS / 8][4] = o_[0];
-#pragma unroll
-    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    query_fragments<HS>(qf, base, stride, h, r_lo, T);
+    float o_[1][HS / 8][4] = {}, (&o)[HS / 8][4] = o_[0];
 
     load_tile_async<HS>(stages, kbase, stride, 0, T);
     load_tile_async<HS>(stages + TILE, vbase, stride, 0, T);
@@ -365,71 +370,7 @@ __global__ void attention_wgmma_built_kernel(void) {
 }
 
 #ifdef MIST_ATT_WGMMA
-// d = A B (scale-d 0: d is only written)
-static __device__ __forceinline__ void wgmma_rs_n64_first(float d[32], const uint32_t a[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-                   "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-                   "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-                   "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
-}
-// d += A B
-static __device__ __forceinline__ void wgmma_rs_n64_acc(float d[32], const uint32_t a[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-// d += A B with B MN-major (imm-trans-b = 1): the P V product, V as stored
-static __device__ __forceinline__ void wgmma_rs_n64_acc_tb(float d[32], const uint32_t a[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-static __device__ __forceinline__ void wgmma_rs_n128_acc_tb(float d[64], const uint32_t a[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-// shared-memory matrix descriptor with 128-byte swizzle: start address, leading and stride
-// byte offsets (bits 0-13, 16-29, 32-45, each >> 4; swizzle mode 1 in bits 62-63)
-static __device__ __forceinline__ uint64_t att_smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 1ull << 62;
-}
+#include "kernels/cuda/wgmma.cuh"
 #endif
 
 // K as the B operand of S = Q K^T is K-major (keys are its N rows, head dim its K): 8-row atoms
@@ -483,28 +424,16 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
     constexpr int STAGE = WgmmaStage<HS>::BYTES;
     int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
     int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
-    int warp = threadIdx.x / 32, q = threadIdx.x % 4;
+    int warp = threadIdx.x / 32;
     size_t stride = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *base = qkv + (size_t)bb * T * stride;
     const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
-    const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4, r_hi = r_lo + 8;
+    const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4;
     RowPair rp = row_pair();
 
     uint32_t qf[HS / 16][4];
-    {
-        const bf16 *qlo = base + (size_t)r_lo * stride + (size_t)h * HS, *qhi = base + (size_t)r_hi * stride + (size_t)h * HS;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            int c = kk * 16 + 2 * q;
-            qf[kk][0] = r_lo < T ? ld32(qlo + c) : 0u;
-            qf[kk][1] = r_hi < T ? ld32(qhi + c) : 0u;
-            qf[kk][2] = r_lo < T ? ld32(qlo + c + 8) : 0u;
-            qf[kk][3] = r_hi < T ? ld32(qhi + c + 8) : 0u;
-        }
-    }
-    float o_[1][HS / 8][4], (&o)[HS / 8][4] = o_[0];
-#pragma unroll
-    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    query_fragments<HS>(qf, base, stride, h, r_lo, T);
+    float o_[1][HS / 8][4] = {}, (&o)[HS / 8][4] = o_[0];
 
     load_tile_swizzled_async<HS>((bf16 *)smem, kbase, stride, 0, T);
     load_tile_swizzled_async<HS>((bf16 *)(smem + WgmmaStage<HS>::K_ELEMS * 2), vbase, stride, 0, T);
@@ -519,18 +448,17 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
             cp_async_wait_all();
         }
         // the tile was written through the generic proxy; wgmma reads it through the async one
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        wgmma_fence_smem();
         __syncthreads();
-        float s_[1][8][4], (&s)[8][4] = s_[0];
+        float s_[1][8][4] = {}, (&s)[8][4] = s_[0];  // (the first step ignores it: scale_d = 0)
         uint32_t kaddr = (uint32_t)__cvta_generic_to_shared(cur), vaddr = kaddr + WgmmaStage<HS>::K_ELEMS * 2;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        wgmma_rs_n64_first(&s[0][0], qf[0], att_smem_desc(kaddr, ATT_K_LBO, ATT_K_SBO));
+        wgmma_fence();
 #pragma unroll
-        for (int kk = 1; kk < HS / 16; kk++)  // k16 steps: +32 B inside a 64-column sub-tile
-            wgmma_rs_n64_acc(&s[0][0], qf[kk],
-                             att_smem_desc(kaddr + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32, ATT_K_LBO, ATT_K_SBO));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        for (int kk = 0; kk < HS / 16; kk++)  // k16 steps: +32 B inside a 64-column sub-tile
+            wgmma_rs_n64<0>(&s[0][0], qf[kk],
+                            wgmma_desc(kaddr + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32, ATT_K_LBO, ATT_K_SBO), kk > 0);
+        wgmma_commit();
+        wgmma_wait();
         bool diagonal = kb == qb || (kb + 1) * ATT_ROWS > T;
         softmax_tile<HS>(s, o, rp, row0, kb * ATT_ROWS, T, diagonal, scale_log2);
         // o += P V: P (bf16, this warp's 16 rows) as the A operand from registers, as
@@ -542,15 +470,15 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
             pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-            uint64_t dv = att_smem_desc(vaddr + kk * 16 * 128, ATT_V_LBO, ATT_V_SBO);
-            if constexpr (HS == 128) wgmma_rs_n128_acc_tb(&o[0][0], pa[kk], dv);
-            else wgmma_rs_n64_acc_tb(&o[0][0], pa[kk], dv);
+            uint64_t dv = wgmma_desc(vaddr + kk * 16 * 128, ATT_V_LBO, ATT_V_SBO);
+            if constexpr (HS == 128) wgmma_rs_n128<1>(&o[0][0], pa[kk], dv, 1);
+            else wgmma_rs_n64<1>(&o[0][0], pa[kk], dv, 1);
         }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wgmma_commit();
+        wgmma_wait();
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
     store_rows<HS>(out, lse, o, rp, row0, bb, h, T, NH);
