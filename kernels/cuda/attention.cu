@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
     }
     store_rows<HS>(out, lse, o, rp, row0, bb, h, T, NH);
 #else
-    __trap();  // never launched: the host checks attention_wgmma_built first
+    __trap();  // never launched: the host asks cuda_attention_wgmma_available() first
 #endif
 }
 
