@@ -301,7 +301,8 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     StageModel *mm = stage_model_get(s, kind, z, mask);
     if (!mm) return -1;
     double *td = NULL;     // (rows, t | d) of the time batch
-    size_t *row_src = NULL;
+    double *td1 = NULL;    // (lines, t | d) at each line's least step, when the bound check timed it
+    size_t *row_src = NULL, *todo = NULL;
     Line *ln = malloc(nl * sizeof *ln);
     LineInfo *info = malloc(nl * sizeof *info);
     int *last_hi = malloc(nl * sizeof *last_hi);
@@ -325,16 +326,20 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
     }
     if (!isinf(s->incumbent)) {
         // A line's fastest point is its least step (P1): a line over the bound there is over it
-        // at every step and p (P4), so it is dropped before any memory query.
+        // at every step and p (P4), so it is dropped before any memory query. The times of the
+        // kept lines' least steps are kept for the time batch below (they do not depend on p).
+        if (!(td1 = malloc(2 * nl * sizeof *td1))) goto oom;
         size_t kept = 0;
         for (size_t c0 = 0; c0 < n; c0 += LINE_CHUNK) {
             size_t cn = n - c0 < LINE_CHUNK ? n - c0 : LINE_CHUNK;
             for (size_t i = 0; i < cn; i++)
                 line_row(s, i, &info[ln[c0 + i].id], dim, 1, z, meshes, cells, G, plist[ln[c0 + i].k]);
             search_eval(s, mm, cn, EVAL_TIME);
-            for (size_t i = 0; i < cn; i++)
-                if (search_bound_ok(s, G, s->outs[ST_T][i], s->outs[ST_D][i], cells[info[ln[c0 + i].id].ci].l))
-                    ln[kept++] = ln[c0 + i];
+            for (size_t i = 0; i < cn; i++) {
+                int id = ln[c0 + i].id;
+                td1[2 * id] = s->outs[ST_T][i], td1[2 * id + 1] = s->outs[ST_D][i];
+                if (search_bound_ok(s, G, td1[2 * id], td1[2 * id + 1], cells[info[id].ci].l)) ln[kept++] = ln[c0 + i];
+            }
         }
         n = kept;
     }
@@ -427,16 +432,24 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         if (first) row_src[e->row] = i;
     }
     // timed in chunks of rows; t, d kept per row for the pass below (in the settled order, as in
-    // one batch)
-    for (size_t r0 = 0; r0 < rows; r0 += LINE_CHUNK) {
-        size_t cn = rows - r0 < LINE_CHUNK ? rows - r0 : LINE_CHUNK;
+    // one batch); a least step already timed by the bound check above is not timed again (the
+    // engine gives the same bits in any batch): todo lists the rows still to time.
+    size_t nt = 0;
+    if (!(todo = malloc((rows + 1) * sizeof *todo))) goto oom;
+    for (size_t r = 0; r < rows; r++) {
+        const Settled *e = &st[row_src[r]];
+        if (td1 && e->hi == 1) td[2 * r] = td1[2 * e->id], td[2 * r + 1] = td1[2 * e->id + 1];
+        else todo[nt++] = r;
+    }
+    for (size_t r0 = 0; r0 < nt; r0 += LINE_CHUNK) {
+        size_t cn = nt - r0 < LINE_CHUNK ? nt - r0 : LINE_CHUNK;
         if (search_reserve(s, cn) != 0) goto oom;
         for (size_t i = 0; i < cn; i++) {
-            const Settled *e = &st[row_src[r0 + i]];
+            const Settled *e = &st[row_src[todo[r0 + i]]];
             line_row(s, i, &info[e->id], dim, e->hi, z, meshes, cells, G, plist[e->k]);
         }
         search_eval(s, mm, cn, EVAL_TIME);
-        for (size_t i = 0; i < cn; i++) td[2 * (r0 + i)] = s->outs[ST_T][i], td[2 * (r0 + i) + 1] = s->outs[ST_D][i];
+        for (size_t i = 0; i < cn; i++) td[2 * todo[r0 + i]] = s->outs[ST_T][i], td[2 * todo[r0 + i] + 1] = s->outs[ST_D][i];
     }
     for (size_t i = 0; i < ns; i++) {
         const Settled *e = &st[i];
@@ -448,10 +461,10 @@ static int grid_lines(Search *s, int kind, int z, int mask, const Mesh *meshes, 
         Cand c = {t, d, cells[li->ci].mi, (short)cells[li->ci].ckpt, (signed char)z, q[0], q[1], q[2], q[3]};
         if (cand_push(&out[cells[li->ci].li * np + e->k], &c)) goto oom;
     }
-    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(row_src);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(td1), free(row_src), free(todo);
     return 0;
 oom:
-    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(row_src);
+    free(ln), free(info), free(last_hi), free(last_row), free(st), free(td), free(td1), free(row_src), free(todo);
     snprintf(s->err, sizeof s->err, "out of memory searching offload lines");
     return -1;
 }
