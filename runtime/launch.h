@@ -24,7 +24,7 @@ int launch_init(int *argc, char ***argv, Launch *out);
 
 // The environment variables that pick a backend or kernels, checked before
 // any work: MIST_DEVICE (unset, or "cpu") and MIST_CUDA_ATTENTION (unset,
-// "base" or "wide": kernels/cuda/attention.cu). Returns 0, or 2 with a message
+// "base", "wide" or "wgmma": kernels/cuda/attention.cu). Returns 0, or 2 with a message
 // in err naming the variable, its value, the allowed ones and a hint. Needs no MPI.
 int launch_check_env(char *err, size_t errlen);
 

@@ -20,7 +20,7 @@
 #include "kernels/dtype.h"
 #include "tests/tap.h"
 
-int cuda_attention_wgmma_available(void);  // kernels/cuda/attention.cu (this test links the CUDA backend)
+int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu (this test links the CUDA backend)
 
 static Backend *gpu, *cpu;
 static const double RTOL = 2e-2, ATOL_FRAC = 2e-2;

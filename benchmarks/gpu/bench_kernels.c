@@ -13,7 +13,7 @@
 #include <string.h>
 #include "kernels/backend.h"
 
-int cuda_attention_wgmma_available(void);  // kernels/cuda/attention.cu
+int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
 
 #define PEAK_TFLOPS 989.0
 #define PEAK_GBS 3350.0
