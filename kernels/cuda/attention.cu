@@ -16,12 +16,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 3) attention_forward_kernel(bf16 
     extern __shared__ __align__(16) unsigned char att_smem[];
     constexpr int TILE = ATT_ROWS * (HS + 8), STAGE = 2 * TILE;  // a stage: K tile then V tile
     bf16 *stages = (bf16 *)att_smem;
-    int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
-    int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
+    auto [qb, h, bb, stride, base, kbase, vbase] = head_block<HS>(qkv, T, NH, NKV);
     int warp = threadIdx.x / 32;
-    size_t stride = (size_t)(NH + 2 * NKV) * HS;
-    const bf16 *base = qkv + (size_t)bb * T * stride;
-    const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
     const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4;  // this warp's 16 queries
     RowPair rp = row_pair();
 
@@ -71,12 +67,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wide_kernel(
     extern __shared__ __align__(16) unsigned char att_smem[];
     constexpr int TILE = ATT_ROWS * (HS + 8), STAGE = 2 * TILE;
     bf16 *Qs = (bf16 *)att_smem, *stages = Qs + 2 * TILE;
-    int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
-    int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
+    auto [qb, h, bb, stride, base, kbase, vbase] = head_block<HS>(qkv, T, NH, NKV);
     int warp = threadIdx.x / 32;
-    size_t stride = (size_t)(NH + 2 * NKV) * HS;
-    const bf16 *base = qkv + (size_t)bb * T * stride;
-    const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
     int q0 = qb * ATT_WIDE_ROWS, w0 = warp * 16 * ATT_WIDE_RT;  // block's and warp's first query (warp: in the tile)
     int last = min(q0 + ATT_WIDE_ROWS, T) - 1;                  // the block's last query
     int nkb = last / ATT_ROWS + 1;                              // key tiles it attends to

@@ -256,6 +256,38 @@ static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 
     rp.l_hi = l_hi;
 }
 
+// The query block, head and batch entry of a forward block (latest query blocks
+// first: they attend to the most key tiles, so they start first), and where its rows start in
+// the packed qkv (B, T, NH + 2 NKV, HS): stride elements between tokens, this entry's qkv, and
+// its kv head's K and V columns.
+struct HeadBlock {
+    int qb, h, bb;
+    size_t stride;
+    const bf16 *base, *kbase, *vbase;
+};
+template <int HS>
+static __device__ __forceinline__ HeadBlock head_block(const bf16 *qkv, int T, int NH, int NKV) {
+    int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
+    size_t stride = (size_t)(NH + 2 * NKV) * HS;
+    const bf16 *base = qkv + (size_t)bb * T * stride;
+    return HeadBlock{(int)(gridDim.x - 1 - blockIdx.x), h, bb, stride, base, base + (size_t)(NH + kvh) * HS,
+                     base + (size_t)(NH + NKV + kvh) * HS};
+}
+
+// Rows r_lo and r_hi = r_lo + 8 (those below T) of a bf16 output from a 16-row tile's C
+// fragments f, times s_lo and s_hi; lo and hi point at each row's HS columns.
+template <int HS>
+static __device__ __forceinline__ void store_fragment_rows(bf16 *lo, bf16 *hi, const float f[HS / 8][4], float s_lo,
+                                                           float s_hi, int r_lo, int T) {
+    int q = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++) {
+        int c = i * 8 + 2 * q;
+        if (r_lo < T) *(uint32_t *)(lo + c) = pack_bf16(f[i][0] * s_lo, f[i][1] * s_lo);
+        if (r_lo + 8 < T) *(uint32_t *)(hi + c) = pack_bf16(f[i][2] * s_hi, f[i][3] * s_hi);
+    }
+}
+
 // out rows = o / l (bf16) and lse = (m + log2 l) ln 2, for the rows below T
 template <int HS>
 static __device__ __forceinline__ void store_rows(bf16 *out, float *lse, const float o[HS / 8][4], RowPair rp, int row0, int bb,
@@ -269,14 +301,8 @@ static __device__ __forceinline__ void store_rows(bf16 *out, float *lse, const f
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
     size_t ostride = (size_t)NH * HS;
-    bf16 *olo = out + ((size_t)bb * T + r_lo) * ostride + (size_t)h * HS;
-    bf16 *ohi = out + ((size_t)bb * T + r_hi) * ostride + (size_t)h * HS;
-#pragma unroll
-    for (int i = 0; i < HS / 8; i++) {
-        int c = i * 8 + 2 * q;
-        if (r_lo < T) *(uint32_t *)(olo + c) = pack_bf16(o[i][0] * inv_lo, o[i][1] * inv_lo);
-        if (r_hi < T) *(uint32_t *)(ohi + c) = pack_bf16(o[i][2] * inv_hi, o[i][3] * inv_hi);
-    }
+    store_fragment_rows<HS>(out + ((size_t)bb * T + r_lo) * ostride + (size_t)h * HS,
+                            out + ((size_t)bb * T + r_hi) * ostride + (size_t)h * HS, o, inv_lo, inv_hi, r_lo, T);
     if (lse && q == 0) {
         float *lrow = lse + ((size_t)bb * NH + h) * T;
         if (r_lo < T) lrow[r_lo] = (m_lo + log2f(l_lo)) * LN2;

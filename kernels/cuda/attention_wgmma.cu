@@ -78,12 +78,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
     uint32_t raw = (uint32_t)__cvta_generic_to_shared(att_smem_wg);
     unsigned char *smem = att_smem_wg + ((1024 - raw % 1024) % 1024);
     constexpr int STAGE = WgmmaStage<HS>::BYTES;
-    int qb = gridDim.x - 1 - blockIdx.x;  // longest (latest) query blocks first
-    int h = blockIdx.y, bb = blockIdx.z, kvh = h / (NH / NKV);
+    auto [qb, h, bb, stride, base, kbase, vbase] = head_block<HS>(qkv, T, NH, NKV);
     int warp = threadIdx.x / 32;
-    size_t stride = (size_t)(NH + 2 * NKV) * HS;
-    const bf16 *base = qkv + (size_t)bb * T * stride;
-    const bf16 *kbase = base + (size_t)(NH + kvh) * HS, *vbase = base + (size_t)(NH + NKV + kvh) * HS;
     const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4;
     RowPair rp = row_pair();
 
