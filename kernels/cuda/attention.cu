@@ -146,24 +146,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(bf16 *dqkv, c
     float lse_lo = r_lo < T ? lrow[r_lo] * LOG2E : INFINITY, lse_hi = r_hi < T ? lrow[r_hi] * LOG2E : INFINITY;
     float d_lo = r_lo < T ? drow[r_lo] : 0.0f, d_hi = r_hi < T ? drow[r_hi] : 0.0f;
 
-    uint32_t qf[HS / 16][4], df[HS / 16][4];
-    {
-        const bf16 *qlo = base + (size_t)r_lo * stride + (size_t)h * HS, *qhi = base + (size_t)r_hi * stride + (size_t)h * HS;
-        const bf16 *dlo = dout + ((size_t)bb * T + r_lo) * ostride + (size_t)h * HS;
-        const bf16 *dhi = dout + ((size_t)bb * T + r_hi) * ostride + (size_t)h * HS;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            int c = kk * 16 + 2 * q;
-            qf[kk][0] = r_lo < T ? ld32(qlo + c) : 0u;
-            qf[kk][1] = r_hi < T ? ld32(qhi + c) : 0u;
-            qf[kk][2] = r_lo < T ? ld32(qlo + c + 8) : 0u;
-            qf[kk][3] = r_hi < T ? ld32(qhi + c + 8) : 0u;
-            df[kk][0] = r_lo < T ? ld32(dlo + c) : 0u;
-            df[kk][1] = r_hi < T ? ld32(dhi + c) : 0u;
-            df[kk][2] = r_lo < T ? ld32(dlo + c + 8) : 0u;
-            df[kk][3] = r_hi < T ? ld32(dhi + c + 8) : 0u;
-        }
-    }
+    uint32_t qf[HS / 16][4], df[HS / 16][4];  // this warp's Q and dO rows, as A fragments
+    query_fragments<HS>(qf, base, stride, h, r_lo, T);
+    query_fragments<HS>(df, dout + (size_t)bb * T * ostride, ostride, h, r_lo, T);
     float dq_[1][HS / 8][4], (&dq)[HS / 8][4] = dq_[0];
 #pragma unroll
     for (int i = 0; i < HS / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
