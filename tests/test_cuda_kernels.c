@@ -234,11 +234,10 @@ static int check_matmul_ld(const int *p) {
     return r;
 }
 
-// p[5]: 1 runs the experimental kernels (MIST_CUDA_ATTENTION=wide: 128-query
-// forward tiles, double-buffered dK/dV), 0 the default ones
-// p[5]: 0 the default kernels, 1 the wide ones (the same bits as the default required), 2 the
-// wgmma forward (sm_90a builds on Hopper; its scores are summed in the tensor cores' own
-// order, so only the CPU tolerance applies)
+// p[5]: 0 the default kernels; 1 the wide ones (MIST_CUDA_ATTENTION=wide: 128-query forward
+// tiles, double-buffered dK/dV; the same bits as the default required); 2 the wgmma forward and
+// backward (sm_90a builds on Hopper; their products are summed in the tensor cores' own
+// order, so the CPU tolerance and run-to-run reproducibility apply, not the default's bits)
 static const char *const attention_variants[] = {"base", "wide", "wgmma"};
 static int check_attention(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
@@ -413,6 +412,8 @@ static const Check checks[] = {
     {"attention wgmma B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 2}},
     {"attention wgmma B=3 T=1 NH=2 NKV=2 HS=64 (one token)", check_attention, {3, 1, 2, 2, 64, 2}},
     {"attention wgmma B=1 T=384 NH=4 NKV=2 HS=128", check_attention, {1, 384, 4, 2, 128, 2}},
+    {"attention wgmma B=1 T=130 NH=2 NKV=1 HS=128 (2 rows in the last tile)", check_attention, {1, 130, 2, 1, 128, 2}},
+    {"attention wgmma B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 2}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},

@@ -50,7 +50,7 @@ if [ "${BUILD_ONLY:-0}" = 1 ]; then
 fi
 
 status=0
-# informational (no kernel uses wgmma yet): which descriptor layouts this GPU reads as assumed
+# informational (the attention wgmma checks below are the pass/fail): which descriptor layouts this GPU reads as assumed
 echo "== wgmma layout probe (benchmarks/gpu/wgmma_probe.cu)"
 "$out/wgmma_probe" 2>&1 | tee "$out/wgmma_probe.log" || true
 

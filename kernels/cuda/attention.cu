@@ -1,7 +1,8 @@
 // Causal grouped-query attention on tensor cores, flash-attention style: the
 // T x T score matrix is never stored, only per-row log-sum-exp (lse). The
 // kernels' shared pieces, the fragment layouts and the math are in
-// attention_tiles.cuh; the experimental wgmma forward is in attention_wgmma.cu.
+// attention_tiles.cuh; the experimental wgmma kernels are in attention_wgmma.cu
+// (forward) and attention_wgmma_backward.cu.
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cuda/attention_tiles.cuh"
@@ -170,17 +171,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(bf16 *dqkv, c
         float p_[1][8][4], (&p)[8][4] = p_[0], dp[8][4];
         scores_regs<HS>(p, qf, Ks);
         scores_regs<HS>(dp, df, Vs);  // dP = dO V^T
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int key = kb * ATT_ROWS + j * 8 + 2 * q + e;
-                float p0 = (key > r_lo || key >= T) ? 0.0f : exp2f(p[j][e] * scale_log2 - lse_lo);
-                float p1 = (key > r_hi || key >= T) ? 0.0f : exp2f(p[j][2 + e] * scale_log2 - lse_hi);
-                p[j][e] = p0 * (dp[j][e] - d_lo);  // dS
-                p[j][2 + e] = p1 * (dp[j][2 + e] - d_hi);
-            }
-        }
+        dscores_query_rows(p, dp, kb * ATT_ROWS, r_lo, T, lse_lo, lse_hi, d_lo, d_hi, scale_log2);  // p = dS
         accumulate_pv<HS, 1>(dq_, p_, Ks);  // dQ += dS K
         __syncthreads();
     }
@@ -204,12 +195,7 @@ static __device__ __forceinline__ void load_query_tile(bf16 *Qs, bf16 *Ds, float
                                                        const float *lrow, const float *drow, int qb, int T) {
     int i = threadIdx.x, t = qb * ATT_ROWS + i;
     if (ASYNC) {
-        if (i < ATT_ROWS) {
-            int n = t < T ? 4 : 0;  // bytes read; the rest of the 4 is zero-filled
-            uint32_t dl = (uint32_t)__cvta_generic_to_shared(lse_s + i), dd = (uint32_t)__cvta_generic_to_shared(d_s + i);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dl), "l"(lrow + (n ? t : 0)), "r"(n));
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dd), "l"(drow + (n ? t : 0)), "r"(n));
-        }
+        load_query_stats_async(lse_s, d_s, lrow, drow, qb * ATT_ROWS, T);
         load_tile_async<HS>(Qs, qbase, stride, qb * ATT_ROWS, T);
         load_tile_async<HS>(Ds, dbase, ostride, qb * ATT_ROWS, T);
     } else {
@@ -283,21 +269,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(bf16 *dqkv, 
         float p_[1][8][4], dp_[1][8][4], (&p)[8][4] = p_[0], (&dp)[8][4] = dp_[0];
         scores_smem<HS, 1>(p_, Ks, k0, Qs);   // S^T = K Q^T   (16 keys x 64 queries)
         scores_smem<HS, 1>(dp_, Vs, k0, Ds);  // dP^T = V dO^T
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int qi = j * 8 + 2 * q + e, query = qb * ATT_ROWS + qi;
-                float l2 = lse_s[qi] * LOG2E, dd = d_s[qi];
-                bool out_lo = query < key_lo || query >= T, out_hi = query < key_hi || query >= T;
-                float p0 = out_lo ? 0.0f : exp2f(p[j][e] * scale_log2 - l2);
-                float p1 = out_hi ? 0.0f : exp2f(p[j][2 + e] * scale_log2 - l2);
-                p[j][e] = p0;
-                p[j][2 + e] = p1;
-                dp[j][e] = p0 * (dp[j][e] - dd);  // dS^T
-                dp[j][2 + e] = p1 * (dp[j][2 + e] - dd);
-            }
-        }
+        dscores_key_rows(p, dp, qb * ATT_ROWS, key_lo, T, lse_s, d_s, scale_log2);  // p = P^T, dp = dS^T
         accumulate_pv<HS, 1>(dv_, p_, Ds);   // dV += P^T dO
         accumulate_pv<HS, 1>(dk_, dp_, Qs);  // dK += dS^T Q
         if (PIPE) __syncthreads();  // every warp is done with this stage before step n + 2 refills it
@@ -336,8 +308,8 @@ static void check_shape(const char *who, int NH, int NKV, int HS) {
 // dK/dV loading each query tile before computing it. "wide" (experimental,
 // MIST_CUDA_ATTENTION=wide): 128-query forward tiles
 // (attention_forward_wide_kernel) and double-buffered dK/dV query tiles.
-// "wgmma" (experimental, sm_90a builds on Hopper): the forward's scores on
-// wgmma (attention_forward_wgmma_kernel), the backward as in base. Read at
+// "wgmma" (experimental, sm_90a builds on Hopper): every product of the
+// forward and the backward on wgmma (attention_wgmma.cu, attention_wgmma_backward.cu). Read at
 // every call (a getenv is nothing next to a launch), so that one process can
 // check and time each.
 enum { ATT_BASE, ATT_WIDE, ATT_WGMMA };
@@ -358,7 +330,6 @@ static int attention_variant(void) {
                     "hint: unset it for the default (base)\n", v);
     abort();
 }
-static int attention_wide(void) { return attention_variant() == ATT_WIDE; }
 
 template <int HS>
 static void launch_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NKV) {
@@ -402,6 +373,11 @@ extern "C" void cuda_attention_forward(Backend *b, BackendStream *s, void *out, 
 template <int HS>
 static void launch_backward(cudaStream_t st, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                             const float *D, int B, int T, int NH, int NKV) {
+    int variant = attention_variant();
+    if (variant == ATT_WGMMA) {  // attention_wgmma_backward.cu
+        attention_backward_wgmma(st, dqkv, dout, qkv, lse, D, B, T, NH, NKV, HS);
+        return;
+    }
     float scale = 1.0f / sqrtf((float)HS);
     dim3 gq((T + ATT_ROWS - 1) / ATT_ROWS, NH, B), gk((T + ATT_ROWS - 1) / ATT_ROWS, NKV, B);
     size_t tile = ATT_ROWS * (HS + 8) * sizeof(bf16), stats = 2 * ATT_ROWS * sizeof(float);
@@ -417,7 +393,7 @@ static void launch_backward(cudaStream_t st, bf16 *dqkv, const bf16 *dout, const
     }
     attention_dq_kernel<HS><<<gq, ATT_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, scale);
     CUDA_CHECK_LAUNCH();
-    if (attention_wide())  // K, V + two stages of (Q, dO) tiles and their statistics
+    if (variant == ATT_WIDE)  // K, V + two stages of (Q, dO) tiles and their statistics
         attention_dkv_kernel<HS, true><<<gk, ATT_THREADS, 6 * tile + 2 * stats, st>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, scale);
     else
         attention_dkv_kernel<HS, false><<<gk, ATT_THREADS, 4 * tile + stats, st>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, scale);

@@ -1,4 +1,4 @@
-// Internal to the CUDA backend's attention (attention.cu, attention_wgmma.cu):
+// Internal to the CUDA backend's attention (attention.cu and the wgmma kernels):
 // the tile size, mma.sync / ldmatrix wrappers, tile loaders, and the pieces of
 // the flash-attention loops that the kernels share (score products, P V,
 // online softmax, output rows).
@@ -327,9 +327,68 @@ static __device__ __forceinline__ void query_fragments(uint32_t qf[HS / 16][4], 
     }
 }
 
-// the wgmma forward (attention_wgmma.cu): launched for MIST_CUDA_ATTENTION=wgmma once
-// cuda_attention_wgmma_available() has said yes
+// The backward's elementwise step on a 16 x 64 score tile in C fragments, rows as
+// the dQ kernel holds them (queries r_lo, r_hi = r_lo + 8; keys key0 + column):
+// p = S, dp = dO V^T in; p = dS = P (dP - D) out, P = 2^(s scale log2e - lse log2e),
+// masked past each row and past T. lse2_* are lse log2 e (+inf past T).
+static __device__ __forceinline__ void dscores_query_rows(float p[8][4], const float dp[8][4], int key0, int r_lo, int T,
+                                                          float lse2_lo, float lse2_hi, float d_lo, float d_hi,
+                                                          float scale_log2) {
+    int q = threadIdx.x % 4, r_hi = r_lo + 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int key = key0 + j * 8 + 2 * q + e;
+            float p0 = (key > r_lo || key >= T) ? 0.0f : exp2f(p[j][e] * scale_log2 - lse2_lo);
+            float p1 = (key > r_hi || key >= T) ? 0.0f : exp2f(p[j][2 + e] * scale_log2 - lse2_hi);
+            p[j][e] = p0 * (dp[j][e] - d_lo);
+            p[j][2 + e] = p1 * (dp[j][2 + e] - d_hi);
+        }
+    }
+}
+
+// The same step on a transposed tile, rows as the dK/dV kernel holds them (keys key_lo,
+// key_lo + 8; queries query0 + column, their lse and D in shared memory): p = S^T in,
+// P^T out; dp = dP^T in, dS^T out.
+static __device__ __forceinline__ void dscores_key_rows(float p[8][4], float dp[8][4], int query0, int key_lo, int T,
+                                                        const float *lse_s, const float *d_s, float scale_log2) {
+    int q = threadIdx.x % 4, key_hi = key_lo + 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int qi = j * 8 + 2 * q + e, query = query0 + qi;
+            float l2 = lse_s[qi] * LOG2E, dd = d_s[qi];
+            bool out_lo = query < key_lo || query >= T, out_hi = query < key_hi || query >= T;
+            float p0 = out_lo ? 0.0f : exp2f(p[j][e] * scale_log2 - l2);
+            float p1 = out_hi ? 0.0f : exp2f(p[j][2 + e] * scale_log2 - l2);
+            p[j][e] = p0;
+            p[j][2 + e] = p1;
+            dp[j][e] = p0 * (dp[j][e] - dd);
+            dp[j][2 + e] = p1 * (dp[j][2 + e] - dd);
+        }
+    }
+}
+
+// lse and D of the 64 queries from t0 (rows of one head) into lse_s, d_s with cp.async,
+// uncommitted: they ride in the caller's next commit group; rows >= T read nothing (zeros)
+static __device__ __forceinline__ void load_query_stats_async(float *lse_s, float *d_s, const float *lrow,
+                                                              const float *drow, int t0, int T) {
+    int i = threadIdx.x, t = t0 + i;
+    if (i >= ATT_ROWS) return;
+    int n = t < T ? 4 : 0;  // bytes read; the rest of the 4 is zero-filled
+    uint32_t dl = (uint32_t)__cvta_generic_to_shared(lse_s + i), dd = (uint32_t)__cvta_generic_to_shared(d_s + i);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dl), "l"(lrow + (n ? t : 0)), "r"(n));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dd), "l"(drow + (n ? t : 0)), "r"(n));
+}
+
+// the wgmma kernels, launched for MIST_CUDA_ATTENTION=wgmma once cuda_attention_wgmma_available()
+// has said yes: the forward (attention_wgmma.cu) and the backward's dQ and dK/dV
+// (attention_wgmma_backward.cu) from D = rowsum(dout * out), which the caller computes
 void attention_forward_wgmma(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NKV,
                              int HS);
+void attention_backward_wgmma(cudaStream_t st, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                              const float *D, int B, int T, int NH, int NKV, int HS);
 
 #endif
