@@ -14,9 +14,12 @@
 //    cost model's predicted iteration time (planner/analyze.h, h100-80g), with
 //    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
-// usage: bench_train [--quick] [--json PATH] [--only MODEL]
+// usage: bench_train [--quick] [--json PATH] [--only MODEL] [--attention LIST]
 //   --only gpt2-124m|gpt3-1.3b: just that throughput case, no tracking (for
 //   a profiler run)
+//   --attention base,wide,wgmma: run tracking and throughput once per attention
+//   variant (MIST_CUDA_ATTENTION; default: base); wgmma is skipped, saying why,
+//   where the build or the GPU lacks it
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,8 @@
 #include "planner/profile.h"
 #include "runtime/calibrate.h"
 #include "runtime/model_runtime.h"
+
+int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
 
 static ModelConfig model(int family, int L, int h, int heads, int kv, int ffn, int V, int s) {
     ModelConfig m;
@@ -160,35 +165,20 @@ typedef struct {
     int B;
 } Case;
 
-int main(int argc, char **argv) {
-    const char *json = NULL;
-    const char *only = NULL;
-    int quick = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL]\n", argv[0]); return 2; }
-    }
-    setvbuf(stdout, NULL, _IONBF, 0);
+// GPT-2 124M and GPT-3 1.3B: tokens/s, MFU, measured vs predicted peak memory and time;
+// one JSON object per case (attention: the MIST_CUDA_ATTENTION variant)
+static int throughput(Backend *gpu, const char *attention, const char *only, int quick, FILE *js, int *emitted) {
     char err[512];
-    Backend *gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
-    if (!gpu) { printf("SKIP no GPU: %s\n", err); return 0; }
     int fail = 0;
-    if (!only) printf("== tracking: cuda vs cpu backend\n"), fail = tracking(gpu);
-
     HwProfile hw;
     int have_hw = profile_preset(&hw, "h100-80g") == 0;
     Case cases[] = {
         {"gpt2-124m", model(FAMILY_GPT, 12, 768, 12, 12, 3072, 50257, 1024), 16},
         {"gpt3-1.3b", model(FAMILY_GPT, 24, 2048, 16, 16, 8192, 50304, 2048), 8},
     };
-    FILE *js = json ? fopen(json, "w") : NULL;
-    if (js) fprintf(js, "{\"device\": \"%s\", \"results\": [", "cuda:0");
-    printf("\n== throughput: one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n");
+    printf("\n== throughput (attention %s): one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n", attention);
     printf("%-10s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter", "tokens/s",
            "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.", "op-table ms");
-    int emitted = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         static Run u;
         Case *k = &cases[c];
@@ -244,16 +234,68 @@ int main(int argc, char **argv) {
                k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
                (long long)u.predicted_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
         if (js)
-            fprintf(js, "%s\n  {\"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
+            fprintf(js, "%s\n  {\"attention\": \"%s\", \"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
                         "\"tflops\": %.2f, \"mfu\": %.4f, \"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, "
                         "\"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f}",
-                    emitted++ ? "," : "", k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
+                    (*emitted)++ ? "," : "", attention, k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
                     measured, (long long)u.predicted_peak, pred_ms, pred_table_ms);
         fail |= (int64_t)measured != u.predicted_peak;
         breakdown(&u, gpu, warm + timed, k->m.vocab);
         gpu->event_destroy(gpu, e0), gpu->event_destroy(gpu, e1);
         teardown(&u);
     }
+    return fail;
+}
+
+static const char *const attention_names[] = {"base", "wide", "wgmma"};
+
+int main(int argc, char **argv) {
+    const char *json = NULL;
+    const char *only = NULL;
+    const char *attention = "base";
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
+        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL] [--attention base,wide,wgmma]\n", argv[0]); return 2; }
+    }
+    // the variants asked for, in order; each must be one of attention_names
+    int want[8], nwant = 0;
+    for (const char *p = attention; *p && nwant < 8;) {
+        size_t n = strcspn(p, ",");
+        int found = -1;
+        for (int v = 0; v < 3; v++)
+            if (strlen(attention_names[v]) == n && !strncmp(p, attention_names[v], n)) found = v;
+        if (found < 0) {
+            fprintf(stderr, "bench_train: --attention '%s': '%.*s' is not a variant (allowed: base, wide, wgmma, "
+                            "comma-separated)\n", attention, (int)n, p);
+            return 2;
+        }
+        want[nwant++] = found;
+        p += n + (p[n] == ',');
+    }
+    setvbuf(stdout, NULL, _IONBF, 0);
+    char err[512];
+    Backend *gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
+    if (!gpu) { printf("SKIP no GPU: %s\n", err); return 0; }
+    int fail = 0, emitted = 0;
+    FILE *js = json ? fopen(json, "w") : NULL;
+    if (json && !js) { fprintf(stderr, "bench_train: cannot write %s\n", json); return 1; }
+    if (js) fprintf(js, "{\"device\": \"%s\", \"results\": [", "cuda:0");
+    for (int w = 0; w < nwant; w++) {
+        const char *name = attention_names[want[w]];
+        if (want[w] == 2 && !cuda_attention_wgmma_available()) {
+            printf("\n== attention %s: SKIP (needs a Hopper GPU and a build for sm_90a)\n", name);
+            continue;
+        }
+        if (want[w] == 0) unsetenv("MIST_CUDA_ATTENTION");
+        else setenv("MIST_CUDA_ATTENTION", name, 1);
+        if (!only) printf("\n== tracking (attention %s): cuda vs cpu backend\n", name), fail |= tracking(gpu);
+        fail |= throughput(gpu, name, only, quick, js, &emitted);
+    }
+    unsetenv("MIST_CUDA_ATTENTION");
     if (js) fprintf(js, "\n]}\n"), fclose(js);
     gpu->destroy(gpu);
     return fail;

@@ -6,6 +6,8 @@
 #   benchmarks/gpu/train.sh [OUTDIR]    (default OUTDIR: build-gpu/)
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a), INIH_DIR (a folder with
 # include/ini.h and lib/libinih.a when inih is not installed), QUICK=1,
+# ATTENTION (the attention kernels to train with, in turn: default base,wide,wgmma;
+# wgmma is skipped where the build or GPU lacks it),
 # BUILD_ONLY=1 (compile and link, run nothing: tests/gpu_scripts_build.sh).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,6 +48,6 @@ gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 # bench_train's exit status (not tee's) is the script's: nonzero when tracking or memory checks fail
 rc=0
-"$out/bench_train" ${QUICK:+--quick} --json "$out/bench_train.json" >"$out/bench_train.log" 2>&1 || rc=$?
+"$out/bench_train" ${QUICK:+--quick} --attention "${ATTENTION:-base,wide,wgmma}" --json "$out/bench_train.json" >"$out/bench_train.log" 2>&1 || rc=$?
 cat "$out/bench_train.log"
 exit $rc
