@@ -177,7 +177,10 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, ", host %s\n", human(s->out[ST_HOST], b1, sizeof b1));
     }
     fprintf(f, "\niteration: %s, %.0f tokens/s\n", seconds(a->iteration_seconds, b1, sizeof b1), a->tokens_per_second);
-    fprintf(f, "model FLOPs per iteration: %.4g (MFU %.1f%%, HFU %.1f%% with recompute, of %.4g FLOP/s peak per device)\n",
+    // HFU counts what the kernels execute: recompute in, the causal half of the score matrix
+    // only, so without checkpointing it is a little below MFU (Megatron's full s^2)
+    fprintf(f, "model FLOPs per iteration: %.4g (MFU %.1f%%; HFU %.1f%%: executed FLOPs, recompute in, causal attention "
+               "halved; of %.4g FLOP/s peak per device)\n",
             a->model_flops, 100 * a->mfu, 100 * a->hfu, a->peak_flops);
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];
