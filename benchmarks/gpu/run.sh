@@ -7,6 +7,7 @@
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
 # Writes OUTDIR/wgmma_probe.log, OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
 # OUTDIR/bench_train.log, OUTDIR/bench_train.json.
+# A kept OUTDIR is rebuilt incrementally (benchmarks/gpu/fresh.sh).
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels), SANITIZE=0 skips compute-sanitizer,
 # TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
 # and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
@@ -20,17 +21,24 @@ nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 
 echo "== build ($arch)"
+# a second call (OUTDIR kept) recompiles only what changed: device time is scarce
+. "$top/benchmarks/gpu/fresh.sh"
+fresh_arch "$out" "$arch"
 objs=""; pids=""
 for f in "$top"/kernels/cuda/*.cu; do
     o="$out/obj/cuda_$(basename "$f" .cu).o"
-    "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
-    pids="$pids $!"
+    if ! fresh "$o" "$f"; then
+        "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+        pids="$pids $!"
+    fi
     objs="$objs $o"
 done
 for f in "$top"/kernels/cpu/*.c; do
     o="$out/obj/cpu_$(basename "$f" .c).o"
-    gcc $cflags -c -o "$o" "$f" &
-    pids="$pids $!"
+    if ! fresh "$o" "$f"; then
+        gcc $cflags -c -o "$o" "$f" &
+        pids="$pids $!"
+    fi
     objs="$objs $o"
 done
 failed=0

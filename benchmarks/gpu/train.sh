@@ -18,14 +18,18 @@ arch=${CUDA_ARCH:-sm_90a}
 inc=""; inih="-linih"
 if [ -n "${INIH_DIR:-}" ]; then inc="-I$INIH_DIR/include"; inih="$INIH_DIR/lib/libinih.a"; fi
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top $inc"
+. "$top/benchmarks/gpu/fresh.sh"
+fresh_arch "$out" "$arch"
 objs=""; pids=""
 for f in "$top"/kernels/cuda/*.cu; do
     # run.sh has just compiled the same files with the same flags into $out/obj
     o="$out/obj/cuda_$(basename "$f" .cu).o"
     if [ "${FROM_RUN_SH:-0}" != 1 ] || [ ! -f "$o" ]; then
         o="$out/obj-train/cuda_$(basename "$f" .cu).o"
-        "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
-        pids="$pids $!"
+        if ! fresh "$o" "$f"; then
+            "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+            pids="$pids $!"
+        fi
     fi
     objs="$objs $o"
 done
@@ -35,8 +39,10 @@ for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/p
          "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
          "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
     o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
-    gcc $cflags -fopenmp -c -o "$o" "$f" &
-    pids="$pids $!"
+    if ! fresh "$o" "$f"; then
+        gcc $cflags -fopenmp -c -o "$o" "$f" &
+        pids="$pids $!"
+    fi
     objs="$objs $o"
 done
 failed=0
