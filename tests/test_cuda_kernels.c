@@ -424,7 +424,10 @@ static const Check checks[] = {
     {"adamw + norm_squared n=3000001", check_optimizer, {3000001}},
 };
 
-int main(void) {
+// test_cuda_kernels [PATTERN]: with a pattern, only the checks whose name contains it run
+// (the others are reported as skipped): a quick re-check of one kernel on a GPU
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
     int count = (int)(sizeof checks / sizeof checks[0]);
     char err[256] = "";
     tap_plan(count + 2);
@@ -449,6 +452,12 @@ int main(void) {
     ok(all_ops && strcmp(gpu->name, "cuda") == 0, "cuda backend supports every op but the vocabulary-parallel ones");
     int failed = 0;
     for (int i = 0; i < count; i++) {
+        if (only && !strstr(checks[i].name, only)) {
+            char why[320];
+            snprintf(why, sizeof why, "%s: not selected (pattern '%s')", checks[i].name, only);
+            tap_skip(why);
+            continue;
+        }
         int r = checks[i].fn(checks[i].p);
         if (r == CHECK_SKIPPED) {
             char why[320];
