@@ -6,7 +6,7 @@
 //    losses must agree within 0.05 (bf16 rounding of activations differs in
 //    the order of operations), and the checkpointed run must give the same
 //    losses as the plain one on the GPU (recompute is bit-exact).
-// 2. Throughput: GPT-2 124M (s = 1024) and GPT-3 1.3B (s = 2048), one
+// 2. Throughput: GPT-2 124M (s = 1024; B 16 and 64) and GPT-3 1.3B (s = 2048), one
 //    micro-batch per step (fwd + bwd + grad norm + AdamW), synthetic tokens,
 //    timed with CUDA events after warm-up. Reports tokens/s, MFU against the
 //    profile's dense bf16 peak (Megatron model FLOPs, models/model_flops.h),
@@ -15,7 +15,7 @@
 //    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
 // usage: bench_train [--quick] [--json PATH] [--only MODEL] [--attention LIST]
-//   --only gpt2-124m|gpt3-1.3b: just that throughput case, no tracking (for
+//   --only gpt2-124m|gpt2-124m-b64|gpt3-1.3b: just that throughput case, no tracking (for
 //   a profiler run)
 //   --attention base,wide,wgmma: run tracking and throughput once per attention
 //   variant (MIST_CUDA_ATTENTION; default: base); wgmma is skipped, saying why,
@@ -174,10 +174,12 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
     int have_hw = profile_preset(&hw, "h100-80g") == 0;
     Case cases[] = {
         {"gpt2-124m", model(FAMILY_GPT, 12, 768, 12, 12, 3072, 50257, 1024), 16},
+        // the batch llm.c trains GPT-2 124M with: the per-step costs (AdamW, grad norm) over 4x the tokens
+        {"gpt2-124m-b64", model(FAMILY_GPT, 12, 768, 12, 12, 3072, 50257, 1024), 64},
         {"gpt3-1.3b", model(FAMILY_GPT, 24, 2048, 16, 16, 8192, 50304, 2048), 8},
     };
     printf("\n== throughput (attention %s): one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n", attention);
-    printf("%-10s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter", "tokens/s",
+    printf("%-14s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter", "tokens/s",
            "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.", "op-table ms");
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         static Run u;
@@ -230,7 +232,7 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
             else fprintf(stderr, "bench_train: cost model with the op table: %s\n", err);
         }
         size_t measured = arena_peak_bytes(&u.r.dev);
-        printf("%-10s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name, k->B,
+        printf("%-14s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name, k->B,
                k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
                (long long)u.predicted_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
         if (js)
