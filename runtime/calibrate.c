@@ -223,7 +223,8 @@ static void op_call(OpRun *o, int backward) {
     } else if (backward) {
         be->matmul_backward(be, NULL, o->dx, o->dw, o->db, o->dy, o->x, o->w, NULL, o->N, o->in, o->out);
     } else {
-        be->matmul_forward(be, NULL, o->y, o->pre, o->x, o->w, o->bias, o->N, o->in, o->out);
+        // only fc's forward has the GELU epilogue (fc_proj's pre is its input's, for the backward)
+        be->matmul_forward(be, NULL, o->y, o->gelu ? o->pre : NULL, o->x, o->w, o->bias, o->N, o->in, o->out);
     }
 }
 

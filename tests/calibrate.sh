@@ -34,6 +34,15 @@ tap_diag "predicted iteration at b=2: roofline $roof s, with the measured op tab
 [ -n "$roof" ] && [ -n "$meas" ] && awk -v a="$roof" -v b="$meas" 'BEGIN { exit !(b > 0 && a != b) }'
 tap_ok $? "mist-plan --analyze --op-table uses the calibrated times (roofline $roof s -> $meas s)"
 
+# tp 8: the MLP's sharded width (ffn 256 / 8 = 32) is below the hidden size (64), so the
+# projection's input is narrower than its output; every buffer must be sized for its own op
+"$CAL" "$GPT" --b 1 --tp 8 --iters 1 --out "$W/t8.optable" 2>"$W/cal8.err"
+rc=$?
+tap_diag "$(cat "$W/cal8.err")"
+n8=$(awk '!/^#/ && NF == 6 && $4 == 8 && $5 > 0' "$W/t8.optable" 2>/dev/null | wc -l)
+[ $rc -eq 0 ] && [ "$n8" -eq 9 ]
+tap_ok $? "mist-calibrate at tp 8 (ffn / tp < hidden): the 9 block and head ops, positive times (rc $rc)"
+
 # usage errors exit 2 with a message naming the option
 "$CAL" "$GPT" --b 0 >/dev/null 2>"$W/bad.err"
 rc=$?
