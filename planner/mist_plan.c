@@ -277,7 +277,8 @@ int main(int argc, char **argv) {
     }
     static Plan plan;
     if (plan_path) {
-        if (plan_file_load(&plan, plan_path, err, sizeof err) != 0) {
+        // checked against the model and batch as mist-train would check it (no rank count: analyze any size)
+        if (plan_file_load_checked(&plan, plan_path, &cfg.model, cfg.train.global_batch, 0, err, sizeof err) != 0) {
             fprintf(stderr, "mist-plan: %s\n", err);
             return 2;
         }

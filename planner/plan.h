@@ -23,7 +23,12 @@ typedef struct {
     StagePlan stage[MIST_MAX_STAGES];
 } Plan;
 
-// ranks a plan needs: sum over stages of dp*tp
+// the most ranks a plan may need (checked when a plan is loaded or validated, so
+// that plan_world_size's int sum cannot overflow: 64 stages x dp 2^20 x tp 1024
+// would)
+#define MIST_MAX_RANKS (1 << 20)
+
+// ranks a plan needs: sum over stages of dp*tp (a validated plan: <= MIST_MAX_RANKS)
 static inline int plan_world_size(const Plan *p) {
     int n = 0;
     for (int i = 0; i < p->num_stages; i++) n += p->stage[i].dp * p->stage[i].tp;

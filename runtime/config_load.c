@@ -619,6 +619,12 @@ static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t g
                     "the [stage.N] layers must sum to the model's layers. Hint: adjust the layers of one stage by %d",
                     p->num_stages - 1, p->num_stages ? p->stage[p->num_stages - 1].layers : 0, sum, m->layers,
                     m->layers - sum);
+    int64_t wide = 0;  // in 64 bits: the int sum of plan_world_size could overflow here
+    for (int s = 0; s < p->num_stages; s++) wide += (int64_t)p->stage[s].dp * p->stage[s].tp;
+    if (wide > MIST_MAX_RANKS)
+        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "[plan] stages = %d: the plan needs %lld ranks (sum "
+                    "of dp*tp); allowed: at most %d. Hint: lower dp or tp", p->num_stages, (long long)wide,
+                    MIST_MAX_RANKS);
     int ranks = plan_world_size(p);
     if (world_size > 0 && ranks != world_size) {
         char meshes[256];
@@ -734,13 +740,11 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     if (check_required(&ld) || check_hardware(&ld, &cfg->cluster)) return MIST_EXIT_CONFIG;
     apply_family_defaults(&ld, cfg);
     if (check_model(&ld, &cfg->model) || check_train(&ld, &cfg->train)) return MIST_EXIT_CONFIG;
-    if (cfg->plan.file[0]) {  // the stages come from a plan file
+    if (cfg->plan.file[0]) {  // the stages come from a plan file, checked there (file:line in the message)
         char perr[1024];
-        if (plan_file_load(&cfg->plan.plan, cfg->plan.file, perr, sizeof perr))
+        if (plan_file_load_checked(&cfg->plan.plan, cfg->plan.file, &cfg->model, cfg->train.global_batch, world_size,
+                                   perr, sizeof perr))
             return fail(&ld, origin_of(&ld, "plan", "file"), "[plan] file = %s: %s", cfg->plan.file, perr);
-        if (plan_validate(&cfg->plan.plan, &cfg->model, cfg->train.global_batch, world_size, cfg->plan.file, perr,
-                          sizeof perr))
-            return fail(&ld, origin_of(&ld, "plan", "file"), "[plan] file: %s", perr);
         return 0;
     }
     if (cfg->plan.mode == PLAN_FIXED) {
@@ -751,7 +755,10 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     return 0;
 }
 
-int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
+// A plan file's loader: its keys, stage sections and (m != NULL) the checks against the
+// model, with each message at the file's line.
+static int load_plan_file(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
+                          char *err, size_t errlen) {
     static Loader ld;
     static MistConfig tmp;
     memset(&ld, 0, sizeof ld);
@@ -759,14 +766,33 @@ int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
     ld.errlen = errlen;
     config_defaults(&tmp);
     if (open_file(&ld, path) || parse_file(&ld, &tmp)) return MIST_EXIT_CONFIG;
-    for (int k = 0; k < config_num_keys; k++)
-        if (ld.key_origin[k] > 0 && strcmp(config_keys[k].section, "plan") && strcmp(config_keys[k].section, "stage"))
-            return fail(&ld, ld.key_origin[k], "[%s] %s: a plan file holds only [plan] and [stage.N]; allowed: "
-                        "[plan] G, stages and [stage.N] keys. Hint: move it to the main configuration",
-                        config_keys[k].section, config_keys[k].name);
+    for (int k = 0; k < config_num_keys; k++) {
+        const KeySpec *ks = &config_keys[k];
+        if (ld.key_origin[k] <= 0) continue;
+        int plan_key = !strcmp(ks->section, "plan") && (!strcmp(ks->name, "G") || !strcmp(ks->name, "stages") ||
+                                                        !strcmp(ks->name, "mode"));
+        if (!plan_key && strcmp(ks->section, "stage"))  // anything else would be silently ignored
+            return fail(&ld, ld.key_origin[k], "[%s] %s: a plan file holds only [plan] G, stages (and mode = fixed) "
+                        "and [stage.N]; allowed: those keys. Hint: move it to the main configuration", ks->section,
+                        ks->name);
+    }
+    // plan_write_ini writes mode = fixed; without the line the mode keeps its default (auto), which is fine
+    if (tmp.plan.mode != PLAN_FIXED && ld.key_origin[config_key_find("plan", "mode")] > 0)
+        return fail(&ld, origin_of(&ld, "plan", "mode"), "[plan] mode = auto: a plan file is a fixed plan; "
+                    "allowed: fixed (or no mode line). Hint: delete the line");
     if (check_stage_sections(&ld, &tmp.plan.plan)) return MIST_EXIT_CONFIG;
+    if (m && check_plan(&ld, &tmp.plan.plan, m, global_batch, world_size)) return MIST_EXIT_CONFIG;
     *plan = tmp.plan.plan;
     return 0;
+}
+
+int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
+    return load_plan_file(plan, path, NULL, 0, 0, err, errlen);
+}
+
+int plan_file_load_checked(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
+                           char *err, size_t errlen) {
+    return load_plan_file(plan, path, m, global_batch, world_size, err, errlen);
 }
 
 int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, int world_size, const char *where,

@@ -24,8 +24,13 @@ void config_defaults(MistConfig *cfg);
 int config_load(MistConfig *cfg, const char *path, const char *const *overrides, int n_overrides,
                 int world_size, char *err, size_t errlen);
 
-// A plan file: [plan] G, stages and one [stage.N] per stage. 0 or 2.
+// A plan file: [plan] G, stages (mode = fixed allowed) and one [stage.N] per stage. 0 or 2.
 int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen);
+
+// The same, then the checks of plan_validate against the model, each message at
+// the plan file's line (world_size 0: no rank-count check). 0 or 2.
+int plan_file_load_checked(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
+                           char *err, size_t errlen);
 
 // Checks a plan against the model and batch: stage count, every stage's
 // dp/tp/b/zero/ckpt/offload, layers summing to the model's, b*dp*G equal to

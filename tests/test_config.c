@@ -178,6 +178,30 @@ static void test_plan_file(void) {
     write_file("plan2.ini", "[plan]\nG = 2\nstages = 1\n[stage.0]\nlayers = 6\nb = 2\n[train]\nsteps = 1\n");
     ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:8"),
        "a plan file with other sections is refused at the line: %s", err);
+    // [plan] keys a plan file cannot honour are refused, not ignored
+    char mainp[512];  // write_file's paths are reused after four calls
+    snprintf(mainp, sizeof mainp, "%s", p);
+    p = mainp;
+    write_file("plan2.ini", "[plan]\nG = 2\nstages = 1\nspace = megatron\n[stage.0]\nlayers = 6\nb = 2\n");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:4") && strstr(err, "space"),
+       "a plan file's [plan] space is refused at the line: %s", err);
+    write_file("plan2.ini", "[plan]\nmode = auto\nG = 2\nstages = 1\n[stage.0]\nlayers = 6\nb = 2\n");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:2") && strstr(err, "fixed"),
+       "a plan file's mode = auto is refused at the line: %s", err);
+    // the model checks run with the plan file's lines (tp must divide the 4 heads)
+    write_file("plan2.ini", "[plan]\nmode = fixed\nG = 2\nstages = 1\n[stage.0]\nlayers = 6\nb = 2\ntp = 3\n");
+    Plan chk;
+    snprintf(path, sizeof path, "%s/plan2.ini", tmpdir);
+    m.heads = m.kv_heads = 4, m.ffn_hidden = 4 * m.hidden;
+    ok(plan_file_load_checked(&chk, path, &m, 4, 0, err, sizeof err) == 2 && strstr(err, "plan2.ini:8") &&
+           strstr(err, "tp = 3"),
+       "plan_file_load_checked names the plan file's line of a tp that does not divide heads: %s", err);
+    // 2 stages x dp 2^20 x tp 1024: more ranks than an int sum holds
+    write_file("plan2.ini", "[plan]\nG = 1\nstages = 2\n[stage.0]\nlayers = 3\nb = 1\ndp = 1048576\ntp = 1024\n"
+                            "[stage.1]\nlayers = 3\nb = 1\ndp = 1048576\ntp = 1024\n");
+    m.heads = m.kv_heads = 1024, m.ffn_hidden = 4096;
+    ok(plan_file_load_checked(&chk, path, &m, 1048576, 0, err, sizeof err) == 2 && strstr(err, "2147483648 ranks"),
+       "a plan needing 2^31 ranks is refused, counted without overflow: %s", err);
 }
 
 static void test_required_and_hardware(void) {
