@@ -707,6 +707,9 @@ static int parse_file(Loader *ld, MistConfig *cfg) {
 static int apply_overrides(Loader *ld, MistConfig *cfg, const char *const *ov, int n) {
     for (int i = 0; i < n; i++) {
         char buf[512];
+        if (strlen(ov[i]) >= sizeof buf)  // never cut a value short: it could still parse, as another value
+            return fail(ld, -(i + 1), "longer than %d characters; allowed: up to %d. Hint: shorten the value",
+                        (int)sizeof buf - 1, (int)sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", ov[i]);
         char *eq = strchr(buf, '=');
         char *dot = eq ? memchr(buf, '.', (size_t)(eq - buf)) : NULL;

@@ -88,6 +88,15 @@ static void test_overrides(void) {
        "[plan] space/mode and the stage offload keys parse (%s)", err);
     const char *later[] = {"train.steps=1", "train.steps=2"};
     ok(config_load(&c, p, later, 2, 4, err, sizeof err) == 0 && c.train.steps == 2, "the last override wins");
+    // train.steps=000...0007 (600 characters) is 7, or an error; cut at a buffer's end it would read as 0
+    char longo[620];
+    int n = snprintf(longo, sizeof longo, "train.steps=");
+    memset(longo + n, '0', 600 - n);
+    snprintf(longo + 600, sizeof longo - 600, "7");
+    const char *too_long[] = {longo};
+    ok(config_load(&c, p, too_long, 1, 4, err, sizeof err) == 2 && strstr(err, "-o train.steps=") &&
+           strstr(err, "longer than"),
+       "an override longer than the limit is refused, not cut short: %.120s", err);
 }
 
 static void test_every_key(void) {
