@@ -94,6 +94,8 @@ void ckpt_reader_close(CkptReader *r);
 //   if (rank == 0) checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, &st, t, n, err, sizeof err);
 
 #define CKPT_RNG_MAX 256
+// the most iterations a checkpoint may record (the optimizer counts its steps in an int)
+#define CKPT_MAX_STEP ((int64_t)INT32_MAX - 1)
 
 typedef struct {
     const char *name;              // global tensor name, e.g. "block.3.qkv_w" (at most 120 characters)

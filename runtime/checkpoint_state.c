@@ -104,6 +104,21 @@ int checkpoint_load(const char *path, const ModelConfig *model, CkptState *state
         read_i64(r, "state/skipped", &s.skipped, err, errlen) != 0 ||
         read_i64(r, "state/nonfinite", &s.nonfinite, err, errlen) != 0)
         goto done;
+    // The counters drive the resume (the iteration loop, the data position, Adam's bias
+    // correction, an int step count): a damaged or foreign checkpoint is refused here,
+    // not discovered as an overflow later. Every optimizer step, skipped step and
+    // non-finite step is one of the `step` iterations done, and the header says which.
+    int64_t header_step = ckpt_reader_step(r);
+    if (s.step != header_step || s.step < 0 || s.step > CKPT_MAX_STEP || s.adam_t < 0 || s.adam_t > s.step ||
+        s.skipped < 0 || s.skipped > s.step || s.nonfinite < 0 || s.nonfinite > s.step || s.data_position < 0) {
+        snprintf(err, errlen, "checkpoint '%s': inconsistent training state (state/step %lld, header step %lld, "
+                 "state/adam_t %lld, state/skipped %lld, state/nonfinite %lld, state/data_position %lld); allowed: "
+                 "step = the header's step in 0..%lld, adam_t, skipped and nonfinite in 0..step, data_position >= 0 "
+                 "(hint: resume from another checkpoint in the directory, or start a new run)", path,
+                 (long long)s.step, (long long)header_step, (long long)s.adam_t, (long long)s.skipped,
+                 (long long)s.nonfinite, (long long)s.data_position, (long long)CKPT_MAX_STEP);
+        goto done;
+    }
     if (rng_bytes < 0 || rng_bytes > CKPT_RNG_MAX) {
         snprintf(err, errlen, "checkpoint '%s': the RNG state (state/rng) is missing or larger than %d bytes", path,
                  CKPT_RNG_MAX);

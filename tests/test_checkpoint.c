@@ -318,6 +318,20 @@ static void test_state(void) {
     ok(checkpoint_load(path, &other, &back, t, 2, err, sizeof err) != 0 && strstr(err, "different model") &&
        strstr(err, "hidden=8") && strstr(err, "hidden=16"), "a model mismatch shows the stored and configured shapes");
     diag("%s", err);
+    // counters that no run could have written (valid checksums): refused with what was read
+    char bad_dir[400], bad_path[700];
+    snprintf(bad_dir, sizeof bad_dir, "%s/state_bad", dir);
+    const int64_t bad[3][3] = {{41, 0, 0}, {-1, 0, 0}, {38, 41, 0}};  // adam_t, skipped, nonfinite at step 40
+    for (int i = 0; i < 3; i++) {
+        CkptState odd = st;
+        odd.adam_t = bad[i][0], odd.skipped = bad[i][1], odd.nonfinite = bad[i][2];
+        int saved_ok = checkpoint_save(bad_dir, 3, &m, &odd, t, 2, err, sizeof err) == 0;
+        snprintf(bad_path, sizeof bad_path, "%s/step_00000040.ckpt", bad_dir);
+        ok(saved_ok && checkpoint_load(bad_path, &m, &back, t, 2, err, sizeof err) != 0 &&
+               strstr(err, "inconsistent training state") && strstr(err, "step_00000040.ckpt"),
+           "a checkpoint with adam_t %lld, skipped %lld, nonfinite %lld at step 40 is refused: %.160s",
+           (long long)bad[i][0], (long long)bad[i][1], (long long)bad[i][2], err);
+    }
     CkptTensor wrong = t[1];
     wrong.name = "block.0.ln2_w";
     ok(checkpoint_load(path, &m, &back, &wrong, 1, err, sizeof err) != 0 && strstr(err, "param/block.0.ln2_w"),
