@@ -4,6 +4,7 @@
 //   mist-plan CONFIG.ini --analyze [PLAN.ini] [--hardware NAME|FILE] [--json]
 //             [--op-table FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 2 config/usage error, 3 no plan / the plan does not fit.
+#define _POSIX_C_SOURCE 200809L  // open_memstream
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "planner/optable.h"
 #include "planner/profile.h"
 #include "runtime/config_load.h"
+#include "runtime/fileutil.h"
 
 #define MAX_OVERRIDES 256
 
@@ -87,24 +89,23 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
     printf("}}\n");
 }
 
-// Write the plan next to its final name, then rename: a reader never sees half a file.
+// Write the plan atomically (a reader never sees half a file; /dev/null or a FIFO is
+// written in place, not replaced).
 static int write_plan_file(const Plan *plan, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    char *text = NULL, err[512];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
-        fprintf(stderr, "mist-plan: --out %s: cannot write %s\n", path, tmp);
+        fprintf(stderr, "mist-plan: --out %s: out of memory\n", path);
         return 2;
     }
     fprintf(f, "; written by mist-plan: the fastest plan found; mist-train -o plan.file=%s, or mist-plan --analyze\n",
             path);
     plan_write_ini(plan, f);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "mist-plan: --out %s: writing the plan failed\n", path);
-        remove(tmp);
-        return 2;
-    }
-    return 0;
+    int rc = fclose(f) == 0 && text ? mist_write_file_atomic(path, text, len, err, sizeof err) : -1;
+    if (rc) fprintf(stderr, "mist-plan: --out %s: writing the plan failed: %s\n", path, text ? err : "out of memory");
+    free(text);
+    return rc ? 2 : 0;
 }
 
 // Search, print the plan in the --analyze format plus the statistics, write it.
@@ -236,6 +237,10 @@ int main(int argc, char **argv) {
 
     static MistConfig cfg;
     char err[1024];
+    if (out_path && mist_output_check(out_path, err, sizeof err) != 0) {  // before the search, not after it
+        fprintf(stderr, "mist-plan: --out %s: %s\n", out_path, err);
+        return 2;
+    }
     if (config_load(&cfg, config_path, overrides, n_overrides, 0, err, sizeof err) != 0) {
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;

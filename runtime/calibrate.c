@@ -1,4 +1,5 @@
 // Measured op latencies for the planner's op table (see calibrate.h).
+#define _POSIX_C_SOURCE 200809L  // open_memstream
 #include "runtime/calibrate.h"
 #include <errno.h>
 #include <stdint.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/dtype.h"
+#include "runtime/fileutil.h"
 
 enum {  // index into op_names
     CAL_QKV, CAL_ATTENTION, CAL_ATTN_PROJ, CAL_FC, CAL_FC_PROJ, CAL_LM_HEAD,
@@ -278,18 +280,25 @@ int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, cons
 }
 
 int calibrate_write(const char *path, const char *device, const CalibEntry *e, int n, char *err, size_t errlen) {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);  // the whole table, then one atomic write
     if (!f) {
-        snprintf(err, errlen, "%s: cannot write the op table: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: out of memory for the op table", path);
         return -1;
     }
     fprintf(f, "mist-optable 1\n# measured by mist-calibrate on %s; times per call, per tp rank\n", device);
     fprintf(f, "# %-10s %4s %6s %4s %12s %12s\n", "op", "b", "s", "tp", "fwd_us", "bwd_us");
     for (int i = 0; i < n; i++)
         fprintf(f, "%-12s %4d %6d %4d %12.3f %12.3f\n", e[i].op, e[i].b, e[i].s, e[i].tp, e[i].fwd_us, e[i].bwd_us);
-    if (fclose(f) != 0) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    int rc = -1;
+    if (fclose(f) != 0 || !text)
+        snprintf(err, errlen, "%s: out of memory for the op table", path ? path : "stdout");
+    else if (!path)
+        rc = fwrite(text, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : -1;
+    else
+        rc = mist_write_file_atomic(path, text, len, err, errlen);
+    if (rc && !path && text) snprintf(err, errlen, "stdout: write failed: %s", strerror(errno));
+    free(text);
+    return rc;
 }

@@ -33,7 +33,8 @@ int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, cons
                   int iters, CalibEntry *out, int max, char *err, size_t errlen);
 
 // Writes the entries as an op table ("mist-optable 1"), with a comment line
-// naming the device; returns 0 or -1 with err.
+// naming the device, to path (atomically) or, path NULL, to standard output;
+// returns 0 or -1 with err.
 int calibrate_write(const char *path, const char *device, const CalibEntry *e, int n, char *err, size_t errlen);
 
 #endif

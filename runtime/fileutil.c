@@ -71,12 +71,66 @@ int mist_fsync_parent(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+// all of DATA to fd (EINTR retried); 0, or -1 with errno set
+static int write_all(int fd, const void *data, size_t bytes) {
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t w = write(fd, p, bytes);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+// An existing PATH that is not a regular file (/dev/null, /dev/stdout, a FIFO) is
+// written in place: renaming a temporary over it would replace the device.
+static int write_in_place(const char *path, const void *data, size_t bytes, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || write_all(fd, data, bytes) != 0) {
+        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return close(fd) == 0 ? 0 : -1;
+}
+
+int mist_output_check(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "'%s' is a directory (hint: name a file inside it)", path);
+            return -1;
+        }
+        if (access(path, W_OK) != 0) {
+            snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) return 0;  // written in place
+    }
+    char dir[4096];
+    parent_of(path, dir, sizeof dir);
+    if (stat(dir, &st) == 0 && access(dir, W_OK) != 0) {  // a missing parent is created when writing
+        snprintf(err, errlen, "cannot create files in '%s': %s (hint: choose a writable directory)", dir,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int mist_write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen) {
     char tmp[4096 + 8];
     if (strlen(path) >= 4096) {
         snprintf(err, errlen, "path too long: %.80s...", path);
         return -1;
     }
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return write_in_place(path, data, bytes, err, errlen);
     if (mist_mkdir_parent(path, err, errlen) != 0) return -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
@@ -84,19 +138,11 @@ int mist_write_file_atomic(const char *path, const void *data, size_t bytes, cha
         snprintf(err, errlen, "cannot create '%s': %s (hint: check the directory exists and is writable)", tmp, strerror(errno));
         return -1;
     }
-    const char *p = data;
-    size_t left = bytes;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            snprintf(err, errlen, "cannot write '%s': %s (hint: is the disk full?)", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
+    if (write_all(fd, data, bytes) != 0) {
+        snprintf(err, errlen, "cannot write '%s': %s (hint: is the disk full?)", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return -1;
     }
     int synced = fsync(fd) == 0;
     if (close(fd) != 0 || !synced) {

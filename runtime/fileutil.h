@@ -14,6 +14,11 @@ int mist_mkdir_parent(const char *path, char *err, size_t errlen);
 // fsync the directory holding PATH so that a rename/unlink inside it survives a crash.
 int mist_fsync_parent(const char *path, char *err, size_t errlen);
 // Write BYTES of DATA to PATH via PATH.tmp + fsync + rename + fsync(dir); creates parents.
+// An existing PATH that is not a regular file (/dev/null, /dev/stdout, a FIFO) is
+// written in place instead, never replaced.
 int mist_write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen);
+// Whether PATH can be written (before long work whose result goes there): 0, or -1
+// with err (a directory, no write permission on the file or its directory).
+int mist_output_check(const char *path, char *err, size_t errlen);
 
 #endif

@@ -10,6 +10,7 @@
 #include "kernels/backend.h"
 #include "runtime/calibrate.h"
 #include "runtime/config_load.h"
+#include "runtime/fileutil.h"
 #include "runtime/launch.h"
 
 enum { MAX_LIST = 16, MAX_OVERRIDES = 256 };
@@ -70,13 +71,18 @@ int main(int argc, char **argv) {
             int bad = 0;
             if (!strcmp(a, "--b")) bad = (nb = parse_list(v, bs, MAX_LIST)) < 1;
             else if (!strcmp(a, "--tp")) bad = (ntp = parse_list(v, tps, MAX_LIST)) < 1;
-            else if (!strcmp(a, "--iters")) bad = (iters = atoi(v)) < 1;
+            else if (!strcmp(a, "--iters")) {
+                char *end;
+                long it = strtol(v, &end, 10);
+                bad = end == v || *end || it < 1 || it > 1000000;
+                iters = bad ? 0 : (int)it;
+            }
             else if (!strcmp(a, "--out")) out_path = v;
             else if (n_overrides < MAX_OVERRIDES) overrides[n_overrides++] = v;
             else bad = 1;
             if (bad) {
                 fprintf(stderr, "mist-calibrate: %s %s: allowed: %s (see --help)\n", a, v,
-                        !strcmp(a, "--iters") ? "an integer >= 1"
+                        !strcmp(a, "--iters") ? "an integer 1..1000000"
                         : !strcmp(a, "-o")    ? "at most 256 overrides"
                                               : "integers >= 1, comma separated, at most 16");
                 return 2;
@@ -104,6 +110,21 @@ int main(int argc, char **argv) {
     char err[1024];
     if (config_load(&cfg, config_path, overrides, n_overrides, 0, err, sizeof err) != 0) {
         fprintf(stderr, "mist-calibrate: %s\n", err);
+        return 2;
+    }
+    // every listed tp must shard the model as the runtime does (heads, kv heads, MLP columns)
+    for (int i = 0; i < ntp; i++) {
+        const ModelConfig *m = &cfg.model;
+        if (m->heads % tps[i] || m->kv_heads % tps[i] || m->ffn_hidden % tps[i]) {
+            fprintf(stderr, "mist-calibrate: --tp %d: must divide heads (%d), kv_heads (%d) and ffn_hidden (%d); "
+                    "allowed: a common divisor of them. Hint: a TP rank holds heads/tp heads and ffn_hidden/tp "
+                    "MLP columns\n", tps[i], m->heads, m->kv_heads, m->ffn_hidden);
+            return 2;
+        }
+    }
+    // the measurements take a while: a bad --out is reported before them
+    if (strcmp(out_path, "-") && mist_output_check(out_path, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-calibrate: --out %s: %s\n", out_path, err);
         return 2;
     }
     Backend *be = NULL;
@@ -134,7 +155,7 @@ int main(int argc, char **argv) {
     }
     int rc = 0;
     if (!strcmp(out_path, "-")) {
-        rc = calibrate_write("/dev/stdout", device, e, n, err, sizeof err);
+        rc = calibrate_write(NULL, device, e, n, err, sizeof err);
     } else {
         rc = calibrate_write(out_path, device, e, n, err, sizeof err);
         if (!rc) fprintf(stderr, "mist-calibrate: %d entries (the model's ops at %d b x %d tp) on %s -> %s\n", n, nb,

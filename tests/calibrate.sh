@@ -34,14 +34,30 @@ tap_diag "predicted iteration at b=2: roofline $roof s, with the measured op tab
 [ -n "$roof" ] && [ -n "$meas" ] && awk -v a="$roof" -v b="$meas" 'BEGIN { exit !(b > 0 && a != b) }'
 tap_ok $? "mist-plan --analyze --op-table uses the calibrated times (roofline $roof s -> $meas s)"
 
-# tp 8: the MLP's sharded width (ffn 256 / 8 = 32) is below the hidden size (64), so the
+# an MLP narrower than the hidden size (ffn 32 < 64, as ffn/tp is at tp 8 of a 4h MLP): the
 # projection's input is narrower than its output; every buffer must be sized for its own op
-"$CAL" "$GPT" --b 1 --tp 8 --iters 1 --out "$W/t8.optable" 2>"$W/cal8.err"
+"$CAL" "$GPT" -o model.ffn_hidden=32 --b 1 --tp 1,2 --iters 1 --out "$W/t8.optable" 2>"$W/cal8.err"
 rc=$?
 tap_diag "$(cat "$W/cal8.err")"
-n8=$(awk '!/^#/ && NF == 6 && $4 == 8 && $5 > 0' "$W/t8.optable" 2>/dev/null | wc -l)
-[ $rc -eq 0 ] && [ "$n8" -eq 9 ]
-tap_ok $? "mist-calibrate at tp 8 (ffn / tp < hidden): the 9 block and head ops, positive times (rc $rc)"
+n8=$(awk '!/^#/ && NF == 6 && $5 > 0' "$W/t8.optable" 2>/dev/null | wc -l)
+[ $rc -eq 0 ] && [ "$n8" -eq 20 ]
+tap_ok $? "mist-calibrate with ffn_hidden < hidden: the 20 entries at tp 1, 2 with positive times (rc $rc)"
+
+# a tp the runtime cannot shard the model with (4 heads) is refused before measuring
+"$CAL" "$GPT" --b 1 --tp 8 --iters 1 --out "$W/t9.optable" >/dev/null 2>"$W/cal9.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--tp 8: must divide heads (4)" "$W/cal9.err" && [ ! -e "$W/t9.optable" ]
+tap_ok $? "mist-calibrate --tp 8 on a 4-head model exits 2 naming the rule (rc $rc)"
+# an unwritable --out is reported before the measurements
+"$CAL" "$GPT" --b 1 --iters 1 --out "$W" >/dev/null 2>"$W/cal10.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "is a directory" "$W/cal10.err"
+tap_ok $? "mist-calibrate --out DIR exits 2 at once: $(head -c 160 "$W/cal10.err") (rc $rc)"
+# --iters is parsed whole: 1e3 is not 1
+"$CAL" "$GPT" --iters 1e3 >/dev/null 2>"$W/cal11.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--iters 1e3: allowed: an integer 1..1000000" "$W/cal11.err"
+tap_ok $? "mist-calibrate --iters 1e3 exits 2 (rc $rc)"
 
 # usage errors exit 2 with a message naming the option
 "$CAL" "$GPT" --b 0 >/dev/null 2>"$W/bad.err"

@@ -21,6 +21,19 @@ out=$("$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --out "$tmp/p.ini" 2>"$t
 tap_ok $? "search on tiny (1x4): the plan table, the statistics, and the plan file"
 [ $rc -eq 0 ] || tap_diag "$out" "$(cat "$tmp/err")"
 
+# --out onto something that is not a regular file (a FIFO, as /dev/null or /dev/stdout) writes
+# through it and leaves it what it was; a directory is refused before the search
+mkfifo "$tmp/fifo"
+cat "$tmp/fifo" >"$tmp/fifo.out" &
+reader=$!
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --out "$tmp/fifo" >/dev/null 2>"$tmp/err"; rc=$?
+wait $reader
+[ $rc -eq 0 ] && [ -p "$tmp/fifo" ] && grep -q '^\[stage.0\]' "$tmp/fifo.out"
+tap_ok $? "--out onto a FIFO writes the plan through it and keeps the FIFO (rc $rc)"
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --out "$tmp" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "is a directory" "$tmp/err" && ! grep -q "candidates" "$tmp/err"
+tap_ok $? "--out DIR exits 2 before searching: $(cat "$tmp/err") (rc $rc)"
+
 iter_search=$(printf '%s' "$out" | grep '^iteration: ')
 iter_analyze=$("$PLAN" "$TINY" --analyze "$tmp/p.ini" | grep '^iteration: ')
 [ -n "$iter_search" ] && [ "$iter_search" = "$iter_analyze" ]
