@@ -155,6 +155,16 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
         // A single-process dry run previews a plan of any size (it is not launched).
         status = config_load(cfg, a->config, a->overrides, a->n_overrides,
                              a->dry_run && L->world_size == 1 ? 0 : L->world_size, err, sizeof err);
+    if (L->world_rank == 0 && status == 0) {
+        // the profile prices the plan (mode = auto) and the MFU of every log line: a broken
+        // profile file is a configuration error in every plan mode, reported before training
+        static HwProfile hw;
+        char perr[1024];
+        if (profile_load(&hw, cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu", perr, sizeof perr) != 0) {
+            snprintf(err, sizeof err, "%s: [cluster] hardware: %s", a->config, perr);
+            status = MIST_EXIT_CONFIG;
+        }
+    }
     if (MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         launch_abort(1, "sharing the configuration status failed");
     if (status) {
@@ -167,7 +177,7 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
 }
 
 // Rank 0 searches and reports; returns 0 (plan filled), 3 (nothing fits) or 2.
-static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, Plan *plan) {
+static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, int save, Plan *plan) {
     HwProfile hw;
     char err[1024];
     const char *hw_name = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
@@ -206,7 +216,9 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, Plan *pl
            search_space_name(so.space));
     if (plan_analyze(&an, cfg, plan, &hw, NULL, err, sizeof err) == 0) analysis_print_text(&an, cfg, stdout);
     search_stats_print_text(&st, &so, stdout);
-    if (cfg->checkpoint.dir[0]) {
+    if (!save) {
+        printf("plan not saved (a dry run writes nothing)\n");
+    } else if (cfg->checkpoint.dir[0]) {
         // saved next to the checkpoints: a resumed or later run can pin it with -o plan.file=...
         char path[MIST_PATH_MAX + 16], *text = NULL;
         size_t len = 0;
@@ -235,7 +247,7 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, Plan *pl
 // per node as launched -- within what the runtime executes, prints the plan,
 // saves it next to the checkpoints and broadcasts it; when nothing fits every
 // rank ends with exit code 3.
-static int resolve_plan(MistConfig *cfg, const Launch *L) {
+static int resolve_plan(MistConfig *cfg, const Launch *L, int dry_run) {
     if (cfg->plan.mode != PLAN_AUTO || cfg->plan.file[0]) return 0;
     // ranks per host: equal on every host gives nodes x gpus_per_node; otherwise one flat node
     int lmin = L->local_size, lmax = L->local_size;
@@ -247,7 +259,7 @@ static int resolve_plan(MistConfig *cfg, const Launch *L) {
     int status = 0;
     static Plan plan;
     memset(&plan, 0, sizeof plan);
-    if (L->world_rank == 0) status = plan_on_rank0(cfg, nodes, gpn, &plan);
+    if (L->world_rank == 0) status = plan_on_rank0(cfg, nodes, gpn, !dry_run, &plan);
     if (MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         launch_abort(1, "sharing the planner's status failed");
     if (status) return status;
@@ -276,7 +288,7 @@ int main(int argc, char **argv) {
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
     if ((rc = load_config(&cfg, &args, &L))) return finish(rc);
-    if ((rc = resolve_plan(&cfg, &L))) return finish(rc);
+    if ((rc = resolve_plan(&cfg, &L, args.dry_run))) return finish(rc);
 
     Grid grid;
     char err[1024];

@@ -26,6 +26,17 @@ out=$("$TRAIN" 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'missing the CONFIG.ini'
 tap_ok $? "no config file exits 2 with a hint"
 
+# a broken hardware profile file is a configuration error for a fixed plan too (it prices the MFU)
+printf '[profile]\nbase = l4\nmemory_gib = banana\n' >"$tmp/hw.ini"
+out=$("$TRAIN" -n "$TINY" -o cluster.hardware="$tmp/hw.ini" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q "hw.ini:3: \[profile\] memory_gib = banana"
+tap_ok $? "a fixed plan with a broken [cluster] hardware file exits 2 naming its line (rc $rc)"
+
+# a dry run with mode = auto plans but writes nothing (no DIR/plan.ini)
+out=$("$TRAIN" -n "$TINY" -o plan.mode=auto -o checkpoint.dir="$tmp/ckd" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ ! -e "$tmp/ckd" ] && printf '%s' "$out" | grep -q "plan not saved (a dry run writes nothing)"
+tap_ok $? "--dry-run with [plan] mode = auto writes no plan file (rc $rc)"
+
 out=$("$TRAIN" -o trainsteps=3 "$TINY" 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'SECTION.KEY=VALUE'
 tap_ok $? "a malformed -o exits 2 and shows the expected form"
