@@ -28,6 +28,8 @@ typedef struct {
     int line;                          // line being parsed
     int long_line;                     // first line longer than inih's limit
     int max_line;                      // that limit in characters (without newline and NUL)
+    int indented;                      // the line being parsed is indented text (inih continues the value above)
+    int nul_line;                      // first line holding a NUL byte (the text after it would be lost)
     FILE *file;
     char *err;
     size_t errlen;
@@ -342,6 +344,9 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
                     name, did, section, keys);
     }
     int *slot = st >= 0 ? &ld->stage_origin[st][key_slot_in_stage(k)] : &ld->key_origin[k];
+    if (origin > 0 && *slot > 0 && ld->indented)  // inih hands an indented line over as more of the value above
+        return fail(ld, origin, "an indented line continues the value of [%s] %s (line %d); allowed: one 'key = "
+                    "value' per line. Hint: remove the indentation or join the lines", section, name, *slot);
     if (origin > 0 && *slot > 0)
         return fail(ld, origin, "[%s] %s is set twice (first at line %d); allowed: one value per key. Hint: delete "
                     "one of the two lines", section, name, *slot);
@@ -416,9 +421,14 @@ static char *counting_reader(char *str, int num, void *stream) {
             while ((c = fgetc(ld->file)) != EOF && c != '\n') {}
         }
     }
+    // fgets stops only at a newline, the buffer's end or EOF: a shorter line without
+    // its newline, before EOF, held a NUL byte that strlen stopped at
+    if (len < (size_t)num - 1 && (len == 0 || str[len - 1] != '\n') && !feof(ld->file) && !ld->nul_line)
+        ld->nul_line = ld->line + 1;
     ld->line++;
     const char *p = str;
     while (isspace((unsigned char)*p)) p++;
+    ld->indented = p != str && *p && *p != ';' && *p != '#' && *p != '[';
     if (*p == '[') on_section_header(ld, p);
     return r;
 }
@@ -693,6 +703,11 @@ static int parse_file(Loader *ld, MistConfig *cfg) {
     int rc = ini_parse_stream(counting_reader, ld, on_key_value, ctx);
     fclose(ld->file);
     ld->file = NULL;
+    if (ld->nul_line) {  // the text after the NUL was lost: it, not what that caused, is the error
+        ld->failed = 0;
+        return fail(ld, ld->nul_line, "a NUL byte in this line; allowed: text. Hint: the file may be binary or "
+                    "damaged; save it as plain text");
+    }
     if (ld->failed) return MIST_EXIT_CONFIG;
     if (ld->long_line)
         return fail(ld, ld->long_line, "line longer than %d characters; allowed: up to %d. Hint: shorten the value "

@@ -255,6 +255,18 @@ static void test_line_limit(void) {
             ok(rc == 2 && strstr(err, "long.ini:7:") && strstr(err, "longer than 199"),
                "a 200-character line is refused at its line: %s", err);
     }
+    // an indented line is inih's continuation of the value above: said so, not "set twice"
+    const char *p = write_file("cont.ini", "[model]\nlayers = 4\nheads = 4\n   8\nhidden = 64\nvocab = 256\nseq_len = 32\n");
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "cont.ini:4:") &&
+           strstr(err, "indented line continues the value of [model] heads"),
+       "an indented line is named as a continuation: %s", err);
+    // a NUL byte hides the rest of its line from the parser: it is the error, not the key it hid
+    static const char nul_text[] = "[model]\nlayers = 4\n\0heads = 4\nhidden = 64\nvocab = 256\nseq_len = 32\n";
+    FILE *f = fopen(p, "w");
+    fwrite(nul_text, 1, sizeof nul_text - 1, f);
+    fclose(f);
+    ok(config_load(&c, p, NULL, 0, 0, err, sizeof err) == 2 && strstr(err, "cont.ini:3:") && strstr(err, "NUL byte"),
+       "a NUL byte is refused at its line: %s", err);
 }
 
 static void test_examples(void) {
