@@ -1,9 +1,26 @@
 // Reader for measured per-op latency tables (format in optable.h).
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "planner/optable.h"
+
+// The op names of models/model_build.c's three parts, the names the cost model
+// looks an entry up by: an entry under any other name would never be used.
+const char *const optable_op_names[] = {
+    "embedding",                                                                    // pre
+    "ln1", "qkv", "rotary", "attention", "attn_proj", "ln2", "fc", "swiglu", "fc_proj", "residual",  // block
+    "lnf", "lm_head", "crossentropy",                                               // post
+    NULL};
+
+// Ops whose backward may take no time: crossentropy's gradient is computed in
+// its forward pass (mist-calibrate counts it all as forward), residual has no
+// backward kernel.
+static int zero_bwd_allowed(const char *op) { return !strcmp(op, "crossentropy") || !strcmp(op, "residual"); }
 
 static int add_entry(OpTable *t, const OpTimeEntry *e) {
     if (t->n == t->cap) {
@@ -17,6 +34,121 @@ static int add_entry(OpTable *t, const OpTimeEntry *e) {
     return 0;
 }
 
+static int fail(char *err, size_t errlen, const char *path, int lineno, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(char *err, size_t errlen, const char *path, int lineno, const char *fmt, ...) {
+    int n = snprintf(err, errlen, "%s:%d: ", path, lineno);
+    if (n >= 0 && (size_t)n < errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+enum { LINE_OK, LINE_EOF, LINE_LONG, LINE_CR, LINE_NUL };
+
+// One line into buf without its LF or CRLF ending: LINE_OK, LINE_EOF, or why
+// it cannot be taken as a line. Read a byte at a time so that a line too long
+// for buf is reported instead of being split into two entries, and so that a
+// lone CR (old Mac line endings: the whole file would read as one line) or a
+// NUL byte (a binary file) is noticed.
+static int read_line(FILE *f, char *buf, size_t max) {
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (c == '\r') {
+            int next = getc(f);
+            if (next == '\n' || next == EOF) break;  // CRLF, or a CR ending the file
+            return LINE_CR;
+        }
+        if (c == 0) return LINE_NUL;
+        if (n == max) return LINE_LONG;
+        buf[n++] = (char)c;
+    }
+    buf[n] = 0;
+    return c == EOF && n == 0 ? LINE_EOF : LINE_OK;
+}
+
+// a whole token as an int in [1, INT_MAX]
+static int parse_count(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < 1 || v > INT_MAX) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_header(const char *path, int lineno, char *line, char *err, size_t errlen) {
+    const char *sep = " \t\v\f";
+    char *save, *magic = strtok_r(line, sep, &save), *version = strtok_r(NULL, sep, &save);
+    char *extra = strtok_r(NULL, sep, &save);
+    if (strcmp(magic, "mist-optable") || !version)
+        return fail(err, errlen, path, lineno, "expected the header 'mist-optable 1' (got '%.64s%s%.64s'). Hint: the "
+                    "first line that is not blank or a comment names the format; mist-calibrate writes it",
+                    magic, version ? " " : "", version ? version : "");
+    char *end;
+    errno = 0;
+    long v = strtol(version, &end, 10);
+    if (end == version || *end || errno || v != 1)
+        return fail(err, errlen, path, lineno, "op table version '%.64s' is not supported; allowed: 1. Hint: write "
+                    "the table with this build's mist-calibrate", version);
+    if (extra)
+        return fail(err, errlen, path, lineno, "unexpected '%.64s' after the header 'mist-optable 1'; allowed: "
+                    "nothing but a '#' comment. Hint: entries go on lines of their own", extra);
+    return 0;
+}
+
+static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e, char *err, size_t errlen) {
+    const char *sep = " \t\v\f";
+    char *field[7], *save;
+    int n = 0;
+    for (char *tok = strtok_r(line, sep, &save); tok && n < 7; tok = strtok_r(NULL, sep, &save)) field[n++] = tok;
+    if (n != 6)
+        return fail(err, errlen, path, lineno, "expected 6 fields 'OP B S TP FWD_US BWD_US', got %s%d; allowed: "
+                    "one entry per line. Hint: '#' starts a comment", n == 7 ? "more than " : "", n == 7 ? 6 : n);
+    int known = 0;
+    char names[256] = "";
+    for (int i = 0; optable_op_names[i]; i++) {
+        known |= !strcmp(field[0], optable_op_names[i]);
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", i ? " " : "", optable_op_names[i]);
+    }
+    if (!known)
+        return fail(err, errlen, path, lineno, "unknown op '%.64s'; allowed: %s. Hint: the op names of the model "
+                    "description (docs/plan-analyze.md, 'Measured op table')", field[0], names);
+    snprintf(e->op, sizeof e->op, "%s", field[0]);
+    const char *count_name[3] = {"b", "s", "tp"};
+    int *count[3] = {&e->b, &e->s, &e->tp};
+    for (int i = 0; i < 3; i++)
+        if (parse_count(field[1 + i], count[i]) != 0)
+            return fail(err, errlen, path, lineno, "%s %s = %.64s: not an integer in range; allowed: integers 1..%d. "
+                        "Hint: the micro-batch b, sequence length s and TP degree tp the time was measured at",
+                        e->op, count_name[i], field[1 + i], INT_MAX);
+    double us[2];
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "bwd_us" : "fwd_us";
+        char *end;
+        errno = 0;
+        us[i] = strtod(field[4 + i], &end);
+        int zero_ok = i == 1 && zero_bwd_allowed(e->op);
+        // a finite, positive time: NaN, infinities and absurdly long calls
+        // would turn the predicted iteration time and MFU into nonsense
+        if (end == field[4 + i] || *end || errno || !isfinite(us[i]) || !(zero_ok ? us[i] >= 0 : us[i] > 0) ||
+            us[i] > OPTABLE_MAX_US)
+            return fail(err, errlen, path, lineno, "%s %s = %.64s: not a time in range; allowed: microseconds in "
+                        "%s0, %g]%s. Hint: the mean time of one call, per TP rank", e->op, name, field[4 + i],
+                        zero_ok ? "[" : "(", OPTABLE_MAX_US,
+                        i == 1 && !zero_ok ? " (0 only for the backward of crossentropy, fused into its forward, "
+                                             "and of residual)" : "");
+    }
+    e->fwd_seconds = us[0] * 1e-6;
+    e->bwd_seconds = us[1] * 1e-6;
+    return 0;
+}
+
 int optable_load(OpTable *t, const char *path, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "r");
@@ -24,57 +156,58 @@ int optable_load(OpTable *t, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: cannot open the op table: %s", path, strerror(errno));
         return -1;
     }
-    char line[512];
-    int lineno = 0, have_header = 0;
-    while (fgets(line, sizeof line, f)) {
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory; allowed: an op table file. Hint: name the file that mist-calibrate "
+                 "--out wrote", path);
+        fclose(f);
+        return -1;
+    }
+    char line[OPTABLE_MAX_LINE + 1];
+    int lineno = 0, have_header = 0, rc = 0, status;
+    while (rc == 0 && (status = read_line(f, line, OPTABLE_MAX_LINE)) != LINE_EOF) {
         lineno++;
+        if (status == LINE_LONG) {
+            rc = fail(err, errlen, path, lineno, "line longer than %d characters; allowed: up to %d. Hint: one entry "
+                      "per line, shorten the comment", OPTABLE_MAX_LINE, OPTABLE_MAX_LINE);
+            break;
+        }
+        if (status == LINE_CR) {
+            rc = fail(err, errlen, path, lineno, "carriage return inside a line (CR-only line endings?); allowed: "
+                      "LF or CRLF line endings. Hint: convert with tr '\\r' '\\n'");
+            break;
+        }
+        if (status == LINE_NUL) {
+            rc = fail(err, errlen, path, lineno, "NUL byte; allowed: a text file. Hint: is this the op table "
+                      "mist-calibrate wrote?");
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
-        char word[64];
-        if (sscanf(line, "%63s", word) != 1) continue;  // blank or comment
+        if (!line[strspn(line, " \t\v\f")]) continue;  // blank or comment
         if (!have_header) {
-            int version;
-            if (sscanf(line, " mist-optable %d", &version) != 1 || version != 1) {
-                snprintf(err, errlen, "%s:%d: expected the header 'mist-optable 1' (got '%s')", path, lineno, word);
-                fclose(f);
-                optable_free(t);
-                return -1;
-            }
+            rc = parse_header(path, lineno, line, err, errlen);
             have_header = 1;
             continue;
         }
         OpTimeEntry e = {0};
-        double fwd_us, bwd_us;
-        char extra[8];
-        int got = sscanf(line, "%31s %d %d %d %lf %lf %7s", e.op, &e.b, &e.s, &e.tp, &fwd_us, &bwd_us, extra);
-        if (got != 6 || e.b < 1 || e.s < 1 || e.tp < 1 || fwd_us < 0 || bwd_us < 0) {
-            snprintf(err, errlen, "%s:%d: expected 'OP B S TP FWD_US BWD_US' with B, S, TP >= 1 and times >= 0", path,
-                     lineno);
-            fclose(f);
-            optable_free(t);
-            return -1;
-        }
-        if (optable_find(t, e.op, e.b, e.s, e.tp)) {
-            snprintf(err, errlen, "%s:%d: duplicate entry for op %s b=%d s=%d tp=%d", path, lineno, e.op, e.b, e.s, e.tp);
-            fclose(f);
-            optable_free(t);
-            return -1;
-        }
-        e.fwd_seconds = fwd_us * 1e-6;
-        e.bwd_seconds = bwd_us * 1e-6;
-        if (add_entry(t, &e) != 0) {
-            snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
-            fclose(f);
-            optable_free(t);
-            return -1;
-        }
+        rc = parse_entry(path, lineno, line, &e, err, errlen);
+        if (rc == 0 && optable_find(t, e.op, e.b, e.s, e.tp))
+            rc = fail(err, errlen, path, lineno, "duplicate entry for op %s b=%d s=%d tp=%d; allowed: one entry "
+                      "per (op, b, s, tp). Hint: delete one of the two lines", e.op, e.b, e.s, e.tp);
+        if (rc == 0 && add_entry(t, &e) != 0) rc = fail(err, errlen, path, lineno, "out of memory");
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "%s: cannot read the op table: %s", path, strerror(errno));
+        rc = -1;
     }
     fclose(f);
-    if (!have_header) {
+    if (rc == 0 && !have_header) {
         snprintf(err, errlen, "%s: empty op table (expected the header 'mist-optable 1')", path);
-        return -1;
+        rc = -1;
     }
-    return 0;
+    if (rc != 0) optable_free(t);
+    return rc;
 }
 
 void optable_free(OpTable *t) {

@@ -6,12 +6,21 @@
 //   mist-optable 1
 //   # op          b     s     tp   fwd_us     bwd_us
 //   qkv           1     2048  1    986        1937
-// op is an op name of the cost model's op list (listed in docs/plan-analyze.md,
-// "Measured op table"); times are microseconds, per TP rank.
+// op is an op name of the cost model's op list (optable_op_names, listed in
+// docs/plan-analyze.md, "Measured op table"); b, s, tp >= 1; times are
+// microseconds per call, per TP rank, in (0, OPTABLE_MAX_US] (the backward of
+// crossentropy and residual may be 0). Lines end in LF or CRLF and are at most
+// OPTABLE_MAX_LINE characters.
 #ifndef MIST_OPTABLE_H
 #define MIST_OPTABLE_H
 
 #include <stddef.h>
+
+#define OPTABLE_MAX_LINE 511  // characters per line, without the line ending
+#define OPTABLE_MAX_US 1e10   // longest time of one call (about 2.8 hours; more is a unit mistake)
+
+// The op names an entry may have, NULL-terminated.
+extern const char *const optable_op_names[];
 
 typedef struct {
     char op[32];

@@ -4,13 +4,16 @@
 // activations, a tiny stage's time and memory peak by hand (one stage and
 // pipeline stages: in-flight slots, boundary buffers, the tied wte copy),
 // monotonicity in ckpt and offload, batched == scalar evaluation, and models
-// specialised to a ZeRO / offload pattern == the general model.
+// specialised to a ZeRO / offload pattern == the general model; the op names a
+// measured op table accepts are those of the model description.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/ops.h"
 #include "planner/cost.h"
+#include "planner/optable.h"
 #include "tests/tap.h"
 
 static void tiny_config(MistConfig *c, Precision prec) {
@@ -542,6 +545,50 @@ static void test_specialised(const MistConfig *cfg, const HwProfile *hw) {
     ok(smaller, "no specialised program is longer than the general one");
 }
 
+// An op table entry is looked up by op name: the names it accepts
+// (optable_op_names) must be the ops of the model description, every op of
+// GPT, Llama and a parallel block, and none that no model has.
+static void test_optable_names(const MistConfig *cfg) {
+    ModelConfig m[3] = {cfg->model, cfg->model, cfg->model};
+    m[1].family = FAMILY_LLAMA;
+    m[1].norm = NORM_RMSNORM;
+    m[1].activation = ACT_SWIGLU;
+    m[1].position = POS_ROTARY;
+    m[1].bias = 0;
+    m[1].tied_embeddings = 0;
+    m[2].parallel_block = 1;
+    int names = 0;
+    while (optable_op_names[names]) names++;
+    int used[64] = {0}, known = 1, built = 1;
+    for (int i = 0; i < 3; i++)
+        for (int part = PART_PRE; part <= PART_POST; part++) {
+            ExprCtx *cx = expr_ctx_new();
+            ModelOpList ops;
+            if (model_build(cx, &m[i], (ModelPart)part, &ops) != 0) built = 0;
+            else
+                for (int k = 0; k < ops.n_ops; k++) {
+                    int found = -1;
+                    for (int j = 0; j < names; j++)
+                        if (!strcmp(ops.op[k].name, optable_op_names[j])) found = j;
+                    if (found < 0) {
+                        diag("model %d part %d: op %s is not in optable_op_names", i, part, ops.op[k].name);
+                        known = 0;
+                    } else {
+                        used[found] = 1;
+                    }
+                }
+            expr_ctx_free(cx);
+        }
+    int all_used = names <= 64;
+    for (int j = 0; j < names && j < 64; j++)
+        if (!used[j]) {
+            diag("optable_op_names has %s, which no model has", optable_op_names[j]);
+            all_used = 0;
+        }
+    ok(built && known, "every op of GPT, Llama and a parallel block is a name the op table accepts");
+    ok(built && all_used, "every name the op table accepts is an op of one of them (%d names)", names);
+}
+
 int main(void) {
     MistConfig cfg;
     tiny_config(&cfg, PREC_BF16);
@@ -557,5 +604,6 @@ int main(void) {
     test_memory_pipeline_hand(&cfg, &hw);
     test_batched(&cfg, &hw);
     test_specialised(&cfg, &hw);
+    test_optable_names(&cfg);
     return tap_done();
 }
