@@ -38,13 +38,25 @@ double profile_host_copy_seconds(const LinkFit *f, double bytes) {
 
 // ---- the INI reader ----
 
+#define PROFILE_MAX_KEYS 128  // distinct keys a file can set: 6 + 6 + 3 + 64 + 2 + 11 = 92, base included
+
 typedef struct {
     HwProfile *p;
     const char *path;
+    FILE *file;
     char *err;
     size_t errlen;
     int failed;
+    int fail_line;  // the line of the first failing key
     int keys_seen;  // `base` must come before any other key
+    int line;       // lines read so far: the line inih is handling
+    int bad_line;   // the first line the reader refused (0: none), and why
+    const char *bad_why;
+    int max_line;   // inih's line limit in characters (without line ending and NUL)
+    // the keys set so far, by section and canonical name (2x8 = 02x8, C+N = n+c),
+    // and where: a second value for a key is an error, not a silent override
+    int n_set;
+    struct { char section[16], key[24]; int line; } set[PROFILE_MAX_KEYS];
 } ProfileParse;
 
 static const char *const stream_letters[STREAM_COUNT] = {"C", "N", "H2D", "D2H"};
@@ -83,41 +95,99 @@ static int parse_numbers(const char *v, double *out, int max) {
 }
 
 static int fail(ProfileParse *pp, const char *section, const char *key, const char *value, const char *why) {
-    if (!pp->failed)
+    if (!pp->failed) {
         snprintf(pp->err, pp->errlen, "[%s] %s = %s: %s", section, key, value, why);
+        pp->fail_line = pp->line;
+    }
     pp->failed = 1;
-    return 0;  // inih reports the line of the first failing handler call
+    return 0;
 }
 
-static int one_positive(ProfileParse *pp, const char *sec, const char *key, const char *val, double scale, double *dst) {
+// Every number has a range (docs/plan-analyze.md, "Hardware profile files"),
+// closed below by a positive minimum where it divides: rates and bandwidths
+// near 0, or values near the double range, would make the predicted times
+// infinite or NaN, or too long to print.
+
+// one number x with lo < x <= hi (lo_open) or lo <= x <= hi, stored as x * scale
+static int number_in(ProfileParse *pp, const char *sec, const char *key, const char *val, double lo, int lo_open,
+                     double hi, double scale, const char *why, double *dst) {
     double x;
-    if (parse_numbers(val, &x, 1) != 1 || !(x > 0))
-        return fail(pp, sec, key, val, "expected one number > 0");
+    if (parse_numbers(val, &x, 1) != 1 || !(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return fail(pp, sec, key, val, why);
     *dst = x * scale;
     return 1;
 }
 
 static int fraction(ProfileParse *pp, const char *sec, const char *key, const char *val, double *dst) {
-    double x;
-    if (parse_numbers(val, &x, 1) != 1 || !(x > 0 && x <= 1))
-        return fail(pp, sec, key, val, "expected a fraction in (0, 1]");
-    *dst = x;
-    return 1;
+    return number_in(pp, sec, key, val, 1e-3, 0, 1, 1, "expected a fraction in [0.001, 1] (e.g. 0.7)", dst);
+}
+
+static int peak_tflops(ProfileParse *pp, const char *sec, const char *key, const char *val, double *dst) {
+    return number_in(pp, sec, key, val, 1e-6, 0, 1e6, 1e12, "expected TFLOP/s in [1e-6, 1e6] (e.g. 312)", dst);
+}
+
+static int coll_factor(ProfileParse *pp, const char *sec, const char *key, const char *val, double *dst) {
+    return number_in(pp, sec, key, val, 0, 1, 100, 1, "expected a multiplier in (0, 100] (e.g. 2.1)", dst);
 }
 
 static int link_fit(ProfileParse *pp, const char *sec, const char *key, const char *val, LinkFit *dst) {
     double x[2];
-    if (parse_numbers(val, x, 2) != 2 || !(x[0] > 0) || x[1] < 0)
-        return fail(pp, sec, key, val, "expected 'K_GBps BETA_seconds' with K > 0, BETA >= 0 (e.g. '4.68 3e-4')");
+    if (parse_numbers(val, x, 2) != 2 || !(x[0] >= 1e-3 && x[0] <= 1e6) || !(x[1] >= 0 && x[1] <= 1))
+        return fail(pp, sec, key, val, "expected 'K_GBps BETA_seconds' with K in [0.001, 1e6] GB/s and BETA in "
+                                       "[0, 1] s (e.g. '4.68 3e-4')");
     dst->k = x[0] * 1e9;
     dst->beta = x[1];
     return 1;
 }
 
+// The key's name as the slot it sets: the group shape of NODESxGPUS and the
+// stream set of an interference key are spelled more than one way.
+static void canonical_key(const char *sec, const char *key, char *out, size_t len) {
+    int nodes, gpus;
+    char tail;
+    unsigned mask;
+    if (!strcmp(sec, "collective") && sscanf(key, "%dx%d%c", &nodes, &gpus, &tail) == 2) {
+        snprintf(out, len, "%dx%d", nodes, gpus);
+    } else if (!strcmp(sec, "interference") && (mask = parse_stream_set(key)) != 0) {
+        size_t n = 0;
+        out[0] = 0;
+        for (int s = 0; s < STREAM_COUNT; s++)
+            if (mask & STREAM_MASK(s))
+                n += (size_t)snprintf(out + n, len - n, "%s%s", n ? "+" : "", stream_letters[s]);
+    } else {
+        snprintf(out, len, "%s", key);
+    }
+}
+
+// After a key was accepted: an error if it was set before, else remember it.
+static int set_once(ProfileParse *pp, const char *sec, const char *key, const char *val) {
+    char canon[sizeof pp->set[0].key];
+    canonical_key(sec, key, canon, sizeof canon);
+    for (int i = 0; i < pp->n_set; i++)
+        if (!strcmp(pp->set[i].section, sec) && !strcmp(pp->set[i].key, canon)) {
+            char why[128];
+            snprintf(why, sizeof why, "set twice (first at line %d); allowed: one value per key. Hint: delete one of "
+                     "the two lines", pp->set[i].line);
+            return fail(pp, sec, key, val, why);
+        }
+    if (pp->n_set < PROFILE_MAX_KEYS) {
+        snprintf(pp->set[pp->n_set].section, sizeof pp->set[0].section, "%s", sec);
+        snprintf(pp->set[pp->n_set].key, sizeof pp->set[0].key, "%s", canon);
+        pp->set[pp->n_set++].line = pp->line;
+    }
+    return 1;
+}
+
+static int set_key(ProfileParse *pp, const char *sec, const char *key, const char *val);
+
 static int handler(void *user, const char *sec, const char *key, const char *val) {
     ProfileParse *pp = user;
-    HwProfile *p = pp->p;
     if (pp->failed) return 1;  // keep the first message
+    return set_key(pp, sec, key, val) && set_once(pp, sec, key, val);
+}
+
+static int set_key(ProfileParse *pp, const char *sec, const char *key, const char *val) {
+    HwProfile *p = pp->p;
     if (!strcmp(sec, "profile") && !strcmp(key, "base")) {
         if (pp->keys_seen) return fail(pp, sec, key, val, "base must come before every other key (it resets the profile)");
         if (profile_preset(p, val) != 0) return fail(pp, sec, key, val, "unknown preset (allowed: l4, a100-40g, a100-80g, h100-80g, h200, cpu)");
@@ -127,17 +197,21 @@ static int handler(void *user, const char *sec, const char *key, const char *val
     pp->keys_seen++;
     if (!strcmp(sec, "profile")) {
         if (!strcmp(key, "name")) { snprintf(p->name, sizeof p->name, "%s", val); return 1; }
+        // byte counts: at least about 1 MiB (a tinier value would round to 0
+        // bytes, which reads as unset), at most 1e7 GiB (fits an int64_t)
         if (!strcmp(key, "memory_gib")) {
             double x;
-            if (!one_positive(pp, sec, key, val, GiB, &x)) return 0;
-            if (x > 1e7 * GiB) return fail(pp, sec, key, val, "expected GiB of device memory, at most 1e7");
+            if (!number_in(pp, sec, key, val, 1e-3, 0, 1e7, GiB, "expected GiB of device memory in [0.001, 1e7] "
+                           "(e.g. 80)", &x))
+                return 0;
             p->memory_bytes = (int64_t)x;
             return 1;
         }
         if (!strcmp(key, "host_memory_gib")) {
             double x;
-            if (parse_numbers(val, &x, 1) != 1 || !(x >= 0 && x <= 1e7))
-                return fail(pp, sec, key, val, "expected GiB of host memory per node >= 0 and <= 1e7 (0 = not checked)");
+            if (parse_numbers(val, &x, 1) != 1 || !(x == 0 || (x >= 1e-3 && x <= 1e7)))
+                return fail(pp, sec, key, val, "expected GiB of host memory per node >= 0: 0 = not checked, else "
+                                               "in [0.001, 1e7] (e.g. 1800)");
             p->host_memory_bytes = (int64_t)(x * GiB);
             return 1;
         }
@@ -148,23 +222,29 @@ static int handler(void *user, const char *sec, const char *key, const char *val
             p->gpus_per_node = (int)n;
             return 1;
         }
-        if (!strcmp(key, "launch_us")) return one_positive(pp, sec, key, val, 1e-6, &p->launch_seconds);
+        // added to every op: a launch overhead beyond 1 ms is no GPU's (and
+        // would swamp any plan's predicted time)
+        if (!strcmp(key, "launch_us"))
+            return number_in(pp, sec, key, val, 0, 1, 1000, 1e-6, "expected microseconds of kernel launch overhead "
+                             "in (0, 1000] (e.g. 5)", &p->launch_seconds);
         return fail(pp, sec, key, val, "unknown key (allowed: base, name, memory_gib, host_memory_gib, gpus_per_node, launch_us)");
     }
     if (!strcmp(sec, "compute")) {
-        if (!strcmp(key, "peak_tflops_bf16")) return one_positive(pp, sec, key, val, 1e12, &p->peak_flops[DT_BF16]);
-        if (!strcmp(key, "peak_tflops_fp16")) return one_positive(pp, sec, key, val, 1e12, &p->peak_flops[DT_FP16]);
-        if (!strcmp(key, "peak_tflops_fp32")) return one_positive(pp, sec, key, val, 1e12, &p->peak_flops[DT_FP32]);
+        if (!strcmp(key, "peak_tflops_bf16")) return peak_tflops(pp, sec, key, val, &p->peak_flops[DT_BF16]);
+        if (!strcmp(key, "peak_tflops_fp16")) return peak_tflops(pp, sec, key, val, &p->peak_flops[DT_FP16]);
+        if (!strcmp(key, "peak_tflops_fp32")) return peak_tflops(pp, sec, key, val, &p->peak_flops[DT_FP32]);
         if (!strcmp(key, "flops_efficiency")) return fraction(pp, sec, key, val, &p->flops_efficiency);
-        if (!strcmp(key, "memory_bandwidth_gbps")) return one_positive(pp, sec, key, val, 1e9, &p->mem_bandwidth);
+        if (!strcmp(key, "memory_bandwidth_gbps"))
+            return number_in(pp, sec, key, val, 1e-3, 0, 1e6, 1e9, "expected GB/s in [0.001, 1e6] (e.g. 2039)",
+                             &p->mem_bandwidth);
         if (!strcmp(key, "bandwidth_efficiency")) return fraction(pp, sec, key, val, &p->bandwidth_efficiency);
         return fail(pp, sec, key, val, "unknown key (allowed: peak_tflops_bf16, peak_tflops_fp16, peak_tflops_fp32, "
                                        "flops_efficiency, memory_bandwidth_gbps, bandwidth_efficiency)");
     }
     if (!strcmp(sec, "collective")) {
-        if (!strcmp(key, "all_gather_factor")) return one_positive(pp, sec, key, val, 1, &p->coll_factor[COLL_ALL_GATHER]);
-        if (!strcmp(key, "reduce_scatter_factor")) return one_positive(pp, sec, key, val, 1, &p->coll_factor[COLL_REDUCE_SCATTER]);
-        if (!strcmp(key, "all_reduce_factor")) return one_positive(pp, sec, key, val, 1, &p->coll_factor[COLL_ALL_REDUCE]);
+        if (!strcmp(key, "all_gather_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_ALL_GATHER]);
+        if (!strcmp(key, "reduce_scatter_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_REDUCE_SCATTER]);
+        if (!strcmp(key, "all_reduce_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_ALL_REDUCE]);
         int nodes, gpus;
         char tail;
         if (sscanf(key, "%dx%d%c", &nodes, &gpus, &tail) == 2 && nodes >= 1 && gpus >= 1 &&
@@ -188,12 +268,47 @@ static int handler(void *user, const char *sec, const char *key, const char *val
             return fail(pp, sec, key, val, "expected one slowdown factor per stream, in the order C, N, H2D, D2H");
         for (int s = 0, i = 0; s < STREAM_COUNT; s++)
             if (mask & STREAM_MASK(s)) {
-                if (!(f[i] >= 1.0)) return fail(pp, sec, key, val, "slowdown factors must be >= 1");
+                if (!(f[i] >= 1.0 && f[i] <= 1000))
+                    return fail(pp, sec, key, val, "slowdown factors must be in [1, 1000] (e.g. 1.17)");
                 p->slowdown[mask][s] = f[i++];
             }
         return 1;
     }
     return fail(pp, sec, key, val, "unknown section (allowed: profile, compute, collective, host, interference)");
+}
+
+// inih's line reader: counts lines (for "first at line N") and refuses, by
+// ending the parse, what inih would misread: a line longer than its buffer
+// (split, the tail taken as a line of its own), a lone CR (old Mac line
+// endings: the whole file is one line, every key after the first dropped),
+// a NUL byte (not a text file). The line goes to inih without its ending.
+static char *profile_reader(char *str, int num, void *stream) {
+    ProfileParse *pp = stream;
+    if (pp->bad_line || num < 2) return NULL;
+    int n = 0, c;
+    const char *why = NULL;
+    while ((c = getc(pp->file)) != EOF && c != '\n') {
+        if (c == '\r') {
+            int next = getc(pp->file);
+            if (next == '\n' || next == EOF) break;  // CRLF, or a CR ending the file
+            why = "carriage return inside a line (CR-only line endings?); allowed: LF or CRLF line endings. Hint: "
+                  "convert with tr '\\r' '\\n'";
+        } else if (c == 0) {
+            why = "NUL byte; allowed: a text file. Hint: is this a hardware profile?";
+        } else if (n == num - 1) {
+            pp->max_line = num - 1;  // profile_load's message names the limit
+        } else {
+            str[n++] = (char)c;
+            continue;
+        }
+        pp->bad_line = pp->line + 1;
+        pp->bad_why = why;  // NULL for a long line
+        return NULL;
+    }
+    if (c == EOF && n == 0) return NULL;
+    str[n] = 0;
+    pp->line++;
+    return str;
 }
 
 int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errlen) {
@@ -204,6 +319,16 @@ int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errle
                               "and no such file", name_or_path);
         return -1;
     }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "hardware profile '%s': a directory; allowed: a preset (l4, a100-40g, a100-80g, "
+                              "h100-80g, h200, cpu) or a profile file. Hint: name the INI file", name_or_path);
+        return -1;
+    }
+    FILE *file = fopen(name_or_path, "r");
+    if (!file) {
+        snprintf(err, errlen, "%s: cannot read the hardware profile: %s", name_or_path, strerror(errno));
+        return -1;
+    }
     // a file without `base` starts from the cpu preset's shape, with every
     // hardware number it must provide left at zero (checked below)
     memset(p, 0, sizeof *p);
@@ -212,17 +337,31 @@ int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errle
     p->memory_bytes = 0;
     for (int d = 0; d < DT_COUNT; d++) p->peak_flops[d] = 0;
     p->mem_bandwidth = 0;
-    ProfileParse pp = {p, name_or_path, err, errlen, 0, 0};
     char msg[512] = "";
-    pp.err = msg;
-    pp.errlen = sizeof msg;
-    int line = ini_parse(name_or_path, handler, &pp);
-    if (line < 0) {
-        snprintf(err, errlen, "%s: cannot read the hardware profile", name_or_path);
+    ProfileParse pp = {.p = p, .path = name_or_path, .file = file, .err = msg, .errlen = sizeof msg};
+    int line = ini_parse_stream(profile_reader, &pp, handler, &pp);
+    int read_error = ferror(file), read_errno = errno;
+    fclose(file);
+    // the first problem in file order: a syntax error inih found, a key, or a line the reader refused
+    if (line > 0 && (!pp.failed || line < pp.fail_line) && (!pp.bad_line || line < pp.bad_line)) {
+        snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)", name_or_path, line);
         return -1;
     }
-    if (line > 0) {
-        snprintf(err, errlen, "%s:%d: %s", name_or_path, line, msg[0] ? msg : "syntax error (expected [section] or key = value)");
+    if (pp.failed) {
+        snprintf(err, errlen, "%s:%d: %s", name_or_path, pp.fail_line, msg);
+        return -1;
+    }
+    if (pp.bad_line) {
+        if (pp.max_line)
+            snprintf(err, errlen, "%s:%d: line longer than %d characters; allowed: up to %d. Hint: shorten the "
+                     "comment or the name", name_or_path, pp.bad_line, pp.max_line, pp.max_line);
+        else
+            snprintf(err, errlen, "%s:%d: %s", name_or_path, pp.bad_line, pp.bad_why);
+        return -1;
+    }
+    if (read_error || line < 0) {
+        snprintf(err, errlen, "%s: cannot read the hardware profile: %s", name_or_path,
+                 read_error ? strerror(read_errno) : "out of memory");
         return -1;
     }
     const char *missing = NULL;

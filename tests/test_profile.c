@@ -1,6 +1,7 @@
 // Hardware profiles: presets carry the published numbers, the transfer
 // formulas match hand computations, profile files round-trip, and file errors
-// name the file, line and key.
+// name the file, line and key: values out of their range, keys set twice,
+// directories, CR-only line endings and lines too long for the INI reader.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,93 @@ int main(void) {
     pf = write_file("bad5.ini", "[collective]\n3x8 = 10 0\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, ":2:") && strstr(err, "3x8"), "group shapes must be powers of two (%s)", err);
+
+    // ranges: checked on the value as written, bounded so that every scaled
+    // value and every time computed from it stays finite and printable
+    pf = write_file("huge_peak.ini", "[profile]\nbase = l4\n[compute]\npeak_tflops_fp32 = 1e300\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "huge_peak.ini:4:") && strstr(err, "peak_tflops_fp32") && strstr(err, "[1e-6, 1e6]"),
+       "a peak that would scale to infinite FLOP/s is an error naming the range (%s)", err);
+    pf = write_file("tiny_bw.ini", "[profile]\nbase = l4\n[compute]\nmemory_bandwidth_gbps = 1e-300\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "tiny_bw.ini:4:") && strstr(err, "memory_bandwidth_gbps") && strstr(err, "[0.001, 1e6]"),
+       "a bandwidth whose reciprocal is infinite is an error (%s)", err);
+    pf = write_file("tiny_mem.ini", "[profile]\nbase = l4\nmemory_gib = 1e-300\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "tiny_mem.ini:3:") && strstr(err, "memory_gib = 1e-300") && strstr(err, "[0.001, 1e7]") &&
+           !strstr(err, "missing"),
+       "a memory_gib that rounds to 0 bytes is out of range, not missing (%s)", err);
+    pf = write_file("huge_launch.ini", "[profile]\nbase = l4\nlaunch_us = 4.4e30\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "huge_launch.ini:3:") && strstr(err, "launch_us") && strstr(err, "(0, 1000]"),
+       "launch_us above 1000 is an error naming the range (%s)", err);
+    pf = write_file("huge_beta.ini", "[profile]\nbase = l4\n[host]\nd2h = 5 1e30\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "huge_beta.ini:4:") && strstr(err, "d2h") && strstr(err, "[0, 1] s"),
+       "a transfer latency above 1 s is an error naming the range (%s)", err);
+    pf = write_file("huge_slow.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1e300 1\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "huge_slow.ini:4:") && strstr(err, "[1, 1000]"), "a slowdown above 1000 is an error (%s)", err);
+    // every number at the edge of its range loads, and the times stay finite
+    const char *edges[2] = {
+        "[profile]\nmemory_gib = 0.001\nhost_memory_gib = 0.001\nlaunch_us = 1e-300\n[compute]\npeak_tflops_bf16 = 1e-6\n"
+        "peak_tflops_fp32 = 1e-6\nflops_efficiency = 0.001\nmemory_bandwidth_gbps = 0.001\nbandwidth_efficiency = 0.001\n"
+        "[collective]\nall_reduce_factor = 1e-300\n1x8 = 0.001 0\n[host]\nh2d = 0.001 0\n[interference]\nC+N = 1 1\n",
+        "[profile]\nmemory_gib = 1e7\nhost_memory_gib = 1e7\nlaunch_us = 1000\n[compute]\npeak_tflops_bf16 = 1e6\n"
+        "peak_tflops_fp32 = 1e6\nflops_efficiency = 1\nmemory_bandwidth_gbps = 1e6\nbandwidth_efficiency = 1\n"
+        "[collective]\nall_reduce_factor = 100\n1x8 = 1e6 1\n[host]\nh2d = 1e6 1\n[interference]\nC+N = 1000 1000\n"};
+    for (int i = 0; i < 2; i++) {
+        pf = write_file("edge.ini", edges[i]);
+        rc = profile_load(&p, pf, err, sizeof err);
+        if (rc) diag("%s", err);
+        double t = profile_collective_seconds(&p, COLL_ALL_REDUCE, 1e15, 1, 8) +
+                   profile_host_copy_seconds(&p.h2d, 1e15) + 1e18 / (p.peak_flops[DT_BF16] * p.flops_efficiency) +
+                   1e15 / (p.mem_bandwidth * p.bandwidth_efficiency);
+        ok(rc == 0 && p.memory_bytes > 0 && p.host_memory_bytes > 0 && isfinite(t) && t > 0,
+           "every number at its %s allowed value loads; a PB-sized step's times stay finite (%g s)",
+           i ? "largest" : "smallest", t);
+    }
+
+    // a key set twice is an error naming both lines, however the key is spelled
+    const struct { const char *name, *text, *line, *key; } twice[] = {
+        {"twice_mem.ini", "[profile]\nbase = l4\nmemory_gib = 20\nmemory_gib = 30\n", ":4:", "memory_gib"},
+        {"twice_base.ini", "[profile]\nbase = l4\nbase = h200\n", ":3:", "base"},
+        {"twice_cell.ini", "[profile]\nbase = l4\n[collective]\n2x8 = 1 0\n\n02x8 = 2 0\n", ":6:", "02x8"},
+        {"twice_set.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1.1 1\n[host]\nh2d = 5 0\n[interference]\n"
+                          "n+c = 1.2 1\n", ":8:", "n+c"},
+    };
+    const char *first[] = {"first at line 3", "first at line 2", "first at line 4", "first at line 4"};
+    for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+        pf = write_file(twice[i].name, twice[i].text);
+        rc = profile_load(&p, pf, err, sizeof err);
+        ok(rc != 0 && strstr(err, twice[i].name) && strstr(err, twice[i].line) && strstr(err, twice[i].key) &&
+               strstr(err, "set twice") && strstr(err, first[i]),
+           "%s set twice is an error (%s)", twice[i].key, err);
+    }
+
+    // what the file is: a directory, CR-only or CRLF line endings, lines over inih's limit
+    rc = profile_load(&p, tmpdir, err, sizeof err);
+    ok(rc != 0 && strstr(err, tmpdir) && strstr(err, "a directory") && !strstr(err, "missing"),
+       "a directory is an error saying so, not a missing key (%s)", err);
+    pf = write_file("cr.ini", "[profile]\rbase = l4\rmemory_gib = 5\r");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "cr.ini:1:") && strstr(err, "carriage return"),
+       "CR-only line endings are an error, not one line with every key after the first dropped (%s)", err);
+    pf = write_file("crlf.ini", "[profile]\r\nbase = l4\r\nmemory_gib = 5\r\n[compute]\r\npeak_tflops_bf16 = 7\r\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    if (rc) diag("%s", err);
+    ok(rc == 0 && p.memory_bytes == (int64_t)(5 * GiB) && p.peak_flops[DT_BF16] == 7e12, "CRLF line endings are read");
+    char text[1024];
+    snprintf(text, sizeof text, "[profile]\nbase = l4\nname = %0300d\nmemory_gib = 5\n", 0);
+    pf = write_file("long.ini", text);
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "long.ini:3:") && strstr(err, "line longer than"),
+       "a line longer than inih's buffer is an error, not split into two (%s)", err);
+    // the first problem in file order is reported: a syntax error before a bad key
+    pf = write_file("order.ini", "[profile]\nbase = l4\nno equals sign\nlaunch_us = 1e9\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "order.ini:3:") && strstr(err, "syntax error"),
+       "a syntax error is reported at its own line, before a later bad key (%s)", err);
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
