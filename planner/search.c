@@ -271,8 +271,10 @@ static int combo_search(Search *s, const Combo *c, Best *best) {
         double *v = sv->vals;
         for (int j = 0; j < S * O; j++) {
             int n = mf[j].npoints;
-            memcpy(v, mf[j].t, (size_t)n * sizeof *v);
-            memcpy(v + n, mf[j].d, (size_t)n * sizeof *v);
+            if (n > 0) {  // an empty frontier has no arrays: memcpy from NULL is undefined even for 0 bytes
+                memcpy(v, mf[j].t, (size_t)n * sizeof *v);
+                memcpy(v + n, mf[j].d, (size_t)n * sizeof *v);
+            }
             sv->f[j] = (MilpFrontier){n, v, v + n};
             v += 2 * n;
         }

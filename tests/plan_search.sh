@@ -107,4 +107,12 @@ tap_ok $? "--threads 3 finds the same plan and time as --threads 1 (the analysis
 [ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
 tap_ok $? "--threads 0 exits 2 naming the option"
 
+# a winning inter-stage problem with empty frontiers (layer counts of a stage with no candidate
+# that fits and passes the bound) is saved whole for the lp_solve confirmation, which agrees
+out=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-6.7b.ini" $AUTO --nodes 1 --gpus-per-node 4 --hardware l4 --space full \
+      --threads 1 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'lp_solve MILP confirmation .*: same optimum'
+tap_ok $? "GPT-3 6.7B on 1 x 4 L4 (full): a plan, confirmed by lp_solve (rc $rc)"
+[ $rc -eq 0 ] || tap_diag "$(cat "$tmp/err")"
+
 tap_end
