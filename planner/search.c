@@ -600,7 +600,6 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     s.hw = hw, s.table = table, s.opt = opt, s.stats = stats;
     s.L = cfg->model.layers;
     s.B = cfg->train.global_batch;
-    s.N = opt->nodes * opt->gpus_per_node;
     s.capacity = opt->capacity > 0 ? opt->capacity
                  : cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory
                                                   : hw->memory_bytes;
@@ -609,12 +608,21 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     s.t_start = search_now();
     result->capacity = s.capacity;
     result->host_capacity = s.host_capacity;
-    result->ranks = s.N;
     if (opt->nodes < 1 || opt->gpus_per_node < 1) {
         snprintf(err, errlen, "search: %d node(s) x %d GPU(s) per node; allowed: both >= 1", opt->nodes,
                  opt->gpus_per_node);
         return 2;
     }
+    // the product in 64 bits: each factor may be up to 10^6 (mist-plan's options)
+    int64_t devices = (int64_t)opt->nodes * opt->gpus_per_node;
+    if (devices > SEARCH_MAX_DEVICES) {
+        snprintf(err, errlen, "search: %d node(s) x %d GPU(s) per node = %lld devices; allowed: at most %d (2^20) "
+                 "devices in all. Hint: check --nodes and --gpus-per-node (or [cluster] nodes and gpus_per_node)",
+                 opt->nodes, opt->gpus_per_node, (long long)devices, SEARCH_MAX_DEVICES);
+        return 2;
+    }
+    s.N = (int)devices;
+    result->ranks = s.N;
     if (s.B < 1 || s.L < 1) {
         snprintf(err, errlen, "search: global_batch %lld, layers %d; allowed: both >= 1", (long long)s.B, s.L);
         return 2;

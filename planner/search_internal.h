@@ -7,6 +7,11 @@
 #include "planner/search.h"
 
 #define SEARCH_MAX_MESHES 16
+// Devices (nodes x GPUs per node) a search accepts: 2^20, several times the largest clusters
+// built. Checked on the 64-bit product (mist-plan takes each factor up to 10^6, so the product
+// can overflow int); past it the walks over stage counts and tp up to the device count stop
+// being instant.
+#define SEARCH_MAX_DEVICES (1 << 20)
 // offload grid (largest): weights and grads in quarters, optimizer state and activations in eighths
 #define SEARCH_WG_STEPS 4
 #define SEARCH_OA_STEPS 8

@@ -107,6 +107,17 @@ tap_ok $? "--threads 3 finds the same plan and time as --threads 1 (the analysis
 [ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
 tap_ok $? "--threads 0 exits 2 naming the option"
 
+# the device count nodes x gpus_per_node: at most 2^20, checked before it is multiplied in int
+"$PLAN" "$TINY" $AUTO --nodes 46341 --gpus-per-node 46341 --threads 1 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q '= 2147488281 devices; allowed: at most 1048576' "$tmp/err" && grep -q -- '--gpus-per-node' "$tmp/err"
+tap_ok $? "46341 x 46341 devices (past int) exits 2 naming the limit of 2^20 (rc $rc)"
+[ $rc -eq 2 ] || tap_diag "$(cat "$tmp/err")"
+timeout 60 "$PLAN" "$TINY" $AUTO --nodes 1024 --gpus-per-node 1024 -o train.global_batch=1048576 --threads 1 \
+    >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q '^iteration: ' "$tmp/out"
+tap_ok $? "1024 x 1024 = 2^20 devices (the limit) with a global batch they divide: a plan (rc $rc)"
+[ $rc -eq 0 ] || tap_diag "$(cat "$tmp/err")"
+
 # a winning inter-stage problem with empty frontiers (layer counts of a stage with no candidate
 # that fits and passes the bound) is saved whole for the lp_solve confirmation, which agrees
 out=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-6.7b.ini" $AUTO --nodes 1 --gpus-per-node 4 --hardware l4 --space full \
