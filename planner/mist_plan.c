@@ -20,6 +20,11 @@
 #include "runtime/fileutil.h"
 
 #define MAX_OVERRIDES 256
+// Search threads: each keeps its own copy of the search state, stage programs and batch buffers
+// (~0.5 MB for the smallest model, ~175 MB for Llama-70B), and threads share out the combinations
+// (57 for GPT-3 22B on 4 x 8), so past a few hundred they only cost memory and start-up (4096
+// threads took 2.3 GB on tiny, 10^6 did not finish). The search starts at most one per combination.
+#define MAX_THREADS 256
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -38,8 +43,9 @@ static void usage(FILE *f) {
             "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
-            "  --threads T              search with T threads (default: OMP_NUM_THREADS, else the\n"
-            "                           cores, at most 8; 1 with --frontier-max); the plan found\n"
+            "  --threads T              search with T threads, 1..256 (default: OMP_NUM_THREADS, else\n"
+            "                           the cores, at most 8; 1 with --frontier-max; no more are\n"
+            "                           started than there are combinations); the plan found\n"
             "                           is the same with any T, unless --frontier-max samples\n"
             "                           the frontiers\n"
             "\n"
@@ -175,6 +181,12 @@ int main(int argc, char **argv) {
             if (i + 1 >= argc || !end || *end || v < 1 || v > 1000000) {
                 fprintf(stderr, "mist-plan: %s needs a positive integer, got '%s' (see --help)\n", a,
                         i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            if (!strcmp(a, "--threads") && v > MAX_THREADS) {
+                fprintf(stderr, "mist-plan: --threads %ld: allowed: 1..%d (each thread holds its own copy of the "
+                        "search's programs and buffers, up to ~175 MB); hint: leave it out for the cores, at most 8\n",
+                        v, MAX_THREADS);
                 return 2;
             }
             i++;

@@ -429,7 +429,8 @@ typedef struct {
 } ComboResult;
 
 static int search_combos_parallel(Search *s, const Combo *combos, int ncombo, Best *best, int count_stats) {
-    int nt = s->opt->threads;
+    // a thread beyond one per combination would take none and only hold its copy of the state
+    int nt = s->opt->threads < ncombo ? s->opt->threads : ncombo;
     ComboResult *res = calloc((size_t)ncombo, sizeof *res);
     Search **ts = calloc((size_t)nt, sizeof *ts);
     SearchStats *tst = calloc((size_t)nt, sizeof *tst);

@@ -106,6 +106,14 @@ tap_ok $? "--threads 3 finds the same plan and time as --threads 1 (the analysis
 "$PLAN" "$GPT22" --threads 0 >/dev/null 2>"$tmp/th.err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
 tap_ok $? "--threads 0 exits 2 naming the option"
+timeout 60 "$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --threads 1000000 >/dev/null 2>"$tmp/th.err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--threads 1000000: allowed: 1..256" "$tmp/th.err"
+tap_ok $? "--threads 1000000 exits 2 at once naming the allowed 1..256 (rc $rc)"
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --threads 1 --json >"$tmp/t1.json" 2>/dev/null
+timeout 60 "$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --threads 256 --json >"$tmp/t256.json" 2>/dev/null; rc=$?
+strip "$tmp/t1.json" >"$tmp/t1.plan" && strip "$tmp/t256.json" >"$tmp/t256.plan"
+[ $rc -eq 0 ] && [ -s "$tmp/t1.plan" ] && cmp -s "$tmp/t1.plan" "$tmp/t256.plan" && grep -q '"threads": 256' "$tmp/t256.json"
+tap_ok $? "--threads 256 (more than the combinations) finds the same plan as --threads 1 (rc $rc)"
 
 # the device count nodes x gpus_per_node: at most 2^20, checked before it is multiplied in int
 "$PLAN" "$TINY" $AUTO --nodes 46341 --gpus-per-node 46341 --threads 1 >/dev/null 2>"$tmp/err"; rc=$?
