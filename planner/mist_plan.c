@@ -59,7 +59,8 @@ static void usage(FILE *f) {
             "  -o section.key=value     override a config value (repeatable)\n"
             "  -h, --help               this text\n"
             "\n"
-            "exit status: 0 ok, 2 config or usage error, 3 nothing fits (device memory, or the host memory\n"
+            "exit status: 0 ok, 2 config or usage error (also: no layout of stages, dp and tp divides the\n"
+            "cluster's devices and the global batch), 3 nothing fits (device memory, or the host memory\n"
             "each rank gets: [cluster] host_memory or the profile's host_memory_gib, over the node's ranks)\n"
             "docs: docs/plan-search.md, docs/plan-analyze.md\n");
 }

@@ -628,17 +628,12 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
         snprintf(err, errlen, "search: global_batch %lld, layers %d; allowed: both >= 1", (long long)s.B, s.L);
         return 2;
     }
-    int any = 0;
+    // No layout at all (a divisibility rule, not memory, rules out every one) is a request that
+    // cannot be searched: exit 2 with the rule that fails, not 3 with a shortfall there is none of.
     space_rules(&s.rules, opt->space, &opt->limits);
-    for (int S = 1; S <= s.L && S <= MIST_MAX_STAGES; S++) {
-        Mesh m[SEARCH_MAX_MESHES];
-        if (space_stage_count_ok(&s, S) && space_meshes(&s, s.N / S, m, SEARCH_MAX_MESHES) > 0) any = 1;
-    }
-    if (!any) {
-        snprintf(err, errlen, "search: no pipeline layout of %d layers tiles %d node(s) x %d GPU(s) in space %s "
-                 "(stages must divide the devices%s, and tp must divide heads, kv_heads, ffn_hidden); hint: change "
-                 "the cluster size or use --space full", s.L, opt->nodes, opt->gpus_per_node,
-                 search_space_name(opt->space), s.rules.uniform ? " and the layers" : "");
+    char why[1024];
+    if (!space_any_layout(&s, why, sizeof why)) {
+        snprintf(err, errlen, "search: %s", why);
         return 2;
     }
     // Every plan keeps the model's states (weights, gradients, optimizer state) somewhere in the

@@ -90,6 +90,9 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim);
 int space_meshes(const Search *s, int n, Mesh *out, int max);
 // whether S stages of N/S devices each can tile the cluster (node-aligned)
 int space_stage_count_ok(const Search *s, int S);
+// 1 when some layout (stage count, mesh, G) of the space exists for the cluster, memory aside;
+// else 0 with why (the divisibility rules that fail, the dp sizes tried) and a hint in why
+int space_any_layout(const Search *s, char *why, size_t len);
 // checkpoint counts a stage of l blocks may use, ascending; returns the count
 int space_ckpt_options(const SpaceRules *r, int l, int *out);
 static inline double space_ratio_wg(const SpaceRules *r, int q) { return r->ratio_wg[q]; }

@@ -11,6 +11,8 @@
 //   full      + imbalance-aware: every stage picks its own layer count, mesh,
 //             ZeRO level, ckpt and offload ratios (per-stage frontiers and the
 //             inter-stage solve)
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include "planner/search_internal.h"
@@ -69,6 +71,97 @@ int space_meshes(const Search *s, int n, Mesh *out, int max) {
         out[k++] = (Mesh){n / tp, tp};
     }
     return k;
+}
+
+// Appends to a message buffer, keeping what fits.
+static void msg_add(char *buf, size_t len, const char *fmt, ...) {
+    size_t used = strlen(buf);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+int space_any_layout(const Search *s, char *why, size_t len) {
+    // A layout is a stage count S, a mesh of N/S devices and a G with G * dp dividing the global
+    // batch; G = 1 is one as soon as dp divides it. Checked with the functions the search lists
+    // its combinations with, so the two cannot disagree.
+    for (int S = 1; S <= s->L && S <= MIST_MAX_STAGES; S++) {
+        if (!space_stage_count_ok(s, S)) continue;
+        Mesh m[SEARCH_MAX_MESHES];
+        int nm = space_meshes(s, s->N / S, m, SEARCH_MAX_MESHES);
+        for (int i = 0; i < nm; i++)
+            if (s->B % m[i].dp == 0) return 1;
+    }
+    // None: one stage of tp 1 (dp = N) is always a mesh, so the global batch is never a multiple
+    // of any dp the layouts allow; say which dp were tried and which rules kept the smaller ones
+    // (more stages, larger tp) out, the first case of each.
+    const ModelConfig *m = &s->cfg->model;
+    const SpaceRules *r = &s->rules;
+    int N = s->N, gpn = s->opt->gpus_per_node;
+    why[0] = '\0';
+    msg_add(why, len, "no layout of %d layers exists on %d node(s) x %d GPU(s) = %d device(s) in space %s, whatever "
+            "the memory: global_batch %lld must be a multiple of the data-parallel size dp = devices / (stages x tp), "
+            "and no allowed layout gives one (tried:", s->L, s->opt->nodes, gpn, N,
+            search_space_name(s->opt->space), (long long)s->B);
+    int tried = 0;
+    for (int S = 1; S <= s->L && S <= MIST_MAX_STAGES; S++) {
+        if (!space_stage_count_ok(s, S)) continue;
+        Mesh ms[SEARCH_MAX_MESHES];
+        int nm = space_meshes(s, N / S, ms, SEARCH_MAX_MESHES);
+        for (int i = 0; i < nm; i++, tried++)
+            if (tried < 4) msg_add(why, len, "%s dp %d with %d stage(s) x tp %d", tried ? "," : "", ms[i].dp, S, ms[i].tp);
+    }
+    if (tried > 4) msg_add(why, len, ", %d more", tried - 4);
+    msg_add(why, len, ")");
+    // the rules that ruled out more stages or a larger tp (each once, at its smallest value)
+    int stage_rule[6] = {0}, tp_rule[6] = {0}, n_rules = 0;
+    for (int S = 2; S <= N; S++) {
+        if (N % S) continue;  // not a whole number of devices per stage: no dp at all
+        int n = N / S, k = S > s->L ? 0 : S > MIST_MAX_STAGES ? 1 : r->max_stages > 0 && S > r->max_stages ? 2
+                        : r->uniform && s->L % S ? 3 : !(n % gpn == 0 || gpn % n == 0) ? 4 : -1;
+        if (k < 0 || stage_rule[k]) continue;
+        stage_rule[k] = S;
+        static const char *const what[] = {"more than the %d layers", "more than %d stages", "over the limit of %d stages",
+                                           "does not divide the %d layers, as the uniform spaces need",
+                                           "neither fills whole nodes of %d nor fits in one"};
+        int arg[] = {s->L, MIST_MAX_STAGES, r->max_stages, s->L, gpn};
+        msg_add(why, len, "%s%d stages (", n_rules++ ? "; " : "; ruled out: ", S);
+        msg_add(why, len, what[k], arg[k]);
+        msg_add(why, len, ")");
+    }
+    for (int S = 1; S <= s->L && S <= MIST_MAX_STAGES; S++) {
+        if (!space_stage_count_ok(s, S)) continue;
+        int n = N / S;
+        for (int tp = 2; tp <= n; tp++) {
+            if (n % tp) continue;
+            int k = gpn % tp ? 0 : m->heads % tp ? 1 : m->kv_heads % tp ? 2 : m->ffn_hidden % tp ? 3
+                    : r->max_tp > 0 && tp > r->max_tp ? 4 : r->max_tp_staged > 0 && n < N && tp > r->max_tp_staged ? 5 : -1;
+            if (k < 0 || tp_rule[k]) continue;
+            tp_rule[k] = tp;
+            static const char *const what[] = {"does not divide the %d GPUs per node: tp stays inside a node",
+                                               "does not divide the %d heads", "does not divide the %d kv_heads",
+                                               "does not divide ffn_hidden %d", "over the limit of tp %d",
+                                               "over the limit of tp %d with several stages"};
+            int arg[] = {gpn, m->heads, m->kv_heads, m->ffn_hidden, r->max_tp, r->max_tp_staged};
+            msg_add(why, len, "%stp %d (", n_rules++ ? "; " : "; ruled out: ", tp);
+            msg_add(why, len, what[k], arg[k]);
+            msg_add(why, len, ")");
+        }
+    }
+    // Any device count that divides the global batch has a layout (one stage, tp 1), and so does
+    // this one with a global batch that is a multiple of it: name the nearest such counts.
+    int below = 1, above = 0;  // 1 divides every batch
+    for (int d = N - 1; d > 1 && below == 1; d--)
+        if (s->B % d == 0) below = d;
+    for (int64_t d = N + 1; d <= s->B && d <= SEARCH_MAX_DEVICES && !above; d++)
+        if (s->B % d == 0) above = (int)d;
+    msg_add(why, len, ". Hint: a device count (nodes x GPUs per node) that divides global_batch %lld, e.g. %d",
+            (long long)s->B, below);
+    if (above) msg_add(why, len, " or %d", above);
+    msg_add(why, len, ", or a global_batch that is a multiple of %d", N);
+    return 0;
 }
 
 int space_ckpt_options(const SpaceRules *r, int l, int *out) {

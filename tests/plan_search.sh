@@ -126,6 +126,20 @@ timeout 60 "$PLAN" "$TINY" $AUTO --nodes 1024 --gpus-per-node 1024 -o train.glob
 tap_ok $? "1024 x 1024 = 2^20 devices (the limit) with a global batch they divide: a plan (rc $rc)"
 [ $rc -eq 0 ] || tap_diag "$(cat "$tmp/err")"
 
+# no layout at all (3 devices: dp 3 does not divide global_batch 16, tp 3 not the 4 heads): exit 2
+# with the rules that fail, not 3 with a memory shortfall
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 3 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'no layout of 2 layers exists on 1 node(s) x 3 GPU(s)' "$tmp/err" &&
+    grep -q 'global_batch 16 must be a multiple of the data-parallel size' "$tmp/err" &&
+    grep -q 'tried: dp 3 with 1 stage(s) x tp 1)' "$tmp/err" && grep -q 'tp 3 (does not divide the 4 heads)' "$tmp/err" &&
+    grep -q '3 stages (more than the 2 layers)' "$tmp/err" && grep -q 'Hint: .*divides global_batch 16, e.g. 2 or 4' "$tmp/err" &&
+    ! grep -q 'bytes per device' "$tmp/err"
+tap_ok $? "1 x 3 devices for tiny: exit 2, no layout, the divisibility rules that fail and device counts that work"
+[ $rc -eq 2 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
+"$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 6 --space megatron >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'in space megatron' "$tmp/err" && grep -q 'dp 3 with 2 stage(s) x tp 1' "$tmp/err"
+tap_ok $? "1 x 6 devices for tiny in space megatron: exit 2 listing the dp tried over stage counts and tp"
+
 # a winning inter-stage problem with empty frontiers (layer counts of a stage with no candidate
 # that fits and passes the bound) is saved whole for the lp_solve confirmation, which agrees
 out=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-6.7b.ini" $AUTO --nodes 1 --gpus-per-node 4 --hardware l4 --space full \
