@@ -37,7 +37,7 @@ const KeySpec config_keys[] = {
     {"model", "norm_eps", KEY_FLOAT, MC(model.norm_eps), 1e-12, 1e-1, NULL, "epsilon inside the norms"},
     {"model", "init_std", KEY_FLOAT, MC(model.init_std), 0, 10, NULL, "std of the normal weight init (residual projections / sqrt(2L))"},
     // [train]
-    {"train", "global_batch", KEY_INT, MC(train.global_batch), 1, BIG, NULL, "sequences per iteration = b * dp * G in every stage"},
+    {"train", "global_batch", KEY_INT, MC(train.global_batch), 1, 1 << 30, NULL, "sequences per iteration = b * dp * G in every stage"},
     {"train", "steps", KEY_INT, MC(train.steps), 0, 2147483646, NULL, "iterations to run"},
     {"train", "lr", KEY_FLOAT, MC(train.lr), 0, 10, NULL, "peak learning rate"},
     {"train", "min_lr", KEY_FLOAT, MC(train.min_lr), 0, 10, NULL, "learning rate at the end of the decay; <= lr"},
