@@ -53,6 +53,7 @@ typedef struct {
     int bad_line;   // the first line the reader refused (0: none), and why
     const char *bad_why;
     int max_line;   // inih's line limit in characters (without line ending and NUL)
+    int indented;   // the line is indented text: inih hands it over as more of the value above
     // the keys set so far, by section and canonical name (2x8 = 02x8, C+N = n+c),
     // and where: a second value for a key is an error, not a silent override
     int n_set;
@@ -165,9 +166,13 @@ static int set_once(ProfileParse *pp, const char *sec, const char *key, const ch
     canonical_key(sec, key, canon, sizeof canon);
     for (int i = 0; i < pp->n_set; i++)
         if (!strcmp(pp->set[i].section, sec) && !strcmp(pp->set[i].key, canon)) {
-            char why[128];
-            snprintf(why, sizeof why, "set twice (first at line %d); allowed: one value per key. Hint: delete one of "
-                     "the two lines", pp->set[i].line);
+            char why[160];
+            if (pp->indented)
+                snprintf(why, sizeof why, "an indented line continues the value of line %d; allowed: one 'key = "
+                         "value' per line. Hint: remove the indentation", pp->set[i].line);
+            else
+                snprintf(why, sizeof why, "set twice (first at line %d); allowed: one value per key. Hint: delete "
+                         "one of the two lines", pp->set[i].line);
             return fail(pp, sec, key, val, why);
         }
     if (pp->n_set < PROFILE_MAX_KEYS) {
@@ -308,6 +313,9 @@ static char *profile_reader(char *str, int num, void *stream) {
     if (c == EOF && n == 0) return NULL;
     str[n] = 0;
     pp->line++;
+    const char *t = str;
+    while (*t == ' ' || *t == '\t') t++;
+    pp->indented = t != str && *t && *t != ';' && *t != '#' && *t != '[';
     return str;
 }
 

@@ -204,6 +204,12 @@ int main(void) {
            "%s set twice is an error (%s)", twice[i].key, err);
     }
 
+    // an indented line is inih's continuation of the value above: named as such
+    pf = write_file("indent.ini", "[profile]\nbase = l4\nmemory_gib = 20\n   30\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "indent.ini:4:") && strstr(err, "indented line continues the value of line 3"),
+       "an indented line is named as a continuation, not a key set twice (%s)", err);
+
     // what the file is: a directory, CR-only or CRLF line endings, lines over inih's limit
     rc = profile_load(&p, tmpdir, err, sizeof err);
     ok(rc != 0 && strstr(err, tmpdir) && strstr(err, "a directory") && !strstr(err, "missing"),
