@@ -76,6 +76,12 @@ int model_params(const ModelConfig *m, ModelPart part, ParamSpec *out, int max);
 // whole model, exact (GPT-2 small tied: 124,439,808)
 int64_t model_param_count(const ModelConfig *m);
 
+// 1 when tensor parallelism of degree tp can shard the model as the runtime does:
+// each rank holds heads/tp query heads, kv_heads/tp kv heads, ffn_hidden/tp MLP columns
+static inline int model_tp_shards(const ModelConfig *m, int tp) {
+    return tp >= 1 && m->heads % tp == 0 && m->kv_heads % tp == 0 && m->ffn_hidden % tp == 0;
+}
+
 typedef struct {
     char name[32];
     int64_t elems;   // per tensor-parallel rank

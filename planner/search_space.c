@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include "models/model.h"
 #include "planner/search_internal.h"
 
 static const char *const space_names[] = {"megatron", "zero", "ckpt", "offload", "full"};
@@ -64,7 +65,7 @@ int space_meshes(const Search *s, int n, Mesh *out, int max) {
     int gpn = s->opt->gpus_per_node, k = 0;
     for (int tp = 1; tp <= n && k < max; tp++) {
         if (n % tp || gpn % tp) continue;  // TP stays inside a node
-        if (m->heads % tp || m->kv_heads % tp || m->ffn_hidden % tp) continue;
+        if (!model_tp_shards(m, tp)) continue;
         if (s->rules.max_tp > 0 && tp > s->rules.max_tp) continue;
         // n < N: the devices of one of several stages
         if (s->rules.max_tp_staged > 0 && n < s->N && tp > s->rules.max_tp_staged) continue;

@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
     // every listed tp must shard the model as the runtime does (heads, kv heads, MLP columns)
     for (int i = 0; i < ntp; i++) {
         const ModelConfig *m = &cfg.model;
-        if (m->heads % tps[i] || m->kv_heads % tps[i] || m->ffn_hidden % tps[i]) {
+        if (!model_tp_shards(m, tps[i])) {
             fprintf(stderr, "mist-calibrate: --tp %d: must divide heads (%d), kv_heads (%d) and ffn_hidden (%d); "
                     "allowed: a common divisor of them. Hint: a TP rank holds heads/tp heads and ffn_hidden/tp "
                     "MLP columns\n", tps[i], m->heads, m->kv_heads, m->ffn_hidden);

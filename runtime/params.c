@@ -92,7 +92,7 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
     free(r->units);
     free(r->unit_first_tensor);
     free(r->blk);
-    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) {
+    if (!model_tp_shards(&m, tp) || tp_rank < 0 || tp_rank >= tp) {
         int stage = r->pipe.stage;
         memset(r, 0, sizeof *r);
         snprintf(err, errlen, "[stage.%d] tp = %d (tp rank %d): must divide heads (%d), kv_heads (%d) and "

@@ -143,30 +143,29 @@ int main(void) {
 
     // ranges: checked on the value as written, bounded so that every scaled
     // value and every time computed from it stays finite and printable
-    pf = write_file("huge_peak.ini", "[profile]\nbase = l4\n[compute]\npeak_tflops_fp32 = 1e300\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "huge_peak.ini:4:") && strstr(err, "peak_tflops_fp32") && strstr(err, "[1e-6, 1e6]"),
-       "a peak that would scale to infinite FLOP/s is an error naming the range (%s)", err);
-    pf = write_file("tiny_bw.ini", "[profile]\nbase = l4\n[compute]\nmemory_bandwidth_gbps = 1e-300\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "tiny_bw.ini:4:") && strstr(err, "memory_bandwidth_gbps") && strstr(err, "[0.001, 1e6]"),
-       "a bandwidth whose reciprocal is infinite is an error (%s)", err);
-    pf = write_file("tiny_mem.ini", "[profile]\nbase = l4\nmemory_gib = 1e-300\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "tiny_mem.ini:3:") && strstr(err, "memory_gib = 1e-300") && strstr(err, "[0.001, 1e7]") &&
-           !strstr(err, "missing"),
-       "a memory_gib that rounds to 0 bytes is out of range, not missing (%s)", err);
-    pf = write_file("huge_launch.ini", "[profile]\nbase = l4\nlaunch_us = 4.4e30\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "huge_launch.ini:3:") && strstr(err, "launch_us") && strstr(err, "(0, 1000]"),
-       "launch_us above 1000 is an error naming the range (%s)", err);
-    pf = write_file("huge_beta.ini", "[profile]\nbase = l4\n[host]\nd2h = 5 1e30\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "huge_beta.ini:4:") && strstr(err, "d2h") && strstr(err, "[0, 1] s"),
-       "a transfer latency above 1 s is an error naming the range (%s)", err);
-    pf = write_file("huge_slow.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1e300 1\n");
-    rc = profile_load(&p, pf, err, sizeof err);
-    ok(rc != 0 && strstr(err, "huge_slow.ini:4:") && strstr(err, "[1, 1000]"), "a slowdown above 1000 is an error (%s)", err);
+    const struct { const char *name, *text, *at, *key, *range, *what; } out_of_range[] = {
+        {"huge_peak.ini", "[profile]\nbase = l4\n[compute]\npeak_tflops_fp32 = 1e300\n", ":4:", "peak_tflops_fp32",
+         "[1e-6, 1e6]", "a peak that would scale to infinite FLOP/s is an error naming the range"},
+        {"tiny_bw.ini", "[profile]\nbase = l4\n[compute]\nmemory_bandwidth_gbps = 1e-300\n", ":4:",
+         "memory_bandwidth_gbps", "[0.001, 1e6]", "a bandwidth whose reciprocal is infinite is an error"},
+        {"tiny_mem.ini", "[profile]\nbase = l4\nmemory_gib = 1e-300\n", ":3:", "memory_gib = 1e-300", "[0.001, 1e7]",
+         "a memory_gib that rounds to 0 bytes is out of range, not missing"},
+        {"huge_launch.ini", "[profile]\nbase = l4\nlaunch_us = 4.4e30\n", ":3:", "launch_us", "(0, 1000]",
+         "launch_us above 1000 is an error naming the range"},
+        {"huge_beta.ini", "[profile]\nbase = l4\n[host]\nd2h = 5 1e30\n", ":4:", "d2h", "[0, 1] s",
+         "a transfer latency above 1 s is an error naming the range"},
+        {"huge_slow.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1e300 1\n", ":4:", "C+N", "[1, 1000]",
+         "a slowdown above 1000 is an error"},
+    };
+    for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
+        pf = write_file(out_of_range[i].name, out_of_range[i].text);
+        rc = profile_load(&p, pf, err, sizeof err);
+        char at[64];
+        snprintf(at, sizeof at, "%s%s", out_of_range[i].name, out_of_range[i].at);
+        ok(rc != 0 && strstr(err, at) && strstr(err, out_of_range[i].key) && strstr(err, out_of_range[i].range) &&
+               !strstr(err, "missing"),
+           "%s (%s)", out_of_range[i].what, err);
+    }
     // every number at the edge of its range loads, and the times stay finite
     const char *edges[2] = {
         "[profile]\nmemory_gib = 0.001\nhost_memory_gib = 0.001\nlaunch_us = 1e-300\n[compute]\npeak_tflops_bf16 = 1e-6\n"

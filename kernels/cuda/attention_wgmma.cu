@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
 #ifdef MIST_ATT_WGMMA
     extern __shared__ __align__(16) unsigned char att_smem_wg[];
     unsigned char *smem = wgmma_smem_align(att_smem_wg);
-    constexpr int TILE = ATT_ROWS * HS * 2, STAGE = 2 * TILE;  // bytes; a stage: K tile then V tile
+    constexpr int TILE = ATT_ROWS * HS * 2;  // bytes; a stage (kv_stage_next): K tile then V tile
     auto [qb, h, bb, stride, base, kbase, vbase] = head_block<HS>(qkv, T, NH, NKV);
     int warp = threadIdx.x / 32;
     const int row0 = qb * ATT_ROWS + warp * 16, r_lo = row0 + (threadIdx.x % 32) / 4;
@@ -37,21 +37,9 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
     query_fragments<HS>(qf, base, stride, h, r_lo, T);
     float o[HS / 8][4] = {};
 
-    load_tile_swizzled_async<HS>(smem, kbase, stride, 0, T);
-    load_tile_swizzled_async<HS>(smem + TILE, vbase, stride, 0, T);
+    kv_stage_load<HS>(smem, kbase, vbase, stride, 0, T);
     for (int kb = 0; kb <= qb; kb++) {
-        unsigned char *cur = smem + (kb & 1) * STAGE;
-        if (kb < qb) {
-            unsigned char *next = smem + ((kb + 1) & 1) * STAGE;
-            load_tile_swizzled_async<HS>(next, kbase, stride, (kb + 1) * ATT_ROWS, T);
-            load_tile_swizzled_async<HS>(next + TILE, vbase, stride, (kb + 1) * ATT_ROWS, T);
-            asm volatile("cp.async.wait_group 2;\n" ::);  // this tile's K and V groups have landed
-        } else {
-            cp_async_wait_all();
-        }
-        // the tile was written through the generic proxy; wgmma reads it through the async one
-        wgmma_fence_smem();
-        __syncthreads();
+        unsigned char *cur = kv_stage_next<HS>(smem, kbase, vbase, stride, kb, qb, T);
         float s[8][4] = {};  // (the first step ignores it: scale_d = 0)
         uint32_t kaddr = smem_addr(cur), vaddr = kaddr + TILE;
         wgmma_fence();

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dq_wgmma_kernel(bf16
 #ifdef MIST_ATT_WGMMA
     extern __shared__ __align__(16) unsigned char att_smem_wg[];
     unsigned char *smem = wgmma_smem_align(att_smem_wg);
-    constexpr int TILE = ATT_ROWS * HS * 2, STAGE = 2 * TILE;  // bytes; Q, dO, then two stages of (K, V)
+    constexpr int TILE = ATT_ROWS * HS * 2;  // bytes; Q, dO, then two stages of (K, V)
     unsigned char *stages = smem + 2 * TILE;
     auto [qb, h, bb, stride, base, kbase, vbase] = head_block<HS>(qkv, T, NH, NKV);
     int warp = threadIdx.x / 32;
@@ -36,21 +36,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dq_wgmma_kernel(bf16
 
     load_tile_swizzled_async<HS>(smem, base + (size_t)h * HS, stride, qb * ATT_ROWS, T);
     load_tile_swizzled_async<HS>(smem + TILE, dout + (size_t)bb * T * ostride + (size_t)h * HS, ostride, qb * ATT_ROWS, T);
-    load_tile_swizzled_async<HS>(stages, kbase, stride, 0, T);
-    load_tile_swizzled_async<HS>(stages + TILE, vbase, stride, 0, T);
+    kv_stage_load<HS>(stages, kbase, vbase, stride, 0, T);
     const uint32_t qaddr = smem_addr(smem), daddr = qaddr + TILE;
     for (int kb = 0; kb <= qb; kb++) {
-        unsigned char *cur = stages + (kb & 1) * STAGE;
-        if (kb < qb) {
-            unsigned char *next = stages + ((kb + 1) & 1) * STAGE;
-            load_tile_swizzled_async<HS>(next, kbase, stride, (kb + 1) * ATT_ROWS, T);
-            load_tile_swizzled_async<HS>(next + TILE, vbase, stride, (kb + 1) * ATT_ROWS, T);
-            asm volatile("cp.async.wait_group 2;\n" ::);  // Q, dO and this tile's K, V have landed
-        } else {
-            cp_async_wait_all();
-        }
-        wgmma_fence_smem();  // cp.async wrote through the generic proxy; wgmma reads through the async one
-        __syncthreads();
+        unsigned char *cur = kv_stage_next<HS>(stages, kbase, vbase, stride, kb, qb, T);  // Q, dO landed too
         uint32_t kaddr = smem_addr(cur), vaddr = kaddr + TILE;
         float p[8][4] = {}, dp[8][4] = {};
         wgmma_fence();

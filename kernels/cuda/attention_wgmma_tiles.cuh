@@ -71,6 +71,36 @@ static __device__ __forceinline__ void pack_a_operand(uint32_t pa[4][4], const f
 }
 
 #ifdef MIST_ATT_WGMMA
+// The (K, V) tiles of key block kb (rows kb*64..) into a stage of two swizzled tiles, one
+// commit group each.
+template <int HS>
+static __device__ __forceinline__ void kv_stage_load(unsigned char *stage, const bf16 *kbase, const bf16 *vbase,
+                                                     size_t stride, int kb, int T) {
+    load_tile_swizzled_async<HS>(stage, kbase, stride, kb * ATT_ROWS, T);
+    load_tile_swizzled_async<HS>(stage + ATT_ROWS * HS * 2, vbase, stride, kb * ATT_ROWS, T);
+}
+
+// Key block kb of a loop over kb = 0..last whose (K, V) tiles stream through two stages
+// (block 0 loaded before the loop): starts loading block kb + 1 into the other stage,
+// waits for block kb and everything committed before it, and makes it visible to
+// wgmma (cp.async wrote it through the generic proxy; wgmma reads through the async
+// one). Returns block kb's stage. The caller ends each step with a barrier, so the
+// stage refilled here is one every warp is done with.
+template <int HS>
+static __device__ __forceinline__ unsigned char *kv_stage_next(unsigned char *stages, const bf16 *kbase,
+                                                               const bf16 *vbase, size_t stride, int kb, int last, int T) {
+    constexpr int STAGE = 2 * ATT_ROWS * HS * 2;
+    if (kb < last) {
+        kv_stage_load<HS>(stages + ((kb + 1) & 1) * STAGE, kbase, vbase, stride, kb + 1, T);
+        asm volatile("cp.async.wait_group 2;\n" ::);  // all but block kb + 1's two groups have landed
+    } else {
+        cp_async_wait_all();
+    }
+    wgmma_fence_smem();
+    __syncthreads();
+    return stages + (kb & 1) * STAGE;
+}
+
 // the k16 step kk of a tile read K-major
 static __device__ __forceinline__ uint64_t kmajor_step(uint32_t tile, int kk) {
     return wgmma_desc(tile + (kk / 4) * (ATT_ROWS * 128) + (kk % 4) * 32, ATT_K_LBO, ATT_K_SBO);
