@@ -47,6 +47,8 @@
 //     scratch X(N,C) projection outputs (forward and recompute)
 //     d_res X(N,C) residual-stream gradient, d_ln X(N,C), d_att X(N,a*hd/tp),
 //     d_qkv X(N,QKV/tp), d_act X(N,F/tp), d_fc X(N,FC/tp)      (backward)
+//     d_ln_mlp X(N,C) (parallel block only): the MLP branch's dL/dln1, summed
+//     with the attention branch's before their one all-reduce
 //   POST saved: x X(N,C) (the last block's output), lnf X(N,C), lnf_mean f32(N)
 //     (LayerNorm), lnf_rstd f32(N), logits X(N,Vp/tp), losses f32(N). The
 //     cross-entropy runs fused with its gradient and overwrites logits in place.

@@ -138,11 +138,12 @@ static ModelOp *add_norm(Shapes *z, const char *name, const char *w_name, const 
     return op;
 }
 
-static ModelOp *add_residual(Shapes *z, const char *name, int inputs) {
+// x_out = x + branch output: read two (N,C), write one
+static ModelOp *add_residual(Shapes *z, const char *name) {
     ModelOp *op = new_op(z, name, MOP_RESIDUAL);
     Expr nc = mul(z, z->N, z->C);
-    op->bytes_fwd = xb(z, scale(z, inputs + 1, nc));
-    op->hw_flops_fwd = scale(z, inputs - 1, nc);
+    op->bytes_fwd = xb(z, scale(z, 3, nc));
+    op->hw_flops_fwd = nc;
     // backward: the residual-stream gradient passes through unchanged (the
     // branches read it as their dout and accumulate into it), no kernel
     return op;
@@ -239,7 +240,17 @@ static void build_block(Shapes *z) {
     }
     fcp->tp_comm_fwd = allreduce_nc(z);  // parallel: one all-reduce of attn + mlp partial sums
 
-    add_residual(z, "residual", parallel ? 3 : 2);
+    ModelOp *res = add_residual(z, "residual");
+    if (parallel) {
+        // the runtime adds the two projections' partial sums (before their one
+        // all-reduce), then the block input: two passes of 3 NC; in backward the
+        // branches' dL/dln1 are added before their all-reduce: one pass
+        Expr nc = mul(z, N, C);
+        res->bytes_fwd = xb(z, scale(z, 6, nc));
+        res->hw_flops_fwd = scale(z, 2, nc);
+        res->bytes_bwd = xb(z, scale(z, 3, nc));
+        res->hw_flops_bwd = nc;
+    }
 
     // activations (models/model.h lists them with their meaning)
     Expr nc = mul(z, N, C);
@@ -265,6 +276,8 @@ static void build_block(Shapes *z) {
     add_tensor(z, "d_qkv", mul(z, N, z->qkv_tp), 0, 0, 0, 0, 1);
     add_tensor(z, "d_act", mul(z, N, z->f_tp), 0, 0, 0, 0, 1);
     add_tensor(z, "d_fc", mul(z, N, z->fc_tp), 0, 0, 0, 0, 1);
+    // parallel: the MLP branch's dL/dln1, added to the attention's before their one all-reduce
+    if (parallel) add_tensor(z, "d_ln_mlp", nc, 0, 0, 0, 0, 1);
 }
 
 static void build_post(Shapes *z) {

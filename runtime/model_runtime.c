@@ -211,8 +211,9 @@ static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
         {r->block_acts, r->n_block_acts, "qkv", N * r->QKV * x},
         {r->block_acts, r->n_block_acts, "att", N * r->NH * r->HS * x},
         {r->block_acts, r->n_block_acts, "lse", (size_t)r->B * r->NH * r->T * sizeof(float)},
-        {r->block_acts, r->n_block_acts, "mid", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "ln2", N * r->C * x},
+        {r->block_acts, r->n_block_acts, "mid", r->m.parallel_block ? 0 : N * r->C * x},
+        {r->block_acts, r->n_block_acts, "ln2", r->m.parallel_block ? 0 : N * r->C * x},
+        {r->block_acts, r->n_block_acts, "d_ln_mlp", r->m.parallel_block ? N * r->C * x : 0},
         {r->block_acts, r->n_block_acts, "fc", N * r->FC * x},
         {r->block_acts, r->n_block_acts, "act", N * r->F * x},
         {r->block_acts, r->n_block_acts, "scratch", N * r->C * x},
@@ -289,6 +290,7 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_carve(d, &r->d_qkv, act_bytes(r, bl, nb, "d_qkv"), "grad.qkv");
     arena_carve(d, &r->d_act, act_bytes(r, bl, nb, "d_act"), "grad.act");
     arena_carve(d, &r->d_fc, act_bytes(r, bl, nb, "d_fc"), "grad.fc");  // used by swiglu
+    arena_carve(d, &r->d_ln_mlp, act_bytes(r, bl, nb, "d_ln_mlp"), "grad.norm_out_mlp");  // parallel block
     arena_carve(h, &r->h_inputs, N * sizeof(int32_t), "host.inputs");
     arena_carve(h, &r->h_targets, N * sizeof(int32_t), "host.targets");
     arena_carve(h, &r->h_losses, N * sizeof(float), "host.losses");
@@ -411,8 +413,11 @@ static void tp_sum(ModelRuntime *r, void *buf, size_t count) {
 // the bias of a row-parallel layer is added once, by tp rank 0, before the sum
 static const void *row_parallel_bias(ModelRuntime *r, int64_t off) { return r->tp_rank == 0 ? PARAM(off) : NULL; }
 
-// Block l forward up to the MLP activation; the projection output of the MLP
-// is left in scratch (the caller adds it to the residual stream or drops it).
+// Block l forward up to the MLP activation. Sequential block: the attention
+// projection is summed over tp and added to the residual stream (mid), which
+// ln2 normalises for the MLP. Parallel (Falcon) block: attention and MLP both
+// read ln1, and both projections are left to the caller (block_forward_output);
+// a recompute needs neither, since no saved tensor comes after them.
 static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
@@ -429,48 +434,89 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
         be->rotary_forward(be, st, arena_ptr(&a->qkv), r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
     be->attention_forward(be, st, arena_ptr(&a->att), arena_ptr(&a->lse), arena_ptr(&a->qkv), r->B, r->T, r->NH,
                           r->NKV, r->HS);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), row_parallel_bias(r, bp->proj_b),
-                       N, r->NH * r->HS, r->C);
-    tp_sum(r, scratch, (size_t)N * r->C);
-    // mid = x + attention projection, ln2 = norm(mid), fused
-    be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
-                     arena_ptr(&a->ln2_rstd), scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
+    const void *mlp_in = arena_ptr(&a->ln1);
+    if (!r->m.parallel_block) {
+        be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->att), PARAM(bp->proj_w),
+                           row_parallel_bias(r, bp->proj_b), N, r->NH * r->HS, r->C);
+        tp_sum(r, scratch, (size_t)N * r->C);
+        // mid = x + attention projection, ln2 = norm(mid), fused
+        be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
+                         arena_ptr(&a->ln2_rstd), scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
+        mlp_in = arena_ptr(&a->ln2);
+    }
     if (r->m.activation == ACT_SWIGLU) {
-        be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, arena_ptr(&a->ln2), PARAM(bp->fc_w), PARAM(bp->fc_b),
-                           N, r->C, r->FC);
+        be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->FC);
         be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
     } else {  // fc keeps the pre-activation, act = gelu(fc) (fused epilogue)
-        be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), arena_ptr(&a->ln2), PARAM(bp->fc_w),
-                           PARAM(bp->fc_b), N, r->C, r->F);
+        be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b),
+                           N, r->C, r->F);
     }
 }
 
+// The block's output xout = x_{l+1} from its activations (scratch is taken).
+// Sequential: xout = mid + sum_tp(act Wfcproj^T). Parallel: both row-parallel
+// projections' partial sums are added first, so one all-reduce serves both:
+// xout = x + sum_tp(att_t Wproj_t^T + act_t Wfcproj_t^T) (biases once, on tp
+// rank 0), the one all-reduce the model description counts for the block.
+static void block_forward_output(ModelRuntime *r, int l, BlockActs *a, const void *xin, void *xout) {
+    Backend *be = r->be;
+    BackendStream *st = r->stream;
+    const BlockParams *bp = &r->blk[l];
+    int N = r->B * r->T;
+    size_t nc = (size_t)N * r->C;
+    void *scratch = arena_ptr(&r->scratch);
+    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->act), PARAM(bp->fcproj_w),
+                       row_parallel_bias(r, bp->fcproj_b), N, r->F, r->C);
+    if (!r->m.parallel_block) {
+        tp_sum(r, scratch, nc);
+        be->residual_forward(be, st, xout, arena_ptr(&a->mid), scratch, nc);
+        return;
+    }
+    be->matmul_forward(be, st, xout, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), row_parallel_bias(r, bp->proj_b),
+                       N, r->NH * r->HS, r->C);
+    be->residual_forward(be, st, xout, xout, scratch, nc);
+    tp_sum(r, xout, nc);
+    be->residual_forward(be, st, xout, xout, xin, nc);
+}
+
+// Backward of block l; d_res = dL/dx_{l+1} on entry, dL/dx_l on return.
+// Sequential block: the MLP's input gradient goes through ln2 into d_res
+// (now dL/dmid), then the attention's through ln1. Parallel block: both
+// branches read d_res = dL/dx_{l+1} and feed ln1: the MLP's dL/dln1 lands in
+// d_ln_mlp, the attention's in d_ln, and their sum takes one all-reduce and
+// one norm backward (dL/dln1 = d_attn + d_mlp, summed over tp).
 static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
     const BlockParams *bp = &r->blk[l];
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
+    size_t nc = (size_t)N * r->C;
+    int par = r->m.parallel_block;
     void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln), *d_act = arena_ptr(&r->d_act);
-    // d_res = dL/dx_{l+1}; MLP projection: d_act = d_res Wfcproj
+    void *d_mlp_in = par ? arena_ptr(&r->d_ln_mlp) : d_ln;  // dL/d(the MLP's input)
+    const void *mlp_in = par ? arena_ptr(&a->ln1) : arena_ptr(&a->ln2);
+    // MLP projection: d_act = d_res Wfcproj
     if (r->m.activation == ACT_SWIGLU) {
         void *d_fc = arena_ptr(&r->d_fc);
         be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
-        be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, arena_ptr(&a->ln2), PARAM(bp->fc_w),
-                            NULL, N, r->C, r->FC);
+        be->matmul_backward(be, st, d_mlp_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, mlp_in, PARAM(bp->fc_w), NULL, N,
+                            r->C, r->FC);
     } else {  // d_act = (d_res Wfcproj) * gelu'(fc) = dL/dfc: the GELU's backward fused into the product
         be->matmul_backward(be, st, NULL, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->matmul_dinp_gelu(be, st, d_act, d_res, PARAM(bp->fcproj_w), arena_ptr(&a->fc), N, r->F, r->C);
-        be->matmul_backward(be, st, d_ln, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, arena_ptr(&a->ln2), PARAM(bp->fc_w),
-                            NULL, N, r->C, r->F);
+        be->matmul_backward(be, st, d_mlp_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, mlp_in, PARAM(bp->fc_w), NULL, N,
+                            r->C, r->F);
     }
-    tp_sum(r, d_ln, (size_t)N * r->C);  // column-parallel fc: dL/dln2 summed over tp
-    // d_res += norm backward: now dL/dmid
-    be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
-                      PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
+    if (!par) {
+        tp_sum(r, d_ln, nc);  // column-parallel fc: dL/dln2 summed over tp
+        // d_res += norm backward: now dL/dmid
+        be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
+                          PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
+    }
     void *d_att = arena_ptr(&r->d_att), *d_qkv = arena_ptr(&r->d_qkv);
     be->matmul_backward(be, st, d_att, GRAD(bp->proj_w), GRAD(bp->proj_b), d_res, arena_ptr(&a->att),
                         PARAM(bp->proj_w), NULL, N, r->NH * r->HS, r->C);
@@ -480,7 +526,8 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
         be->rotary_backward(be, st, d_qkv, r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
     be->matmul_backward(be, st, d_ln, GRAD(bp->qkv_w), GRAD(bp->qkv_b), d_qkv, arena_ptr(&a->ln1), PARAM(bp->qkv_w),
                         NULL, N, r->C, r->QKV);
-    tp_sum(r, d_ln, (size_t)N * r->C);  // column-parallel qkv: dL/dln1 summed over tp
+    if (par) be->residual_forward(be, st, d_ln, d_ln, d_mlp_in, nc);
+    tp_sum(r, d_ln, nc);  // column-parallel qkv (and fc): dL/dln1 summed over tp
     // d_res += norm backward: now dL/dx_l
     be->norm_backward(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, xin, PARAM(bp->ln1_w),
                       ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
@@ -526,10 +573,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
         const void *xin = arena_ptr(&r->acts[i].x);
         zero_fwd_begin(r, 1 + l);
         block_forward_to_act(r, l, a, xin);
-        be->matmul_forward(be, st, arena_ptr(&r->scratch), NULL, arena_ptr(&a->act), PARAM(r->blk[l].fcproj_w),
-                           row_parallel_bias(r, r->blk[l].fcproj_b), N, r->F, r->C);
-        tp_sum(r, arena_ptr(&r->scratch), (size_t)N * r->C);
-        be->residual_forward(be, st, xnext, arena_ptr(&a->mid), arena_ptr(&r->scratch), (size_t)N * r->C);
+        block_forward_output(r, l, a, xin, xnext);
         arena_release(&r->scratch);
         if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         else if (swapped) acts_swap_out(r, i);
@@ -599,6 +643,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
     take(&r->d_qkv);
     take(&r->d_act);
     take(&r->d_fc);
+    take(&r->d_ln_mlp);
     if (r->has_post) {
         void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
         zero_bwd_begin(r, r->L + 1);
@@ -660,6 +705,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
     arena_release(&r->d_qkv);
     arena_release(&r->d_act);
     arena_release(&r->d_fc);
+    arena_release(&r->d_ln_mlp);
 }
 
 void mr_forward_backward(ModelRuntime *r, float dloss) {

@@ -21,6 +21,8 @@
 //   x_l (N,C) -> ln1 = norm(x_l) -> qkv = ln1 Wqkv^T (+rotary) -> att = attention(qkv)
 //   -> mid = x_l + att Wproj^T -> ln2 = norm(mid) -> fc = ln2 Wfc^T -> act = gelu(fc) | swiglu(fc)
 //   -> x_{l+1} = mid + act Wfcproj^T
+// Parallel (Falcon) block: fc = ln1 Wfc^T, no mid and no ln2,
+//   x_{l+1} = x_l + att Wproj^T + act Wfcproj^T.
 // A checkpointed block keeps only x_l; its other tensors are taken from one
 // shared recompute workspace in backward. Under activation offload (ao > 0) a
 // non-checkpointed block computes its largest saved tensors (up to ao of its
@@ -138,6 +140,7 @@ typedef struct ModelRuntime {
     ArenaTensor scratch;   // X(N,C) projection outputs (transient)
     ArenaTensor lnf, lnf_mean, lnf_rstd, logits;   // X(N,C), f32(N), f32(N), X(N,V)
     ArenaTensor d_res, d_ln, d_att, d_qkv, d_act, d_fc;  // backward gradient buffers
+    ArenaTensor d_ln_mlp;  // X(N,C) the MLP branch's dL/dln1 in a parallel block (0 bytes otherwise)
     int dp;
     // ZeRO sharding and offloading (runtime/zero.h): units pre, block 0..L-1, post
     int zero, dp_rank;

@@ -134,11 +134,6 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
     r->L = pipe.num_layers;
     r->ckpt = ckpt;
     r->dp = dp;
-    if (m->parallel_block) {
-        snprintf(err, errlen, "[model] parallel_block = 1: not supported by the training runtime yet; "
-                              "allowed: 0. Hint: set parallel_block = 0");
-        return 2;
-    }
     if (r->HS * m->heads != r->C) {
         snprintf(err, errlen, "[model] hidden = %d is not a multiple of heads = %d", r->C, r->NH);
         return 2;
@@ -186,8 +181,10 @@ static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp
             for (int i = first; i < r->num_tensors; i++)
                 if (!strcmp(r->tensors[i].name + strlen(prefix), names[k])) *slots[k] = (int64_t)r->tensors[i].offset;
         }
-        if (bp->ln1_w < 0 || bp->qkv_w < 0 || bp->proj_w < 0 || bp->ln2_w < 0 || bp->fc_w < 0 || bp->fcproj_w < 0) {
-            snprintf(err, errlen, "models/model.h block parameters lack one of ln1_w qkv_w attn_proj_w ln2_w fc_w fc_proj_w");
+        if (bp->ln1_w < 0 || bp->qkv_w < 0 || bp->proj_w < 0 || (bp->ln2_w < 0) != (m->parallel_block != 0) ||
+            bp->fc_w < 0 || bp->fcproj_w < 0) {
+            snprintf(err, errlen, "models/model.h block parameters lack one of ln1_w qkv_w attn_proj_w fc_w fc_proj_w, "
+                     "or have ln2_w in a parallel block (or lack it in a sequential one)");
             rc = 2;
         }
     }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # mist-plan --analyze: the table and the JSON object, exit 3 naming the stage
 # that does not fit and its shortfall, exit 2 for usage, plan and profile
-# errors, and a two-stage plan file whose per-stage ranges and 1F1B total are
-# consistent with the stage times it prints.
+# errors, a two-stage plan file whose per-stage ranges and 1F1B total are
+# consistent with the stage times it prints, and every shipped example's plan.
 . "$MIST_SRCDIR/tests/lib.sh"
 PLAN="$MIST_BUILDDIR/mist-plan"
 TINY="$MIST_SRCDIR/examples/tiny.ini"
@@ -110,5 +110,22 @@ ta=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/a.json" | head -1 | sed 's/.
 tb=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/b.json" | head -1 | sed 's/.*: //')
 awk -v a="$ta" -v b="$tb" 'BEGIN{exit !(b > a + 0.003 && b < a + 0.006)}'
 tap_ok $? "a measured op table entry replaces the roofline for that op ($ta s -> $tb s)"
+
+# every shipped example: its plan fits (exit 0), and the parameter counts published for
+# the models (GPT-2 small, Llama 7B, Falcon-7B) are the ones the JSON reports
+for ex in "$MIST_SRCDIR"/examples/*.ini; do
+    name=$(basename "$ex" .ini)
+    "$PLAN" "$ex" --analyze --json >"$tmp/ex.json" 2>"$tmp/ex.err"; rc=$?
+    got=$(grep -o '"params_total": [0-9]*' "$tmp/ex.json" | sed 's/.*: //')
+    case $name in
+        gpt2-124m) want=124439808 ;;
+        llama-7b) want=6738415616 ;;
+        falcon-7b) want=6921720704 ;;
+        *) want=$got ;;
+    esac
+    [ $rc -eq 0 ] && [ -n "$got" ] && [ "$got" = "$want" ]
+    tap_ok $? "examples/$name.ini: its plan fits (exit $rc), $got parameters"
+    [ $rc -eq 0 ] || sed 's/^/#   /' "$tmp/ex.err"
+done
 
 tap_end

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The planner's memory model against the runtime's measurement: for a matrix
-# of single-stage plans (GPT and Llama, fp32 and bf16, 1 to 4 ranks incl. a dp
+# of single-stage plans (GPT, Llama and parallel-block models, fp32 and bf16, 1 to 4 ranks incl. a dp
 # that is not a power of two, tp 2 and 4, ZeRO 0-3, checkpointing, every
 # offload knob and their combinations) and one of 1F1B pipeline plans (2, 3
 # and 4 stages, see the second matrix) mist-train runs 2 steps on the CPU
@@ -14,6 +14,19 @@ TRAIN="$MIST_BUILDDIR/mist-train"
 PLAN="$MIST_BUILDDIR/mist-plan"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
+FALCON="$MIST_SRCDIR/examples/tiny-falcon.ini"
+# model column -> ini (the config) and extra (its overrides): gpt, llama, falcon
+# (parallel blocks, one kv head), llama-par (Llama with parallel blocks and 2 kv
+# heads, so that tp = 2 works)
+set_model() {
+    extra=
+    case $1 in
+        llama) ini=$LLAMA ;;
+        falcon) ini=$FALCON ;;
+        llama-par) ini=$LLAMA extra="-o model.parallel_block=1" ;;
+        *) ini=$GPT ;;
+    esac
+}
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-planmem-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
@@ -50,6 +63,11 @@ gpt-tp4ck  gpt   fp32 1 1 1 2 0    0    0    0    2 8  4
 gpt-tp2mix gpt   fp32 2 3 1 1 0.5  0.5  0.5  0.5  2 8  2
 llama-tp2  llama fp32 1 2 0 1 0    0.5  0    0.5  2 8  2
 gpt-bf-tp2 gpt   bf16 2 1 0 2 0    0    0.5  0    2 8  2
+falcon-ref falcon fp32 1 0 0 1 0   0    0    0    2 8
+falcon-mix falcon fp32 4 3 1 2 0.5 0.5  0.5  0.5  2 16
+falcon-ao  falcon fp32 2 1 0 1 0   0    0    0.5  3 8
+falcon-bf  falcon bf16 2 2 1 1 0.3 0.3  0.3  0.3  2 8
+lpar-tp2   llama-par fp32 2 3 1 1 0.5 0.5 0.5 0.5 2 8  2
 EOF
 
 # per rank of the summary: "rank dev_meas host_meas", one line each
@@ -80,16 +98,18 @@ tap_diag "per plan: planner (mist-plan --analyze --json) and rank 0 measured (mi
     "$(printf '%-10s %5s %4s %2s %1s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' name model prec np z c G \
     wo go oo ao L dev-plan dev-meas hst-plan hst-meas all-ranks)"
 while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp; do
-    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    set_model "$model"
     tp=${tp:-1} np=$((dp * tp))
     b=$((gb / (dp * G)))
     set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
         -o stage.0.b="$b" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" \
         -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers"
-    mist_mpirun -np "$np" "$TRAIN" "$ini" "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
+    # shellcheck disable=SC2086
+    mist_mpirun -np "$np" "$TRAIN" "$ini" $extra "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
         -o log.summary="$W/$name.json" -o log.jsonl="$W/$name.jsonl" >"$W/$name.out" 2>&1
     rc_train=$?
-    "$PLAN" "$ini" --analyze --json --hardware cpu "$@" >"$W/$name.plan" 2>"$W/$name.plan.err"
+    # shellcheck disable=SC2086
+    "$PLAN" "$ini" $extra --analyze --json --hardware cpu "$@" >"$W/$name.plan" 2>"$W/$name.plan.err"
     rc_plan=$?
     measured "$W/$name.json" >"$W/$name.ranks"
     set -- $(planned "$W/$name.plan")
@@ -135,6 +155,8 @@ tppp2-tied   gpt   fp32 1 2 4 8  2/1/0/0/0/0/0/0/2       2/1/1/1/0/0/0/0/2
 tppp2-het    gpt   fp32 1 2 4 8  2/2/1/0/0/0/0/0.5/1     2/1/2/1/0/0.5/0/0/2
 tppp3-mid    gpt   fp32 0 4 4 8  1/1/0/0/0/0/0/0         2/1/3/0/0.5/0/0.5/0/2 1/1/0/1/0/0/0/0
 llama-tppp2  llama fp32 0 2 4 8  3/1/2/1/0/0/0/0.5/2     1/1/0/0/0/0/0/0/2
+falcon-pp2   falcon fp32 1 2 3 8 2/1/1/1/0/0/0/0.5       1/2/3/0/0.5/0.5/0.5/0
+lpar-tppp2   llama-par fp32 0 2 4 8 1/1/0/1/0/0/0/0/2    3/1/2/0/0/0/0/0.5/2
 EOF
 
 # per rank of the summary: "rank stage dev_meas host_meas", one line each
@@ -163,7 +185,7 @@ EOF
 tap_diag "pipeline plans, per stage: planned/measured device bytes, planned/measured host bytes (measured: the" \
     "stage's ranks when they agree, * when they differ); stage column = layers/dp/zero/ckpt/wo/go/oo/ao[/tp]"
 while read -r name model prec tied G layers gb stages; do
-    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    set_model "$model"
     set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o model.layers="$layers" \
         -o model.tied_embeddings="$tied"
     s=0 np=0 cols=
@@ -178,10 +200,12 @@ EOF
         s=$((s + 1)) np=$((np + dp * tp)) cols="$cols${cols:+ }$spec"
     done
     set -- "$@" -o plan.stages=$s
-    mist_mpirun -np "$np" "$TRAIN" "$ini" "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
+    # shellcheck disable=SC2086
+    mist_mpirun -np "$np" "$TRAIN" "$ini" $extra "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
         -o log.summary="$W/$name.json" -o log.jsonl="$W/$name.jsonl" >"$W/$name.out" 2>&1
     rc_train=$?
-    "$PLAN" "$ini" --analyze --json --hardware cpu "$@" >"$W/$name.plan" 2>"$W/$name.plan.err"
+    # shellcheck disable=SC2086
+    "$PLAN" "$ini" $extra --analyze --json --hardware cpu "$@" >"$W/$name.plan" 2>"$W/$name.plan.err"
     rc_plan=$?
     measured_stage "$W/$name.json" >"$W/$name.ranks"
     planned_stages "$W/$name.plan" >"$W/$name.stages"

@@ -107,6 +107,16 @@ static void test_param_counts(void) {
     ModelConfig p = gpt(12, 768, 12, 50257, 1024);
     p.parallel_block = 1;
     ok(model_param_count(&p) == 124439808 - 12 * 2 * 768, "parallel block: no ln2 (2h less per layer)");
+
+    // Falcon-7B (examples/falcon-7b.ini): parallel blocks, 71 heads of 64, one kv head, no
+    // biases, tied: per block one LayerNorm 2h, qkv (71 + 2) * 64 * h, dense h^2, MLP 2hF;
+    // embedding Vh, final norm 2h
+    ModelConfig f7 = gpt(32, 4544, 71, 65024, 2048);
+    f7.kv_heads = 1, f7.ffn_hidden = 18176, f7.position = POS_ROTARY, f7.bias = 0, f7.parallel_block = 1;
+    h = 4544, F = 18176, V = 65024;
+    int64_t wantf = 32 * (2 * h + 73 * 64 * h + h * h + 2 * h * F) + V * h + 2 * h;
+    ok(wantf == 6921720704LL, "Falcon-7B formula by hand = 6,921,720,704 (its published count)");
+    ok(model_param_count(&f7) == wantf, "Falcon-7B: %lld", (long long)model_param_count(&f7));
 }
 
 static int names_are(const ModelConfig *m, ModelPart part, const char *const *want, int nwant) {

@@ -2,7 +2,8 @@
 # Tensor parallelism (Megatron layout) on the training runtime, CPU backend
 # under mpirun: a matrix of plans with tp = 2 and 4, alone and with dp (2x2,
 # 2x4), ZeRO 1-3, activation checkpointing and offloading, GPT and Llama with
-# tied and untied embeddings and a vocabulary that tp does not divide, trains
+# tied and untied embeddings, parallel (Falcon-style) blocks, and a vocabulary
+# that tp does not divide, trains
 # 20 steps with the same per-step losses as the 1-rank run of the same model
 # and ends with the same weights; every rank's measured arena peaks equal the
 # prediction. Checkpoints stay whole tensors: one written at tp=2 resumes at
@@ -30,7 +31,8 @@ COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.
 # ---- 1. the matrix -----------------------------------------------------------
 # variant: the model change of a row (its reference is the 1-rank run of the
 # same variant): untied / tied embeddings, kv4 = 4 kv heads (Llama at tp=4),
-# v258 = a vocabulary of 258 (tp=4 shards of 65, 65, 65, 63 rows)
+# v258 = a vocabulary of 258 (tp=4 shards of 65, 65, 65, 63 rows), par = parallel
+# (Falcon-style) blocks: one all-reduce of both branches' partial sums each way
 # name           model variant prec dp tp zero ckpt G wo  go  oo  ao   (b = 8 / (dp * G))
 cat >"$W/matrix" <<'EOF'
 gpt-ref          gpt   -      fp32 1 1 0 0 1 0    0    0    0
@@ -58,6 +60,11 @@ llama-tied-2x2   llama tied   fp32 2 2 1 0 1 0    0    0    0
 llama-kv4-ref    llama kv4    fp32 1 1 0 0 1 0    0    0    0
 llama-kv4-tp4    llama kv4    fp32 1 4 0 0 1 0    0    0    0
 llama-kv4-2x4    llama kv4    fp32 2 4 3 2 1 1    1    1    1
+gpt-par-ref      gpt   par    fp32 1 1 0 0 1 0    0    0    0
+gpt-par-tp2      gpt   par    fp32 1 2 0 0 1 0    0    0    0
+gpt-par-2x2-z3   gpt   par    fp32 2 2 3 1 1 0.5  0.5  0.5  0.5
+llama-par-ref    llama par    fp32 1 1 0 0 1 0    0    0    0
+llama-par-2x2-z2 llama par    fp32 2 2 2 2 1 0    0    0    0.5
 gpt-bf-ref       gpt   -      bf16 1 1 0 0 1 0    0    0    0
 gpt-bf-2x2       gpt   -      bf16 2 2 3 1 1 0.5  0.5  0.5  0.5
 EOF
@@ -74,6 +81,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
         tied) var="-o model.tied_embeddings=1" ;;
         kv4) var="-o model.kv_heads=4" ;;
         v258) var="-o model.vocab=258" ;;
+        par) var="-o model.parallel_block=1" ;;
         *) var="" ;;
     esac
     b=$((8 / (dp * G)))  # validation: G batches of b*dp, the same 8 sequences as the 1-rank run

@@ -1,7 +1,8 @@
 // End-to-end training on one GPU without MPI: the runtime's own model code
 // (runtime/model_runtime.c) on the cuda backend.
 //
-// 1. Tracking: a small GPT and a small Llama train 30 steps on the cpu and the
+// 1. Tracking: a small GPT, a small Llama and a small Falcon-style model (parallel
+//    blocks, one kv head) train 30 steps on the cpu and the
 //    cuda backend (both bf16 storage, same init, same tokens); the per-step
 //    losses must agree within 0.05 (bf16 rounding of activations differs in
 //    the order of operations), and the checkpointed run must give the same
@@ -130,8 +131,12 @@ static int tracking(Backend *gpu) {
     char err[512];
     int fail = 0;
     enum { S = 30 };
-    for (int llama = 0; llama < 2; llama++) {
+    static const char *const names[] = {"gpt", "llama", "falcon"};
+    for (int k = 0; k < 3; k++) {
+        int llama = k == 1;
         ModelConfig m = llama ? model(FAMILY_LLAMA, 2, 128, 2, 1, 344, 256, 64) : model(FAMILY_GPT, 2, 128, 2, 2, 512, 256, 64);
+        if (k == 2)  // Falcon-style: parallel blocks, rotary, one kv head, no biases
+            m.parallel_block = 1, m.position = POS_ROTARY, m.kv_heads = 1, m.bias = 0;
         double lc[S], lg[S], lk[S];
         static Run u;
         Backend *cpu = backend_cpu_create(MIST_BF16, err, sizeof err);
@@ -150,9 +155,9 @@ static int tracking(Backend *gpu) {
         int same = 1;
         for (int s = 0; s < S; s++) worst = fmax(worst, fabs(lc[s] - lg[s])), same &= lg[s] == lk[s];
         int good = worst <= 0.05 && same && mem_exact && lg[S - 1] < lg[0] - 0.5;
-        printf("%s %-5s bf16, 30 steps: loss %.4f -> %.4f (cpu %.4f -> %.4f), max |cpu - cuda| %.4f (tolerance 0.05), "
+        printf("%s %-6s bf16, 30 steps: loss %.4f -> %.4f (cpu %.4f -> %.4f), max |cpu - cuda| %.4f (tolerance 0.05), "
                "ckpt=2 identical: %s, predicted peak == measured: %s\n",
-               good ? "ok    " : "FAIL  ", llama ? "llama" : "gpt", lg[0], lg[S - 1], lc[0], lc[S - 1], worst,
+               good ? "ok    " : "FAIL  ", names[k], lg[0], lg[S - 1], lc[0], lc[S - 1], worst,
                same ? "yes" : "no", mem_exact ? "yes" : "no");
         fail |= !good;
     }
