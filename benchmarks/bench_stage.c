@@ -48,21 +48,7 @@ static double now_s(void) {
 static void gpt3_22b(MistConfig *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->source, sizeof c->source, "bench_stage (gpt3-22b)");
-    ModelConfig *m = &c->model;
-    m->family = FAMILY_GPT;
-    m->layers = 48;
-    m->hidden = 6144;
-    m->heads = 64;
-    m->kv_heads = 64;
-    m->ffn_hidden = 24576;
-    m->vocab = 50304;
-    m->seq_len = 2048;
-    m->norm = NORM_LAYERNORM;
-    m->activation = ACT_GELU;
-    m->position = POS_LEARNED;
-    m->bias = 1;
-    m->tied_embeddings = 1;
-    m->norm_eps = 1e-5;
+    c->model = model_family_config(FAMILY_GPT, 48, 6144, 64, 50304, 2048);
     c->train.global_batch = 512;
     c->train.precision = PREC_BF16;
     c->cluster.nodes = 4;

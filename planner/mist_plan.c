@@ -258,21 +258,22 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;
     }
-    if (!analyze) {
-        HwProfile hw;
-        const char *hw_name = hardware ? hardware : cfg.cluster.hardware[0] ? cfg.cluster.hardware : "cpu";
-        if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
+    // the hardware profile (--hardware, else [cluster] hardware, else cpu) and the op table
+    HwProfile hw;
+    const char *hw_name = hardware ? hardware : cfg.cluster.hardware[0] ? cfg.cluster.hardware : "cpu";
+    if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-plan: %s\n", err);
+        return 2;
+    }
+    OpTable table, *tablep = NULL;
+    if (op_table) {
+        if (optable_load(&table, op_table, err, sizeof err) != 0) {
             fprintf(stderr, "mist-plan: %s\n", err);
             return 2;
         }
-        OpTable table, *tablep = NULL;
-        if (op_table) {
-            if (optable_load(&table, op_table, err, sizeof err) != 0) {
-                fprintf(stderr, "mist-plan: %s\n", err);
-                return 2;
-            }
-            tablep = &table;
-        }
+        tablep = &table;
+    }
+    if (!analyze) {
         SearchOptions so;
         search_options_default(&so, &cfg);
         if (nodes) so.nodes = nodes;
@@ -308,21 +309,6 @@ int main(int argc, char **argv) {
                 "--analyze, or set [plan] mode = fixed with [stage.N] sections)\n",
                 config_path);
         return 2;
-    }
-
-    HwProfile hw;
-    const char *hw_name = hardware ? hardware : cfg.cluster.hardware[0] ? cfg.cluster.hardware : "cpu";
-    if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
-        fprintf(stderr, "mist-plan: %s\n", err);
-        return 2;
-    }
-    OpTable table, *tablep = NULL;
-    if (op_table) {
-        if (optable_load(&table, op_table, err, sizeof err) != 0) {
-            fprintf(stderr, "mist-plan: %s\n", err);
-            return 2;
-        }
-        tablep = &table;
     }
 
     static PlanAnalysis an;

@@ -167,7 +167,7 @@ static int combo_search(Search *s, const Combo *c, Best *best) {
         int top = 0;
         for (int q = 0; q < nk; q++) {
             // t_min(l) grows with l: the layer cap is the last l with G * t_min(l) under the incumbent
-            if (stage_t_lower_bounds(s, kinds[q], L - S + 1, G, c->mesh, c->nmesh, tmin[kinds[q]]) != 0) return -1;
+            if (stage_t_lower_bounds(s, kinds[q], 1, L - S + 1, G, c->mesh, c->nmesh, tmin[kinds[q]]) != 0) return -1;
             int cap = 0;
             for (int l = 1; l <= L - S + 1; l++)
                 if (G * tmin[kinds[q]][l] <= s->incumbent * (1 + 1e-12)) cap = l;

@@ -124,8 +124,9 @@ int search_bound_ok(const Search *s, int G, double t, double d, int l);
 // with no checkpointing and no offload, memory ignored (a lower bound on t of
 // every candidate of that l: t is nondecreasing in ckpt and offload ratios).
 double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes, int nmesh);
-// The same for every l in 1..lmax at once: tmin[l]. 0 or -1.
-int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshes, int nmesh, double *tmin);
+// The same for every l in lmin..lmax at once: tmin[l]. 0 or -1.
+int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const Mesh *meshes, int nmesh,
+                         double *tmin);
 // All candidates of stage kind `kind` with lo..hi blocks for each in-flight
 // count plist[0..np) (ascending), meshes[0..nmesh), that fit and pass the
 // bound G*t + max(0, d, tau * (L - l)) <= incumbent;

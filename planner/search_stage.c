@@ -169,9 +169,11 @@ void cand_free(CandList *c) {
     memset(c, 0, sizeof *c);
 }
 
-int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshes, int nmesh, double *tmin) {
-    for (int l = 1; l <= lmax; l++) tmin[l] = INFINITY;
-    if (search_reserve(s, (size_t)nmesh * lmax) != 0) return -1;
+int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const Mesh *meshes, int nmesh,
+                         double *tmin) {
+    int nl = lmax - lmin + 1;
+    for (int l = lmin; l <= lmax; l++) tmin[l] = INFINITY;
+    if (search_reserve(s, (size_t)nmesh * nl) != 0) return -1;
     for (int z = 0; z < 4; z++) {
         if (!(s->rules.zero_mask >> z & 1)) continue;
         StageModel *m = stage_model_get(s, kind, z, 0);
@@ -180,12 +182,12 @@ int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshe
         for (int mi = 0; mi < nmesh; mi++) {
             int64_t per = (int64_t)G * meshes[mi].dp;
             if (s->B % per) continue;
-            for (int l = 1; l <= lmax; l++)
+            for (int l = lmin; l <= lmax; l++)
                 search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
         }
         search_eval(s, m, n, EVAL_TIME);
         for (size_t i = 0; i < n; i++) {
-            int l = 1 + (int)(i % (size_t)lmax);
+            int l = lmin + (int)(i % (size_t)nl);
             tmin[l] = fmin(tmin[l], s->outs[ST_T][i]);
         }
     }
@@ -193,22 +195,9 @@ int stage_t_lower_bounds(Search *s, int kind, int lmax, int G, const Mesh *meshe
 }
 
 double stage_t_lower_bound(Search *s, int kind, int l, int G, const Mesh *meshes, int nmesh) {
-    double best = INFINITY;
-    if (search_reserve(s, (size_t)nmesh) != 0) return -1;
-    for (int z = 0; z < 4; z++) {
-        if (!(s->rules.zero_mask >> z & 1)) continue;
-        StageModel *m = stage_model_get(s, kind, z, 0);
-        if (!m) return -1;
-        size_t n = 0;
-        for (int mi = 0; mi < nmesh; mi++) {
-            int64_t per = (int64_t)G * meshes[mi].dp;
-            if (s->B % per) continue;
-            search_set_row(s, n++, &meshes[mi], (int)(s->B / per), z, 0, 0, 0, 0, 0, G, 0, l);
-        }
-        search_eval(s, m, n, EVAL_TIME);
-        for (size_t i = 0; i < n; i++) best = fmin(best, s->outs[ST_T][i]);
-    }
-    return best;
+    double tmin[4097];
+    if (l < 1 || l > 4096) return -1;
+    return stage_t_lower_bounds(s, kind, l, l, G, meshes, nmesh, tmin) != 0 ? -1 : tmin[l];
 }
 
 #define MAX_P 64

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include "runtime/config_keys.h"
 #include "runtime/config_load.h"
+#include "models/model.h"
 
 // Where a value came from: > 0 a line of the file, < 0 override number
 // -(i+1), 0 the default.
@@ -484,26 +485,20 @@ void config_defaults(MistConfig *cfg) {
     cfg->log.interval = 1;
 }
 
-// The family decides the switches the file did not set.
+// The family decides the switches the file did not set (models/model_family.c);
+// an unset ffn_hidden follows the activation actually chosen.
 static void apply_family_defaults(Loader *ld, MistConfig *cfg) {
     ModelConfig *m = &cfg->model;
-    int llama = m->family == FAMILY_LLAMA;
+    ModelConfig d = model_family_config(m->family, m->layers, m->hidden, m->heads, m->vocab, m->seq_len);
 #define UNSET(name) (ld->key_origin[config_key_find("model", name)] == 0)
-    if (UNSET("norm")) m->norm = llama ? NORM_RMSNORM : NORM_LAYERNORM;
-    if (UNSET("activation")) m->activation = llama ? ACT_SWIGLU : ACT_GELU;
-    if (UNSET("position")) m->position = llama ? POS_ROTARY : POS_LEARNED;
-    if (UNSET("bias")) m->bias = !llama;
-    if (UNSET("tied_embeddings")) m->tied_embeddings = !llama;
+    if (UNSET("norm")) m->norm = d.norm;
+    if (UNSET("activation")) m->activation = d.activation;
+    if (UNSET("position")) m->position = d.position;
+    if (UNSET("bias")) m->bias = d.bias;
+    if (UNSET("tied_embeddings")) m->tied_embeddings = d.tied_embeddings;
     if (UNSET("kv_heads")) m->kv_heads = m->heads;
-    if (UNSET("ffn_hidden")) {
-        if (m->activation == ACT_SWIGLU) {  // Llama: 2/3 of 4h, rounded up to a multiple of 256
-            long f = (8L * m->hidden / 3 + 255) / 256 * 256;
-            m->ffn_hidden = (int)f;
-        } else {
-            m->ffn_hidden = 4 * m->hidden;
-        }
-    }
-    if (UNSET("norm_eps") && llama) m->norm_eps = 1e-6;
+    if (UNSET("ffn_hidden")) m->ffn_hidden = model_default_ffn(m->activation, m->hidden);
+    if (UNSET("norm_eps")) m->norm_eps = d.norm_eps;
 #undef UNSET
 }
 

@@ -339,15 +339,11 @@ static void *take(ArenaTensor *t) {
 }
 
 static void take_rest(BlockActs *a) {
-    ArenaTensor *ts[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
-                         &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) take(ts[i]);
+    for (int k = 0; k < N_REST; k++) take(rest_tensor(a, k));
 }
 
 static void release_rest(BlockActs *a) {
-    ArenaTensor *ts[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
-                         &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) arena_release(ts[i]);
+    for (int k = 0; k < N_REST; k++) arena_release(rest_tensor(a, k));
 }
 
 // The tensors of acts[i] (block i mod L of slot i / L) it computes with: its

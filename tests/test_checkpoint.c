@@ -256,15 +256,7 @@ static void test_prune_and_crash(void) {
 }
 
 // A tiny model's training state: two tensors with params and Adam moments.
-static ModelConfig tiny_model(void) {
-    ModelConfig m;
-    memset(&m, 0, sizeof m);
-    m.family = FAMILY_GPT;
-    m.layers = 2, m.hidden = 8, m.heads = 2, m.kv_heads = 2, m.ffn_hidden = 32, m.vocab = 256, m.seq_len = 16;
-    m.bias = 1;
-    m.tied_embeddings = 1;
-    return m;
-}
+static ModelConfig tiny_model(void) { return model_family_config(FAMILY_GPT, 2, 8, 2, 256, 16); }
 
 static float wte[256 * 8], wte_m[256 * 8], wte_v[256 * 8], ln[8], ln_m[8], ln_v[8];
 

@@ -19,21 +19,7 @@
 static void tiny_config(MistConfig *c, Precision prec) {
     memset(c, 0, sizeof *c);
     snprintf(c->source, sizeof c->source, "test");
-    ModelConfig *m = &c->model;
-    m->family = FAMILY_GPT;
-    m->layers = 4;
-    m->hidden = 64;
-    m->heads = 4;
-    m->kv_heads = 4;
-    m->ffn_hidden = 256;
-    m->vocab = 256;
-    m->seq_len = 32;
-    m->norm = NORM_LAYERNORM;
-    m->activation = ACT_GELU;
-    m->position = POS_LEARNED;
-    m->bias = 1;
-    m->tied_embeddings = 1;
-    m->norm_eps = 1e-5;
+    c->model = model_family_config(FAMILY_GPT, 4, 64, 4, 256, 32);
     c->train.global_batch = 8;
     c->train.precision = prec;
     c->cluster.nodes = 1;

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "models/model.h"
 #include "runtime/model_runtime.h"
 #include "tests/tap.h"
 
@@ -39,13 +40,9 @@ typedef struct {
 } Case;
 
 static ModelConfig base_model(void) {
-    ModelConfig m;
-    memset(&m, 0, sizeof m);
-    m.family = FAMILY_GPT;
-    m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = 4, m.ffn_hidden = 64, m.vocab = 61, m.seq_len = 12;
-    m.norm = NORM_LAYERNORM, m.activation = ACT_GELU, m.position = POS_LEARNED;
-    m.bias = 1, m.tied_embeddings = 1;
-    m.rope_theta = 10000, m.norm_eps = 1e-5, m.init_std = 0.1;  // 5x GPT-2's: every path carries a gradient well above the noise
+    ModelConfig m = model_family_config(FAMILY_GPT, 2, 32, 4, 61, 12);
+    m.ffn_hidden = 64;
+    m.init_std = 0.1;  // 5x GPT-2's: every path carries a gradient well above the noise
     return m;
 }
 
@@ -164,10 +161,8 @@ int main(void) {
     diag("seed %llu (SEED=%llu repeats this run)", (unsigned long long)seed, (unsigned long long)seed);
     Case cases[4];
     cases[0] = (Case){"gpt (layernorm, gelu, learned positions, biases, tied)", base_model()};
-    ModelConfig llama = base_model();
-    llama.family = FAMILY_LLAMA;
-    llama.norm = NORM_RMSNORM, llama.activation = ACT_SWIGLU, llama.position = POS_ROTARY;
-    llama.kv_heads = 2, llama.bias = 0, llama.tied_embeddings = 0;
+    ModelConfig llama = model_family_config(FAMILY_LLAMA, 2, 32, 4, 61, 12);
+    llama.kv_heads = 2, llama.ffn_hidden = 64, llama.init_std = 0.1;
     cases[1] = (Case){"llama (rmsnorm, swiglu, rotary, gqa 4:2, untied)", llama};
     ModelConfig falcon = base_model();
     falcon.position = POS_ROTARY, falcon.kv_heads = 1, falcon.bias = 0, falcon.parallel_block = 1;

@@ -8,43 +8,9 @@
 #include "models/ops.h"
 #include "tests/tap.h"
 
-static ModelConfig gpt(int L, int h, int a, int V, int s) {
-    ModelConfig m;
-    memset(&m, 0, sizeof m);
-    m.family = FAMILY_GPT;
-    m.layers = L;
-    m.hidden = h;
-    m.heads = a;
-    m.kv_heads = a;
-    m.ffn_hidden = 4 * h;
-    m.vocab = V;
-    m.seq_len = s;
-    m.norm = NORM_LAYERNORM;
-    m.activation = ACT_GELU;
-    m.position = POS_LEARNED;
-    m.bias = 1;
-    m.tied_embeddings = 1;
-    return m;
-}
+static ModelConfig gpt(int L, int h, int a, int V, int s) { return model_family_config(FAMILY_GPT, L, h, a, V, s); }
 
-static ModelConfig llama7b(void) {
-    ModelConfig m;
-    memset(&m, 0, sizeof m);
-    m.family = FAMILY_LLAMA;
-    m.layers = 32;
-    m.hidden = 4096;
-    m.heads = 32;
-    m.kv_heads = 32;
-    m.ffn_hidden = 11008;
-    m.vocab = 32000;
-    m.seq_len = 4096;
-    m.norm = NORM_RMSNORM;
-    m.activation = ACT_SWIGLU;
-    m.position = POS_ROTARY;
-    m.bias = 0;
-    m.tied_embeddings = 0;
-    return m;
-}
+static ModelConfig llama7b(void) { return model_family_config(FAMILY_LLAMA, 32, 4096, 32, 32000, 4096); }
 
 // A part's op list evaluated at (b, s, tp, eb).
 typedef struct {
@@ -76,6 +42,13 @@ static int64_t part_params_concrete(const ModelConfig *m, ModelPart part) {
 }
 
 static void test_param_counts(void) {
+    // the family defaults a configuration gets (docs/config.md)
+    ModelConfig d = llama7b();
+    ok(d.ffn_hidden == 11008 && model_default_ffn(ACT_SWIGLU, 5120) == 13824 && model_default_ffn(ACT_GELU, 768) == 3072,
+       "default MLP widths: SwiGLU 4096 -> 11008, 5120 -> 13824; GELU 4h");
+    ok(d.norm == NORM_RMSNORM && d.position == POS_ROTARY && !d.bias && !d.tied_embeddings && d.kv_heads == 32 &&
+           d.norm_eps == 1e-6,
+       "Llama family: RMSNorm, rotary, no biases, untied, kv_heads = heads, eps 1e-6");
     // GPT-2 small: per block 12h^2 (qkv 3h^2, proj h^2, fc 4h^2, fc_proj 4h^2) + 13h
     // (qkv_b 3h, proj_b h, fc_b 4h, fc_proj_b h, two layernorms 4h), wte Vh, wpe sh, lnf 2h
     ModelConfig m = gpt(12, 768, 12, 50257, 1024);

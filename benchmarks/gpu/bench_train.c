@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/backend.h"
+#include "models/model.h"
 #include "models/model_flops.h"
 #include "planner/analyze.h"
 #include "planner/profile.h"
@@ -35,16 +36,8 @@
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
 
 static ModelConfig model(int family, int L, int h, int heads, int kv, int ffn, int V, int s) {
-    ModelConfig m;
-    memset(&m, 0, sizeof m);
-    int llama = family == FAMILY_LLAMA;
-    m.family = family;
-    m.layers = L, m.hidden = h, m.heads = heads, m.kv_heads = kv, m.ffn_hidden = ffn, m.vocab = V, m.seq_len = s;
-    m.norm = llama ? NORM_RMSNORM : NORM_LAYERNORM;
-    m.activation = llama ? ACT_SWIGLU : ACT_GELU;
-    m.position = llama ? POS_ROTARY : POS_LEARNED;
-    m.bias = !llama, m.tied_embeddings = !llama;
-    m.rope_theta = 10000, m.norm_eps = 1e-5, m.init_std = 0.02;
+    ModelConfig m = model_family_config((ModelFamily)family, L, h, heads, V, s);
+    m.kv_heads = kv, m.ffn_hidden = ffn;
     return m;
 }
 
