@@ -146,8 +146,12 @@ static const char *zero_name(int z) {
 
 void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) {
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32];
-    fprintf(f, "model: %d layers, hidden %d, %d heads, seq %d, vocab %d, %lld parameters\n", cfg->model.layers,
-            cfg->model.hidden, cfg->model.heads, cfg->model.seq_len, cfg->model.vocab, (long long)a->params_total);
+    const ModelConfig *m = &cfg->model;
+    char kv[32] = "";
+    if (m->kv_heads != m->heads) snprintf(kv, sizeof kv, " (%d kv)", m->kv_heads);
+    fprintf(f, "model: %d %sblocks, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d, %lld parameters\n", m->layers,
+            m->parallel_block ? "parallel " : "", m->hidden, m->heads, kv, m->ffn_hidden, m->seq_len, m->vocab,
+            (long long)a->params_total);
     fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks, hardware %s, %s per device\n\n", a->num_stages, a->G,
             a->world, a->hardware, human((double)a->capacity, b1, sizeof b1));
     fprintf(f, "%-5s %-9s %-7s %3s %-11s %-5s %-23s %11s %11s %11s %11s %s\n", "stage", "layers", "mesh", "b", "zero",
