@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "models/model.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checksum.h"
 #include "tests/tap.h"
