@@ -21,6 +21,7 @@ enum { PLAN_CACHE = 512 };  // distinct (shape, epilogue, pointer alignment) pla
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, epilogue, beta_one;
     int align_a, align_b, align_c;  // pointer alignments (bytes, <= 256) the algorithm was chosen for
+    int align_bias, align_aux;      // the same for the epilogue's bias and aux pointers (0: none)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -51,14 +52,22 @@ static int pointer_alignment(const void *p) {
     return align;
 }
 
+// The bias and aux pointers are set on the descriptor before the heuristic
+// query: cuBLASLt's heuristic takes the alignment of those epilogue buffers
+// from the pointer values in the descriptor (cublasLt.h, BIAS_POINTER and
+// EPILOGUE_AUX_POINTER), so a plan is chosen for, and keyed by, their
+// alignments too, like A, B and C (a bias inside the flat parameter buffer
+// is often only 16-byte aligned, and a gathered copy of it may differ).
 static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int k, int lda, int ldb, int ldc,
-                          cublasLtEpilogue_t epilogue, int beta_one, int has_aux, int align_a, int align_b,
-                          int align_c, int optional) {
+                          cublasLtEpilogue_t epilogue, int beta_one, const void *bias, const void *aux, int align_a,
+                          int align_b, int align_c, int optional) {
+    int align_bias = bias ? pointer_alignment(bias) : 0, align_aux = aux ? pointer_alignment(aux) : 0;
     for (int i = 0; i < plan_count; i++) {
         GemmPlan *p = &plans[i];
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
             p->ldb == ldb && p->ldc == ldc && p->epilogue == (int)epilogue && p->beta_one == beta_one &&
-            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c &&
+            p->align_bias == align_bias && p->align_aux == align_aux)
             return p->desc ? p : NULL;  // a cached "no algorithm" for an optional plan
     }
     if (plan_count == PLAN_CACHE) {
@@ -72,6 +81,7 @@ static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int 
     p->transa = transa; p->transb = transb; p->m = m; p->n = n; p->k = k;
     p->lda = lda; p->ldb = ldb; p->ldc = ldc; p->epilogue = (int)epilogue; p->beta_one = beta_one;
     p->align_a = align_a; p->align_b = align_b; p->align_c = align_c;
+    p->align_bias = align_bias; p->align_aux = align_aux;
     LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -81,7 +91,9 @@ static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int 
         cudaDataType_t bt = CUDA_R_16BF;
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    if (has_aux) {
+    if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) {
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
         int64_t ld = ldc;
         cudaDataType_t at = CUDA_R_16BF;
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
@@ -130,10 +142,10 @@ static int gemm_with(Backend *b, cudaStream_t st, int transa, int transb, int m,
                      int lda, const void *B, int ldb, void *C, int ldc, float beta, cublasLtEpilogue_t epilogue,
                      const void *bias, const void *aux, int optional) {
     CudaCtx *ctx = cuda_ctx(b);
-    GemmPlan *p = plan_for(b, transa, transb, m, n, k, lda, ldb, ldc, epilogue, beta != 0.0f, aux != NULL,
+    GemmPlan *p = plan_for(b, transa, transb, m, n, k, lda, ldb, ldc, epilogue, beta != 0.0f, bias, aux,
                            pointer_alignment(A), pointer_alignment(B), pointer_alignment(C), optional);
     if (!p) return 0;
-    // pointers change from call to call; the descriptor keeps only the shape
+    // pointers change from call to call (with the alignments the plan was chosen for)
     if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (aux) LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     float alpha = 1.0f;
