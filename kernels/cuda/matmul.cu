@@ -67,8 +67,10 @@ static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int 
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
             p->ldb == ldb && p->ldc == ldc && p->epilogue == (int)epilogue && p->beta_one == beta_one &&
             p->align_a == align_a && p->align_b == align_b && p->align_c == align_c &&
-            p->align_bias == align_bias && p->align_aux == align_aux)
-            return p->desc ? p : NULL;  // a cached "no algorithm" for an optional plan
+            p->align_bias == align_bias && p->align_aux == align_aux) {
+            if (!p->desc && !optional) continue;  // a required product is never skipped: asked again below
+            return p->desc ? p : NULL;            // NULL: a cached "no algorithm" for an optional plan
+        }
     }
     if (plan_count == PLAN_CACHE) {
         fprintf(stderr, "mist cuda backend: more than %d distinct GEMM shapes; raise PLAN_CACHE in %s\n",
@@ -113,9 +115,12 @@ static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int 
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt_handle, p->desc, p->a, p->b, p->c, p->c,
-                                            pref, 1, &result, &found));
+    // "no algorithm for this configuration" comes back as CUBLAS_STATUS_NOT_SUPPORTED
+    // (cublasLt.h), not only as found == 0: an optional plan falls back on either
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt_handle, p->desc, p->a, p->b, p->c,
+                                                       p->c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS) found = 0;
     if (found == 0 && optional) {  // remembered, so the caller falls back without asking again
         cublasLtMatrixLayoutDestroy(p->a);
         cublasLtMatrixLayoutDestroy(p->b);
@@ -127,8 +132,8 @@ static GemmPlan *plan_for(Backend *b, int transa, int transb, int m, int n, int 
     }
     if (found == 0) {
         fprintf(stderr, "mist cuda backend: cuBLASLt has no algorithm for GEMM m=%d n=%d k=%d (transa %d transb %d, "
-                        "epilogue %d, alignments %d/%d/%d bytes)\n", m, n, k, transa, transb, (int)epilogue, align_a, align_b,
-                align_c);
+                        "epilogue %d, alignments %d/%d/%d bytes; heuristic status %d)\n", m, n, k, transa, transb,
+                (int)epilogue, align_a, align_b, align_c, (int)hs);
         abort();
     }
     p->algo = result.algo;
