@@ -179,10 +179,21 @@ __global__ void gelu_backward_inplace_kernel(bf16 *dout, const bf16 *pre, size_t
 extern "C" void cuda_matmul_forward(Backend *b, BackendStream *s, void *out, void *pre_gelu, const void *inp,
                                     const void *weight, const void *bias, int N, int C, int OC) {
     cudaStream_t st = cuda_stream(s);
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
-    if (pre_gelu) ep = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    else if (bias) ep = CUBLASLT_EPILOGUE_BIAS;
-    gemm(b, st, 1, 0, OC, N, C, weight, C, inp, C, out, OC, 0.0f, ep, bias, pre_gelu);
+    cublasLtEpilogue_t ep = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (pre_gelu) {
+        // The aux (pre_gelu, ld OC) must have a leading dimension divisible by 8
+        // (cublasLt.h, EPILOGUE_AUX_LD). Otherwise, or where cuBLASLt has no
+        // GELU_AUX algorithm, pre_gelu = the product (+ bias) and a separate
+        // pass out = gelu(pre_gelu), which reads the bf16-rounded pre-activation
+        // rather than the fp32 sum.
+        cublasLtEpilogue_t gep = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        if (OC % 8 == 0 && gemm_with(b, st, 1, 0, OC, N, C, weight, C, inp, C, out, OC, 0.0f, gep, bias, pre_gelu, 1))
+            return;
+        gemm(b, st, 1, 0, OC, N, C, weight, C, inp, C, pre_gelu, OC, 0.0f, ep, bias, NULL);
+        cuda_gelu_forward(b, s, out, pre_gelu, (size_t)N * OC);
+        return;
+    }
+    gemm(b, st, 1, 0, OC, N, C, weight, C, inp, C, out, OC, 0.0f, ep, bias, NULL);
 }
 
 // d X(n) *= gelu'(pre X(n)) in place
@@ -208,13 +219,15 @@ extern "C" void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, v
 // fp32 result times gelu'(aux), aux = pre_gelu laid out like dinp (ld C), then
 // rounded once to bf16. This saves the separate in-place pass (read dinp and
 // pre_gelu, write dinp: 6 N C bytes; GPT-3 1.3B at 16k tokens: 0.8 GB per
-// layer). Where cuBLASLt offers no DGELU algorithm for the shape, the plain
-// product and that pass run instead.
+// layer). Where cuBLASLt offers no DGELU algorithm for the shape, or the aux
+// ld C is not divisible by 8 as DGELU requires (cublasLt.h, EPILOGUE_AUX_LD),
+// the plain product and that pass run instead.
 extern "C" void cuda_matmul_dinp_gelu(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *weight,
                                       const void *pre_gelu, int N, int C, int OC) {
     cudaStream_t st = cuda_stream(s);
     if (N <= 0 || C <= 0) return;
-    if (gemm_with(b, st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu, 1))
+    if (C % 8 == 0 &&
+        gemm_with(b, st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu, 1))
         return;
     gemm(b, st, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
     gelu_backward_inplace(st, dinp, pre_gelu, (size_t)N * C);
