@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
         unsigned char *cur = kv_stage_next<HS>(smem, kbase, vbase, stride, kb, qb, T);
         float s[8][4] = {};  // (the first step ignores it: scale_d = 0)
         uint32_t kaddr = smem_addr(cur), vaddr = kaddr + TILE;
+        wgmma_fence_operand<32>(&s[0][0]);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) wgmma_rs_n64<0>(&s[0][0], qf[kk], kmajor_step(kaddr, kk), kk > 0);

@@ -42,6 +42,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dq_wgmma_kernel(bf16
         unsigned char *cur = kv_stage_next<HS>(stages, kbase, vbase, stride, kb, qb, T);  // Q, dO landed too
         uint32_t kaddr = smem_addr(cur), vaddr = kaddr + TILE;
         float p[8][4] = {}, dp[8][4] = {};
+        wgmma_fence_operand<32>(&p[0][0]);
+        wgmma_fence_operand<32>(&dp[0][0]);
         wgmma_fence();
         scores_wgmma_ss<HS>(p, qaddr, kaddr);   // S = Q K^T
         scores_wgmma_ss<HS>(dp, daddr, vaddr);  // dP = dO V^T
@@ -109,6 +111,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dkv_wgmma_kernel(bf1
         uint32_t qaddr = smem_addr(stages + s * STAGE), daddr = qaddr + TILE;
         const float *lse_s = stats + s * 2 * ATT_ROWS, *d_s = lse_s + ATT_ROWS;
         float p[8][4] = {}, dp[8][4] = {};
+        wgmma_fence_operand<32>(&p[0][0]);
+        wgmma_fence_operand<32>(&dp[0][0]);
         wgmma_fence();
         scores_wgmma_ss<HS>(p, kaddr, qaddr);   // S^T = K Q^T   (64 keys x 64 queries)
         scores_wgmma_ss<HS>(dp, vaddr, daddr);  // dP^T = V dO^T
