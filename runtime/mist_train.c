@@ -46,9 +46,10 @@ static void print_usage(FILE *f) {
     fprintf(f,
             "Usage: mist-train [OPTIONS] CONFIG.ini\n"
             "\n"
-            "Trains a GPT- or Llama-style transformer as described by CONFIG.ini, with the\n"
-            "parallel plan given there. Start one process per GPU (or per CPU rank) with\n"
-            "mpirun or srun; rank 0 reads the configuration and shares it with the others.\n"
+            "Trains a GPT- or Llama-style transformer (sequential blocks, or parallel ones\n"
+            "as in Falcon) as described by CONFIG.ini, with the parallel plan given there.\n"
+            "Start one process per GPU (or per CPU rank) with mpirun or srun; rank 0 reads\n"
+            "the configuration and shares it with the others.\n"
             "\n"
             "Options:\n"
             "  -o, --override SECTION.KEY=VALUE\n"
