@@ -21,6 +21,7 @@
 #include "tests/tap.h"
 
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu (this test links the CUDA backend)
+void cuda_attention_wgmma_forward_overlap(int on);
 
 static Backend *gpu, *cpu;
 static const double RTOL = 2e-2, ATOL_FRAC = 2e-2;
@@ -237,7 +238,8 @@ static int check_matmul_ld(const int *p) {
 // p[5]: 0 the default kernels; 1 the wide ones (MIST_CUDA_ATTENTION=wide: 128-query forward
 // tiles, double-buffered dK/dV; the same bits as the default required); 2 the wgmma forward and
 // backward (sm_90a builds on Hopper; their products are summed in the tensor cores' own
-// order, so the CPU tolerance and run-to-run reproducibility apply, not the default's bits)
+// order, so the CPU tolerance and run-to-run reproducibility apply, not the default's bits;
+// the overlapped wgmma forward must give the plain one's bits)
 static const char *const attention_variants[] = {"base", "wide", "wgmma"};
 static int check_attention(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
@@ -275,6 +277,19 @@ static int check_attention(const int *p) {
         if (!same) diag("the wide kernels' results differ from the default kernels' bits");
         det &= same;
         void *tmp[] = {out1, lse1, out2, lse2};
+        for (int i = 0; i < 4; i++) gpu->free_device(gpu, tmp[i]);
+    }
+    if (p[5] == 2) {  // the overlapped forward (the default) against the plain order: the same bits
+        void *out1 = gpu->alloc_device(gpu, nout * 2), *lse1 = gpu->alloc_device(gpu, nl * 4);
+        void *out0 = gpu->alloc_device(gpu, nout * 2), *lse0 = gpu->alloc_device(gpu, nl * 4);
+        gpu->attention_forward(gpu, NULL, out1, lse1, qkv.d, B, T, NH, NKV, HS);
+        cuda_attention_wgmma_forward_overlap(0);
+        gpu->attention_forward(gpu, NULL, out0, lse0, qkv.d, B, T, NH, NKV, HS);
+        cuda_attention_wgmma_forward_overlap(1);
+        int same = same_bits(out1, out0, nout * 2) && same_bits(lse1, lse0, nl * 4);
+        if (!same) diag("the overlapped wgmma forward's bits differ from the plain wgmma forward's");
+        det &= same;
+        void *tmp[] = {out1, lse1, out0, lse0};
         for (int i = 0; i < 4; i++) gpu->free_device(gpu, tmp[i]);
     }
     gpu->free_device(gpu, again);

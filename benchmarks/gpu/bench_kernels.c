@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
+void cuda_attention_wgmma_forward_overlap(int on);
 
 #define PEAK_TFLOPS 989.0
 #define PEAK_GBS 3350.0
@@ -123,7 +124,8 @@ static void run_att(void *p) {
     else gpu->attention_backward(gpu, NULL, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->NH, a->NKV, a->HS);
 }
 // variant: 0 the default kernels, 1 MIST_CUDA_ATTENTION=wide (attention_fwd_wide /
-// attention_bwd_wide), 2 MIST_CUDA_ATTENTION=wgmma (attention_fwd_wgmma / attention_bwd_wgmma)
+// attention_bwd_wide), 2 MIST_CUDA_ATTENTION=wgmma (attention_fwd_wgmma / attention_bwd_wgmma,
+// and attention_fwd_wgmma_plain: the forward without overlapping scores and P V)
 static void bench_attention(int B, int T, int NH, int NKV, int HS, int variant) {
     static const char *const names[3][2] = {{"attention_fwd", "attention_bwd"},
                                             {"attention_fwd_wide", "attention_bwd_wide"},
@@ -140,6 +142,12 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, int variant) 
     run_att(&a);  // a real lse for the backward
     a.bwd = 1;
     report(names[variant][1], shape, time_ms(run_att, &a), 2.5 * fl, 0);
+    if (variant == 2) {  // the wgmma forward without the overlap of scores and P V
+        a.bwd = 0;
+        cuda_attention_wgmma_forward_overlap(0);
+        report("attention_fwd_wgmma_plain", shape, time_ms(run_att, &a), fl, 0);
+        cuda_attention_wgmma_forward_overlap(1);
+    }
     unsetenv("MIST_CUDA_ATTENTION");
     void *all[] = {a.qkv, a.out, a.lse, a.dout, a.dqkv};
     for (int i = 0; i < 5; i++) gpu->free_device(gpu, all[i]);

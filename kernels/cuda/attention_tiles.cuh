@@ -196,11 +196,13 @@ static __device__ __forceinline__ RowPair row_pair(void) {
 
 // One 64-key tile (keys from key0) of the forward's online softmax for one
 // 16-row tile: scores s to base 2 (masked past the row on diagonal tiles and
-// past T), turned into unnormalised probabilities in place; o is rescaled to
-// the new running max.
-template <int HS>
-static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 8][4], RowPair &rp, int row0, int key0, int T,
-                                                    bool diagonal, float scale_log2) {
+// past T), turned into unnormalised probabilities in place; rp moves to the new
+// running max, and alpha = 2^(m_old - m_new) is what the output rows must be
+// scaled by (softmax_tile does it at once; the overlapped wgmma forward once
+// the previous tile's P V has landed).
+static __device__ __forceinline__ void softmax_scores(float s[8][4], RowPair &rp, int row0, int key0, int T,
+                                                      bool diagonal, float scale_log2, float &alpha_lo,
+                                                      float &alpha_hi) {
     int q = threadIdx.x % 4;
     const int r_lo = row0 + (threadIdx.x % 32) / 4, r_hi = r_lo + 8;
     float m_lo = rp.m_lo, m_hi = rp.m_hi, l_lo = rp.l_lo, l_hi = rp.l_hi;
@@ -228,7 +230,7 @@ static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 
     float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
     // a row with no valid key yet keeps m = -inf: use 0 so that 2^(x - m) = 0, not NaN
     float ref_lo = mn_lo == -INFINITY ? 0.0f : mn_lo, ref_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-    float alpha_lo = exp2f(m_lo - ref_lo), alpha_hi = exp2f(m_hi - ref_hi);
+    alpha_lo = exp2f(m_lo - ref_lo), alpha_hi = exp2f(m_hi - ref_hi);
     m_lo = mn_lo;
     m_hi = mn_hi;
     float sum_lo = 0.0f, sum_hi = 0.0f;
@@ -243,6 +245,15 @@ static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 
     }
     l_lo = l_lo * alpha_lo + sum_lo;  // per-thread partial sums; the quad is summed at the end
     l_hi = l_hi * alpha_hi + sum_hi;
+    rp.m_lo = m_lo;
+    rp.m_hi = m_hi;
+    rp.l_lo = l_lo;
+    rp.l_hi = l_hi;
+}
+
+// the output rows of the two rows a thread holds, to the new running max
+template <int HS>
+static __device__ __forceinline__ void rescale_rows(float o[HS / 8][4], float alpha_lo, float alpha_hi) {
 #pragma unroll
     for (int i = 0; i < HS / 8; i++) {
         o[i][0] *= alpha_lo;
@@ -250,10 +261,14 @@ static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 
         o[i][2] *= alpha_hi;
         o[i][3] *= alpha_hi;
     }
-    rp.m_lo = m_lo;
-    rp.m_hi = m_hi;
-    rp.l_lo = l_lo;
-    rp.l_hi = l_hi;
+}
+
+template <int HS>
+static __device__ __forceinline__ void softmax_tile(float s[8][4], float o[HS / 8][4], RowPair &rp, int row0, int key0, int T,
+                                                    bool diagonal, float scale_log2) {
+    float alpha_lo, alpha_hi;
+    softmax_scores(s, rp, row0, key0, T, diagonal, scale_log2, alpha_lo, alpha_hi);
+    rescale_rows<HS>(o, alpha_lo, alpha_hi);
 }
 
 // The query block, head and batch entry of a forward block (latest query blocks

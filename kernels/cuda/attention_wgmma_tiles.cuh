@@ -29,6 +29,9 @@
 // layout fact the K-major cases do not settle; the probe's cases 5-8 print
 // which holds, and this flag follows it.
 #define ATT_V_KATOM_IN_SBO 1
+// The forward issues the next key block's scores with this block's P V, and runs the
+// softmax while P V is in flight (attention_wgmma.cu); 0 = the plain order
+#define ATT_WGMMA_OVERLAP 1
 enum {
     ATT_K_LBO = 16, ATT_K_SBO = 1024,
     ATT_V_LBO = ATT_V_KATOM_IN_SBO ? ATT_ROWS * 128 : 1024,
@@ -108,6 +111,14 @@ static __device__ __forceinline__ uint64_t kmajor_step(uint32_t tile, int kk) {
 // the k16 step kk (rows 16 kk .. 16 kk + 15) of a tile read MN-major
 static __device__ __forceinline__ uint64_t mnmajor_step(uint32_t tile, int kk) {
     return wgmma_desc(tile + kk * 16 * 128, ATT_V_LBO, ATT_V_SBO);
+}
+
+// d (64 x 64, fp32) = Q K^T over the head dim: Q the forward's register fragments (A),
+// the key tile read K-major (the first step overwrites d). The caller fences and commits.
+template <int HS>
+static __device__ __forceinline__ void scores_wgmma_rs(float d[8][4], const uint32_t qf[HS / 16][4], uint32_t k_tile) {
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) wgmma_rs_n64<0>(&d[0][0], qf[kk], kmajor_step(k_tile, kk), kk > 0);
 }
 
 // d (64 x 64, fp32) = A B^T over the head dim, both 64-row tiles read K-major from

@@ -142,6 +142,9 @@ void cuda_attention_forward(Backend *b, BackendStream *s, void *out, float *lse,
                             int B, int T, int NH, int NKV, int HS);
 // whether MIST_CUDA_ATTENTION=wgmma can run: the backend built for sm_90a, on a Hopper GPU
 int cuda_attention_wgmma_available(void);
+// the wgmma forward with the next block's scores overlapped with P V (1, the default) or the
+// plain order (0): the same bits; tests compare them, benchmarks time both
+void cuda_attention_wgmma_forward_overlap(int on);
 void cuda_attention_backward(Backend *b, BackendStream *s, void *dqkv, const void *dout,
                              const void *qkv, const void *out, const float *lse,
                              int B, int T, int NH, int NKV, int HS);

@@ -27,6 +27,11 @@ static __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32
 static __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wgmma_wait(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// waits until at most N of this thread's committed groups are pending (the older ones are done)
+template <int N>
+static __device__ __forceinline__ void wgmma_wait_n(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Pins d[0..N) for the compiler just before a wgmma_fence(): other instructions' writes of
 // these registers (an accumulator's zeroing) stay above the fence; left free, nvcc sank
 // them between the fence and the first wgmma, where the PTX ISA allows no such access
