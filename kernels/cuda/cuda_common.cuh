@@ -165,7 +165,7 @@ void cuda_adamw_update(Backend *b, BackendStream *s, void *param, float *master,
 void cuda_norm_squared_accumulate(Backend *b, BackendStream *s, float *acc, const void *grad, size_t n);
 void cuda_cast(Backend *b, BackendStream *s, void *dst, MistDtype dst_t, const void *src, MistDtype src_t, size_t n);
 void cuda_scale(Backend *b, BackendStream *s, void *x, float alpha, size_t n);
-// deterministic column sums: out f32-or-bf16 X(C) += sum over rows of in X(N,C) (used by matmul)
+// deterministic column sums: out bf16 X(C) += sum over rows of in X(N,C), summed in fp32 (used by matmul)
 void cuda_column_sum_accumulate(Backend *b, cudaStream_t st, bf16 *out, const bf16 *in, int N, int C);
 // cuBLASLt state (matmul.cu)
 int cuda_matmul_init(Backend *b, char *err, size_t errlen);
