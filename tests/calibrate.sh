@@ -59,6 +59,17 @@ rc=$?
 [ $rc -eq 2 ] && grep -q -- "--iters 1e3: allowed: an integer 1..1000000" "$W/cal11.err"
 tap_ok $? "mist-calibrate --iters 1e3 exits 2 (rc $rc)"
 
+# parallel (Falcon-style) blocks have no ln2: the table lists the other ops, and the planner reads it
+FALCON="$MIST_SRCDIR/examples/tiny-falcon.ini"
+"$CAL" "$FALCON" --b 4 --iters 1 --out "$W/f.optable" 2>"$W/calf.err"
+rc=$?
+ops=$(awk '!/^#/ && NF == 6 { print $1 }' "$W/f.optable" | sort | tr '\n' ' ')
+"$PLAN" "$FALCON" --analyze --json --hardware cpu --op-table "$W/f.optable" >"$W/f.plan" 2>"$W/f.plan.err"
+rcp=$?
+[ $rc -eq 0 ] && [ $rcp -eq 0 ] &&
+    [ "$ops" = "attention attn_proj crossentropy embedding fc fc_proj lm_head ln1 lnf qkv rotary " ]
+tap_ok $? "tiny-falcon (parallel blocks, rotary): every op but ln2 timed, the planner reads the table (rc $rc, $rcp; $ops)"
+
 # usage errors exit 2 with a message naming the option
 "$CAL" "$GPT" --b 0 >/dev/null 2>"$W/bad.err"
 rc=$?
