@@ -38,12 +38,17 @@ void optimizer_step(Optimizer *o, float lr, float grad_scale) {
     Backend *b = o->backend;
     size_t x = mist_dtype_size(b->dtype);
     o->t++;
-    for (int i = 0; i < o->num_tensors; i++) {
+    // adjacent tensors with the same weight decay are one update (AdamW is elementwise:
+    // the same bits, fewer launches)
+    for (int i = 0; i < o->num_tensors;) {
         const OptimTensor *t = &o->tensors[i];
-        float wd = t->decay ? (float)o->weight_decay : 0.0f;
-        b->adamw_update(b, o->stream, (char *)o->params + t->offset * x,
-                        o->master ? o->master + t->offset : NULL, (const char *)o->grads + t->offset * x,
-                        o->m + t->offset, o->v + t->offset, t->count, lr, (float)o->beta1,
+        size_t off = t->offset, count = t->count;
+        int decay = t->decay;
+        for (i++; i < o->num_tensors && o->tensors[i].offset == off + count && o->tensors[i].decay == decay; i++)
+            count += o->tensors[i].count;
+        float wd = decay ? (float)o->weight_decay : 0.0f;
+        b->adamw_update(b, o->stream, (char *)o->params + off * x, o->master ? o->master + off : NULL,
+                        (const char *)o->grads + off * x, o->m + off, o->v + off, count, lr, (float)o->beta1,
                         (float)o->beta2, (float)o->eps, wd, grad_scale, (int)o->t);
     }
 }

@@ -304,6 +304,15 @@ static void poll_requests(ModelRuntime *r) {
 }
 
 // ---------------------------------------------------------------- optimizer step of one unit
+// tensor k of unit u cut to the step range [lo, lo + len), as unit positions [a, b); 0 when empty
+static int tensor_cut(const ModelRuntime *r, int u, int k, size_t lo, size_t len, size_t *a, size_t *b) {
+    const ParamTensor *t = &r->tensors[k];
+    *a = t->offset - r->units[u].off, *b = *a + t->count;
+    if (*a < lo) *a = lo;
+    if (*b > lo + len) *b = lo + len;
+    return *a < *b;
+}
+
 static void unit_step(ModelRuntime *r, int u) {
     Backend *be = r->be;
     size_t lo, len;
@@ -319,15 +328,20 @@ static void unit_step(ModelRuntime *r, int u) {
         float *ms = bf16 ? store_view(r, &r->smaster, u, oi, len, arena_ptr(&r->oswap[0])) : NULL;
         float *m = store_view(r, &r->sm, u, oi, len, arena_ptr(&r->oswap[1]));
         float *v = store_view(r, &r->sv, u, oi, len, arena_ptr(&r->oswap[2]));
-        // every parameter tensor of the unit, cut to [lo, lo+len)
-        for (int k = r->unit_first_tensor[u]; k < r->unit_first_tensor[u + 1]; k++) {
-            const ParamTensor *t = &r->tensors[k];
-            size_t a = t->offset - r->units[u].off, b = a + t->count;
-            if (a < lo) a = lo;
-            if (b > lo + len) b = lo + len;
-            if (a >= b) continue;
+        // every parameter tensor of the unit, cut to [lo, lo+len); adjacent tensors with the
+        // same weight decay are one update (AdamW is elementwise: the same bits, fewer launches)
+        int end = r->unit_first_tensor[u + 1];
+        for (int k = r->unit_first_tensor[u]; k < end;) {
+            size_t a, b, a2, b2;
+            if (!tensor_cut(r, u, k, lo, len, &a, &b)) {
+                k++;
+                continue;
+            }
+            int decay = r->tensors[k].decay;
+            for (k++; k < end && tensor_cut(r, u, k, lo, len, &a2, &b2) && a2 == b && r->tensors[k].decay == decay; k++)
+                b = b2;
             size_t i = a - lo;
-            float wd = t->decay ? (float)r->opt.weight_decay : 0.0f;
+            float wd = decay ? (float)r->opt.weight_decay : 0.0f;
             be->adamw_update(be, r->stream, w + i * r->x, ms ? ms + i : NULL, g + i * r->x, m + i, v + i, b - a,
                              r->step_lr, (float)r->opt.beta1, (float)r->opt.beta2, (float)r->opt.eps, wd,
                              r->step_scale, (int)r->step_t);
