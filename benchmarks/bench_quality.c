@@ -17,7 +17,7 @@
 
 #include "benchmarks/bench_model_ini.h"
 #include "planner/cost.h"
-#include "planner/search.h"
+#include "planner/search_compare.h"
 
 typedef struct {
     const char *hardware, *family, *shape;
@@ -63,24 +63,21 @@ int main(int argc, char **argv) {
                 static MistConfig cfg;
                 if (bench_model_config(&cfg, c->family, &bench_shapes[k], c->seq, c->batch, c->hardware, nodes, gpn))
                     return 1;
+                SearchOptions so;
+                search_options_default(&so, &cfg);
+                so.confirm_lp = 0;
+                static SpaceComparison cmp;
+                char err[1024];
+                if (search_compare_spaces(&cfg, &hw, NULL, &so, SPACE_FULL, NULL, 0, &cmp, err, sizeof err) != 0) {
+                    fprintf(stderr, "bench_quality: %s %s on %d: %s\n", c->family, c->shape, c->gpus, err);
+                    return 1;
+                }
                 c->seconds = 0;
                 for (int sp = 0; sp <= SPACE_FULL; sp++) {
-                    SearchOptions so;
-                    search_options_default(&so, &cfg);
-                    so.space = (PlanSpace)sp;
-                    so.confirm_lp = 0;
-                    static SearchResult r;
-                    SearchStats st;
-                    char err[1024];
-                    int rc = plan_search(&cfg, &hw, NULL, &so, &r, &st, err, sizeof err);
-                    if (rc == 2) {
-                        fprintf(stderr, "bench_quality: %s %s on %d: %s\n", c->family, c->shape, c->gpus, err);
-                        return 1;
-                    }
-                    c->T[sp] = rc == 0 ? r.iteration_seconds : INFINITY;
-                    c->seconds += st.seconds;
-                    if (sp == SPACE_FULL && rc == 0) c->best = r.plan;
+                    c->T[sp] = cmp.space[sp].iteration_seconds;
+                    c->seconds += cmp.space[sp].seconds;
                 }
+                if (cmp.space[SPACE_FULL].found) c->best = cmp.space[SPACE_FULL].plan;
                 c->speedup = isinf(c->T[0]) ? NAN : c->T[0] / c->T[SPACE_FULL];
                 double flop_rate = (double)c->gpus * hw.peak_flops[DT_BF16];
                 c->mfu_megatron = model_flops_per_iteration(&cfg) / (flop_rate * c->T[0]);

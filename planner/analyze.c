@@ -132,7 +132,7 @@ static const char *human(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-static const char *seconds(double s, char *buf, size_t len) {
+const char *analysis_seconds_text(double s, char *buf, size_t len) {
     if (s >= 1) snprintf(buf, len, "%.3f s", s);
     else if (s >= 1e-3) snprintf(buf, len, "%.3f ms", s * 1e3);
     else snprintf(buf, len, "%.1f us", s * 1e6);
@@ -163,8 +163,8 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         snprintf(mesh, sizeof mesh, "%dx%d", s->sp.dp, s->sp.tp);
         snprintf(off, sizeof off, "%.2f/%.2f/%.2f/%.2f", s->sp.wo, s->sp.go, s->sp.oo, s->sp.ao);
         fprintf(f, "%-5d %-9s %-7s %3d %-11s %-5d %-23s %11s %11s %11s %11s %s\n", i, layers, mesh, s->sp.b,
-                zero_name(s->sp.zero), s->sp.ckpt, off, seconds(s->out[ST_T], b1, sizeof b1),
-                seconds(s->out[ST_D], b2, sizeof b2), human(s->out[ST_PEAK_FWD], b3, sizeof b3),
+                zero_name(s->sp.zero), s->sp.ckpt, off, analysis_seconds_text(s->out[ST_T], b1, sizeof b1),
+                analysis_seconds_text(s->out[ST_D], b2, sizeof b2), human(s->out[ST_PEAK_FWD], b3, sizeof b3),
                 human(s->out[ST_PEAK_BWD], b4, sizeof b4),
                 s->fits ? "yes" : !s->host_shortfall ? "NO" : !s->shortfall ? "NO (host)" : "NO (+host)");
     }
@@ -180,7 +180,7 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if (s->out[ST_LOGITS] > 0) fprintf(f, ", logits+loss %s", human(s->out[ST_LOGITS], b1, sizeof b1));
         fprintf(f, ", host %s\n", human(s->out[ST_HOST], b1, sizeof b1));
     }
-    fprintf(f, "\niteration: %s, %.0f tokens/s\n", seconds(a->iteration_seconds, b1, sizeof b1), a->tokens_per_second);
+    fprintf(f, "\niteration: %s, %.0f tokens/s\n", analysis_seconds_text(a->iteration_seconds, b1, sizeof b1), a->tokens_per_second);
     // HFU counts what the kernels execute: recompute in, the causal half of the score matrix
     // only, so without checkpointing it is a little below MFU (Megatron's full s^2)
     fprintf(f, "model FLOPs per iteration: %.4g (MFU %.1f%%; HFU %.1f%%: executed FLOPs, recompute in, causal attention "

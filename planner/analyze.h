@@ -53,6 +53,8 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
                  char *err, size_t errlen);
 
 void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f);
+// "100.625 s", "708.868 ms" or "12.5 us": a time as the tables print it
+const char *analysis_seconds_text(double s, char *buf, size_t len);
 void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f);
 
 #endif

@@ -14,6 +14,7 @@
 #endif
 #include "planner/analyze.h"
 #include "planner/search.h"
+#include "planner/search_compare.h"
 #include "planner/optable.h"
 #include "planner/profile.h"
 #include "runtime/config_load.h"
@@ -41,6 +42,8 @@ static void usage(FILE *f) {
             "  --gpus-per-node M        devices per node (default: [cluster] gpus_per_node)\n"
             "  --space NAME             megatron | zero | ckpt | offload | full (default: [plan] space)\n"
             "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
+            "  --compare                also search every smaller space (megatron, zero, ckpt, offload)\n"
+            "                           and print the best plan of each: what each feature buys\n"
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
             "  --threads T              search with T threads, 1..256 (default: OMP_NUM_THREADS, else\n"
@@ -65,10 +68,10 @@ static void usage(FILE *f) {
             "docs: docs/plan-search.md, docs/plan-analyze.md\n");
 }
 
-// A JSON object printed by f(a, cfg, stream) with `, "search": {...}` added
-// before its closing brace.
+// The --analyze JSON object with `, "search": {...}` (and `, "compare": [...]`)
+// added before its closing brace.
 static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg, const SearchStats *st,
-                                   const SearchOptions *so, const SearchResult *r) {
+                                   const SearchOptions *so, const SearchResult *r, const SpaceComparison *cmp) {
     char *buf = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&buf, &len);
@@ -93,7 +96,13 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
                (long long)r->shortfall, r->closest_host ? "host" : "device");
     if (r->states_bytes > 0)
         printf(", \"states_bytes\": %.0f, \"cluster_memory_bytes\": %.0f", r->states_bytes, r->cluster_bytes);
-    printf("}}\n");
+    printf("}");
+    if (cmp) {  // --compare: the best plan of each space up to the searched one
+        printf(", \"compare\": [");
+        search_compare_print_json(cmp, stdout);
+        printf("]");
+    }
+    printf("}\n");
 }
 
 // Write the plan atomically (a reader never sees half a file; /dev/null or a FIFO is
@@ -117,12 +126,18 @@ static int write_plan_file(const Plan *plan, const char *path) {
 
 // Search, print the plan in the --analyze format plus the statistics, write it.
 static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
-                             const char *out_path, int json) {
+                             const char *out_path, int json, int compare) {
     static SearchResult r;
     SearchStats st;
     char err[1024];
     int rc = plan_search(cfg, hw, table, so, &r, &st, err, sizeof err);
     if (rc == 2) {
+        fprintf(stderr, "mist-plan: %s: %s\n", cfg->source, err);
+        return 2;
+    }
+    // --compare: the best plan of every smaller space too (the searched space's row is this result)
+    static SpaceComparison cmp;
+    if (compare && search_compare_spaces(cfg, hw, table, so, so->space, &r, st.seconds, &cmp, err, sizeof err) != 0) {
         fprintf(stderr, "mist-plan: %s: %s\n", cfg->source, err);
         return 2;
     }
@@ -137,7 +152,7 @@ static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const O
         return 1;
     }
     if (shown) {
-        if (json) print_json_with_search(&an, cfg, &st, so, &r);
+        if (json) print_json_with_search(&an, cfg, &st, so, &r, compare ? &cmp : NULL);
         else {
             if (rc != 0) printf("no plan fits; the closest plan:\n");
             analysis_print_text(&an, cfg, stdout);
@@ -145,6 +160,10 @@ static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const O
         }
     } else if (!json) {
         search_stats_print_text(&st, so, stdout);
+    }
+    if (compare && !json) {
+        printf("\n");
+        search_compare_print_text(&cmp, stdout);
     }
     if (rc == 3) {
         fprintf(stderr, "mist-plan: %s: ", cfg->source);
@@ -164,7 +183,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL, *plan_path = NULL, *hardware = NULL, *op_table = NULL;
     const char *out_path = NULL, *space_name = NULL;
     const char *overrides[MAX_OVERRIDES];
-    int n_overrides = 0, analyze = 0, json = 0, nodes = 0, gpn = 0, frontier_max = 0, threads = 0;
+    int n_overrides = 0, analyze = 0, json = 0, compare = 0, nodes = 0, gpn = 0, frontier_max = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -175,6 +194,8 @@ int main(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') plan_path = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--compare")) {
+            compare = 1;
         } else if (!strcmp(a, "--nodes") || !strcmp(a, "--gpus-per-node") || !strcmp(a, "--frontier-max") ||
                    !strcmp(a, "--threads")) {
             char *end = NULL;
@@ -241,8 +262,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-plan: --frontier-max 1: a sample keeps both ends of a frontier; allowed: 2 or more\n");
         return 2;
     }
-    if (analyze && (space_name || out_path || nodes || gpn || frontier_max || threads)) {
-        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node, --frontier-max and --threads belong to a "
+    if (analyze && (space_name || out_path || nodes || gpn || frontier_max || threads || compare)) {
+        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node, --frontier-max, --threads and --compare "
+                        "belong to a "
                         "search; "
                         "--analyze evaluates a fixed plan (hint: drop --analyze to search)\n");
         return 2;
@@ -290,7 +312,7 @@ int main(int argc, char **argv) {
 #else
         so.threads = 1;
 #endif
-        int rc = search_and_report(&cfg, &hw, tablep, &so, out_path, json);
+        int rc = search_and_report(&cfg, &hw, tablep, &so, out_path, json, compare);
         if (tablep) optable_free(tablep);
         return rc;
     }

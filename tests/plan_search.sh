@@ -60,6 +60,53 @@ for sp in megatron zero ckpt offload full; do
 done
 tap_ok $ok_spaces "every --space finds a plan, each no slower than the one before"
 
+# --compare: the best plan of every space up to the searched one, each row a real search
+G67="$MIST_SRCDIR/examples/gpt3-6.7b.ini"
+out=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --compare 2>"$tmp/err"); rc=$?
+table=$(printf '%s\n' "$out" | sed -n '/^what each feature buys/,$p')
+rows=$(printf '%s\n' "$table" | grep -cE '^  (megatron|zero|ckpt|offload|full) ')
+full_t=$(printf '%s\n' "$table" | awk '$1=="full"{print $2" "$3}')
+iter_t=$(printf '%s\n' "$out" | sed -n 's/^iteration: \([^,]*\),.*/\1/p')
+[ $rc -eq 0 ] && [ "$rows" -eq 5 ] && [ -n "$iter_t" ] && [ "$full_t" = "$iter_t" ] &&
+    printf '%s\n' "$table" | awk '$1=="megatron"{m=($4=="1.000x")} END{exit !m}'
+tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): five rows, full's time is the plan's ($full_t = $iter_t), megatron 1.000x"
+[ $rc -eq 0 ] || tap_diag "$out" "$(cat "$tmp/err")"
+
+# the JSON rows: times never rise from one space to the next, speedup = megatron / time, the
+# last row is the plan's own time, and the offload row is what --space offload finds alone
+"$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
+top=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"iteration_seconds": [^,]*' | head -1 | cut -d' ' -f2)
+sed 's/.*"compare": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
+alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --space offload --json 2>/dev/null |
+    sed 's/"stages": \[.*//' | grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
+awk -v top="$top" -v alone="$alone" '
+    { match($0, /"iteration_seconds": [^,]*/); t = substr($0, RSTART + 21, RLENGTH - 21) + 0
+      match($0, /"speedup_over_megatron": [^,]*/); s = substr($0, RSTART + 25, RLENGTH - 25) + 0
+      n++; if (n == 1) m = t
+      if (n > 1 && t > prev * (1 + 1e-12)) bad = bad " rises at row " n
+      if (s < m / t * (1 - 1e-5) || s > m / t * (1 + 1e-5)) bad = bad " speedup of row " n
+      if ($0 ~ /"space": "offload"/ && t != alone + 0) bad = bad " offload " t " vs alone " alone
+      prev = t }
+    END { if (n != 5) bad = bad " rows " n; if (prev != top + 0) bad = bad " last " prev " vs plan " top
+          if (bad != "") { print bad; exit 1 } }' "$tmp/c.rows" >"$tmp/c.bad"
+[ $rc -eq 0 ] && [ -n "$top" ] && [ -n "$alone" ] && [ ! -s "$tmp/c.bad" ]
+tap_ok $? "--compare --json: 5 rows, times never rise, speedup = megatron / time, last = the plan ($top s), offload = --space offload alone ($alone s)"
+[ -s "$tmp/c.bad" ] && tap_diag "$(cat "$tmp/c.bad")" "$(cat "$tmp/c.rows")"
+
+# spaces that fit nothing say so with their closest plan; --space limits the rows
+G13="$MIST_SRCDIR/examples/gpt3-13b.ini"
+out=$("$PLAN" "$G13" --nodes 1 --gpus-per-node 8 --hardware l4 --compare 2>"$tmp/err"); rc=$?
+none=$(printf '%s\n' "$out" | grep -cE '^  (megatron|zero|ckpt) .*nothing fits; closest: .*short by [0-9.]+ GiB')
+found=$(printf '%s\n' "$out" | grep -cE '^  (offload|full) +[0-9.]+ s +- ')
+[ $rc -eq 0 ] && [ "$none" -eq 3 ] && [ "$found" -eq 2 ]
+tap_ok $? "--compare (GPT-3 13B, 1x8 L4): megatron, zero, ckpt fit nothing (closest + shortfall), offload and full fit, no speedup without a megatron plan"
+[ $rc -eq 0 ] && [ "$none" -eq 3 ] && [ "$found" -eq 2 ] || tap_diag "$out"
+out=$("$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --space ckpt --compare 2>&1); rc=$?
+rows=$(printf '%s\n' "$out" | sed -n '/^what each feature buys/,$p' | grep -cE '^  (megatron|zero|ckpt|offload|full) ')
+"$PLAN" "$TINY" --analyze --compare >/dev/null 2>"$tmp/err"; rc2=$?
+[ $rc -eq 0 ] && [ "$rows" -eq 3 ] && [ $rc2 -eq 2 ] && grep -q 'belong to a search' "$tmp/err"
+tap_ok $? "--space ckpt --compare: 3 rows (megatron, zero, ckpt); --analyze --compare exits 2 (rc $rc, $rows rows, rc $rc2)"
+
 "$PLAN" "$TINY" $AUTO --space bogus >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q 'megatron, zero, ckpt, offload, full' "$tmp/err"
 tap_ok $? "an unknown --space exits 2 naming the allowed ones"

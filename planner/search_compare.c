@@ -1,0 +1,134 @@
+// What each feature buys: the best plan per space (search_compare.h).
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "planner/analyze.h"
+#include "planner/search_compare.h"
+
+int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
+                          PlanSpace upto, const SearchResult *known, double known_seconds, SpaceComparison *out,
+                          char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->count = (int)upto + 1;
+    for (int sp = 0; sp <= (int)upto; sp++) {
+        static SearchResult searched;  // large (two plans): not on the stack
+        const SearchResult *r = known;
+        double seconds = known_seconds;
+        if (sp != (int)upto || !known) {
+            SearchOptions o = *so;
+            o.space = (PlanSpace)sp;
+            o.progress = 0;
+            SearchStats st;
+            int rc = plan_search(cfg, hw, table, &o, &searched, &st, err, errlen);
+            if (rc == 2) return 2;
+            r = &searched;
+            seconds = st.seconds;
+        }
+        SpaceBest *b = &out->space[sp];
+        b->found = r->found;
+        b->iteration_seconds = r->found ? r->iteration_seconds : INFINITY;
+        b->have_closest = !r->found && r->have_closest;
+        if (r->found) b->plan = r->plan;
+        else if (b->have_closest) b->plan = r->closest;
+        b->closest_stage = r->closest_stage, b->shortfall = r->shortfall, b->closest_host = r->closest_host;
+        b->seconds = seconds;
+    }
+    return 0;
+}
+
+double search_compare_speedup(const SpaceComparison *c, int i) {
+    if (!c->space[0].found || !c->space[i].found) return NAN;
+    return c->space[0].iteration_seconds / c->space[i].iteration_seconds;
+}
+
+// "lo" or "lo-hi" of an int field over the stages
+static int range_text(char *buf, size_t len, const Plan *p, size_t offset) {
+    int lo = 1 << 30, hi = -1;
+    for (int i = 0; i < p->num_stages; i++) {
+        int v = *(const int *)((const char *)&p->stage[i] + offset);
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+    }
+    return lo == hi ? snprintf(buf, len, "%d", lo) : snprintf(buf, len, "%d-%d", lo, hi);
+}
+
+void plan_summary(const Plan *p, char *buf, size_t len) {
+    // meshes: the distinct dp x tp of the stages, in stage order
+    char mesh[96] = "";
+    int distinct = 0;
+    for (int i = 0; i < p->num_stages; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= p->stage[j].dp == p->stage[i].dp && p->stage[j].tp == p->stage[i].tp;
+        if (seen) continue;
+        size_t at = strlen(mesh);
+        if (at + 24 >= sizeof mesh) break;
+        snprintf(mesh + at, sizeof mesh - at, "%s%dx%d", distinct++ ? "," : "", p->stage[i].dp, p->stage[i].tp);
+    }
+    char b[24], zero[24];
+    range_text(b, sizeof b, p, offsetof(StagePlan, b));
+    range_text(zero, sizeof zero, p, offsetof(StagePlan, zero));
+    // checkpointed blocks of all blocks; offloaded states: those with a non-zero ratio on some stage
+    int ckpt = 0, layers = 0, wo = 0, go = 0, oo = 0, ao = 0;
+    for (int i = 0; i < p->num_stages; i++) {
+        const StagePlan *s = &p->stage[i];
+        ckpt += s->ckpt, layers += s->layers;
+        wo |= s->wo > 0, go |= s->go > 0, oo |= s->oo > 0, ao |= s->ao > 0;
+    }
+    char ck[48], off[32];
+    if (ckpt == 0) snprintf(ck, sizeof ck, "no ckpt");
+    else if (ckpt == layers) snprintf(ck, sizeof ck, "ckpt all");
+    else snprintf(ck, sizeof ck, "ckpt %d/%d blocks", ckpt, layers);
+    if (!(wo | go | oo | ao)) snprintf(off, sizeof off, "no offload");
+    else snprintf(off, sizeof off, "offload%s%s%s%s", wo ? " w" : "", go ? " g" : "", oo ? " o" : "", ao ? " a" : "");
+    snprintf(buf, len, "%d stage%s, G %d, mesh %s, b %s, ZeRO %s, %s, %s", p->num_stages, p->num_stages == 1 ? "" : "s",
+             p->G, mesh, b, zero, ck, off);
+}
+
+void search_compare_print_text(const SpaceComparison *c, FILE *f) {
+    fprintf(f, "what each feature buys (best plan per space, same cluster and batch; speedup = megatron / space):\n");
+    fprintf(f, "  %-9s %14s %9s %9s  %s\n", "space", "iteration", "speedup", "search", "plan");
+    for (int i = 0; i < c->count; i++) {
+        const SpaceBest *b = &c->space[i];
+        char plan[192];
+        if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
+        if (!b->found) {
+            if (b->have_closest)
+                fprintf(f, "  %-9s %14s %9s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s memory\n",
+                        search_space_name((PlanSpace)i), "-", "-", b->seconds, plan, b->closest_stage,
+                        b->shortfall / 1073741824.0, b->closest_host ? "host" : "device");
+            else
+                fprintf(f, "  %-9s %14s %9s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-", b->seconds);
+            continue;
+        }
+        double s = search_compare_speedup(c, i);
+        char sp[16] = "-";
+        if (!isnan(s)) snprintf(sp, sizeof sp, "%.3fx", s);
+        char t[32];
+        fprintf(f, "  %-9s %14s %9s %8.3fs  %s\n", search_space_name((PlanSpace)i),
+                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp, b->seconds, plan);
+    }
+}
+
+void search_compare_print_json(const SpaceComparison *c, FILE *f) {
+    for (int i = 0; i < c->count; i++) {
+        const SpaceBest *b = &c->space[i];
+        fprintf(f, "%s{\"space\": \"%s\", \"found\": %s", i ? ", " : "", search_space_name((PlanSpace)i),
+                b->found ? "true" : "false");
+        if (b->found) {
+            double s = search_compare_speedup(c, i);
+            fprintf(f, ", \"iteration_seconds\": %.17g", b->iteration_seconds);
+            if (isnan(s)) fprintf(f, ", \"speedup_over_megatron\": null");
+            else fprintf(f, ", \"speedup_over_megatron\": %.6g", s);
+        } else if (b->have_closest) {
+            fprintf(f, ", \"closest_stage\": %d, \"shortfall_bytes\": %lld, \"shortfall_memory\": \"%s\"",
+                    b->closest_stage, (long long)b->shortfall, b->closest_host ? "host" : "device");
+        }
+        if (b->found || b->have_closest) {
+            char plan[192];
+            plan_summary(&b->plan, plan, sizeof plan);
+            fprintf(f, ", \"stages\": %d, \"G\": %d, \"plan\": \"%s\"", b->plan.num_stages, b->plan.G, plan);
+        }
+        fprintf(f, ", \"search_seconds\": %.6g}", b->seconds);
+    }
+}
