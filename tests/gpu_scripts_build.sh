@@ -4,6 +4,8 @@
 # that have a GPU but may lack MPI: a source file added to the project and
 # missing from a list only shows there, at link time. This builds both with
 # BUILD_ONLY=1 (compile and link, run nothing), so it fails here instead.
+# A copy of that build (files newer than their sources, as after carrying it
+# to a GPU machine) is used as it is: device time does not go to compiling.
 . "$MIST_SRCDIR/tests/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -22,4 +24,25 @@ done
 [ $rc -eq 0 ] && [ -z "$missing" ]
 tap_ok $? "benchmarks/gpu/run.sh BUILD_ONLY=1 builds test_cuda_kernels, bench_kernels and bench_train (rc $rc)"
 [ $rc -eq 0 ] && [ -z "$missing" ] || tap_diag "missing:$missing" "$(tail -20 "$tmp/log")"
+
+# the copy: every file newer than the sources, yet the hash of the sources decides
+cp -r "$tmp/out" "$tmp/copy"
+CUDA_HOME="$cuda" BUILD_ONLY=1 sh "$MIST_SRCDIR/benchmarks/gpu/run.sh" "$tmp/copy" >"$tmp/log2" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q 'not rebuilt' "$tmp/log2" && [ "$(grep -c 'not rebuilt' "$tmp/log2")" -eq 2 ] &&
+    cmp -s "$tmp/out/bench_train" "$tmp/copy/bench_train" && cmp -s "$tmp/out/test_cuda_kernels" "$tmp/copy/test_cuda_kernels"
+tap_ok $? "a copy of the build is used as it is: run.sh and train.sh say 'not rebuilt', the programs are unchanged (rc $rc)"
+[ $rc -eq 0 ] || tap_diag "$(tail -20 "$tmp/log2")"
+
+# the hash follows the sources' contents, not their times
+mkdir -p "$tmp/top/kernels"
+echo 'int a;' >"$tmp/top/kernels/a.c"
+h1=$(top="$tmp/top" arch=sm_90a; . "$MIST_SRCDIR/benchmarks/gpu/fresh.sh"; sources_hash)
+touch -d '2001-01-01' "$tmp/top/kernels/a.c"
+h2=$(top="$tmp/top" arch=sm_90a; . "$MIST_SRCDIR/benchmarks/gpu/fresh.sh"; sources_hash)
+echo 'int b;' >"$tmp/top/kernels/a.c"
+h3=$(top="$tmp/top" arch=sm_90a; . "$MIST_SRCDIR/benchmarks/gpu/fresh.sh"; sources_hash)
+h4=$(top="$tmp/top" arch=sm_90; . "$MIST_SRCDIR/benchmarks/gpu/fresh.sh"; sources_hash)
+[ -n "$h1" ] && [ "$h1" = "$h2" ] && [ "$h2" != "$h3" ] && [ "$h3" != "$h4" ]
+tap_ok $? "the sources' hash: the same after touch, another after an edit or for another CUDA_ARCH"
 tap_end

@@ -15,3 +15,22 @@ fresh_arch() {
         echo "$2" >"$1/obj/arch"
     fi
 }
+# sources_hash: one hash of every file the GPU programs are built from (and the
+# target and inih). A kept or carried OUTDIR whose programs were built from the
+# same sources is used as it is: copying a tree to another machine changes the
+# files' times, not their contents, so `fresh` alone would rebuild everything there.
+sources_hash() {
+    (cd "$top" && find kernels runtime planner models tests benchmarks/gpu -type f \( -name '*.c' -o -name '*.h' \
+        -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \) 2>/dev/null | LC_ALL=C sort | xargs cat
+     echo "$arch ${INIH_DIR:-}") | sha256sum | cut -d' ' -f1
+}
+# prebuilt STAMP PROGRAM...: STAMP holds the hash of these sources and every
+# program exists and finds its shared libraries here
+prebuilt() {
+    stamp=$1; shift
+    [ "$(cat "$stamp" 2>/dev/null)" = "$(sources_hash)" ] || return 1
+    for p in "$@"; do
+        [ -x "$p" ] || return 1
+        ! ldd "$p" 2>/dev/null | grep -q 'not found' || return 1
+    done
+}

@@ -7,7 +7,9 @@
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
 # Writes OUTDIR/wgmma_probe.log, OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
 # OUTDIR/bench_train.log, OUTDIR/bench_train.json.
-# A kept OUTDIR is rebuilt incrementally (benchmarks/gpu/fresh.sh).
+# A kept OUTDIR is rebuilt incrementally, and not at all when its programs were built from the
+# same sources (benchmarks/gpu/fresh.sh): build here with BUILD_ONLY=1, carry OUTDIR to the GPU
+# machine, and no device time goes to compiling.
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels), SANITIZE=0 skips compute-sanitizer,
 # TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
 # and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
@@ -20,37 +22,42 @@ arch=${CUDA_ARCH:-sm_90a}
 nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 
-echo "== build ($arch)"
-# a second call (OUTDIR kept) recompiles only what changed: device time is scarce
 . "$top/benchmarks/gpu/fresh.sh"
-fresh_arch "$out" "$arch"
-objs=""; pids=""
-for f in "$top"/kernels/cuda/*.cu; do
-    o="$out/obj/cuda_$(basename "$f" .cu).o"
-    if ! fresh "$o" "$f"; then
-        "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
-        pids="$pids $!"
-    fi
-    objs="$objs $o"
-done
-for f in "$top"/kernels/cpu/*.c; do
-    o="$out/obj/cpu_$(basename "$f" .c).o"
-    if ! fresh "$o" "$f"; then
-        gcc $cflags -c -o "$o" "$f" &
-        pids="$pids $!"
-    fi
-    objs="$objs $o"
-done
-failed=0
-for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
-[ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
-libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
-gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
-gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
-# the wgmma layout probe needs the architecture-specific sm_90a target
-"$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$top" -o "$out/wgmma_probe" \
-    "$top/benchmarks/gpu/wgmma_probe.cu" 2>"$out/wgmma_probe.build.log" ||
-    { cat "$out/wgmma_probe.build.log" >&2; echo "$0: the wgmma probe did not compile" >&2; exit 1; }
+if prebuilt "$out/run.sources.sha256" "$out/test_cuda_kernels" "$out/bench_kernels" "$out/wgmma_probe"; then
+    echo "== build: the programs in $out were built from these sources ($arch): not rebuilt"
+else
+    echo "== build ($arch)"
+    # a second call (OUTDIR kept) recompiles only what changed: device time is scarce
+    fresh_arch "$out" "$arch"
+    objs=""; pids=""
+    for f in "$top"/kernels/cuda/*.cu; do
+        o="$out/obj/cuda_$(basename "$f" .cu).o"
+        if ! fresh "$o" "$f"; then
+            "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+            pids="$pids $!"
+        fi
+        objs="$objs $o"
+    done
+    for f in "$top"/kernels/cpu/*.c; do
+        o="$out/obj/cpu_$(basename "$f" .c).o"
+        if ! fresh "$o" "$f"; then
+            gcc $cflags -c -o "$o" "$f" &
+            pids="$pids $!"
+        fi
+        objs="$objs $o"
+    done
+    failed=0
+    for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
+    [ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
+    libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
+    gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
+    gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
+    # the wgmma layout probe needs the architecture-specific sm_90a target
+    "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$top" -o "$out/wgmma_probe" \
+        "$top/benchmarks/gpu/wgmma_probe.cu" 2>"$out/wgmma_probe.build.log" ||
+        { cat "$out/wgmma_probe.build.log" >&2; echo "$0: the wgmma probe did not compile" >&2; exit 1; }
+    sources_hash >"$out/run.sources.sha256"
+fi
 
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     [ "${TRAIN:-1}" != 0 ] && FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out"

@@ -15,41 +15,49 @@ out=${1:-$top/build-gpu}
 mkdir -p "$out/obj-train"
 cuda=${CUDA_HOME:-/usr/local/cuda}
 arch=${CUDA_ARCH:-sm_90a}
+# inih linked statically where its archive is installed, so that the program runs on a GPU
+# machine without inih (built here, carried there)
 inc=""; inih="-linih"
-if [ -n "${INIH_DIR:-}" ]; then inc="-I$INIH_DIR/include"; inih="$INIH_DIR/lib/libinih.a"; fi
+if [ -n "${INIH_DIR:-}" ]; then inc="-I$INIH_DIR/include"; inih="$INIH_DIR/lib/libinih.a"
+elif [ -f "$(gcc -print-file-name=libinih.a)" ]; then inih=$(gcc -print-file-name=libinih.a); fi
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top $inc"
 . "$top/benchmarks/gpu/fresh.sh"
-fresh_arch "$out" "$arch"
-objs=""; pids=""
-for f in "$top"/kernels/cuda/*.cu; do
-    # run.sh has just compiled the same files with the same flags into $out/obj
-    o="$out/obj/cuda_$(basename "$f" .cu).o"
-    if [ "${FROM_RUN_SH:-0}" != 1 ] || [ ! -f "$o" ]; then
-        o="$out/obj-train/cuda_$(basename "$f" .cu).o"
+if prebuilt "$out/train.sources.sha256" "$out/bench_train"; then
+    echo "== build: bench_train in $out was built from these sources ($arch): not rebuilt"
+else
+    fresh_arch "$out" "$arch"
+    objs=""; pids=""
+    for f in "$top"/kernels/cuda/*.cu; do
+        # run.sh has just compiled the same files with the same flags into $out/obj
+        o="$out/obj/cuda_$(basename "$f" .cu).o"
+        if [ "${FROM_RUN_SH:-0}" != 1 ] || [ ! -f "$o" ]; then
+            o="$out/obj-train/cuda_$(basename "$f" .cu).o"
+            if ! fresh "$o" "$f"; then
+                "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+                pids="$pids $!"
+            fi
+        fi
+        objs="$objs $o"
+    done
+    for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/planner/expr_program.c "$top"/planner/expr_block.c \
+             "$top"/planner/profile.c "$top"/planner/profile_presets.c "$top"/planner/optable.c "$top"/planner/cost.c \
+             "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
+             "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
+             "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
+        o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
         if ! fresh "$o" "$f"; then
-            "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
+            gcc $cflags -fopenmp -c -o "$o" "$f" &
             pids="$pids $!"
         fi
-    fi
-    objs="$objs $o"
-done
-for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/planner/expr_program.c "$top"/planner/expr_block.c \
-         "$top"/planner/profile.c "$top"/planner/profile_presets.c "$top"/planner/optable.c "$top"/planner/cost.c \
-         "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
-         "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
-         "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
-    o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
-    if ! fresh "$o" "$f"; then
-        gcc $cflags -fopenmp -c -o "$o" "$f" &
-        pids="$pids $!"
-    fi
-    objs="$objs $o"
-done
-failed=0
-for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
-[ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
-gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
-    -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
+        objs="$objs $o"
+    done
+    failed=0
+    for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
+    [ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
+    gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
+        -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
+    sources_hash >"$out/train.sources.sha256"
+fi
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 # bench_train's exit status (not tee's) is the script's: nonzero when tracking or memory checks fail
