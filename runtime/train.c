@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/comm_staged.h"
 #include "runtime/dataloader.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
@@ -155,18 +156,17 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         return 1;
     }
     int on_host = !strcmp(be->name, "cpu");
-    // The MPI comm backend moves host memory: gradients in GPU memory need
-    // CUDA-aware MPI or NCCL, which this build does not use yet. Every rank of
-    // the stage reaches the same verdict, so all stop together.
-    if (!on_host && (dp > 1 || tp > 1)) {
-        if (root)
-            fprintf(stderr, "mist-train: %s: [stage.%d] dp = %d, tp = %d on GPUs: data and tensor parallelism "
-                    "across GPUs need the NCCL comm backend, which is not available yet; allowed: dp = tp = 1 per GPU "
-                    "job. Hint: run one rank, or MIST_DEVICE=cpu to train in parallel on the CPU backend\n",
-                    cfg->source, grid->stage, dp, tp);
-        be->destroy(be);
-        return 1;
-    }
+    // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
+    // gradient and weight exchanges, the tp all-reduces, the tied embedding's
+    // sum) go through a host bounce buffer (runtime/comm_staged.h). The pipeline
+    // already sends host buffers. MIST_COMM_STAGED=1 stages the CPU backend's
+    // "device" arena the same way: the path checked without a GPU.
+    const char *force = getenv("MIST_COMM_STAGED");
+    int staged = !on_host || (force && !strcmp(force, "1"));
+    if (staged) comm = comm_staged_backend(grid->comm, be);
+    if (staged && root && (dp > 1 || tp > 1 || S > 1))
+        printf("mist: collectives of %s memory are staged through pinned host memory (no NCCL comm backend): each "
+               "costs a copy each way and does not overlap compute\n", on_host ? "the CPU backend's device" : "GPU");
     // The CUDA attention kernels are built for head sizes 64 and 128 (their
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
@@ -185,6 +185,12 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
+    if (!rc && tp > 1 && !be->supports_op(be, OP_VOCAB_PARALLEL)) {
+        snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
+                 "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
+                 "parallelism", grid->stage, tp, be->name);
+        rc = 2;
+    }
     // A layout error can hit some stages only; the others would wait for them
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
@@ -241,6 +247,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         be->destroy(be);
         return 2;
     }
+    pipe.comm = comm;  // staged or not: its messages are host buffers, which pass through
     PipeData train_data = {load_batch, loss_sum_cb, &run};
     // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
     r->opt = (Optimizer){.backend = be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),
@@ -460,6 +467,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
                    "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)pred_dev, b2,
                    (long long)mine.measured_host_peak_bytes, (long long)pred_host);
+            if (staged && comm_staged_calls() > 0)
+                printf("mist: staged collectives on rank 0: %lld, through %zu B of pinned host memory (outside the "
+                       "plan's host bytes)\n", comm_staged_calls(), comm_staged_host_bytes());
             if (cfg->log.summary[0] &&
                 trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL, err,
                                        sizeof err)) {
@@ -482,6 +492,7 @@ done:
     if (whole) mr_free(&full);
     pipe_free(&pipe);
     mr_free(r);
+    if (staged) comm_staged_release();
     be->destroy(be);
     return exit_code;
 }

@@ -9,13 +9,28 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/backend.h"
 #include "runtime/comm_mpi.h"
+#include "runtime/comm_staged.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"
 #include "tests/tap.h"
 
 static int me;
 static const CommBackend *C;
+// Buffers of the collective tests: host memory, or (the staged round) the CPU
+// backend's "device" memory, which the staged comm backend copies through its
+// bounce buffer (runtime/comm_staged.h). Zeroed, as calloc.
+static Backend *dev_be;
+static void *buf_alloc(size_t n) {
+    void *p = dev_be ? dev_be->alloc_device(dev_be, n ? n : 1) : malloc(n ? n : 1);
+    if (p) memset(p, 0, n ? n : 1);
+    return p;
+}
+static void buf_free(void *p) {
+    if (dev_be) dev_be->free_device(dev_be, p);
+    else free(p);
+}
 
 static void check(int good, const char *fmt, ...) {
     int all = 0;
@@ -79,59 +94,59 @@ static int finish(int rc, CommRequest *req, int mode) {
 static int t_all_reduce(CommGroup *g, MistDtype t, CommOp op, size_t count, int mode) {
     int n = C->group_size(g), r = C->group_rank(g), good = 1;
     size_t sz = mist_dtype_size(t);
-    char *send = malloc(count * sz), *recv = mode == IN_PLACE ? send : malloc(count * sz);
+    char *send = buf_alloc(count * sz), *recv = mode == IN_PLACE ? send : buf_alloc(count * sz);
     for (size_t i = 0; i < count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
     int rc = mode == NONBLOCKING ? C->iall_reduce(send, recv, count, t, op, g, &req)
                                  : C->all_reduce(send, recv, count, t, op, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, count, reduce_val(op, n, i), op == COMM_SUM ? "all_reduce sum" : "all_reduce max");
-    if (recv != send) free(recv);
-    free(send);
+    if (recv != send) buf_free(recv);
+    buf_free(send);
     return good;
 }
 
 static int t_reduce_scatter(CommGroup *g, MistDtype t, CommOp op, size_t count, int mode) {
     int n = C->group_size(g), r = C->group_rank(g), good = 1;
     size_t sz = mist_dtype_size(t);
-    char *send = malloc((size_t)n * count * sz);
-    char *recv = mode == IN_PLACE ? send + (size_t)r * count * sz : malloc(count * sz);
+    char *send = buf_alloc((size_t)n * count * sz);
+    char *recv = mode == IN_PLACE ? send + (size_t)r * count * sz : buf_alloc(count * sz);
     for (size_t i = 0; i < (size_t)n * count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
     int rc = mode == NONBLOCKING ? C->ireduce_scatter(send, recv, count, t, op, g, &req)
                                  : C->reduce_scatter(send, recv, count, t, op, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, count, reduce_val(op, n, (size_t)r * count + i), "reduce_scatter");
-    if (mode != IN_PLACE) free(recv);
-    free(send);
+    if (mode != IN_PLACE) buf_free(recv);
+    buf_free(send);
     return good;
 }
 
 static int t_all_gather(CommGroup *g, MistDtype t, size_t count, int mode) {
     int n = C->group_size(g), r = C->group_rank(g), good = 1;
     size_t sz = mist_dtype_size(t);
-    char *recv = calloc((size_t)n * count, sz);
-    char *send = mode == IN_PLACE ? recv + (size_t)r * count * sz : malloc(count * sz);
+    char *recv = buf_alloc((size_t)n * count * sz);
+    char *send = mode == IN_PLACE ? recv + (size_t)r * count * sz : buf_alloc(count * sz);
     for (size_t i = 0; i < count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
     int rc = mode == NONBLOCKING ? C->iall_gather(send, recv, count, t, g, &req)
                                  : C->all_gather(send, recv, count, t, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, (size_t)n * count, val((int)(i / count), i % count), "all_gather");
-    if (mode != IN_PLACE) free(send);
-    free(recv);
+    if (mode != IN_PLACE) buf_free(send);
+    buf_free(recv);
     return good;
 }
 
 static int t_broadcast(CommGroup *g, MistDtype t, size_t count, int mode) {
     int n = C->group_size(g), r = C->group_rank(g), root = n - 1, good = 1;
-    char *buf = malloc(count * mist_dtype_size(t));
+    char *buf = buf_alloc(count * mist_dtype_size(t));
     for (size_t i = 0; i < count; i++) put(buf, t, i, val(r, i));
     CommRequest *req = NULL;
     int rc = mode == NONBLOCKING ? C->ibroadcast(buf, count, t, root, g, &req) : C->broadcast(buf, count, t, root, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(buf, t, count, val(root, i), "broadcast");
-    free(buf);
+    buf_free(buf);
     return good;
 }
 
@@ -194,7 +209,7 @@ static void test_determinism(CommGroup *g, MistDtype t) {
     int n = C->group_size(g), r = C->group_rank(g), good = 1;
     const size_t count = 4099;
     size_t sz = mist_dtype_size(t);
-    char *buf = malloc(count * sz), *all = malloc((size_t)n * count * sz);
+    char *buf = buf_alloc(count * sz), *all = buf_alloc((size_t)n * count * sz);
     double *want = calloc(count, sizeof *want), *absum = calloc(count, sizeof *absum);
     for (int q = 0; q < n; q++) {
         uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(q + 1);
@@ -216,7 +231,7 @@ static void test_determinism(CommGroup *g, MistDtype t) {
     for (int q = 0; q < n; q++) good &= memcmp(all + (size_t)q * count * sz, buf, count * sz) == 0;
     check(good, "random %s all_reduce: identical bits on all %d ranks, within rounding of the exact sum",
           mist_dtype_name(t), n);
-    free(buf), free(all), free(want), free(absum);
+    buf_free(buf), buf_free(all), free(want), free(absum);
 }
 
 // Several requests in flight at once, completed by polling test().
@@ -322,6 +337,38 @@ int main(int argc, char **argv) {
     test_concurrent(world);
     test_concurrent(odd);
     test_errors(world);
+
+    // The staged backend (collectives of device memory through a host bounce buffer) over
+    // the same groups, every collective's buffers in the CPU backend's device memory: the
+    // same results; send/recv (host buffers) pass through; device point-to-point is refused.
+    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
+    check(dev_be != NULL, "CPU backend for the staged round: %s", dev_be ? "created" : err);
+    if (!dev_be) return 1;
+    C = comm_staged_backend(comm_mpi_backend(), dev_be);
+    test_group("staged world", world);
+    test_group("staged split 3+rest", odd);
+    test_group("staged grid dp", grid.dp);
+    test_group("staged grid tp", grid.tp);
+    check(t_all_reduce(world, MIST_F32, COMM_SUM, (size_t)1 << 18, NONBLOCKING), "staged world: all_reduce f32 of 2^18");
+    test_determinism(world, MIST_BF16);
+    long long calls = comm_staged_calls();
+    check(calls > 0 && comm_staged_host_bytes() > 0, "staged round: %lld calls staged, bounce %zu B", calls,
+          comm_staged_host_bytes());
+    {
+        float *d = dev_be->alloc_device(dev_be, 4 * sizeof(float));
+        CommRequest *req = NULL;
+        char text[256] = "";
+        int rs = C->isend(d, 4, MIST_F32, 0, 9, world, &req);
+        int rr = C->recv(d, 4, MIST_F32, 0, 9, world);
+        C->error_string(rs, text, sizeof text);
+        check(rs != 0 && rr != 0 && req == NULL && strstr(text, "point-to-point"),
+              "staged: point-to-point of device memory refused before sending: %s", text);
+        dev_be->free_device(dev_be, d);
+    }
+    comm_staged_release();
+    dev_be->destroy(dev_be);
+    dev_be = NULL;
+    C = comm_mpi_backend();
 
     grid_free(&grid);
     C->group_free(odd);

@@ -25,9 +25,15 @@ struct BackendStream { int unused; };       // work is done when the call return
 struct BackendEvent { double ms; int recorded; };  // wall time at record
 
 // The backend's context: the grow-only workspace (cpu_ops.h says why).
+#define CPU_DEVICE_BLOCKS 64  // alloc_device blocks remembered (arenas: a few per run)
+
 typedef struct {
     void *slot[CPU_WS_SLOTS];         // 64-byte aligned, NULL until first used
     size_t slot_bytes[CPU_WS_SLOTS];  // capacity of each slot
+    // the "device" memory: host memory here, but told apart from pinned memory so
+    // that code which must treat device memory differently runs its path on the CPU too
+    const char *device_block[CPU_DEVICE_BLOCKS];
+    size_t device_block_bytes[CPU_DEVICE_BLOCKS];
 } CpuContext;
 
 static size_t round_up_align(size_t bytes) { return (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN; }
@@ -96,6 +102,31 @@ static void *cpu_alloc(Backend *b, size_t bytes) {
     return aligned_alloc(CPU_ALIGN, rounded ? rounded : CPU_ALIGN);
 }
 static void cpu_free(Backend *b, void *p) { free(p); }
+static void *cpu_alloc_device(Backend *b, size_t bytes) {
+    CpuContext *ctx = b->ctx;
+    void *p = cpu_alloc(b, bytes);
+    for (int i = 0; p && i < CPU_DEVICE_BLOCKS; i++)
+        if (!ctx->device_block[i]) {
+            ctx->device_block[i] = p, ctx->device_block_bytes[i] = bytes;
+            break;
+        }
+    return p;
+}
+static void cpu_free_device(Backend *b, void *p) {
+    CpuContext *ctx = b->ctx;
+    for (int i = 0; p && i < CPU_DEVICE_BLOCKS; i++)
+        if (ctx->device_block[i] == p) ctx->device_block[i] = NULL;
+    free(p);
+}
+// (a block beyond the 64 remembered reads as host memory, which on the CPU it is)
+static int cpu_is_device_memory(Backend *b, const void *p) {
+    const CpuContext *ctx = b->ctx;
+    const char *c = p;
+    for (int i = 0; i < CPU_DEVICE_BLOCKS; i++)
+        if (ctx->device_block[i] && c >= ctx->device_block[i] && c < ctx->device_block[i] + ctx->device_block_bytes[i])
+            return 1;
+    return 0;
+}
 static void cpu_copy(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s) {
     if (bytes) memmove(dst, src, bytes);
 }
@@ -160,8 +191,9 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->dtype = dtype;
     b->device = 0;
     b->ctx = ctx;
-    b->alloc_device = cpu_alloc;
-    b->free_device = cpu_free;
+    b->alloc_device = cpu_alloc_device;
+    b->free_device = cpu_free_device;
+    b->is_device_memory = cpu_is_device_memory;
     b->alloc_pinned = cpu_alloc;
     b->free_pinned = cpu_free;
     b->copy_h2d = cpu_copy;

@@ -54,6 +54,15 @@ static void cu_copy_d2d(Backend *b, void *dst, const void *src, size_t n, Backen
 static void cu_memset(Backend *b, void *p, int value, size_t n, BackendStream *s) {
     CUDA_CHECK(cudaMemsetAsync(p, value, n, cuda_stream(s)));
 }
+// memory MPI cannot read: cudaMalloc'd (managed and pinned host memory it can)
+static int cu_is_device_memory(Backend *b, const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();  // a plain host pointer on old runtimes: not an error to keep
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice;
+}
 static size_t cu_reserved_bytes(Backend *b) {
     CudaCtx *ctx = cuda_ctx(b);
     return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t);
@@ -169,6 +178,7 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->copy_d2d = cu_copy_d2d;
     b->memset_device = cu_memset;
     b->reserved_bytes = cu_reserved_bytes;
+    b->is_device_memory = cu_is_device_memory;
     b->stream_create = cu_stream_create;
     b->stream_destroy = cu_stream_destroy;
     b->stream_synchronize = cu_stream_synchronize;

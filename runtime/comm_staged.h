@@ -1,0 +1,38 @@
+// Collectives on GPU memory without NCCL: a comm backend that wraps another
+// (MPI) and copies every buffer that lies in device memory through a host
+// bounce buffer. MPI built without CUDA support reads host memory only; with
+// this wrapper data and tensor parallelism run on GPUs anyway, at the cost of
+// a device->host and a host->device copy per collective and no overlap of
+// collectives with compute (every staged call completes before it returns;
+// its nonblocking form hands back a request that is already complete).
+//
+// What is staged: a buffer for which the compute backend's is_device_memory()
+// says so. Host buffers (pipeline boundaries, scalars on the stack) go to the
+// inner backend untouched. Each staged call runs the inner backend's same
+// call, with the same counts, on the bounce buffer, so results are the bits
+// the inner backend would give on host memory. Point-to-point messages of
+// device memory are refused (ERR): a blocking copy inside a nonblocking send
+// could deadlock a schedule that posts receives first; the runtime's pipeline
+// sends host buffers.
+//
+// The bounce buffer is pinned host memory from the compute backend, grown to
+// the largest collective seen (the first training step sees them all; later
+// steps allocate nothing); comm_staged_host_bytes() says how large it is.
+// One wrapper per process (the CommBackend interface has no context pointer).
+#ifndef MIST_COMM_STAGED_H
+#define MIST_COMM_STAGED_H
+
+#include "kernels/backend.h"
+#include "runtime/comm.h"
+
+// The wrapper around `inner` for memory of `be`. Calling it again replaces the
+// previous wrapper's inner backend and compute backend (its buffer is kept).
+const CommBackend *comm_staged_backend(const CommBackend *inner, Backend *be);
+// Pinned host bytes the bounce buffer holds now.
+size_t comm_staged_host_bytes(void);
+// Calls that were staged so far (one or more buffers in device memory).
+long long comm_staged_calls(void);
+// Frees the bounce buffer (with the compute backend it came from).
+void comm_staged_release(void);
+
+#endif
