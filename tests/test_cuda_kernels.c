@@ -137,6 +137,37 @@ static int check_embedding(const int *p) {
     return r;
 }
 
+// the vocabulary-parallel forms: this rank holds wte rows [v0, v0 + Vt) of V;
+// tokens anywhere in V (others contribute nothing)
+static int check_embedding_range(const int *p) {
+    int B = p[0], T = p[1], C = p[2], V = p[3], v0 = p[4], Vt = p[5];
+    size_t N = (size_t)B * T;
+    T16 wte = t16_random((size_t)Vt * C, -1, 1), wpe = t16_random((size_t)T * C, -1, 1), out = t16_out(N * C);
+    int32_t *tok = malloc(N * 4);
+    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)(urand() * V);
+    tok[0] = v0, tok[N - 1] = v0 + Vt - 1;  // both ends of the range, and repeats
+    if (N > 2) tok[1] = v0;
+    int32_t *dtok = gpu->alloc_device(gpu, N * 4);
+    gpu->copy_h2d(gpu, dtok, tok, N * 4, NULL);
+    cpu->embedding_forward_range(cpu, NULL, out.h, tok, wte.h, wpe.h, v0, Vt, B, T, C);
+    gpu->embedding_forward_range(gpu, NULL, out.d, dtok, wte.d, wpe.d, v0, Vt, B, T, C);
+    int r = check16("embedding range out", &out, 0, 1e-6);
+    T16 dout = t16_random(N * C, -1, 1);
+    cpu->embedding_backward_range(cpu, NULL, wte.h, wpe.h, dout.h, tok, v0, Vt, B, T, C);
+    gpu->embedding_backward_range(gpu, NULL, wte.d, wpe.d, dout.d, dtok, v0, Vt, B, T, C);
+    r &= check16("embedding range dwte", &wte, RTOL, ATOL_FRAC);
+    r &= check16("embedding range dwpe", &wpe, RTOL, ATOL_FRAC);
+    // no token of the range: dwte must stay as it is
+    for (size_t i = 0; i < N; i++) tok[i] = v0 > 0 ? v0 - 1 : v0 + Vt;
+    gpu->copy_h2d(gpu, dtok, tok, N * 4, NULL);
+    cpu->embedding_backward_range(cpu, NULL, wte.h, NULL, dout.h, tok, v0, Vt, B, T, C);
+    gpu->embedding_backward_range(gpu, NULL, wte.d, NULL, dout.d, dtok, v0, Vt, B, T, C);
+    r &= check16("embedding range dwte, no token in range", &wte, 0, 1e-6);
+    t16_free(&wte); t16_free(&wpe); t16_free(&out); t16_free(&dout);
+    free(tok); gpu->free_device(gpu, dtok);
+    return r;
+}
+
 static int check_norm(const int *p) {
     int N = p[0], C = p[1], kind = p[2], fused = p[3], has_bias = p[4];
     int ln = kind == NORM_OP_LAYERNORM;
@@ -366,6 +397,33 @@ static int check_crossentropy(const int *p) {
     return r;
 }
 
+// the three passes of the vocabulary-parallel cross-entropy on one rank's columns
+// [v0, v0 + Vt) of V (each backend feeding its own passes; the reductions between
+// them are the runtime's): row maxima, then sums and target logits, then losses and
+// the gradient written over the logits (padding columns Vt..Vp-1 zeroed)
+static int check_crossentropy_vocab(const int *p) {
+    int N = p[0], V = p[1], v0 = p[2], Vt = p[3], Vp = p[4];
+    T16 z = t16_random((size_t)N * Vp, -4, 4);
+    T32 mx = t32_out(N), stats = t32_out(2 * (size_t)N), loss = t32_out(N);
+    int32_t *tg = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 7 == 3 ? -1 : i % 3 == 0 ? v0 + (int32_t)(urand() * Vt) : (int32_t)(urand() * V);
+    int32_t *dtg = gpu->alloc_device(gpu, N * 4);
+    gpu->copy_h2d(gpu, dtg, tg, N * 4, NULL);
+    cpu->crossentropy_vocab_max(cpu, NULL, mx.h, z.h, N, Vt, Vp);
+    gpu->crossentropy_vocab_max(gpu, NULL, mx.d, z.d, N, Vt, Vp);
+    int r = check32("vocab max", &mx, 0, 1e-7);
+    cpu->crossentropy_vocab_stats(cpu, NULL, stats.h, z.h, mx.h, tg, v0, N, Vt, Vp);
+    gpu->crossentropy_vocab_stats(gpu, NULL, stats.d, z.d, mx.d, dtg, v0, N, Vt, Vp);
+    r &= check32("vocab stats", &stats, 1e-4, 1e-6);
+    cpu->crossentropy_vocab_finish(cpu, NULL, loss.h, z.h, mx.h, stats.h, tg, v0, N, Vt, Vp, 1.0f / N);
+    gpu->crossentropy_vocab_finish(gpu, NULL, loss.d, z.d, mx.d, stats.d, dtg, v0, N, Vt, Vp, 1.0f / N);
+    r &= check32("vocab loss", &loss, 1e-3, 1e-4);
+    r &= check16("vocab dlogits", &z, RTOL, 1e-2);
+    t16_free(&z); t32_free(&mx); t32_free(&stats); t32_free(&loss); free(tg); gpu->free_device(gpu, dtg);
+    return r;
+}
+
 static int check_optimizer(const int *p) {
     size_t n = (size_t)p[0];
     T32 master = t32_random(n, -1, 1), m = t32_random(n, -0.01, 0.01), v = t32_random(n, 0, 1e-4);
@@ -394,6 +452,8 @@ static int check_optimizer(const int *p) {
 static const Check checks[] = {
     {"embedding forward/backward B=2 T=16 C=64 V=50 (wpe)", check_embedding, {2, 16, 64, 50, 1}},
     {"embedding forward/backward B=3 T=33 C=200 V=1000 (no wpe)", check_embedding, {3, 33, 200, 1000, 0}},
+    {"embedding range B=2 T=16 C=64 V=100 rows 50..99", check_embedding_range, {2, 16, 64, 100, 50, 50}},
+    {"embedding range B=3 T=33 C=200 V=1000 rows 0..332", check_embedding_range, {3, 33, 200, 1000, 0, 333}},
     {"layernorm fused residual, bias N=37 C=96", check_norm, {37, 96, NORM_OP_LAYERNORM, 1, 1}},
     {"layernorm N=512 C=768", check_norm, {512, 768, NORM_OP_LAYERNORM, 0, 1}},
     {"rmsnorm fused residual N=100 C=1000", check_norm, {100, 1000, NORM_OP_RMSNORM, 1, 0}},
@@ -437,6 +497,9 @@ static const Check checks[] = {
     {"gelu, swiglu, residual, scale, cast N=256 F=3072", check_pointwise, {256, 3072}},
     {"crossentropy N=33 V=1000 Vp=1024", check_crossentropy, {33, 1000, 1024}},
     {"crossentropy N=8 V=50257 Vp=50304", check_crossentropy, {8, 50257, 50304}},
+    {"crossentropy vocab-parallel N=33 V=1000 cols 500..999 Vp=504", check_crossentropy_vocab, {33, 1000, 500, 500, 504}},
+    {"crossentropy vocab-parallel N=8 V=50257 cols 25128..50256 Vp=25136", check_crossentropy_vocab,
+     {8, 50257, 25128, 25129, 25136}},
     {"adamw + norm_squared n=1000", check_optimizer, {1000}},
     {"adamw + norm_squared n=3000001", check_optimizer, {3000001}},
 };
@@ -464,9 +527,8 @@ int main(int argc, char **argv) {
     rng_state = (uint64_t)time(NULL) * 2654435761u + 1;
     diag("seed %llu", (unsigned long long)rng_state);
     int all_ops = 1;
-    for (int op = 0; op < OP_COUNT; op++)  // vocabulary-parallel ops: CPU only until NCCL lands
-        all_ops &= gpu->supports_op(gpu, (BackendOp)op) == (op != OP_VOCAB_PARALLEL);
-    ok(all_ops && strcmp(gpu->name, "cuda") == 0, "cuda backend supports every op but the vocabulary-parallel ones");
+    for (int op = 0; op < OP_COUNT; op++) all_ops &= gpu->supports_op(gpu, (BackendOp)op);
+    ok(all_ops && strcmp(gpu->name, "cuda") == 0, "cuda backend supports every op (the vocabulary-parallel ones too)");
     int failed = 0;
     for (int i = 0; i < count; i++) {
         if (only && !strstr(checks[i].name, only)) {

@@ -94,9 +94,7 @@ static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *
     return ms;
 }
 static void cu_synchronize(Backend *b) { CUDA_CHECK(cudaDeviceSynchronize()); }
-// The vocabulary-parallel ops serve tensor parallelism, which on GPUs needs
-// the NCCL comm backend; until then this backend leaves them out.
-static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT && op != OP_VOCAB_PARALLEL; }
+static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
 
 static void cu_destroy(Backend *b) {
     if (!b) return;
@@ -210,6 +208,11 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->swiglu_backward = cuda_swiglu_backward;
     b->residual_forward = cuda_residual_forward;
     b->crossentropy_forward_backward = cuda_crossentropy_forward_backward;
+    b->embedding_forward_range = cuda_embedding_forward_range;
+    b->embedding_backward_range = cuda_embedding_backward_range;
+    b->crossentropy_vocab_max = cuda_crossentropy_vocab_max;
+    b->crossentropy_vocab_stats = cuda_crossentropy_vocab_stats;
+    b->crossentropy_vocab_finish = cuda_crossentropy_vocab_finish;
     b->adamw_update = cuda_adamw_update;
     b->norm_squared_accumulate = cuda_norm_squared_accumulate;
     b->cast = cuda_cast;

@@ -121,6 +121,10 @@ void cuda_embedding_forward(Backend *b, BackendStream *s, void *out, const int32
                             const void *wte, const void *wpe, int B, int T, int C);
 void cuda_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
                              const int32_t *tokens, int B, int T, int C);
+void cuda_embedding_forward_range(Backend *b, BackendStream *s, void *out, const int32_t *tokens, const void *wte,
+                                  const void *wpe, int v0, int Vt, int B, int T, int C);
+void cuda_embedding_backward_range(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
+                                   const int32_t *tokens, int v0, int Vt, int B, int T, int C);
 void cuda_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, void *out,
                        float *mean, float *rstd, const void *inp, const void *res_in,
                        const void *w, const void *bias, int N, int C, float eps);
@@ -159,6 +163,13 @@ void cuda_swiglu_backward(Backend *b, BackendStream *s, void *dinp, const void *
 void cuda_residual_forward(Backend *b, BackendStream *s, void *out, const void *a, const void *c, size_t n);
 void cuda_crossentropy_forward_backward(Backend *b, BackendStream *s, float *losses, void *logits,
                                         const int32_t *targets, int N, int V, int Vp, float dloss);
+void cuda_crossentropy_vocab_max(Backend *b, BackendStream *s, float *rowmax, const void *logits, int N, int Vt,
+                                 int Vp);
+void cuda_crossentropy_vocab_stats(Backend *b, BackendStream *s, float *stats, const void *logits,
+                                   const float *rowmax, const int32_t *targets, int v0, int N, int Vt, int Vp);
+void cuda_crossentropy_vocab_finish(Backend *b, BackendStream *s, float *losses, void *logits, const float *rowmax,
+                                    const float *stats, const int32_t *targets, int v0, int N, int Vt, int Vp,
+                                    float dloss);
 void cuda_adamw_update(Backend *b, BackendStream *s, void *param, float *master, const void *grad,
                        float *m, float *v, size_t n, float lr, float beta1, float beta2,
                        float eps, float weight_decay, float grad_scale, int t);
