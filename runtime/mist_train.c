@@ -63,6 +63,9 @@ static void print_usage(FILE *f) {
             "\n"
             "Environment:\n"
             "  MIST_DEVICE=cpu  use the CPU backend even when a GPU is present\n"
+            "  MIST_COMM_STAGED=1\n"
+            "                   copy the CPU backend's collectives through a host buffer, as GPU\n"
+            "                   memory is without NCCL (a check of that path; docs/cuda-backend.md)\n"
             "  MIST_CUDA_ATTENTION=base|wide|wgmma\n"
             "                   attention kernels on a GPU: base (default); wide and wgmma are\n"
             "                   experimental, wgmma needs a Hopper GPU and a build for sm_90a\n"
@@ -200,7 +203,7 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, int save
     }
     if (rc == 3) {
         fprintf(stderr, "mist-train: %s: [plan] mode = auto, %d rank(s) (%d node(s) x %d), hardware %s, within what "
-                "the runtime executes (1 stage): ", cfg->source, nodes * gpus_per_node,
+                "the runtime executes: ", cfg->source, nodes * gpus_per_node,
                 nodes, gpus_per_node, hw.name);
         search_print_no_fit(&r, cfg, stderr);
         return 3;

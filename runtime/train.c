@@ -123,6 +123,12 @@ static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, s
         snprintf(err, errlen, "[train] precision = fp16: not supported by the training runtime; allowed: fp32, bf16");
         return 2;
     }
+    const char *staged = getenv("MIST_COMM_STAGED");
+    if (staged && strcmp(staged, "0") != 0 && strcmp(staged, "1") != 0) {
+        snprintf(err, errlen, "environment MIST_COMM_STAGED=%s: allowed: 0, 1 (1: stage the CPU backend's "
+                 "collectives through host memory, as GPU memory is without NCCL)", staged);
+        return 2;
+    }
     if (strcmp(grid->device, "cpu") != 0 && strncmp(grid->device, "cuda", 4) != 0) {
         snprintf(err, errlen, "unknown device '%s'", grid->device);
         return 1;

@@ -68,4 +68,9 @@ losses "$W/resume-plain.jsonl" >"$W/b"
 [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -s "$W/a" ] && cmp -s "$W/a" "$W/b"
 tap_ok $? "the staged run's checkpoint resumes at 1 rank like the plain one's: the same losses (rc $rc / $rc2)"
 
+# a value other than 0 or 1 stops every rank at start with exit code 2, naming the allowed ones
+MIST_COMM_STAGED=yes run "$GPT" 2 badenv -o stage.0.dp=2 -o stage.0.b=4
+rc=$?
+[ $rc -eq 2 ] && grep -q 'MIST_COMM_STAGED=yes: allowed: 0, 1' "$W/badenv.out"
+tap_ok $? "MIST_COMM_STAGED=yes: exit 2 on every rank with the allowed values (rc $rc)"
 tap_end
