@@ -11,7 +11,8 @@
 # same sources (benchmarks/gpu/fresh.sh): build here with BUILD_ONLY=1, carry OUTDIR to the GPU
 # machine, and no device time goes to compiling.
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels), SANITIZE=0 skips compute-sanitizer,
-# TRAIN=0 skips the training benchmark, INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
+# TRAIN=0 skips the training benchmark, RANKS=0 skips benchmarks/gpu/ranks.sh (run when gpu-debs/ and a
+# mist-train are in the tree), INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
 # and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -86,5 +87,12 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noh
 if [ "${TRAIN:-1}" != 0 ]; then
     echo "== end-to-end training (benchmarks/gpu/train.sh)"
     FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out" || status=1
+fi
+
+# several ranks sharing the GPU(s), when the Open MPI packages and a CUDA build of mist-train
+# were carried here (benchmarks/gpu/ranks.sh; docs/cuda-backend.md)
+if [ "${RANKS:-1}" != 0 ] && [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; then
+    echo "== several ranks (benchmarks/gpu/ranks.sh)"
+    sh "$top/benchmarks/gpu/ranks.sh" run "$top/gpu-debs" "$out/ranks" "$top/mist-train" || status=1
 fi
 exit $status
