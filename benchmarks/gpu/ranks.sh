@@ -6,7 +6,8 @@
 # and the vocabulary-parallel kernels train a small bf16 model; the ranks
 # share the GPU(s). Each plan's per-step losses must track the same plan on
 # the CPU backend within 0.05 (bf16 on both; bench_train's tolerance), and the
-# GPU run must have staged collectives.
+# GPU run must have staged collectives. A checkpoint resumed from its middle
+# step must repeat the uninterrupted run's losses bit for bit.
 #
 #   sh benchmarks/gpu/ranks.sh fetch DEBDIR                 on a machine with apt-get: the packages
 #   sh benchmarks/gpu/ranks.sh run DEBDIR OUTDIR [MIST_TRAIN]   on the GPU machine (default ./mist-train)
@@ -87,4 +88,23 @@ run_plan dp2-z3-off   2 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=3 -o stag
 run_plan dp2xtp2-z1   4 -o stage.0.dp=2 -o stage.0.tp=2 -o stage.0.b=4 -o stage.0.zero=1
 run_plan pp2-tied     3 -o plan.stages=2 -o plan.G=2 -o stage.0.layers=1 -o stage.0.dp=2 -o stage.0.b=2 \
     -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.tp=1 -o stage.1.b=4
+
+# a resume is bit-exact on GPUs too (no atomics in gradient paths): 10 steps saving at 5 and 10,
+# then the step-5 checkpoint resumed to step 10 must log the same losses for steps 6..10
+resume_check() {
+    env MIST_LEG=gpu "$mpirun" -np 2 "$train" "$top/examples/tiny.ini" $MODEL -o stage.0.dp=2 -o stage.0.b=4 \
+        -o stage.0.zero=1 -o checkpoint.dir="$out/resume.ck" -o checkpoint.interval=5 -o checkpoint.keep=2 \
+        -o log.jsonl="$out/resume.full.jsonl" >"$out/resume.full.out" 2>&1 </dev/null || return 1
+    [ -f "$out/resume.ck/step_00000005.ckpt" ] || return 1
+    echo step_00000005.ckpt >"$out/resume.ck/latest"
+    env MIST_LEG=gpu "$mpirun" -np 2 "$train" "$top/examples/tiny.ini" $MODEL -o stage.0.dp=2 -o stage.0.b=4 \
+        -o stage.0.zero=1 -o checkpoint.dir="$out/resume.ck" -o checkpoint.resume=1 \
+        -o log.jsonl="$out/resume.part.jsonl" >"$out/resume.part.out" 2>&1 </dev/null || return 1
+    grep -o '"loss": [^,}]*' "$out/resume.full.jsonl" | tail -5 >"$out/resume.a"
+    grep -o '"loss": [^,}]*' "$out/resume.part.jsonl" | tail -5 >"$out/resume.b"
+    [ "$(wc -l <"$out/resume.b")" -eq 5 ] && cmp -s "$out/resume.a" "$out/resume.b"
+}
+# (the losses are steps 6..10 of both runs: the resumed one logs only those)
+if resume_check; then say "resume dp2 (2 ranks): ok    steps 6..10 of the resumed run = the uninterrupted run, bit for bit"
+else say "resume dp2 (2 ranks): FAIL  $(paste "$out/resume.a" "$out/resume.b" 2>/dev/null | tr '\n' ' ')"; status=1; fi
 exit $status
