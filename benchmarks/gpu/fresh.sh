@@ -34,3 +34,20 @@ prebuilt() {
         ! ldd "$p" 2>/dev/null | grep -q 'not found' || return 1
     done
 }
+# build OBJ SRC COMPILER ARGS...: compile SRC into OBJ in the background unless
+# it is fresh; OBJ joins $objs, the job's pid $pids (wait_builds waits for them)
+build() {
+    obj=$1; src=$2; shift 2
+    if ! fresh "$obj" "$src"; then
+        "$@" -c -o "$obj" "$src" &
+        pids="$pids $!"
+    fi
+    objs="$objs $obj"
+}
+# wait for every build job: a bare wait would not see a failed compile
+wait_builds() {
+    failed=0
+    for p in $pids; do wait "$p" || failed=1; done
+    pids=""
+    [ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
+}

@@ -32,24 +32,13 @@ else
     fresh_arch "$out" "$arch"
     objs=""; pids=""
     for f in "$top"/kernels/cuda/*.cu; do
-        o="$out/obj/cuda_$(basename "$f" .cu).o"
-        if ! fresh "$o" "$f"; then
-            "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
-            pids="$pids $!"
-        fi
-        objs="$objs $o"
+        build "$out/obj/cuda_$(basename "$f" .cu).o" "$f" "$nvcc" -arch="$arch" -O3 -std=c++17 -I"$top"
     done
     for f in "$top"/kernels/cpu/*.c; do
-        o="$out/obj/cpu_$(basename "$f" .c).o"
-        if ! fresh "$o" "$f"; then
-            gcc $cflags -c -o "$o" "$f" &
-            pids="$pids $!"
-        fi
-        objs="$objs $o"
+        # shellcheck disable=SC2086
+        build "$out/obj/cpu_$(basename "$f" .c).o" "$f" gcc $cflags
     done
-    failed=0
-    for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
-    [ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
+    wait_builds
     libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
     gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
     gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs

@@ -30,30 +30,18 @@ else
     for f in "$top"/kernels/cuda/*.cu; do
         # run.sh has just compiled the same files with the same flags into $out/obj
         o="$out/obj/cuda_$(basename "$f" .cu).o"
-        if [ "${FROM_RUN_SH:-0}" != 1 ] || [ ! -f "$o" ]; then
-            o="$out/obj-train/cuda_$(basename "$f" .cu).o"
-            if ! fresh "$o" "$f"; then
-                "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top" -c -o "$o" "$f" &
-                pids="$pids $!"
-            fi
-        fi
-        objs="$objs $o"
+        if [ "${FROM_RUN_SH:-0}" = 1 ] && [ -f "$o" ]; then objs="$objs $o"
+        else build "$out/obj-train/cuda_$(basename "$f" .cu).o" "$f" "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top"; fi
     done
     for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/planner/expr.c "$top"/planner/expr_program.c "$top"/planner/expr_block.c \
              "$top"/planner/profile.c "$top"/planner/profile_presets.c "$top"/planner/optable.c "$top"/planner/cost.c \
              "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
              "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
              "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c; do
-        o="$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')"
-        if ! fresh "$o" "$f"; then
-            gcc $cflags -fopenmp -c -o "$o" "$f" &
-            pids="$pids $!"
-        fi
-        objs="$objs $o"
+        # shellcheck disable=SC2086
+        build "$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')" "$f" gcc $cflags -fopenmp
     done
-    failed=0
-    for p in $pids; do wait "$p" || failed=1; done  # a bare wait would not see a failed compile
-    [ "$failed" = 0 ] || { echo "$0: a compile failed (messages above)" >&2; exit 1; }
+    wait_builds
     gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
         -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
     sources_hash >"$out/train.sources.sha256"
