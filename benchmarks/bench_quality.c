@@ -79,9 +79,7 @@ int main(int argc, char **argv) {
                 }
                 if (cmp.space[SPACE_FULL].found) c->best = cmp.space[SPACE_FULL].plan;
                 c->speedup = isinf(c->T[0]) ? NAN : c->T[0] / c->T[SPACE_FULL];
-                double flop_rate = (double)c->gpus * hw.peak_flops[DT_BF16];
-                c->mfu_megatron = model_flops_per_iteration(&cfg) / (flop_rate * c->T[0]);
-                c->mfu_full = model_flops_per_iteration(&cfg) / (flop_rate * c->T[SPACE_FULL]);
+                c->mfu_megatron = cmp.space[0].mfu, c->mfu_full = cmp.space[SPACE_FULL].mfu;
                 c->efficiency = hw.flops_efficiency;
                 char plan[64] = "-";
                 if (!isinf(c->T[SPACE_FULL]))

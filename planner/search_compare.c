@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "planner/analyze.h"
+#include "planner/cost.h"
 #include "planner/search_compare.h"
 
 int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
@@ -11,6 +12,9 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
                           char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->count = (int)upto + 1;
+    // MFU as --analyze reports it: model FLOPs (Megatron convention) over the devices' dense peak
+    ComputeDtype dt = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
+    double flops = model_flops_per_iteration(cfg), rate = (double)so->nodes * so->gpus_per_node * hw->peak_flops[dt];
     for (int sp = 0; sp <= (int)upto; sp++) {
         static SearchResult searched;  // large (two plans): not on the stack
         const SearchResult *r = known;
@@ -33,6 +37,7 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
         else if (b->have_closest) b->plan = r->closest;
         b->closest_stage = r->closest_stage, b->shortfall = r->shortfall, b->closest_host = r->closest_host;
         b->seconds = seconds;
+        b->mfu = r->found && rate > 0 ? flops / (rate * r->iteration_seconds) : 0;
     }
     return 0;
 }
@@ -87,26 +92,27 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
 
 void search_compare_print_text(const SpaceComparison *c, FILE *f) {
     fprintf(f, "what each feature buys (best plan per space, same cluster and batch; speedup = megatron / space):\n");
-    fprintf(f, "  %-9s %14s %9s %9s  %s\n", "space", "iteration", "speedup", "search", "plan");
+    fprintf(f, "  %-9s %14s %9s %6s %9s  %s\n", "space", "iteration", "speedup", "MFU", "search", "plan");
     for (int i = 0; i < c->count; i++) {
         const SpaceBest *b = &c->space[i];
         char plan[192];
         if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
         if (!b->found) {
             if (b->have_closest)
-                fprintf(f, "  %-9s %14s %9s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s memory\n",
-                        search_space_name((PlanSpace)i), "-", "-", b->seconds, plan, b->closest_stage,
+                fprintf(f, "  %-9s %14s %9s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
+                        "memory\n", search_space_name((PlanSpace)i), "-", "-", "-", b->seconds, plan, b->closest_stage,
                         b->shortfall / 1073741824.0, b->closest_host ? "host" : "device");
             else
-                fprintf(f, "  %-9s %14s %9s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-", b->seconds);
+                fprintf(f, "  %-9s %14s %9s %6s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-", "-",
+                        b->seconds);
             continue;
         }
         double s = search_compare_speedup(c, i);
         char sp[16] = "-";
         if (!isnan(s)) snprintf(sp, sizeof sp, "%.3fx", s);
         char t[32];
-        fprintf(f, "  %-9s %14s %9s %8.3fs  %s\n", search_space_name((PlanSpace)i),
-                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp, b->seconds, plan);
+        fprintf(f, "  %-9s %14s %9s %5.1f%% %8.3fs  %s\n", search_space_name((PlanSpace)i),
+                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp, 100 * b->mfu, b->seconds, plan);
     }
 }
 
@@ -117,7 +123,7 @@ void search_compare_print_json(const SpaceComparison *c, FILE *f) {
                 b->found ? "true" : "false");
         if (b->found) {
             double s = search_compare_speedup(c, i);
-            fprintf(f, ", \"iteration_seconds\": %.17g", b->iteration_seconds);
+            fprintf(f, ", \"iteration_seconds\": %.17g, \"mfu\": %.17g", b->iteration_seconds, b->mfu);
             if (isnan(s)) fprintf(f, ", \"speedup_over_megatron\": null");
             else fprintf(f, ", \"speedup_over_megatron\": %.6g", s);
         } else if (b->have_closest) {

@@ -18,6 +18,7 @@ typedef struct {
     int64_t shortfall;         // ... by this many bytes
     int closest_host;          // ... of host memory (1) or device memory (0)
     double seconds;            // search wall time
+    double mfu;                // model FLOPs / (devices x dense peak x iteration time); 0 when none fits
 } SpaceBest;
 
 typedef struct {

@@ -76,21 +76,24 @@ tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): five rows, full's time is the plan's 
 # last row is the plan's own time, and the offload row is what --space offload finds alone
 "$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
 top=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"iteration_seconds": [^,]*' | head -1 | cut -d' ' -f2)
+topmfu=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"mfu": [^,]*' | head -1 | cut -d' ' -f2)
 sed 's/.*"compare": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
 alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --space offload --json 2>/dev/null |
     sed 's/"stages": \[.*//' | grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
-awk -v top="$top" -v alone="$alone" '
+awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" '
     { match($0, /"iteration_seconds": [^,]*/); t = substr($0, RSTART + 21, RLENGTH - 21) + 0
       match($0, /"speedup_over_megatron": [^,]*/); s = substr($0, RSTART + 25, RLENGTH - 25) + 0
+      match($0, /"mfu": [^,]*/); mfu = substr($0, RSTART + 7, RLENGTH - 7) + 0
       n++; if (n == 1) m = t
       if (n > 1 && t > prev * (1 + 1e-12)) bad = bad " rises at row " n
       if (s < m / t * (1 - 1e-5) || s > m / t * (1 + 1e-5)) bad = bad " speedup of row " n
       if ($0 ~ /"space": "offload"/ && t != alone + 0) bad = bad " offload " t " vs alone " alone
       prev = t }
     END { if (n != 5) bad = bad " rows " n; if (prev != top + 0) bad = bad " last " prev " vs plan " top
+          if (mfu != topmfu + 0) bad = bad " last MFU " mfu " vs plan " topmfu
           if (bad != "") { print bad; exit 1 } }' "$tmp/c.rows" >"$tmp/c.bad"
 [ $rc -eq 0 ] && [ -n "$top" ] && [ -n "$alone" ] && [ ! -s "$tmp/c.bad" ]
-tap_ok $? "--compare --json: 5 rows, times never rise, speedup = megatron / time, last = the plan ($top s), offload = --space offload alone ($alone s)"
+tap_ok $? "--compare --json: 5 rows, times never rise, speedup = megatron / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
 [ -s "$tmp/c.bad" ] && tap_diag "$(cat "$tmp/c.bad")" "$(cat "$tmp/c.rows")"
 
 # spaces that fit nothing say so with their closest plan; --space limits the rows
