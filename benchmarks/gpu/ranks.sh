@@ -72,13 +72,16 @@ run_plan() {  # NAME RANKS OPTIONS...
             >"$out/$name.$leg.out" 2>&1 </dev/null || { say "$name: the $leg run failed:"; say "$(tail -5 "$out/$name.$leg.out")"; }
     done
     staged=$(sed -n 's/^mist: staged collectives on rank 0: \([0-9]*\),.*/\1/p' "$out/$name.gpu.out")
+    # the GPU leg's time per iteration over steps 6..10 (the first ones grow the bounce buffer)
+    ms=$(grep -o '"ms_per_iter": [^,}]*' "$out/$name.gpu.jsonl" 2>/dev/null | tail -5 |
+        awk '{ s += $2; n++ } END { if (n) printf "%.1f", s / n; else printf "-" }')
     verdict=$(paste "$out/$name.gpu.jsonl" "$out/$name.cpu.jsonl" 2>/dev/null | awk -v staged="${staged:-0}" '
         { n++; split($0, h, "\t"); a = h[1]; b = h[2]
           sub(/.*"loss": /, "", a); sub(/[,}].*/, "", a); sub(/.*"loss": /, "", b); sub(/[,}].*/, "", b)
           d = a - b; if (d < 0) d = -d; if (d > m) m = d; last = a " / " b }
         END { ok = n == 10 && m <= 0.05 && staged > 0
               printf "%s  steps %d, max |loss gpu - cpu| %.4f, last %s, staged calls %d", ok ? "ok  " : "FAIL", n, m, last, staged }')
-    say "$name ($np ranks): $verdict"
+    say "$name ($np ranks): $verdict, $ms ms/iteration"
     case "$verdict" in ok*) ;; *) status=1 ;; esac
 }
 run_plan dp2          2 -o stage.0.dp=2 -o stage.0.b=4
