@@ -109,8 +109,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
             if (built[u][v]) stage_model_free(&models[u][v]);
     a->iteration_seconds = pipeline_1f1b_seconds(S, plan->G, t, d);
     a->model_flops = model_flops_per_iteration(cfg);
-    ComputeDtype dt = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
-    a->peak_flops = hw->peak_flops[dt];
+    a->peak_flops = hw->peak_flops[compute_dtype_of(cfg)];
     double tokens = (double)cfg->train.global_batch * m->seq_len;
     if (a->iteration_seconds > 0) {
         a->tokens_per_second = tokens / a->iteration_seconds;

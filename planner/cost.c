@@ -319,7 +319,7 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     }
     cost_state_bytes(cfg->train.precision, &me->param_bytes, &me->grad_bytes, &me->optimizer_bytes);
     int elt = me->param_bytes;
-    me->compute = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
+    me->compute = compute_dtype_of(cfg);
     memory_act_levels(m, PART_BLOCK, elt, me->acts_block);
     memory_act_levels(m, PART_POST, elt, me->acts_post);
 
@@ -582,4 +582,8 @@ void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS]
         if (peaks[0] || peaks[1] || peaks[2]) expr_program_eval(sm->prog_peaks, sym_cols, peaks, n);
     }
     if (sym_cols != sym_on_stack) free(sym_cols);
+}
+
+ComputeDtype compute_dtype_of(const MistConfig *cfg) {
+    return cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
 }

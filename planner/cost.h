@@ -244,5 +244,7 @@ double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d);
 
 // ---- model FLOPs (Megatron convention, DESIGN.md §6): per iteration
 double model_flops_per_iteration(const MistConfig *cfg);
+// the dtype whose peak the matmuls run at: [train] precision's
+ComputeDtype compute_dtype_of(const MistConfig *cfg);
 
 #endif

@@ -13,8 +13,8 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
     memset(out, 0, sizeof *out);
     out->count = (int)upto + 1;
     // MFU as --analyze reports it: model FLOPs (Megatron convention) over the devices' dense peak
-    ComputeDtype dt = cfg->train.precision == PREC_FP32 ? DT_FP32 : cfg->train.precision == PREC_FP16 ? DT_FP16 : DT_BF16;
-    double flops = model_flops_per_iteration(cfg), rate = (double)so->nodes * so->gpus_per_node * hw->peak_flops[dt];
+    double flops = model_flops_per_iteration(cfg);
+    double rate = (double)so->nodes * so->gpus_per_node * hw->peak_flops[compute_dtype_of(cfg)];
     for (int sp = 0; sp <= (int)upto; sp++) {
         static SearchResult searched;  // large (two plans): not on the stack
         const SearchResult *r = known;
