@@ -112,4 +112,13 @@ rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +- +- +- ')
     && printf '%s\n' "$out" | grep -qE '^ +5 +- +- +- +0 +1 +1 +0-19$'
 tap_ok $? "a single-process dry run previews the 32-rank gpt3-13b plan ($rows rows, exit $rc)"
 [ $rc -eq 0 ] || tap_diag "$out"
+
+# The Slurm example parses and asks for a config; 4 nodes x 8 ranks, USR1 two minutes early, requeue on exit 5
+SB="$MIST_SRCDIR/examples/slurm.sbatch"
+out=$(bash "$SB" 2>&1); rc=$?
+bash -n "$SB" && [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'usage: sbatch examples/slurm.sbatch CONFIG.ini' &&
+    grep -q '^#SBATCH --signal=USR1@120' "$SB" && grep -q 'rc" -eq 5' "$SB" &&
+    [ "$(sed -n 's/^#SBATCH --nodes=\([0-9]*\).*/\1/p' "$SB")" -eq 4 ] &&
+    [ "$(sed -n 's/^#SBATCH --ntasks-per-node=\([0-9]*\).*/\1/p' "$SB")" -eq 8 ]
+tap_ok $? "examples/slurm.sbatch: valid bash, a usage message without a config, USR1 two minutes early, requeue on exit 5"
 tap_end
