@@ -1,147 +1,191 @@
-// Collectives on device memory through a host bounce buffer (comm_staged.h).
+// Collectives on device memory through host bounce buffers (comm_staged.h).
 //
-// Ordering: a staged call first waits for the whole device (the buffer may
-// have been written by a kernel on any stream), copies in, runs the inner
-// call, copies out and waits again (the next kernel, on any stream, may read
-// the result). On the CPU backend the waits and copies are plain memcpy.
+// Ordering: starting a staged call waits for the whole device (the buffer may
+// have been written by a kernel on any stream), copies in and starts the
+// inner call on the bounce buffer; completing it (wait, or test reporting
+// done) copies the result out and waits again (the next kernel, on any
+// stream, may read it). In between the GPU computes while the inner call
+// moves along (MPI progresses it inside the runtime's test / wait calls).
+// On the CPU backend the waits and copies are plain memcpy.
 #include <string.h>
 
 #include "runtime/comm_staged.h"
 
-enum { ERR_STAGED_P2P = -101, ERR_STAGED_NOMEM = -102 };
+enum { ERR_STAGED_P2P = -101, ERR_STAGED_NOMEM = -102, ERR_STAGED_POOL = -103 };
 
 static const CommBackend *inner;
 static Backend *be;
-static char *bounce;
-static size_t bounce_bytes;
 static long long staged;
 static CommBackend wrapper;
 
-// Every staged nonblocking call has completed when it returns: they all hand
-// back this one request, which wait and test recognise and release as a no-op.
-static char done_token;
-#define DONE ((CommRequest *)&done_token)
+// One staged operation in flight: its own pinned bounce buffer (kept and reused
+// by later operations, grown when one needs more), the inner backend's request
+// on it, and where its result goes when it completes. A staged request handed
+// to the caller is a pointer to its slot; wait/test tell it from the inner
+// backend's requests by address.
+typedef struct {
+    int in_use;
+    CommRequest *inner;
+    char *buf;
+    size_t cap;
+    void *dst;          // the result's destination (device or host); NULL: none (nothing to copy back)
+    size_t off, bytes;  // ... from buf + off, this many bytes
+} Slot;
+static Slot slots[COMM_MAX_REQUESTS];
 
 static int on_device(const void *p) { return p && be->is_device_memory && be->is_device_memory(be, p); }
-
-static int grow(size_t bytes) {
-    if (bytes <= bounce_bytes) return 0;
-    size_t want = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);  // whole MiB: fewer regrowths
-    if (bounce) be->free_pinned(be, bounce);
-    bounce = be->alloc_pinned(be, want);
-    bounce_bytes = bounce ? want : 0;
-    return bounce ? 0 : ERR_STAGED_NOMEM;
+static int is_slot(const CommRequest *r) {
+    return (const char *)r >= (const char *)slots && (const char *)r < (const char *)(slots + COMM_MAX_REQUESTS);
 }
 
-// the bounce buffer's bytes from src (device or host) / to dst
-static void fill(void *dst, const void *src, size_t n) {
-    if (on_device(src)) be->copy_d2h(be, dst, src, n, NULL);
-    else memmove(dst, src, n);
-}
-static void drain(void *dst, const void *src, size_t n) {
-    if (on_device(dst)) be->copy_h2d(be, dst, src, n, NULL);
-    else memmove(dst, src, n);
+// a free slot whose buffer holds `bytes`: the smallest that does, else the
+// largest free one grown to it (whole MiB: fewer regrowths); NULL with *rc set
+static Slot *take(size_t bytes, int *rc) {
+    Slot *fit = NULL, *big = NULL;
+    for (int i = 0; i < COMM_MAX_REQUESTS; i++) {
+        Slot *s = &slots[i];
+        if (s->in_use) continue;
+        if (s->cap >= bytes && (!fit || s->cap < fit->cap)) fit = s;
+        if (!big || s->cap > big->cap) big = s;
+    }
+    if (!fit && big) {
+        size_t want = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+        if (big->buf) be->free_pinned(be, big->buf);
+        big->buf = be->alloc_pinned(be, want ? want : (1u << 20));
+        big->cap = big->buf ? (want ? want : (1u << 20)) : 0;
+        if (!big->buf) {
+            *rc = ERR_STAGED_NOMEM;
+            return NULL;
+        }
+        fit = big;
+    }
+    if (!fit) *rc = ERR_STAGED_POOL;
+    else fit->in_use = 1, fit->inner = NULL, fit->dst = NULL;
+    return fit;
 }
 
-// starts a staged call: room for `bytes`, and every kernel that may have
-// written the buffers has finished
-static int begin(size_t bytes) {
-    int rc = grow(bytes);
-    if (rc) return rc;
+// `bytes` of src (device or host) into the slot's buffer at `at`, after every
+// kernel that may have written src (on any stream) has finished
+static void fill(Slot *s, size_t at, const void *src, size_t bytes) {
     be->synchronize(be);
+    if (on_device(src)) be->copy_d2h(be, s->buf + at, src, bytes, NULL);
+    else memmove(s->buf + at, src, bytes);
+    be->synchronize(be);
+}
+
+// the inner call on the slot's buffer has been started (rc = its status): hand
+// back the slot, or release it on failure
+static int started(Slot *s, int rc, void *dst, size_t off, size_t bytes, CommRequest **req) {
+    if (rc) {
+        s->in_use = 0;
+        *req = NULL;
+        return rc;
+    }
+    s->dst = dst, s->off = off, s->bytes = bytes;
     staged++;
+    *req = (CommRequest *)s;
     return 0;
 }
 
-static int staged_all_reduce(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
-    if (!on_device(send) && !on_device(recv)) return inner->all_reduce(send, recv, count, t, op, g);
-    size_t bytes = count * mist_dtype_size(t);
-    int rc = begin(bytes);
-    if (rc) return rc;
-    fill(bounce, send, bytes);
-    be->synchronize(be);
-    if ((rc = inner->all_reduce(bounce, bounce, count, t, op, g))) return rc;
-    drain(recv, bounce, bytes);
-    be->synchronize(be);
-    return 0;
+// the inner request has completed: the result to its destination (the next
+// kernel, on any stream, may read it), the slot free again
+static void finish(Slot *s) {
+    if (s->dst) {
+        if (on_device(s->dst)) be->copy_h2d(be, s->dst, s->buf + s->off, s->bytes, NULL);
+        else memmove(s->dst, s->buf + s->off, s->bytes);
+        be->synchronize(be);
+    }
+    s->in_use = 0;
 }
 
-// send: size blocks of count; the reduced block of this rank goes to recv
-static int staged_reduce_scatter(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
-    if (!on_device(send) && !on_device(recv)) return inner->reduce_scatter(send, recv, count, t, op, g);
-    size_t block = count * mist_dtype_size(t), mine = (size_t)inner->group_rank(g) * block;
-    int rc = begin(block * (size_t)inner->group_size(g));
-    if (rc) return rc;
-    fill(bounce, send, block * (size_t)inner->group_size(g));
-    be->synchronize(be);
-    if ((rc = inner->reduce_scatter(bounce, bounce + mine, count, t, op, g))) return rc;  // in place
-    drain(recv, bounce + mine, block);
-    be->synchronize(be);
-    return 0;
+static int staged_wait(CommRequest *req) {
+    if (!is_slot(req)) return inner->wait(req);
+    Slot *s = (Slot *)req;
+    int rc = inner->wait(s->inner);
+    if (rc == 0) finish(s);
+    else s->in_use = 0;
+    return rc;
 }
 
-static int staged_all_gather(const void *send, void *recv, size_t count, MistDtype t, CommGroup *g) {
-    if (!on_device(send) && !on_device(recv)) return inner->all_gather(send, recv, count, t, g);
-    size_t block = count * mist_dtype_size(t), whole = block * (size_t)inner->group_size(g);
-    size_t mine = (size_t)inner->group_rank(g) * block;
-    int rc = begin(whole);
-    if (rc) return rc;
-    fill(bounce + mine, send, block);
-    be->synchronize(be);
-    if ((rc = inner->all_gather(bounce + mine, bounce, count, t, g))) return rc;  // in place
-    drain(recv, bounce, whole);
-    be->synchronize(be);
-    return 0;
+static int staged_test(CommRequest *req, int *done) {
+    if (!is_slot(req)) return inner->test(req, done);
+    Slot *s = (Slot *)req;
+    int rc = inner->test(s->inner, done);
+    if (rc) s->in_use = 0, *done = 1;
+    else if (*done) finish(s);
+    return rc;
 }
 
-static int staged_broadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g) {
-    if (!on_device(buf)) return inner->broadcast(buf, count, t, root, g);
-    size_t bytes = count * mist_dtype_size(t);
-    int rc = begin(bytes);
-    if (rc) return rc;
-    if (inner->group_rank(g) == root) fill(bounce, buf, bytes);
-    be->synchronize(be);
-    if ((rc = inner->broadcast(bounce, count, t, root, g))) return rc;
-    drain(buf, bounce, bytes);
-    be->synchronize(be);
-    return 0;
-}
-
-// ---- nonblocking forms: staged ones complete now ------------------------------
+// ---- collectives: started on the slot's buffer, completed by wait / test ----------
 
 static int staged_iall_reduce(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g,
                               CommRequest **req) {
     if (!on_device(send) && !on_device(recv)) return inner->iall_reduce(send, recv, count, t, op, g, req);
-    *req = NULL;
-    int rc = staged_all_reduce(send, recv, count, t, op, g);
-    if (!rc) *req = DONE;
-    return rc;
+    size_t bytes = count * mist_dtype_size(t);
+    int rc = 0;
+    Slot *s = take(bytes, &rc);
+    if (!s) return rc;
+    fill(s, 0, send, bytes);
+    return started(s, inner->iall_reduce(s->buf, s->buf, count, t, op, g, &s->inner), recv, 0, bytes, req);
 }
 
+// send: size blocks of count; the reduced block of this rank goes to recv
 static int staged_ireduce_scatter(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g,
                                   CommRequest **req) {
     if (!on_device(send) && !on_device(recv)) return inner->ireduce_scatter(send, recv, count, t, op, g, req);
-    *req = NULL;
-    int rc = staged_reduce_scatter(send, recv, count, t, op, g);
-    if (!rc) *req = DONE;
-    return rc;
+    size_t block = count * mist_dtype_size(t), mine = (size_t)inner->group_rank(g) * block;
+    size_t whole = block * (size_t)inner->group_size(g);
+    int rc = 0;
+    Slot *s = take(whole, &rc);
+    if (!s) return rc;
+    fill(s, 0, send, whole);
+    rc = inner->ireduce_scatter(s->buf, s->buf + mine, count, t, op, g, &s->inner);  // in place
+    return started(s, rc, recv, mine, block, req);
 }
 
 static int staged_iall_gather(const void *send, void *recv, size_t count, MistDtype t, CommGroup *g,
                               CommRequest **req) {
     if (!on_device(send) && !on_device(recv)) return inner->iall_gather(send, recv, count, t, g, req);
-    *req = NULL;
-    int rc = staged_all_gather(send, recv, count, t, g);
-    if (!rc) *req = DONE;
-    return rc;
+    size_t block = count * mist_dtype_size(t), whole = block * (size_t)inner->group_size(g);
+    size_t mine = (size_t)inner->group_rank(g) * block;
+    int rc = 0;
+    Slot *s = take(whole, &rc);
+    if (!s) return rc;
+    fill(s, mine, send, block);
+    rc = inner->iall_gather(s->buf + mine, s->buf, count, t, g, &s->inner);  // in place
+    return started(s, rc, recv, 0, whole, req);
 }
 
 static int staged_ibroadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g, CommRequest **req) {
     if (!on_device(buf)) return inner->ibroadcast(buf, count, t, root, g, req);
-    *req = NULL;
-    int rc = staged_broadcast(buf, count, t, root, g);
-    if (!rc) *req = DONE;
-    return rc;
+    size_t bytes = count * mist_dtype_size(t);
+    int rc = 0;
+    Slot *s = take(bytes, &rc);
+    if (!s) return rc;
+    if (inner->group_rank(g) == root) fill(s, 0, buf, bytes);
+    return started(s, inner->ibroadcast(s->buf, count, t, root, g, &s->inner), buf, 0, bytes, req);
+}
+
+// the blocking forms: start, then wait
+static int staged_all_reduce(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_iall_reduce(send, recv, count, t, op, g, &req);
+    return rc ? rc : staged_wait(req);
+}
+static int staged_reduce_scatter(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_ireduce_scatter(send, recv, count, t, op, g, &req);
+    return rc ? rc : staged_wait(req);
+}
+static int staged_all_gather(const void *send, void *recv, size_t count, MistDtype t, CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_iall_gather(send, recv, count, t, g, &req);
+    return rc ? rc : staged_wait(req);
+}
+static int staged_broadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_ibroadcast(buf, count, t, root, g, &req);
+    return rc ? rc : staged_wait(req);
 }
 
 // ---- point to point: host buffers only ----------------------------------------
@@ -168,19 +212,15 @@ static int staged_irecv(void *buf, size_t count, MistDtype t, int peer, int tag,
     return inner->irecv(buf, count, t, peer, tag, g, req);
 }
 
-static int staged_wait(CommRequest *req) { return req == DONE ? 0 : inner->wait(req); }
-static int staged_test(CommRequest *req, int *done) {
-    if (req != DONE) return inner->test(req, done);
-    *done = 1;
-    return 0;
-}
 
 static void staged_error_string(int code, char *buf, size_t len) {
     if (code == ERR_STAGED_P2P)
         snprintf(buf, len, "a point-to-point message of device memory: the staged comm backend (no NCCL) moves "
                            "device memory in collectives only; send a host buffer");
     else if (code == ERR_STAGED_NOMEM)
-        snprintf(buf, len, "out of pinned host memory for the staging buffer (%zu bytes held)", bounce_bytes);
+        snprintf(buf, len, "out of pinned host memory for a staging buffer (%zu bytes held)", comm_staged_host_bytes());
+    else if (code == ERR_STAGED_POOL)
+        snprintf(buf, len, "more than %d staged operations in flight (wait on some first)", COMM_MAX_REQUESTS);
     else inner->error_string(code, buf, len);
 }
 
@@ -206,10 +246,16 @@ const CommBackend *comm_staged_backend(const CommBackend *in, Backend *b) {
     return &wrapper;
 }
 
-size_t comm_staged_host_bytes(void) { return bounce_bytes; }
+size_t comm_staged_host_bytes(void) {
+    size_t total = 0;
+    for (int i = 0; i < COMM_MAX_REQUESTS; i++) total += slots[i].cap;
+    return total;
+}
 long long comm_staged_calls(void) { return staged; }
 
 void comm_staged_release(void) {
-    if (bounce) be->free_pinned(be, bounce);
-    bounce = NULL, bounce_bytes = 0;
+    for (int i = 0; i < COMM_MAX_REQUESTS; i++) {
+        if (slots[i].buf) be->free_pinned(be, slots[i].buf);
+        slots[i] = (Slot){0};
+    }
 }

@@ -2,9 +2,11 @@
 // (MPI) and copies every buffer that lies in device memory through a host
 // bounce buffer. MPI built without CUDA support reads host memory only; with
 // this wrapper data and tensor parallelism run on GPUs anyway, at the cost of
-// a device->host and a host->device copy per collective and no overlap of
-// collectives with compute (every staged call completes before it returns;
-// its nonblocking form hands back a request that is already complete).
+// a device->host copy when a collective starts (after the device has finished
+// the work queued before it) and a host->device copy when it completes. A
+// nonblocking staged call returns once the inner call has started on its
+// bounce buffer, so the collective runs beside the GPU's next kernels; its
+// result lands when wait() (or test() reporting done) completes it.
 //
 // What is staged: a buffer for which the compute backend's is_device_memory()
 // says so. Host buffers (pipeline boundaries, scalars on the stack) go to the
@@ -15,9 +17,10 @@
 // could deadlock a schedule that posts receives first; the runtime's pipeline
 // sends host buffers.
 //
-// The bounce buffer is pinned host memory from the compute backend, grown to
-// the largest collective seen (the first training step sees them all; later
-// steps allocate nothing); comm_staged_host_bytes() says how large it is.
+// Bounce buffers are pinned host memory from the compute backend, one per
+// staged operation in flight, kept and reused: each grows to the largest
+// operation it has carried (the first training step sees them all; later
+// steps allocate nothing); comm_staged_host_bytes() says how much they hold.
 // One wrapper per process (the CommBackend interface has no context pointer).
 #ifndef MIST_COMM_STAGED_H
 #define MIST_COMM_STAGED_H
@@ -28,11 +31,12 @@
 // The wrapper around `inner` for memory of `be`. Calling it again replaces the
 // previous wrapper's inner backend and compute backend (its buffer is kept).
 const CommBackend *comm_staged_backend(const CommBackend *inner, Backend *be);
-// Pinned host bytes the bounce buffer holds now.
+// Pinned host bytes the bounce buffers hold now.
 size_t comm_staged_host_bytes(void);
 // Calls that were staged so far (one or more buffers in device memory).
 long long comm_staged_calls(void);
-// Frees the bounce buffer (with the compute backend it came from).
+// Frees the bounce buffers (with the compute backend they came from); no staged
+// operation may be in flight.
 void comm_staged_release(void);
 
 #endif

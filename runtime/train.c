@@ -172,7 +172,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     if (staged) comm = comm_staged_backend(grid->comm, be);
     if (staged && root && (dp > 1 || tp > 1 || S > 1))
         printf("mist: collectives of %s memory are staged through pinned host memory (no NCCL comm backend): each "
-               "costs a copy each way and does not overlap compute\n", on_host ? "the CPU backend's device" : "GPU");
+               "costs a copy each way, and starting one waits for the device\n",
+               on_host ? "the CPU backend's device" : "GPU");
     // The CUDA attention kernels are built for head sizes 64 and 128 (their
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.

@@ -238,8 +238,9 @@ static void test_determinism(CommGroup *g, MistDtype t) {
 static void test_concurrent(CommGroup *g) {
     int n = C->group_size(g), r = C->group_rank(g), good = 1;
     enum { K = 64 };
-    float a[K], b[K], gathered[8 * K];
-    int32_t c[K];
+    float *a = buf_alloc(K * sizeof(float)), *b = buf_alloc(K * sizeof(float));
+    float *gathered = buf_alloc(8 * K * sizeof(float));
+    int32_t *c = buf_alloc(K * sizeof(int32_t));
     for (int i = 0; i < K; i++) a[i] = (float)val(r, i), b[i] = (float)val(r, i), c[i] = (int32_t)val(r, i);
     CommRequest *req[3];
     int rc = C->iall_reduce(a, a, K, MIST_F32, COMM_SUM, g, &req[0]);
@@ -259,6 +260,7 @@ static void test_concurrent(CommGroup *g) {
         for (int i = 0; i < n * K; i++) good &= gathered[i] == (float)val(i / K, i % K);
     }
     check(good, "three requests in flight, completed with test()");
+    buf_free(a), buf_free(b), buf_free(gathered), buf_free(c);
 }
 
 static void test_errors(CommGroup *g) {
@@ -351,6 +353,8 @@ int main(int argc, char **argv) {
     test_group("staged grid tp", grid.tp);
     check(t_all_reduce(world, MIST_F32, COMM_SUM, (size_t)1 << 18, NONBLOCKING), "staged world: all_reduce f32 of 2^18");
     test_determinism(world, MIST_BF16);
+    test_concurrent(world);  // three staged requests in flight at once, completed by test()
+    test_concurrent(odd);
     long long calls = comm_staged_calls();
     check(calls > 0 && comm_staged_host_bytes() > 0, "staged round: %lld calls staged, bounce %zu B", calls,
           comm_staged_host_bytes());
