@@ -45,7 +45,7 @@ static Slot *take(size_t bytes, int *rc) {
     for (int i = 0; i < COMM_MAX_REQUESTS; i++) {
         Slot *s = &slots[i];
         if (s->in_use) continue;
-        if (s->cap >= bytes && (!fit || s->cap < fit->cap)) fit = s;
+        if (s->buf && s->cap >= bytes && (!fit || s->cap < fit->cap)) fit = s;  // (a 0-byte call gets a buffer too)
         if (!big || s->cap > big->cap) big = s;
     }
     if (!fit && big) {
