@@ -32,35 +32,43 @@ typedef struct {
     size_t off, bytes;  // ... from buf + off, this many bytes
 } Slot;
 static Slot slots[COMM_MAX_REQUESTS];
+static int slots_used;  // slots [0, slots_used) have been handed out at least once: the only ones scanned
 
 static int on_device(const void *p) { return p && be->is_device_memory && be->is_device_memory(be, p); }
 static int is_slot(const CommRequest *r) {
-    return (const char *)r >= (const char *)slots && (const char *)r < (const char *)(slots + COMM_MAX_REQUESTS);
+    return (const char *)r >= (const char *)slots && (const char *)r < (const char *)(slots + slots_used);
 }
 
 // a free slot whose buffer holds `bytes`: the smallest that does, else the
-// largest free one grown to it (whole MiB: fewer regrowths); NULL with *rc set
+// largest free one (a never-used one when none is free) grown to it, in whole
+// MiB (fewer regrowths; a 0-byte call gets one too); NULL with *rc set
 static Slot *take(size_t bytes, int *rc) {
     Slot *fit = NULL, *big = NULL;
-    for (int i = 0; i < COMM_MAX_REQUESTS; i++) {
+    for (int i = 0; i < slots_used; i++) {
         Slot *s = &slots[i];
         if (s->in_use) continue;
-        if (s->buf && s->cap >= bytes && (!fit || s->cap < fit->cap)) fit = s;  // (a 0-byte call gets a buffer too)
+        if (s->cap >= bytes && (!fit || s->cap < fit->cap)) fit = s;
         if (!big || s->cap > big->cap) big = s;
     }
-    if (!fit && big) {
-        size_t want = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+    if (!fit && !big) {
+        if (slots_used == COMM_MAX_REQUESTS) {
+            *rc = ERR_STAGED_POOL;
+            return NULL;
+        }
+        big = &slots[slots_used++];
+    }
+    if (!fit) {
+        size_t want = (bytes / (1u << 20) + 1) * (1u << 20);
         if (big->buf) be->free_pinned(be, big->buf);
-        big->buf = be->alloc_pinned(be, want ? want : (1u << 20));
-        big->cap = big->buf ? (want ? want : (1u << 20)) : 0;
+        big->buf = be->alloc_pinned(be, want);
+        big->cap = big->buf ? want : 0;
         if (!big->buf) {
             *rc = ERR_STAGED_NOMEM;
             return NULL;
         }
         fit = big;
     }
-    if (!fit) *rc = ERR_STAGED_POOL;
-    else fit->in_use = 1, fit->inner = NULL, fit->dst = NULL;
+    fit->in_use = 1, fit->inner = NULL, fit->dst = NULL;
     return fit;
 }
 
@@ -248,14 +256,15 @@ const CommBackend *comm_staged_backend(const CommBackend *in, Backend *b) {
 
 size_t comm_staged_host_bytes(void) {
     size_t total = 0;
-    for (int i = 0; i < COMM_MAX_REQUESTS; i++) total += slots[i].cap;
+    for (int i = 0; i < slots_used; i++) total += slots[i].cap;
     return total;
 }
 long long comm_staged_calls(void) { return staged; }
 
 void comm_staged_release(void) {
-    for (int i = 0; i < COMM_MAX_REQUESTS; i++) {
+    for (int i = 0; i < slots_used; i++) {
         if (slots[i].buf) be->free_pinned(be, slots[i].buf);
         slots[i] = (Slot){0};
     }
+    slots_used = 0;
 }
