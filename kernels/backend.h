@@ -70,6 +70,11 @@ struct Backend {
     void (*event_record)(Backend *b, BackendEvent *e, BackendStream *s);
     void (*stream_wait_event)(Backend *b, BackendStream *s, BackendEvent *e);
     void (*event_synchronize)(Backend *b, BackendEvent *e);
+    // 1 when the work recorded before e has completed, 0 while it runs; never blocks
+    int (*event_query)(Backend *b, BackendEvent *e);
+    // the platform's handle of s, for a library that enqueues its own work in order
+    // with ours (NCCL): the cudaStream_t (a NULL s: the default stream); NULL on the CPU
+    void *(*native_stream)(Backend *b, BackendStream *s);
     float (*event_elapsed_ms)(Backend *b, BackendEvent *start, BackendEvent *end);
     void (*synchronize)(Backend *b);
     int (*supports_op)(Backend *b, BackendOp op);

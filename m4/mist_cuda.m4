@@ -7,6 +7,10 @@ AC_DEFUN([MIST_CHECK_CUDA], [
     [AS_HELP_STRING([--with-cuda@<:@=PATH@:>@],
       [build the CUDA backend with the toolkit at PATH (default: /usr/local/cuda when PATH/bin/nvcc exists)])],
     [], [with_cuda=check])
+  AC_ARG_WITH([nccl],
+    [AS_HELP_STRING([--without-nccl],
+      [do not use NCCL even when the CUDA toolkit has it (collectives of GPU memory then go through host memory)])],
+    [], [with_nccl=check])
   AC_ARG_VAR([CUDA_ARCH], [GPU architecture for nvcc -arch (default: sm_90)])
   AC_ARG_VAR([NVCC], [CUDA compiler (default: PATH/bin/nvcc)])
   AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc (gcc flags are never passed to nvcc)])
@@ -29,13 +33,15 @@ AC_DEFUN([MIST_CHECK_CUDA], [
       AC_CHECK_HEADERS([cuda_runtime_api.h cublasLt.h], [], [mist_have_cuda=no])
       AC_CHECK_LIB([cublasLt], [cublasLtCreate], [], [mist_have_cuda=no])
       AC_CHECK_LIB([cublas], [cublasCreate_v2], [], [mist_have_cuda=no])
-      AS_IF([test "x$mist_have_cuda" = xyes], [
+      AS_IF([test "x$mist_have_cuda" = xyes && test "x$with_nccl" != xno], [
         AC_CHECK_HEADER([nccl.h], [AC_CHECK_LIB([nccl], [ncclCommInitRank], [mist_have_nccl=yes])])])
       CPPFLAGS=$mist_save_CPPFLAGS; LIBS=$mist_save_LIBS; LDFLAGS=$mist_save_LDFLAGS
     ], [AC_MSG_RESULT([no])])
     AS_IF([test "x$mist_have_cuda" = xno && test "x$with_cuda" != xcheck],
       [AC_MSG_ERROR([CUDA requested (--with-cuda=$with_cuda) but nvcc, cuBLAS or cuBLASLt not found under $CUDA_HOME. Hint: pass --with-cuda=PATH to the toolkit, or --without-cuda])])
   ])
+  AS_IF([test "x$with_nccl" = xyes && test "x$mist_have_nccl" = xno],
+    [AC_MSG_ERROR([NCCL requested (--with-nccl) but the CUDA backend is not built or nccl.h / libnccl are not under its toolkit ($CUDA_HOME). Hint: --with-cuda=PATH to a toolkit with NCCL in include/ and lib64/, or --without-nccl])])
   AS_IF([test "x$mist_have_cuda" = xyes], [
     AC_DEFINE([HAVE_CUDA], [1], [Define when the CUDA backend is built.])
     CUDA_CFLAGS="-I$CUDA_HOME/include"

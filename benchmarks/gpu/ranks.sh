@@ -14,6 +14,8 @@
 #
 # Without a GPU both legs run on the CPU backend, the "GPU" one with
 # MIST_COMM_STAGED=1 (the same staged path; the losses then agree exactly).
+# Ranks sharing a GPU stage their collectives even in a build with NCCL
+# (NCCL drives one GPU per rank), so this checks the staged path on GPUs.
 # Writes OUTDIR/ranks.log and one OUTDIR/NAME.{gpu,cpu}.{jsonl,out} per plan.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)

@@ -88,6 +88,16 @@ static void cu_stream_wait_event(Backend *b, BackendStream *s, BackendEvent *e) 
     CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), (cudaEvent_t)e, 0));
 }
 static void cu_event_synchronize(Backend *b, BackendEvent *e) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e)); }
+static int cu_event_query(Backend *b, BackendEvent *e) {
+    cudaError_t rc = cudaEventQuery((cudaEvent_t)e);
+    if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // "not ready" is an answer, not an error to keep
+        return 0;
+    }
+    CUDA_CHECK(rc);
+    return 1;
+}
+static void *cu_native_stream(Backend *b, BackendStream *s) { return (void *)cuda_stream(s); }
 static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *end) {
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
@@ -185,6 +195,8 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->event_record = cu_event_record;
     b->stream_wait_event = cu_stream_wait_event;
     b->event_synchronize = cu_event_synchronize;
+    b->event_query = cu_event_query;
+    b->native_stream = cu_native_stream;
     b->event_elapsed_ms = cu_event_elapsed_ms;
     b->synchronize = cu_synchronize;
     b->supports_op = cu_supports_op;

@@ -1,0 +1,50 @@
+// Collectives of GPU memory through NCCL: a comm backend that wraps the MPI
+// one. A collective whose buffers lie in device memory (the compute backend's
+// is_device_memory()) runs on NCCL, GPU to GPU over NVLink / PCIe / the
+// network, without passing through host memory; host buffers (pipeline
+// boundaries, scalars on the stack) go to the inner MPI backend untouched, as
+// do groups, barriers and point-to-point messages. Device point-to-point is
+// refused, as in the staged backend (the pipeline sends host buffers).
+//
+// Groups are the inner backend's: the first device collective on a group
+// creates its NCCL communicator (rank 0 of the group makes the unique id and
+// broadcasts it over the group's MPI communicator; every member is inside the
+// same collective call, so they all create it together).
+//
+// Ordering: a collective runs on NCCL's own stream after the work already
+// queued on the followed stream (comm_nccl_follow; the whole device is
+// synchronised while none is set), so the GPU keeps computing while it moves;
+// wait() returns once it has completed (test() says whether it has), so
+// afterwards any stream, and the host, may use the buffers. A wait past
+// the timeout (set_timeout) or an asynchronous NCCL error ends the job with
+// a report naming the operation, like the MPI backend's.
+//
+// Results: reductions are NCCL's: bit-identical on every rank of the group and
+// run to run on the same machines, but the order of the additions is NCCL's
+// (ring or tree), so sums can differ from the MPI backend's in the last bits.
+// bf16 sums are added in fp32 and rounded at every step (as MPI's bf16 sum).
+// f16 reductions are refused, as by the MPI backend.
+//
+// One wrapper per process (the CommBackend interface has no context pointer).
+#ifndef MIST_COMM_NCCL_H
+#define MIST_COMM_NCCL_H
+
+#include "kernels/backend.h"
+#include "runtime/comm.h"
+
+// The wrapper around `inner` (the MPI backend) for memory of `be`.
+const CommBackend *comm_nccl_backend(const CommBackend *inner, Backend *be);
+// The stream whose queued work a collective's buffers come from (the model
+// runtime's); NULL: synchronise the whole device before each collective.
+void comm_nccl_follow(BackendStream *s);
+// Collectives that ran on NCCL so far.
+long long comm_nccl_calls(void);
+// NCCL communicators created so far.
+int comm_nccl_communicators(void);
+// NCCL's version as text ("2.28.3"), or why it cannot say.
+const char *comm_nccl_version(void);
+// Destroys the NCCL communicators and the backend's stream and events. Call it
+// before the groups are freed, with no operation in flight.
+void comm_nccl_release(void);
+
+#endif

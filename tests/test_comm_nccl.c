@@ -1,0 +1,129 @@
+// The NCCL comm backend (runtime/comm_nccl.c) under mpirun, built against the
+// NCCL stand-in of tests/fake_nccl (MPI on host memory), so its own logic
+// runs without GPUs: the collective suite (tests/comm_suite.h) with every
+// buffer in the CPU backend's device memory, on the same groups as
+// tests/test_comm.c (one NCCL communicator per group, made on first use),
+// first synchronising the device before each collective, then following a
+// stream; host buffers go to MPI, untouched by NCCL; mixed placements, device
+// point-to-point and f16 sums are refused with messages; a failed
+// ncclGetUniqueId fails the collective on every rank of the group (nobody
+// waits); release destroys every communicator.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nccl.h"
+#include "runtime/comm_mpi.h"
+#include "runtime/comm_nccl.h"
+#include "runtime/launch.h"
+#include "tests/comm_suite.h"
+
+static int refused(int rc, const char *needle, const char *what) {
+    char text[512] = "";
+    if (rc) C->error_string(rc, text, sizeof text);
+    int good = rc != 0 && strstr(text, needle) != NULL;
+    check(good, "%s: %s", what, rc ? text : "not refused");
+    return good;
+}
+
+int main(int argc, char **argv) {
+    Launch L;
+    if (launch_init(&argc, &argv, &L)) return 1;
+    me = L.world_rank;
+    int n = L.world_size;
+    const CommBackend *mpi = comm_mpi_backend();
+    C = mpi;
+    CommGroup *world = NULL, *odd = NULL;
+    Grid grid;
+    if (suite_groups(n, &world, &odd, &grid)) return 1;
+
+    char err[512];
+    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
+    check(dev_be != NULL, "CPU backend: %s", dev_be ? "created" : err);
+    if (!dev_be) return 1;
+    C = comm_nccl_backend(mpi, dev_be);
+    check(!strcmp(C->name, "nccl"), "the wrapper calls itself nccl");
+
+    // every collective with the device synchronised before it (no stream followed)
+    test_group("nccl world", world);
+    test_group("nccl split 3+rest", odd);
+    // ... and in order after a followed stream's work
+    BackendStream *compute = dev_be->stream_create(dev_be);
+    comm_nccl_follow(compute);
+    test_group("nccl grid dp", grid.dp);
+    test_group("nccl grid tp", grid.tp);
+    check(t_all_reduce(world, MIST_F32, COMM_SUM, (size_t)1 << 18, NONBLOCKING), "nccl world: all_reduce f32 of 2^18");
+    check(t_reduce_scatter(world, MIST_BF16, COMM_SUM, (size_t)1 << 15, IN_PLACE), "nccl world: reduce_scatter bf16 2^15/rank");
+    test_determinism(world, MIST_F32);
+    test_determinism(world, MIST_BF16);
+    test_concurrent(world);
+    test_concurrent(odd);
+    test_errors(world);  // host buffers: the MPI backend's refusals pass through
+
+    // one communicator per group, every device collective on NCCL
+    long before = fake_nccl_collectives();
+    check(comm_nccl_communicators() == 4 && fake_nccl_live_comms() == 4,
+          "one NCCL communicator per group: %d made, %d alive (world, split, dp, tp)", comm_nccl_communicators(),
+          fake_nccl_live_comms());
+    check(comm_nccl_calls() == before && before > 100, "every device collective ran on NCCL: %lld calls, %ld in NCCL",
+          comm_nccl_calls(), before);
+    {
+        int32_t h = me + 1;  // host memory: the MPI backend's
+        int rc = C->all_reduce(&h, &h, 1, MIST_I32, COMM_SUM, world);
+        check(rc == 0 && h == n * (n + 1) / 2 && fake_nccl_collectives() == before,
+              "a host buffer's all_reduce goes to MPI (sum %d, NCCL calls unchanged)", (int)h);
+    }
+    {
+        // reduce_scatter with the result at the start of send (the MPI backend's other in-place form)
+        int good = 1;
+        size_t count = 5;
+        float *buf = buf_alloc((size_t)n * count * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * count; i++) buf[i] = (float)val(me, i);
+        good = C->reduce_scatter(buf, buf, count, MIST_F32, COMM_SUM, world) == 0;
+        EXPECT_ALL(buf, MIST_F32, count, reduce_val(COMM_SUM, n, (size_t)me * count + i), "reduce_scatter at start");
+        check(good, "reduce_scatter with recv == send: this rank's block at the start");
+        buf_free(buf);
+    }
+    {
+        float *d = buf_alloc(8 * sizeof(float)), h[8] = {0};
+        uint16_t *d16 = buf_alloc(8 * sizeof(uint16_t));
+        refused(C->all_reduce(h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
+        refused(C->all_reduce(d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
+        CommRequest *req = NULL;
+        int rs = C->isend(d, 8, MIST_F32, 0, 9, world, &req);
+        refused(rs, "point-to-point", "device point-to-point refused");
+        check(req == NULL, "a refused isend hands back no request");
+        refused(C->all_gather(d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
+        buf_free(d), buf_free(d16);
+    }
+    comm_nccl_follow(NULL);
+    comm_nccl_release();
+    check(fake_nccl_live_comms() == 0, "release destroys every communicator (%d alive)", fake_nccl_live_comms());
+
+    // rank 0 of a new group cannot make the unique id: every member's first
+    // device collective on it fails, none waits for the others
+    {
+        C = comm_nccl_backend(mpi, dev_be);
+        CommGroup *pair = NULL;
+        commCheck(mpi, mpi->group_split(world, me / 2, me, &pair));
+        setenv("MIST_FAKE_NCCL_FAIL", "unique_id", 1);
+        float *d = buf_alloc(4 * sizeof(float));
+        refused(C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, pair), "ncclGetUniqueId", "a failed unique id fails every member");
+        unsetenv("MIST_FAKE_NCCL_FAIL");
+        buf_free(d);
+        comm_nccl_release();
+        mpi->group_free(pair);
+    }
+    char version[64];
+    snprintf(version, sizeof version, "%s", comm_nccl_version());
+    check(strcmp(version, "unknown") != 0, "version text: %s", version);
+    dev_be->stream_destroy(dev_be, compute);
+    dev_be->destroy(dev_be);
+    dev_be = NULL;
+    C = mpi;
+    grid_free(&grid);
+    C->group_free(odd);
+    C->group_free(world);
+    int rc = me == 0 ? tap_done() : 0;
+    launch_finalize();
+    return rc;
+}
