@@ -15,4 +15,18 @@ for prog in test_comm test_comm_nccl_fake; do
         [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ] || tap_diag "$out"
     done
 done
+# NCCL itself (builds with NCCL): runs where every rank has a GPU of its own, else skips saying why
+if [ -x "$MIST_BUILDDIR/tests/test_comm_nccl_gpu" ]; then
+    for np in 1 2; do
+        out=$(timeout 300 sh -c "mpirun --oversubscribe -np $np '$MIST_BUILDDIR/tests/test_comm_nccl_gpu' </dev/null" 2>&1)
+        rc=$?
+        points=$(printf '%s\n' "$out" | grep -c '^ok [0-9]* - ')
+        bad=$(printf '%s\n' "$out" | grep -c '^not ok ')
+        skip=$(printf '%s\n' "$out" | sed -n 's/^ok [0-9]* # SKIP //p' | head -1)
+        [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ] && { [ -n "$skip" ] || [ "$points" -gt 100 ]; }
+        if [ -n "$skip" ] && [ "$bad" -eq 0 ]; then tap_skip "test_comm_nccl_gpu at $np ranks: $skip"
+        else tap_ok $? "test_comm_nccl_gpu at $np ranks: $points checks passed, $bad failed (exit $rc)"; fi
+        [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ] || tap_diag "$out"
+    done
+fi
 tap_end

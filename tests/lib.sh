@@ -9,6 +9,7 @@ tap_ok() {    # tap_ok CONDITION_STATUS "description"
     tap_n=$((tap_n + 1))
     if [ "$1" -eq 0 ]; then echo "ok $tap_n - $2"; else echo "not ok $tap_n - $2"; tap_fail=$((tap_fail + 1)); fi
 }
+tap_skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n # SKIP $1"; }  # tap_skip "why it cannot run here"
 tap_diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
 tap_end() { echo "1..$tap_n"; [ "$tap_fail" -eq 0 ]; }
 # mpirun with the flags the test machines need (root, oversubscription, no stdin)

@@ -1,21 +1,64 @@
-// The NCCL comm backend (runtime/comm_nccl.c) under mpirun, built against the
-// NCCL stand-in of tests/fake_nccl (MPI on host memory), so its own logic
-// runs without GPUs: the collective suite (tests/comm_suite.h) with every
-// buffer in the CPU backend's device memory, on the same groups as
-// tests/test_comm.c (one NCCL communicator per group, made on first use),
+// The NCCL comm backend (runtime/comm_nccl.c) under mpirun. Built twice:
+// - tests/test_comm_nccl_fake, against the NCCL stand-in of tests/fake_nccl
+//   (MPI on host memory), so the backend's own logic runs without GPUs, with
+//   the CPU backend's device memory;
+// - tests/test_comm_nccl_gpu (builds with NCCL), against NCCL itself on the
+//   CUDA backend, one GPU per rank, every buffer in managed memory (the suite
+//   writes and reads its buffers from the host); without a GPU it skips.
+// The collective suite (tests/comm_suite.h) runs through it on the same groups
+// as tests/test_comm.c (one NCCL communicator per group, made on first use),
 // first synchronising the device before each collective, then following a
 // stream; host buffers go to MPI, untouched by NCCL; mixed placements, device
-// point-to-point and f16 sums are refused with messages; a failed
-// ncclGetUniqueId fails the collective on every rank of the group (nobody
-// waits); release destroys every communicator.
+// point-to-point and f16 sums are refused with messages; with the stand-in a
+// failed ncclGetUniqueId fails the collective on every rank of the group
+// (nobody waits) and release destroys every communicator.
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nccl.h"
+#include <nccl.h>
 #include "runtime/comm_mpi.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/launch.h"
 #include "tests/comm_suite.h"
+
+#ifndef MIST_FAKE_NCCL
+#include <cuda_runtime_api.h>
+Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen);
+// managed memory: NCCL reads and writes it as device memory, the suite from the host
+static void *managed_alloc(Backend *b, size_t bytes) {
+    void *p = NULL;
+    return cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) == cudaSuccess ? p : NULL;
+}
+static void managed_free(Backend *b, void *p) { cudaFree(p); }
+static int managed_is_device(Backend *b, const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice;
+}
+#endif
+
+// The backend whose memory the collectives move, or NULL with the reason (GPU build: no GPU).
+static Backend *device_backend(const Launch *L, char *err, size_t errlen) {
+#ifdef MIST_FAKE_NCCL
+    return backend_cpu_create(MIST_F32, err, errlen);
+#else
+    if (strncmp(L->device, "cuda:", 5) != 0) {
+        snprintf(err, errlen, "no GPU for this rank (device %s)", L->device);
+        return NULL;
+    }
+    if (L->local_size > L->gpus_on_host) {
+        snprintf(err, errlen, "%d ranks on a host with %d GPUs: NCCL needs one GPU per rank", L->local_size,
+                 L->gpus_on_host);
+        return NULL;
+    }
+    Backend *b = backend_cuda_create(MIST_BF16, atoi(L->device + 5), err, errlen);
+    if (b) b->alloc_device = managed_alloc, b->free_device = managed_free, b->is_device_memory = managed_is_device;
+    return b;
+#endif
+}
 
 static int refused(int rc, const char *needle, const char *what) {
     char text[512] = "";
@@ -37,9 +80,17 @@ int main(int argc, char **argv) {
     if (suite_groups(n, &world, &odd, &grid)) return 1;
 
     char err[512];
-    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
-    check(dev_be != NULL, "CPU backend: %s", dev_be ? "created" : err);
-    if (!dev_be) return 1;
+    dev_be = device_backend(&L, err, sizeof err);
+    int have = dev_be != NULL, all = 0;
+    MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+        if (me == 0) {
+            tap_skip(have ? "another rank has no GPU of its own" : err);
+            tap_done();
+        }
+        launch_finalize();
+        return 0;
+    }
     C = comm_nccl_backend(mpi, dev_be);
     check(!strcmp(C->name, "nccl"), "the wrapper calls itself nccl");
 
@@ -60,16 +111,18 @@ int main(int argc, char **argv) {
     test_errors(world);  // host buffers: the MPI backend's refusals pass through
 
     // one communicator per group, every device collective on NCCL
-    long before = fake_nccl_collectives();
-    check(comm_nccl_communicators() == 4 && fake_nccl_live_comms() == 4,
-          "one NCCL communicator per group: %d made, %d alive (world, split, dp, tp)", comm_nccl_communicators(),
-          fake_nccl_live_comms());
-    check(comm_nccl_calls() == before && before > 100, "every device collective ran on NCCL: %lld calls, %ld in NCCL",
-          comm_nccl_calls(), before);
+    long long before = comm_nccl_calls();
+    check(comm_nccl_communicators() == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
+          comm_nccl_communicators());
+#ifdef MIST_FAKE_NCCL
+    check(fake_nccl_live_comms() == 4 && fake_nccl_collectives() == before && before > 100,
+          "every device collective ran in NCCL: %lld calls, %ld in the stand-in, %d communicators alive", before,
+          fake_nccl_collectives(), fake_nccl_live_comms());
+#endif
     {
         int32_t h = me + 1;  // host memory: the MPI backend's
         int rc = C->all_reduce(&h, &h, 1, MIST_I32, COMM_SUM, world);
-        check(rc == 0 && h == n * (n + 1) / 2 && fake_nccl_collectives() == before,
+        check(rc == 0 && h == n * (n + 1) / 2 && comm_nccl_calls() == before,
               "a host buffer's all_reduce goes to MPI (sum %d, NCCL calls unchanged)", (int)h);
     }
     {
@@ -97,6 +150,7 @@ int main(int argc, char **argv) {
     }
     comm_nccl_follow(NULL);
     comm_nccl_release();
+#ifdef MIST_FAKE_NCCL
     check(fake_nccl_live_comms() == 0, "release destroys every communicator (%d alive)", fake_nccl_live_comms());
 
     // rank 0 of a new group cannot make the unique id: every member's first
@@ -113,6 +167,7 @@ int main(int argc, char **argv) {
         comm_nccl_release();
         mpi->group_free(pair);
     }
+#endif
     char version[64];
     snprintf(version, sizeof version, "%s", comm_nccl_version());
     check(strcmp(version, "unknown") != 0, "version text: %s", version);

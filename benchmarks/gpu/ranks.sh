@@ -112,4 +112,19 @@ resume_check() {
 # (the losses are steps 6..10 of both runs: the resumed one logs only those)
 if resume_check; then say "resume dp2 (2 ranks): ok    steps 6..10 of the resumed run = the uninterrupted run, bit for bit"
 else say "resume dp2 (2 ranks): FAIL  $(paste "$out/resume.a" "$out/resume.b" 2>/dev/null | tr '\n' ' ')"; status=1; fi
+
+# NCCL itself, one rank per GPU (a build with NCCL has tests/test_comm_nccl_gpu: carry it along):
+# the collective suite with every buffer in managed memory; it skips, saying why, without a GPU
+nccl_test=$top/tests/test_comm_nccl_gpu
+if [ -x "$nccl_test" ]; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    np=${gpus:-1}; [ "$np" -ge 1 ] || np=1
+    rc=0
+    "$mpirun" -np "$np" "$nccl_test" >"$out/nccl.out" 2>&1 </dev/null || rc=$?
+    okn=$(grep -c '^ok [0-9]* - ' "$out/nccl.out" || true); bad=$(grep -c '^not ok' "$out/nccl.out" || true)
+    skip=$(sed -n 's/^ok [0-9]* # SKIP //p' "$out/nccl.out" | head -1)
+    if [ -n "$skip" ] && [ "$bad" -eq 0 ] && [ $rc -eq 0 ]; then say "nccl ($np ranks): SKIP  $skip"
+    elif [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then say "nccl ($np ranks): ok    $okn checks of test_comm_nccl_gpu"
+    else say "nccl ($np ranks): FAIL  $bad of $((okn + bad)) checks failed, exit $rc (see nccl.out)"; status=1; fi
+fi
 exit $status
