@@ -22,11 +22,7 @@
 #include <unistd.h>
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
-#include "runtime/comm_staged.h"
-#include "runtime/launch.h"
-#ifdef HAVE_NCCL
-#include "runtime/comm_nccl.h"
-#endif
+#include "runtime/comm_select.h"
 #include "runtime/dataloader.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
@@ -129,8 +125,8 @@ static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, s
     }
     const char *staged = getenv("MIST_COMM_STAGED");
     if (staged && strcmp(staged, "0") != 0 && strcmp(staged, "1") != 0) {
-        snprintf(err, errlen, "environment MIST_COMM_STAGED=%s: allowed: 0, 1 (1: stage the CPU backend's "
-                 "collectives through host memory, as GPU memory is without NCCL)", staged);
+        snprintf(err, errlen, "environment MIST_COMM_STAGED=%s: allowed: 0, 1 (1: move "
+                 "collectives of device memory through pinned host memory instead of NCCL)", staged);
         return 2;
     }
     if (strcmp(grid->device, "cpu") != 0 && strncmp(grid->device, "cuda", 4) != 0) {
@@ -168,37 +164,19 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     int on_host = !strcmp(be->name, "cpu");
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces, the tied embedding's
-    // sum) run on NCCL (runtime/comm_nccl.h) when this build has it and every
-    // rank has a GPU of its own, else through a host bounce buffer
-    // (runtime/comm_staged.h). The pipeline sends host buffers either way.
-    // MIST_COMM_STAGED=1 stages (on the CPU backend: its "device" arena, the
-    // path checked without a GPU).
-    const char *force = getenv("MIST_COMM_STAGED");
-    int force_staged = force && !strcmp(force, "1");
-    int nccl = 0;
-#ifdef HAVE_NCCL
-    {
-        // NCCL drives one GPU per rank: a host running more ranks than it has
-        // GPUs stages. Every rank must take the same path (a collective is NCCL's
-        // or MPI's on all its ranks), so the job agrees on it.
-        const Launch *li = launch_info();
-        int own_gpu = !on_host && li && li->local_size <= li->gpus_on_host, all = own_gpu && !force_staged;
-        commCheck(comm, comm->all_reduce(&all, &all, 1, MIST_I32, COMM_SUM, grid->world));
-        nccl = all == grid->world_size;
-        if (!nccl && !on_host && !force_staged && root && (dp > 1 || tp > 1 || S > 1))
-            printf("mist: not every rank has a GPU of its own (NCCL needs one per rank): collectives are staged\n");
-    }
-    if (nccl) comm = comm_nccl_backend(grid->comm, be);
-    if (nccl && root && (dp > 1 || tp > 1))
-        printf("mist: collectives of GPU memory run on NCCL %s (its buffers are outside the measured device peak)\n",
-               comm_nccl_version());
-#endif
-    int staged = !nccl && (!on_host || force_staged);
-    if (staged) comm = comm_staged_backend(grid->comm, be);
-    if (staged && root && (dp > 1 || tp > 1 || S > 1))
-        printf("mist: collectives of %s memory are staged through pinned host memory%s: each costs a copy each way, "
+    // sum) run on NCCL or through host bounce buffers (runtime/comm_select.h).
+    // The pipeline sends host buffers either way.
+    CommChoice choice;
+    commCheck(comm, comm_select(grid->comm, be, grid->world, &choice));
+    comm = choice.comm;
+    int several = dp > 1 || tp > 1 || S > 1;
+    if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
+        printf("mist: collectives of GPU memory run on %s (its buffers are outside the measured device peak)\n",
+               choice.detail);
+    if (root && choice.path == COMM_PATH_STAGED && several)
+        printf("mist: collectives of %s memory are staged through pinned host memory%s%s: each costs a copy each way, "
                "and starting one waits for the device\n", on_host ? "the CPU backend's device" : "GPU",
-               on_host ? "" : " (no NCCL)");
+               choice.why[0] ? ": " : "", choice.why);
     // The CUDA attention kernels are built for head sizes 64 and 128 (their
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
@@ -240,9 +218,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         be->destroy(be);
         return 1;
     }
-#ifdef HAVE_NCCL
-    if (nccl) comm_nccl_follow(r->stream);  // the model's kernels write what the collectives send
-#endif
+    comm_select_follow(&choice, r->stream);  // the model's kernels write what the collectives send
     int64_t pred_dev, pred_host;
     mr_memory_predict(r, &pred_dev, &pred_host);
     if (root) {
@@ -502,14 +478,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
                    "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)pred_dev, b2,
                    (long long)mine.measured_host_peak_bytes, (long long)pred_host);
-#ifdef HAVE_NCCL
-            if (nccl && comm_nccl_calls() > 0)
-                printf("mist: NCCL collectives on rank 0: %lld, on %d communicators\n", comm_nccl_calls(),
-                       comm_nccl_communicators());
-#endif
-            if (staged && comm_staged_calls() > 0)
-                printf("mist: staged collectives on rank 0: %lld, through %zu B of pinned host memory (outside the "
-                       "plan's host bytes)\n", comm_staged_calls(), comm_staged_host_bytes());
+            char line[256];
+            if (comm_select_device_calls(&choice, rank, line, sizeof line) > 0) printf("mist: %s\n", line);
             if (cfg->log.summary[0] &&
                 trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL, err,
                                        sizeof err)) {
@@ -531,11 +501,8 @@ done:
     free(whole);
     if (whole) mr_free(&full);
     pipe_free(&pipe);
-#ifdef HAVE_NCCL
-    if (nccl) comm_nccl_release();  // before the stream it follows goes
-#endif
+    comm_select_release(&choice);  // before the stream NCCL follows goes
     mr_free(r);
-    if (staged) comm_staged_release();
     be->destroy(be);
     return exit_code;
 }

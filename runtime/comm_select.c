@@ -1,0 +1,73 @@
+// The comm path of a job (comm_select.h).
+#include <config.h>  // HAVE_NCCL
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm_select.h"
+#include "runtime/comm_staged.h"
+#include "runtime/launch.h"
+#ifdef HAVE_NCCL
+#include "runtime/comm_nccl.h"
+#endif
+
+int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoice *out) {
+    memset(out, 0, sizeof *out);
+    out->path = COMM_PATH_MPI;
+    out->comm = mpi;
+    int on_host = !strcmp(be->name, "cpu");
+    const char *force = getenv("MIST_COMM_STAGED");  // launch_check_env / train validate the value
+    int force_staged = force && !strcmp(force, "1");
+    int nccl = 0;
+#ifdef HAVE_NCCL
+    // NCCL drives one GPU per rank: a host running more ranks than it has GPUs
+    // stages, and then the whole job does.
+    const Launch *li = launch_info();
+    int own_gpu = !on_host && li && li->local_size <= li->gpus_on_host;
+    int votes = own_gpu && !force_staged, n = mpi->group_size(world);
+    int rc = mpi->all_reduce(&votes, &votes, 1, MIST_I32, COMM_SUM, world);
+    if (rc) return rc;
+    nccl = votes == n;
+    if (!nccl && !on_host && !force_staged)
+        snprintf(out->why, sizeof out->why, "not every rank has a GPU of its own (NCCL needs one per rank)");
+    if (nccl) {
+        out->path = COMM_PATH_NCCL;
+        out->comm = comm_nccl_backend(mpi, be);
+        snprintf(out->detail, sizeof out->detail, "NCCL %s", comm_nccl_version());
+    }
+#else
+    if (!on_host && !force_staged) snprintf(out->why, sizeof out->why, "this build has no NCCL");
+#endif
+    if (!nccl && (!on_host || force_staged)) {
+        out->path = COMM_PATH_STAGED;
+        out->comm = comm_staged_backend(mpi, be);
+    }
+    return 0;
+}
+
+void comm_select_follow(const CommChoice *c, BackendStream *s) {
+#ifdef HAVE_NCCL
+    if (c->path == COMM_PATH_NCCL) comm_nccl_follow(s);
+#endif
+}
+
+long long comm_select_device_calls(const CommChoice *c, int rank, char *line, size_t len) {
+    long long n = 0;
+    if (len) line[0] = '\0';
+#ifdef HAVE_NCCL
+    if (c->path == COMM_PATH_NCCL && (n = comm_nccl_calls()) > 0)
+        snprintf(line, len, "NCCL collectives on rank %d: %lld, on %d communicators", rank, n,
+                 comm_nccl_communicators());
+#endif
+    if (c->path == COMM_PATH_STAGED && (n = comm_staged_calls()) > 0)
+        snprintf(line, len, "staged collectives on rank %d: %lld, through %zu B of pinned host memory (outside the "
+                 "plan's host bytes)", rank, n, comm_staged_host_bytes());
+    return n;
+}
+
+void comm_select_release(const CommChoice *c) {
+#ifdef HAVE_NCCL
+    if (c->path == COMM_PATH_NCCL) comm_nccl_release();
+#endif
+    if (c->path == COMM_PATH_STAGED) comm_staged_release();
+}
