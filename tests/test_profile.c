@@ -2,11 +2,15 @@
 // formulas match hand computations, profile files round-trip, and file errors
 // name the file, line and key: values out of their range, keys set twice,
 // directories, CR-only line endings and lines too long for the INI reader.
+// mist-profile's line fit recovers exact lines and stays inside the ranges
+// profile files accept, and its measured lines land in the right cells.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "planner/profile.h"
+#include "runtime/profile_measure.h"
 #include "tests/tap.h"
 
 #define GiB 1073741824.0
@@ -232,6 +236,48 @@ int main(void) {
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "order.ini:3:") && strstr(err, "syntax error"),
        "a syntax error is reported at its own line, before a later bad key (%s)", err);
+
+    // mist-profile's fit: t = x / k + beta by least squares
+    {
+        MeasuredLine m = {.points = 4};
+        for (int i = 0; i < 4; i++) m.x[i] = 1048576.0 * (1 << (2 * i)), m.t[i] = m.x[i] / 5e9 + 2e-5;
+        measure_fit_line(&m);
+        ok(fabs(m.fit.k / 5e9 - 1) < 1e-9 && fabs(m.fit.beta / 2e-5 - 1) < 1e-6 && m.worst_residual < 1e-9,
+           "an exact line is recovered: k %.6g B/s, beta %.6g s, residual %.2g", m.fit.k, m.fit.beta, m.worst_residual);
+        // a negative intercept (latency below the noise): the line through the origin
+        m = (MeasuredLine){.points = 2, .x = {1e6, 2e6}, .t = {1e-4, 3e-4}};
+        measure_fit_line(&m);
+        ok(m.fit.beta == 0 && fabs(m.fit.k - 5e12 / 700) / m.fit.k < 1e-12,
+           "a negative intercept gives the least-squares line through the origin: k = sum x^2 / sum x t = %.6g, "
+           "beta 0", m.fit.k);
+        // times that fall with size (noise): still a positive rate, beta 0
+        m = (MeasuredLine){.points = 2, .x = {1e6, 4e6}, .t = {4e-3, 1e-3}};
+        measure_fit_line(&m);
+        ok(m.fit.k > 0 && m.fit.beta == 0 && m.worst_residual > 0.5,
+           "times falling with size: a positive k (%.4g), beta 0, the residual says how bad (%.2f)", m.fit.k,
+           m.worst_residual);
+        // one point: through the origin; out-of-range rates clamp to the file format's
+        m = (MeasuredLine){.points = 1, .x = {1e6}, .t = {1e-18}};
+        measure_fit_line(&m);
+        ok(m.fit.k == 1e15 && m.fit.beta == 0, "an impossibly fast point clamps k to 1e6 GB/s (%.4g)", m.fit.k);
+        m = (MeasuredLine){.points = 2, .x = {1, 2}, .t = {5, 10}};
+        measure_fit_line(&m);
+        ok(m.fit.k == 1e6 && m.fit.beta <= 1, "an impossibly slow line clamps k to 0.001 GB/s and beta to <= 1 s");
+        // the measured lines go into their cells, the rest stays
+        HwProfile q;
+        profile_preset(&q, "l4");
+        LinkFit before = q.coll[profile_shape_index(4)][profile_shape_index(8)];
+        ProfileMeasure pm = {.nodes = 2, .per_node = 2, .num_shapes = 2, .shape = {{1, 2}, {2, 2}}, .have_factors = 1,
+                             .factor_rs = 1.2, .factor_ar = 2.3};
+        pm.coll[0].fit = (LinkFit){3e9, 1e-4}, pm.coll[1].fit = (LinkFit){7e9, 2e-4};
+        pm.h2d.fit = (LinkFit){11e9, 1e-5}, pm.d2h.fit = (LinkFit){13e9, 2e-5};
+        profile_apply_measure(&q, &pm);
+        LinkFit a = profile_coll_fit(&q, 1, 2), b = profile_coll_fit(&q, 2, 2), c = profile_coll_fit(&q, 4, 8);
+        ok(a.k == 3e9 && b.k == 7e9 && b.beta == 2e-4 && c.k == before.k && c.beta == before.beta &&
+               q.coll_factor[COLL_REDUCE_SCATTER] == 1.2 && q.coll_factor[COLL_ALL_REDUCE] == 2.3 && q.h2d.k == 11e9 &&
+               q.d2h.beta == 2e-5,
+           "measured lines land in their shapes' cells (1x2, 2x2), factors and host lines too; 4x8 keeps the preset's");
+    }
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -1,0 +1,258 @@
+// mist-profile: measure the job's collectives and host copies and write them
+// into a hardware profile file (runtime/profile_measure.h), for `mist-plan
+// --hardware FILE` and `[cluster] hardware = FILE`. Run it under mpirun / srun
+// with the ranks and nodes training will use.
+//   mpirun -np N mist-profile [--hardware NAME|FILE] [--sizes LIST] [--iters N] [--ranks-per-node M] [--out FILE]
+// Exit codes: 0 ok, 1 runtime failure, 2 usage error.
+#include <config.h>  // HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "planner/profile.h"
+#include "runtime/comm_mpi.h"
+#include "runtime/comm_select.h"
+#include "runtime/fileutil.h"
+#include "runtime/launch.h"
+#include "runtime/profile_measure.h"
+
+#ifdef HAVE_CUDA
+Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen);
+#endif
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mpirun -np N mist-profile [options]\n"
+            "\n"
+            "Measures how fast this job's ranks move data and writes it into a hardware profile\n"
+            "file that `mist-plan --hardware FILE` and `[cluster] hardware = FILE` read:\n"
+            "  - collectives: an in-place all-gather on every group shape the job can form\n"
+            "    (n nodes x g ranks per node, powers of two), at each size, fitted to the\n"
+            "    planner's line t = B (N-1)/N / k + beta (B bytes in all, N = n g ranks);\n"
+            "  - the reduce-scatter and all-reduce times over the all-gather's, on the\n"
+            "    biggest shape at the biggest size;\n"
+            "  - host<->device copies of pinned memory, every rank copying at once.\n"
+            "Collectives run on the comm path training uses (NCCL, staged through host\n"
+            "memory, or MPI on the CPU backend), so predictions then include it. The rest of\n"
+            "the profile (compute, memory, interference) is the base profile's.\n"
+            "\n"
+            "options:\n"
+            "  --hardware NAME|FILE  base profile (default: cpu on the CPU backend; required on GPUs:\n"
+            "                        l4, a100-40g, a100-80g, h100-80g, h200 or a profile file)\n"
+            "  --sizes LIST          buffer sizes in MiB, comma separated, ascending (default 1,4,16,64)\n"
+            "  --iters N             timed calls per size (default 10, after 2 warm-up calls)\n"
+            "  --ranks-per-node M    ranks [iM, (i+1)M) form node i (default: ranks with the same host name)\n"
+            "  --out FILE            the profile (default: standard output)\n"
+            "  -h, --help            this text\n"
+            "\n"
+            "exit status: 0 ok, 1 runtime failure, 2 usage error\n"
+            "docs: docs/plan-analyze.md (Measuring a profile)\n");
+}
+
+typedef struct {
+    const char *base, *out;
+    MeasureOptions m;
+} Args;
+
+// "1,4,16" (MiB) -> bytes, ascending; 0 or a message in err
+static int parse_sizes(const char *list, MeasureOptions *m, char *err, size_t errlen) {
+    const char *s = list;
+    m->num_sizes = 0;
+    while (*s) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || !(v >= 1.0 / 1024 && v <= 65536) || (*end && *end != ',') || m->num_sizes == MEASURE_MAX_SIZES ||
+            (m->num_sizes && v * 1048576.0 <= (double)m->bytes[m->num_sizes - 1])) {
+            snprintf(err, errlen, "--sizes %s: allowed: up to %d ascending sizes in MiB, each in [1/1024, 65536], comma "
+                     "separated (e.g. 1,4,16,64)", list, MEASURE_MAX_SIZES);
+            return -1;
+        }
+        m->bytes[m->num_sizes++] = (size_t)(v * 1048576.0);
+        s = *end ? end + 1 : end;
+    }
+    if (!m->num_sizes) {
+        snprintf(err, errlen, "--sizes: empty list; allowed: ascending sizes in MiB (e.g. 1,4,16,64)");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *v, int lo, int hi, int *out, char *err, size_t errlen) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        snprintf(err, errlen, "%s %s: allowed: an integer %d..%d", opt, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+// 0, 1 (help printed), or -1 with err
+static int parse_args(int argc, char **argv, Args *a, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->out = "-";
+    a->m.warmup = 2, a->m.iters = 10;
+    parse_sizes("1,4,16,64", &a->m, err, errlen);
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) return 1;
+        int known = !strcmp(o, "--hardware") || !strcmp(o, "--sizes") || !strcmp(o, "--iters") ||
+                    !strcmp(o, "--ranks-per-node") || !strcmp(o, "--out");
+        if (!known) {
+            snprintf(err, errlen, "unknown option '%s' (see --help)", o);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            snprintf(err, errlen, "%s needs a value (see --help)", o);
+            return -1;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(o, "--hardware")) a->base = v;
+        else if (!strcmp(o, "--out")) a->out = v;
+        else if (!strcmp(o, "--sizes") && parse_sizes(v, &a->m, err, errlen)) return -1;
+        else if (!strcmp(o, "--iters") && parse_int(o, v, 1, 100000, &a->m.iters, err, errlen)) return -1;
+        else if (!strcmp(o, "--ranks-per-node") && parse_int(o, v, 1, 1 << 20, &a->m.ranks_per_node, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+static void size_label(size_t bytes, char *buf, size_t len) {
+    double mib = (double)bytes / 1048576.0;
+    if (mib >= 1) snprintf(buf, len, "%g MiB", mib);
+    else snprintf(buf, len, "%g KiB", (double)bytes / 1024.0);
+}
+
+static void print_line(FILE *f, const char *label, int N, const MeasuredLine *l) {
+    fprintf(f, "%-8s %4d ", label, N);
+    for (int s = 0; s < l->points; s++) fprintf(f, " %11.4g", l->t[s] * 1e3);
+    fprintf(f, "   %10.4g %10.4g %8.1f%%\n", l->fit.k / 1e9, l->fit.beta * 1e6, 100 * l->worst_residual);
+}
+
+static void print_report(FILE *f, const Args *a, const ProfileMeasure *m, const CommChoice *c, int world) {
+    const char *path = c->path == COMM_PATH_NCCL ? c->detail
+                       : c->path == COMM_PATH_STAGED ? "staged through pinned host memory"
+                                                     : "MPI on host memory";
+    fprintf(f, "mist-profile: %d rank%s on %d node%s (%d per node, %s); collectives: %s%s%s\n", world,
+           world == 1 ? "" : "s", m->nodes, m->nodes == 1 ? "" : "s", m->per_node,
+           a->m.ranks_per_node ? "--ranks-per-node" : "by host name", path, c->why[0] ? ": " : "", c->why);
+    fprintf(f, "mean ms per call (slowest rank), %d timed after %d warm-up; fit t = B (N-1)/N / k + beta\n", a->m.iters,
+           a->m.warmup);
+    fprintf(f, "%-8s %4s ", "shape", "N");
+    for (int s = 0; s < a->m.num_sizes; s++) {
+        char lab[32];
+        size_label(a->m.bytes[s], lab, sizeof lab);
+        fprintf(f, " %11s", lab);
+    }
+    fprintf(f, "   %10s %10s %9s\n", "k GB/s", "beta us", "residual");
+    for (int i = 0; i < m->num_shapes; i++) {
+        char lab[32];
+        snprintf(lab, sizeof lab, "%dx%d", m->shape[i][0], m->shape[i][1]);
+        print_line(f, lab, m->shape[i][0] * m->shape[i][1], &m->coll[i]);
+    }
+    if (!m->num_shapes) fprintf(f, "(no collective measured: one rank forms no group of two)\n");
+    print_line(f, "h2d", world, &m->h2d);
+    print_line(f, "d2h", world, &m->d2h);
+    if (m->have_factors)
+        fprintf(f, "reduce-scatter / all-reduce time over all-gather's (biggest shape, %g MiB, f32): %.3f / %.3f\n",
+               (double)a->m.bytes[a->m.num_sizes - 1] / 1048576.0, m->factor_rs, m->factor_ar);
+}
+
+// the profile as text: a comment on where it comes from, then every field
+static char *profile_text(const HwProfile *p, const Args *a, const ProfileMeasure *m, const CommChoice *c,
+                          size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    fprintf(f, "; written by mist-profile: base %s, %d node(s) x %d rank(s), collectives on %s\n", a->base,
+            m->nodes, m->per_node, c->path == COMM_PATH_NCCL ? c->detail : c->path == COMM_PATH_STAGED ? "the staged path" : "MPI");
+    fprintf(f, "; measured: [host] h2d, d2h");
+    for (int i = 0; i < m->num_shapes; i++) fprintf(f, ", [collective] %dx%d", m->shape[i][0], m->shape[i][1]);
+    if (m->have_factors) fprintf(f, ", reduce_scatter_factor, all_reduce_factor");
+    fprintf(f, "; every other value is the base's\n");
+    profile_write_ini(p, f);
+    fclose(f);
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    Args a;
+    char err[1024];
+    if (launch_check_env(err, sizeof err)) {
+        fprintf(stderr, "mist-profile: %s\n", err);
+        return 2;
+    }
+    Launch L;
+    if (launch_init(&argc, &argv, &L)) return 1;
+    int root = L.world_rank == 0, on_gpu = !strncmp(L.device, "cuda:", 5);
+    // every rank parses the same arguments: rank 0 speaks, all leave alike
+    int prc = parse_args(argc, argv, &a, err, sizeof err);
+    if (prc) {
+        if (root && prc == 1) usage(stdout);
+        if (root && prc < 0) fprintf(stderr, "mist-profile: %s\n", err);
+        launch_finalize();
+        return prc == 1 ? 0 : 2;
+    }
+    // what can be checked before measuring: every rank reaches the same verdict
+    int rc = 0;
+    HwProfile base;
+    if (!a.base && on_gpu) {
+        snprintf(err, sizeof err, "--hardware is required on GPUs (the measured lines go into it); allowed: l4, "
+                 "a100-40g, a100-80g, h100-80g, h200, or a profile file");
+        rc = 2;
+    }
+    if (!a.base) a.base = "cpu";
+    if (!rc && profile_load(&base, a.base, err, sizeof err)) rc = 2;
+    if (!rc && root && strcmp(a.out, "-") && mist_output_check(a.out, err, sizeof err)) rc = 2;
+    const CommBackend *mpi = comm_mpi_backend();
+    CommGroup *world = NULL;
+    commCheck(mpi, mpi->group_world(&world));
+    int worst = rc;
+    commCheck(mpi, mpi->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, world));
+    if (worst) {
+        if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
+        mpi->group_free(world);
+        launch_finalize();
+        return worst;
+    }
+    Backend *be = NULL;
+#ifdef HAVE_CUDA
+    if (on_gpu) be = backend_cuda_create(MIST_BF16, atoi(L.device + 5), err, sizeof err);
+    else
+#endif
+        be = backend_cpu_create(MIST_F32, err, sizeof err);
+    if (!be) launch_abort(1, "cannot start the %s backend: %s", L.device, err);
+    CommChoice choice;
+    commCheck(mpi, comm_select(mpi, be, world, &choice));
+    ProfileMeasure m;
+    rc = profile_measure(mpi, choice.comm, world, be, &a.m, &m, err, sizeof err) ? 1 : 0;
+    if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
+    if (!rc && root) {
+        print_report(strcmp(a.out, "-") ? stdout : stderr, &a, &m, &choice, L.world_size);  // stdout may be the profile
+        profile_apply_measure(&base, &m);
+        snprintf(base.name, sizeof base.name, "%s measured", a.base);
+        size_t len = 0;
+        char *text = profile_text(&base, &a, &m, &choice, &len);
+        if (!text) {
+            fprintf(stderr, "mist-profile: out of host memory\n");
+            rc = 1;
+        } else if (!strcmp(a.out, "-")) {
+            fwrite(text, 1, len, stdout);
+        } else if (mist_write_file_atomic(a.out, text, len, err, sizeof err)) {
+            fprintf(stderr, "mist-profile: --out %s: %s\n", a.out, err);
+            rc = 1;
+        } else {
+            printf("mist-profile: wrote %s (base %s; shapes not measured keep the base's lines)\n", a.out, a.base);
+        }
+        free(text);
+        fflush(stdout);
+    }
+    commCheck(mpi, mpi->all_reduce(&rc, &rc, 1, MIST_I32, COMM_MAX, world));
+    comm_select_release(&choice);
+    be->destroy(be);
+    mpi->group_free(world);
+    launch_finalize();
+    return rc;
+}

@@ -1,0 +1,244 @@
+// The job's transfer lines, measured (profile_measure.h).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/launch.h"
+#include "runtime/profile_measure.h"
+
+// the ranges profile files accept (planner/profile.c: link_fit)
+#define K_MIN 1e6   // bytes/s (0.001 GB/s)
+#define K_MAX 1e15  // bytes/s (1e6 GB/s)
+#define BETA_MAX 1.0
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void measure_fit_line(MeasuredLine *m) {
+    int n = m->points;
+    double a = 0, beta = 0;  // t = a x + beta
+    if (n >= 2) {
+        double mx = 0, mt = 0, sxx = 0, sxt = 0;
+        for (int i = 0; i < n; i++) mx += m->x[i] / n, mt += m->t[i] / n;
+        for (int i = 0; i < n; i++) sxx += (m->x[i] - mx) * (m->x[i] - mx), sxt += (m->x[i] - mx) * (m->t[i] - mt);
+        a = sxx > 0 ? sxt / sxx : 0;
+        beta = mt - a * mx;
+    }
+    if (n < 2 || beta < 0 || a <= 0) {
+        // through the origin: a = sum(x t) / sum(x^2), the least-squares slope with beta = 0
+        double sxt = 0, sxx = 0;
+        for (int i = 0; i < n; i++) sxt += m->x[i] * m->t[i], sxx += m->x[i] * m->x[i];
+        a = sxx > 0 ? sxt / sxx : 0, beta = 0;
+    }
+    double k = a > 0 ? 1 / a : K_MAX;
+    k = k < K_MIN ? K_MIN : k > K_MAX ? K_MAX : k;
+    beta = beta > BETA_MAX ? BETA_MAX : beta;
+    m->fit = (LinkFit){k, beta};
+    m->worst_residual = 0;
+    for (int i = 0; i < n; i++) {
+        double r = fabs(m->x[i] / k + beta - m->t[i]) / (m->t[i] > 0 ? m->t[i] : 1);
+        if (r > m->worst_residual) m->worst_residual = r;
+    }
+}
+
+// ---- where each rank is -------------------------------------------------------
+
+typedef struct {
+    int node, local;  // node index (order of first appearance), rank among that node's ranks
+} Place;
+
+// every rank's place, from the host names (or blocks of ranks_per_node); *nodes
+// and *per_node: the node count and the fewest ranks on one
+static int places(const CommBackend *mpi, CommGroup *world, int ranks_per_node, Place *out, int *nodes, int *per_node) {
+    int n = mpi->group_size(world);
+    const Launch *li = launch_info();
+    char mine[64] = "";
+    snprintf(mine, sizeof mine, "%s", li ? li->host : "localhost");
+    char *hosts = calloc((size_t)n, 64);
+    int *count = calloc((size_t)n, sizeof *count);
+    if (!hosts || !count) {
+        free(hosts), free(count);
+        return -1;
+    }
+    int rc = mpi->all_gather(mine, hosts, 64, MIST_U8, world);
+    *nodes = 0;
+    for (int r = 0; !rc && r < n; r++) {
+        int node = -1;
+        if (ranks_per_node > 0) {
+            node = r / ranks_per_node;
+        } else {
+            for (int q = 0; q < r && node < 0; q++)
+                if (!strncmp(hosts + (size_t)q * 64, hosts + (size_t)r * 64, 64)) node = out[q].node;
+            if (node < 0) node = *nodes;
+        }
+        if (node + 1 > *nodes) *nodes = node + 1;
+        out[r] = (Place){node, count[node]++};
+    }
+    *per_node = n;
+    for (int i = 0; i < *nodes; i++)
+        if (count[i] < *per_node) *per_node = count[i];
+    free(hosts), free(count);
+    return rc;
+}
+
+// ---- timing -------------------------------------------------------------------
+
+typedef enum { T_ALL_GATHER, T_REDUCE_SCATTER, T_ALL_REDUCE } Which;
+
+// The slowest member's mean seconds per call over o->iters blocking calls on
+// `bytes` in all (after o->warmup untimed ones); -1 on a comm error.
+static double time_collective(const CommBackend *mpi, const CommBackend *comm, CommGroup *g, char *buf, size_t bytes,
+                              MistDtype t, Which which, const MeasureOptions *o) {
+    int size = mpi->group_size(g), rank = mpi->group_rank(g);
+    size_t elt = mist_dtype_size(t), count = bytes / elt / (size_t)size;  // per rank's block
+    char *mine = buf + (size_t)rank * count * elt;
+    int rc = 0;
+    double t0 = 0;
+    for (int i = 0; !rc && i < o->warmup + o->iters; i++) {
+        if (i == o->warmup) {
+            rc = mpi->barrier(g);
+            t0 = now_seconds();
+        }
+        if (rc) break;
+        if (which == T_ALL_GATHER) rc = comm->all_gather(mine, buf, count, t, g);
+        else if (which == T_REDUCE_SCATTER) rc = comm->reduce_scatter(buf, mine, count, t, COMM_SUM, g);
+        else rc = comm->all_reduce(buf, buf, count * (size_t)size, t, COMM_SUM, g);
+    }
+    float mean = rc ? -1.0f : (float)((now_seconds() - t0) / o->iters);
+    if (mpi->all_reduce(&mean, &mean, 1, MIST_F32, COMM_MAX, g)) return -1;
+    int bad = rc != 0;
+    if (mpi->all_reduce(&bad, &bad, 1, MIST_I32, COMM_MAX, g) || bad) return -1;
+    return mean;
+}
+
+// every rank copies `bytes` between pinned host memory and its device at once;
+// the slowest rank's mean seconds per copy
+static double time_copies(const CommBackend *mpi, CommGroup *world, Backend *be, BackendStream *st, char *host,
+                          char *dev, size_t bytes, int to_device, const MeasureOptions *o) {
+    double t0 = 0;
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        if (i == o->warmup) {
+            be->stream_synchronize(be, st);
+            mpi->barrier(world);
+            t0 = now_seconds();
+        }
+        if (to_device) be->copy_h2d(be, dev, host, bytes, st);
+        else be->copy_d2h(be, host, dev, bytes, st);
+        be->stream_synchronize(be, st);
+    }
+    float mean = (float)((now_seconds() - t0) / o->iters);
+    mpi->all_reduce(&mean, &mean, 1, MIST_F32, COMM_MAX, world);
+    return mean;
+}
+
+// ---- the measurement ----------------------------------------------------------
+
+static int fail(char *err, size_t errlen, const char *fmt, const char *what) {
+    snprintf(err, errlen, fmt, what);
+    return -1;
+}
+
+int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *world, Backend *be,
+                    const MeasureOptions *o, ProfileMeasure *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int n = mpi->group_size(world), me = mpi->group_rank(world);
+    size_t biggest = o->bytes[o->num_sizes - 1];
+    Place *where = calloc((size_t)n, sizeof *where);
+    // buffers first, the same verdict everywhere: a rank that cannot allocate stops every rank
+    char *dev = be->alloc_device(be, biggest), *dev2 = be->alloc_device(be, biggest);
+    char *host = be->alloc_pinned(be, biggest);
+    BackendStream *st = be->stream_create(be);
+    int bad = !where || !dev || !dev2 || !host || !st;
+    if (mpi->all_reduce(&bad, &bad, 1, MIST_I32, COMM_MAX, world) || bad) {
+        fail(err, errlen, "cannot allocate %s of device and pinned host memory on some rank (hint: smaller --sizes)",
+             "the buffers");
+        goto done;
+    }
+    be->memset_device(be, dev, 0, biggest, st);
+    be->memset_device(be, dev2, 0, biggest, st);
+    memset(host, 0, biggest);
+    be->stream_synchronize(be, st);
+    if (places(mpi, world, o->ranks_per_node, where, &out->nodes, &out->per_node)) {
+        fail(err, errlen, "cannot exchange host names (%s)", "MPI all_gather failed");
+        bad = 1;
+        goto done;
+    }
+    for (int nn = 1; nn <= out->nodes; nn *= 2)
+        for (int g = 1; g <= out->per_node; g *= 2) {
+            if (nn * g == 1) continue;
+            CommGroup *grp = NULL;
+            int member = where[me].node < nn && where[me].local < g;
+            if (mpi->group_split(world, member ? 0 : 1, me, &grp)) {
+                fail(err, errlen, "cannot form the group of a shape (%s)", "MPI split failed");
+                bad = 1;
+                goto done;
+            }
+            MeasuredLine *line = &out->coll[out->num_shapes];
+            int N = nn * g;
+            for (int s = 0; member && s < o->num_sizes; s++) {
+                size_t bytes = o->bytes[s] / (size_t)N * (size_t)N;  // whole blocks
+                double t = time_collective(mpi, comm, grp, dev, bytes, MIST_U8, T_ALL_GATHER, o);
+                if (t < 0) bad = 1;
+                line->x[line->points] = (double)bytes * (N - 1) / N;
+                line->t[line->points++] = t;
+            }
+            if (member) measure_fit_line(line);
+            int b2 = bad;
+            if (mpi->all_reduce(&b2, &b2, 1, MIST_I32, COMM_MAX, world) || b2) {
+                mpi->group_free(grp);
+                fail(err, errlen, "a collective failed while %s (see the messages above)", "measuring");
+                bad = 1;
+                goto done;
+            }
+            out->shape[out->num_shapes][0] = nn, out->shape[out->num_shapes][1] = g;
+            out->num_shapes++;
+            // the multipliers on the last (biggest) shape at the biggest size, in f32 (gradients' and weights' kind)
+            if (nn * 2 > out->nodes && g * 2 > out->per_node && member) {
+                size_t bytes = biggest / ((size_t)N * 4) * ((size_t)N * 4);
+                double ag = time_collective(mpi, comm, grp, dev, bytes, MIST_F32, T_ALL_GATHER, o);
+                double rs = time_collective(mpi, comm, grp, dev2, bytes, MIST_F32, T_REDUCE_SCATTER, o);
+                double ar = time_collective(mpi, comm, grp, dev2, bytes, MIST_F32, T_ALL_REDUCE, o);
+                if (ag > 0 && rs > 0 && ar > 0) {
+                    out->have_factors = 1;
+                    out->factor_rs = rs / ag, out->factor_ar = ar / ag;
+                }
+            }
+            mpi->group_free(grp);
+        }
+    for (int s = 0; s < o->num_sizes; s++) {
+        size_t bytes = o->bytes[s];
+        out->h2d.x[s] = out->d2h.x[s] = (double)bytes;
+        out->h2d.t[s] = time_copies(mpi, world, be, st, host, dev, bytes, 1, o);
+        out->d2h.t[s] = time_copies(mpi, world, be, st, host, dev, bytes, 0, o);
+    }
+    out->h2d.points = out->d2h.points = o->num_sizes;
+    measure_fit_line(&out->h2d);
+    measure_fit_line(&out->d2h);
+done:
+    if (dev) be->free_device(be, dev);
+    if (dev2) be->free_device(be, dev2);
+    if (host) be->free_pinned(be, host);
+    if (st) be->stream_destroy(be, st);
+    free(where);
+    return bad ? -1 : 0;
+}
+
+void profile_apply_measure(HwProfile *p, const ProfileMeasure *m) {
+    for (int i = 0; i < m->num_shapes; i++)
+        p->coll[profile_shape_index(m->shape[i][0])][profile_shape_index(m->shape[i][1])] = m->coll[i].fit;
+    if (m->have_factors) {
+        // relative to all-gather = 1, clamped to the file format's (0, 100]
+        double rs = m->factor_rs, ar = m->factor_ar;
+        p->coll_factor[COLL_ALL_GATHER] = 1.0;
+        p->coll_factor[COLL_REDUCE_SCATTER] = rs < 0.01 ? 0.01 : rs > 100 ? 100 : rs;
+        p->coll_factor[COLL_ALL_REDUCE] = ar < 0.01 ? 0.01 : ar > 100 ? 100 : ar;
+    }
+    p->h2d = m->h2d.fit;
+    p->d2h = m->d2h.fit;
+}

@@ -1,0 +1,60 @@
+#!/bin/sh
+# mist-profile measures the job's collective lines per group shape and its
+# host copies, and writes a profile that mist-plan reads: the table's fits are
+# the file's lines, the shapes the job cannot form keep the base's, and the
+# prediction moves with them; bad options stop every rank with exit 2.
+. "$MIST_SRCDIR/tests/lib.sh"
+PROF="$MIST_BUILDDIR/mist-profile"
+PLAN="$MIST_BUILDDIR/mist-plan"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-profile-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+export MIST_DEVICE=cpu
+
+# 4 ranks as 2 "nodes" of 2: shapes 1x2, 2x1 and 2x2
+timeout 120 mpirun --oversubscribe -np 4 "$PROF" --sizes 0.25,1,4 --iters 3 --ranks-per-node 2 --out "$W/p.ini" \
+    >"$W/p.out" 2>&1 </dev/null
+rc=$?
+tap_diag "$(cat "$W/p.out")"
+shapes=$(awk '$1 ~ /^[0-9]+x[0-9]+$/ && NF == 8 { print $1 }' "$W/p.out" | tr '\n' ' ')
+[ $rc -eq 0 ] && [ "$shapes" = "1x2 2x1 2x2 " ] && grep -q '^mist-profile: 4 ranks on 2 nodes (2 per node' "$W/p.out"
+tap_ok $? "4 ranks as 2 nodes x 2: all-gather lines of shapes 1x2, 2x1, 2x2 (got '$shapes', rc $rc)"
+
+# each measured shape's file line is the table's fit (k GB/s, beta us); an unmeasured one is the base's
+same=0
+for s in 1x2 2x1 2x2; do
+    awk -v s="$s" -v tab="$W/p.out" '
+        BEGIN { while ((getline l < tab) > 0) { split(l, f, " "); if (f[1] == s) { k = f[6]; b = f[7] } } }
+        $1 == s && $2 == "=" { ok = k > 0 && ($3 - k) / k < 1e-3 && ($3 - k) / k > -1e-3 &&
+                                    ($4 * 1e6 - b < 1e-3 * (b + 1)) && (b - $4 * 1e6 < 1e-3 * (b + 1)) }
+        END { exit !ok }' "$W/p.ini" && same=$((same + 1))
+done
+[ "$same" -eq 3 ] && grep -q '^; written by mist-profile: base cpu, 2 node(s) x 2 rank(s)' "$W/p.ini"
+tap_ok $? "the file's [collective] 1x2, 2x1, 2x2 lines are the table's fits ($same of 3); a header says what was measured"
+
+# the planner reads it, and a dp 4 plan's predicted time moves with the measured lines
+t_base=$("$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --json --hardware cpu -o stage.0.dp=4 -o plan.G=1 -o stage.0.b=4 2>/dev/null |
+    sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+t_meas=$("$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --json --hardware "$W/p.ini" -o stage.0.dp=4 -o plan.G=1 -o stage.0.b=4 2>"$W/plan.err" |
+    sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+tap_diag "$(cat "$W/plan.err")"
+[ -n "$t_base" ] && [ -n "$t_meas" ] && [ "$t_base" != "$t_meas" ]
+tap_ok $? "mist-plan --hardware FILE reads the measured profile: dp 4 iteration $t_base s (cpu preset) -> $t_meas s"
+
+# --out -: standard output is exactly the profile (the table goes to stderr), at one rank
+timeout 60 mpirun --oversubscribe -np 1 "$PROF" --sizes 1,2 --iters 2 --out - >"$W/one.ini" 2>"$W/one.err" </dev/null
+rc=$?
+[ $rc -eq 0 ] && head -1 "$W/one.ini" | grep -q '^; written by mist-profile' && grep -q 'no collective measured' "$W/one.err" &&
+    "$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --hardware "$W/one.ini" >/dev/null 2>&1
+tap_ok $? "one rank, --out -: the profile on stdout (loadable), the table on stderr with no collective (rc $rc)"
+
+# bad options: exit 2 on every rank, with the allowed values
+for bad in "--sizes 4,1" "--iters 0" "--hardware nope" "--ranks-per-node x" "--frobnicate 1"; do
+    # shellcheck disable=SC2086
+    timeout 60 mpirun --oversubscribe -np 2 "$PROF" $bad --out "$W/bad.ini" >"$W/bad.out" 2>&1 </dev/null
+    rc=$?
+    [ $rc -eq 2 ] && [ ! -e "$W/bad.ini" ] && [ "$(grep -c 'allowed\|see --help\|not a preset' "$W/bad.out")" -eq 1 ]
+    tap_ok $? "mist-profile $bad: exit 2 on both ranks, one message with the allowed values, nothing written (rc $rc): $(head -1 "$W/bad.out")"
+done
+"$PROF" --help | grep -q '^usage: mpirun -np N mist-profile'
+tap_ok $? "mist-profile --help prints the usage"
+tap_end
