@@ -202,9 +202,15 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr edge_t = sb->zero, edge_d = sb->zero;
     if (sb->has_pre) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->pre, &edge_d, &flops));
     if (sb->has_post) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->post, &edge_d, &flops));
+    // The runtime moves boundary tensors through host memory (runtime/model_runtime.c):
+    // the sender copies device->host, MPI carries the bytes, the receiver copies
+    // host->device, one after the other. So each side of a boundary pays its
+    // send's link time plus one copy each way per micro-batch (its own send's
+    // d2h, its receive's h2d from the other direction).
     Expr act = blk->output;  // (b, s, h) per rank
-    if (!sb->has_post) edge_t = ex_add(x, edge_t, cost_p2p(sb, act));  // send activations forward
-    if (!sb->has_pre) edge_t = ex_add(x, edge_t, cost_p2p(sb, act));   // send input grads backward
+    Expr side = ex_add(x, cost_p2p(sb, act), ex_add(x, cost_d2h(sb, act), cost_h2d(sb, act)));
+    if (!sb->has_post) edge_t = ex_add(x, edge_t, side);  // send activations forward, receive their grads
+    if (!sb->has_pre) edge_t = ex_add(x, edge_t, side);   // receive activations, send input grads backward
 
     Expr multi_t = ex_add(x, t_fwd_other, t_bwd_other);
     Expr multi_d = ex_sub(x, ex_add(x, t_fwd_first, t_bwd_last), multi_t);

@@ -514,6 +514,27 @@ done:
 }
 #endif
 
+// The combinations' lower bounds are loose (G times the fastest stage: GPT-3 22B on 4x8 L4 has
+// every bound within 83.6..88.7 s of a 101.9 s optimum), so their order barely predicts where
+// the best plan lies. The warm start's plan (a plan of this space too) says better: its
+// combination is searched first, so the bound is tight from the start (its lower bound is at
+// most the warm plan's time, the incumbent, so it is never skipped; the rest keep their order,
+// so "sorted: no later one wins" still holds for them). GPT-3 22B on 4x8 L4, full space: 6.07 M
+// candidates in 0.61 s in bound order, 1.31 M in 0.25 s with its 8-stage combination first.
+static void promote_best_combo(Combo *combos, int ncombo, const Best *best) {
+    if (!best->found) return;
+    const Plan *p = &best->plan;
+    for (int j = 0; j < ncombo; j++) {
+        const Combo *c = &combos[j];
+        if (c->S != p->num_stages || c->G != p->G) continue;
+        if (c->nmesh == 1 && (c->mesh[0].dp != p->stage[0].dp || c->mesh[0].tp != p->stage[0].tp)) continue;
+        Combo first = combos[j];
+        memmove(combos + 1, combos, (size_t)j * sizeof *combos);
+        combos[0] = first;
+        return;
+    }
+}
+
 static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) {
     rules_for(s, space);
     int ncombo = 0, cap = 64;
@@ -565,6 +586,7 @@ static int search_pass(Search *s, PlanSpace space, Best *best, int count_stats) 
         c->lb = c->G * lb;
     }
     qsort(combos, (size_t)ncombo, sizeof *combos, cmp_combo);
+    promote_best_combo(combos, ncombo, best);
     if (count_stats) s->stats->combos = ncombo;
 #ifdef _OPENMP
     if (s->opt->threads > 1 && ncombo > 1) {
