@@ -108,6 +108,23 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
     return t;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// the median of v[0..n) (the mean of the middle two for even n); 0 for n = 0
+static double median_seconds(const double *v, int n) {
+    if (n <= 0) return 0;
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
 void train_runtime_limits(SearchLimits *lim) {
     memset(lim, 0, sizeof *lim);
     lim->max_stages = 0;     // any: 1F1B pipeline (runtime/pipeline_run.c)
@@ -234,6 +251,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
     // MFU / HFU of the log lines against the [cluster] hardware profile's peak
     TrainFlops flops;
+    memset(&flops, 0, sizeof flops);
     if (train_flops_init(&flops, cfg, grid->world_size, err, sizeof err) != 0) {
         if (root) printf("mist: MFU and HFU not reported: %s\n", err);
     } else if (root) {
@@ -356,6 +374,11 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     float dloss = (float)(1.0 / ((double)r->B * r->T * G * dp));
     IterStats stats = {0};
     int have_stats = 0;
+    // wall time of the last TIMED_MAX iterations but the run's first (which grows
+    // buffers and warms caches): their median against the planner's prediction
+    enum { TIMED_MAX = 4096 };
+    static double timed[TIMED_MAX];
+    int64_t timed_n = 0;
     double tokens_per_iter = (double)tc->global_batch * r->T;
     // MIST_FAULT_NAN_FROM=k makes the loss of iteration k and later NaN, to test
     // the skip-and-abort path (set it on every rank: the decision must agree)
@@ -406,6 +429,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
+        if (it > start) timed[timed_n++ % TIMED_MAX] = dt;
         stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
                             .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
                             .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
@@ -465,6 +489,18 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
 
     zero_flush(r);  // the last iteration's step
+    RunTiming timing = {flops.predicted_seconds > 0 ? flops.predicted_seconds : 0,
+                        median_seconds(timed, timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX),
+                        timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX};
+    if (root && timing.iterations > 0) {
+        printf("mist: measured iteration: median %.4g ms over %d iterations (the run's first left out)",
+               1e3 * timing.measured_median_seconds, timing.iterations);
+        if (timing.predicted_seconds > 0)
+            printf("; predicted %.4g ms on hardware profile %s: measured / predicted = %.3g",
+                   1e3 * timing.predicted_seconds, flops.hardware,
+                   timing.measured_median_seconds / timing.predicted_seconds);
+        printf("\n");
+    }
     // ---- summary: predicted vs measured peaks of every rank ----
     {
         RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,
@@ -481,8 +517,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             char line[256];
             if (comm_select_device_calls(&choice, rank, line, sizeof line) > 0) printf("mist: %s\n", line);
             if (cfg->log.summary[0] &&
-                trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL, err,
-                                       sizeof err)) {
+                trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL,
+                                       &timing, err, sizeof err)) {
                 fprintf(stderr, "mist-train: [log] summary: %s\n", err);
                 exit_code = 1;
             }

@@ -164,8 +164,13 @@ void trainlog_close(TrainLog *t) {
     free(t);
 }
 
+// x with 17 significant digits, or null when it is not a positive finite number
+static int json_positive(char *buf, size_t len, double x) {
+    return x > 0 && isfinite(x) ? snprintf(buf, len, "%.17g", x) : snprintf(buf, len, "null");
+}
+
 int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, const IterStats *last,
-                           char *err, size_t errlen) {
+                           const RunTiming *timing, char *err, size_t errlen) {
     size_t cap = 256 + (size_t)(n > 0 ? n : 0) * 320 + 1024;
     char *buf = malloc(cap);
     if (!buf) { snprintf(err, errlen, "out of host memory"); return -1; }
@@ -182,6 +187,20 @@ int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, con
     len += (size_t)snprintf(buf + len, cap - len, "%s],\n  \"final\": ", n ? "\n  " : "");
     if (last) len += (size_t)trainlog_format_json(last, buf + len, cap - len);
     else len += (size_t)snprintf(buf + len, cap - len, "null");
+    len += (size_t)snprintf(buf + len, cap - len, ",\n  \"timing\": ");
+    if (timing) {
+        double p = timing->predicted_seconds, m = timing->measured_median_seconds;
+        len += (size_t)snprintf(buf + len, cap - len, "{\"predicted_iteration_seconds\": ");
+        len += (size_t)json_positive(buf + len, cap - len, p);
+        len += (size_t)snprintf(buf + len, cap - len, ", \"measured_median_iteration_seconds\": ");
+        len += (size_t)json_positive(buf + len, cap - len, m);
+        len += (size_t)snprintf(buf + len, cap - len, ", \"iterations_timed\": %d, \"measured_over_predicted\": ",
+                                timing->iterations);
+        len += (size_t)json_positive(buf + len, cap - len, p > 0 && m > 0 ? m / p : 0);
+        len += (size_t)snprintf(buf + len, cap - len, "}");
+    } else {
+        len += (size_t)snprintf(buf + len, cap - len, "null");
+    }
     len += (size_t)snprintf(buf + len, cap - len, "\n}\n");
     int rc = mist_write_file_atomic(path, buf, len, err, errlen);
     free(buf);

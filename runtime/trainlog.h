@@ -54,9 +54,18 @@ typedef struct {
             predicted_host_peak_bytes, measured_host_peak_bytes;
 } RankMemory;
 
-// {"ranks": [{rank, stage, predicted/measured device/host peak bytes}...], "final": {IterStats}}
-// written atomically (tmp + rename); creates parent directories. last may be NULL ("final": null).
+// The run's time per iteration against the planner's.
+typedef struct {
+    double predicted_seconds;        // the planner's iteration time; <= 0: none
+    double measured_median_seconds;  // median wall time of the iterations timed; <= 0: none
+    int iterations;                  // how many (the run's first is left out: it grows buffers)
+} RunTiming;
+
+// {"ranks": [{rank, stage, predicted/measured device/host peak bytes}...], "final": {IterStats},
+//  "timing": {predicted_iteration_seconds, measured_median_iteration_seconds, iterations_timed,
+//  measured_over_predicted}} written atomically (tmp + rename); creates parent directories. last may
+// be NULL ("final": null), timing too ("timing": null); unknown values are null.
 int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, const IterStats *last,
-                           char *err, size_t errlen);
+                           const RunTiming *timing, char *err, size_t errlen);
 
 #endif

@@ -261,7 +261,8 @@ static void test_summary(void) {
     char path[600], err[1024] = "";
     snprintf(path, sizeof path, "%s/out/summary.json", dir);
     IterStats last = stats(300);
-    ok(trainlog_write_summary(path, ranks, 2, &last, err, sizeof err) == 0, "write the summary (%s)", err);
+    RunTiming timing = {0.125, 0.25, 9};
+    ok(trainlog_write_summary(path, ranks, 2, &last, &timing, err, sizeof err) == 0, "write the summary (%s)", err);
     FILE *f = fopen(path, "r");
     static char text[8192];
     size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
@@ -278,12 +279,26 @@ static void test_summary(void) {
     ok(strstr(text, "\"predicted_device_peak_bytes\": 1000001") && strstr(text, "\"measured_host_peak_bytes\": 401"),
        "rank 1's numbers are written as given");
     ok(has_key(&per_rank, "loss") && strstr(text, "\"iteration\": 300"), "\"final\" holds the last iteration's object");
-    ok(trainlog_write_summary(path, ranks, 0, NULL, err, sizeof err) == 0 && (f = fopen(path, "r")) != NULL,
+    ok(has_key(&top, "timing") && strstr(text, "\"predicted_iteration_seconds\": 0.125") &&
+           strstr(text, "\"measured_median_iteration_seconds\": 0.25") && strstr(text, "\"iterations_timed\": 9") &&
+           strstr(text, "\"measured_over_predicted\": 2"),
+       "\"timing\": predicted and measured median seconds, iterations timed, their ratio");
+    timing = (RunTiming){0, 0.5, 3};
+    ok(trainlog_write_summary(path, ranks, 2, &last, &timing, err, sizeof err) == 0 && (f = fopen(path, "r")) != NULL,
+       "a summary without a prediction can be written");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    ok(parse_json(text, 1, &top) && strstr(text, "\"predicted_iteration_seconds\": null") &&
+           strstr(text, "\"measured_over_predicted\": null"),
+       "... valid JSON, the prediction and the ratio null");
+    ok(trainlog_write_summary(path, ranks, 0, NULL, NULL, err, sizeof err) == 0 && (f = fopen(path, "r")) != NULL,
        "a summary with no ranks and no iteration can be written");
     n = f ? fread(text, 1, sizeof text - 1, f) : 0;
     text[n] = '\0';
     if (f) fclose(f);
-    ok(parse_json(text, 1, &top) && strstr(text, "\"final\": null"), "... and is valid JSON with \"final\": null");
+    ok(parse_json(text, 1, &top) && strstr(text, "\"final\": null") && strstr(text, "\"timing\": null"),
+       "... and is valid JSON with \"final\": null and \"timing\": null");
 }
 
 int main(void) {

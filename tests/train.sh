@@ -141,4 +141,26 @@ rc=$?
 [ $rc -eq 0 ] &&
     grep -q 'warning: the plan does not fit hardware profile cpu: stage 0 needs [0-9]* device bytes per rank, the profile has 1048576' "$W/misfit.out"
 tap_ok $? "a plan over the profile's device memory: a warning with the bytes, and the run completes (rc $rc)"
+
+# 8. the run's time per iteration against the planner's: the median of the iterations but the
+#    first, printed and in the summary, equal to the JSONL's ms_per_iter median (6 digits there)
+run 2 timing $SHORT -o stage.0.dp=2 -o stage.0.b=4
+rc=$?
+python3 - "$W/timing.json" "$W/timing.jsonl" "$W/timing.out" <<'EOF'
+import json, re, sys
+t = json.load(open(sys.argv[1]))["timing"]
+ms = sorted(json.loads(l)["ms_per_iter"] for l in open(sys.argv[2]).read().splitlines()[1:])
+n = len(ms)
+med = ms[n // 2] if n % 2 else 0.5 * (ms[n // 2 - 1] + ms[n // 2])
+m = re.search(r"measured iteration: median ([0-9.e+-]+) ms over (\d+) iterations.*predicted ([0-9.e+-]+) ms.*"
+              r"measured / predicted = ([0-9.e+-]+)", open(sys.argv[3]).read())
+ok = (t["iterations_timed"] == 7 == n and abs(1e3 * t["measured_median_iteration_seconds"] - med) <= 2e-5 * med
+      and t["predicted_iteration_seconds"] > 0
+      and abs(t["measured_over_predicted"] - t["measured_median_iteration_seconds"] / t["predicted_iteration_seconds"]) < 1e-9
+      and m is not None and int(m.group(2)) == 7
+      and abs(float(m.group(1)) - 1e3 * t["measured_median_iteration_seconds"]) <= 1e-3 * med)
+print("# median %.4g ms of %d, predicted %.4g ms" % (med, n, 1e3 * t["predicted_iteration_seconds"]))
+sys.exit(0 if ok else 1)
+EOF
+tap_ok $? "the measured median iteration (7 of 8: the first left out) against the predicted one, printed and in the summary (rc $rc)"
 tap_end
