@@ -7,6 +7,19 @@
 #include "runtime/comm_select.h"
 #include "runtime/comm_staged.h"
 #include "runtime/launch.h"
+
+// tests/mist-train-nccl-fake builds this file with MIST_COMM_SELECT_CPU_NCCL:
+// the NCCL stand-in of tests/fake_nccl moves the CPU backend's "device" arena,
+// so training runs through the NCCL backend on machines without GPUs.
+#ifdef MIST_COMM_SELECT_CPU_NCCL
+#ifndef HAVE_NCCL
+#define HAVE_NCCL 1
+#endif
+#define NCCL_ON_CPU 1
+#else
+#define NCCL_ON_CPU 0
+#endif
+
 #ifdef HAVE_NCCL
 #include "runtime/comm_nccl.h"
 #endif
@@ -23,7 +36,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     // NCCL drives one GPU per rank: a host running more ranks than it has GPUs
     // stages, and then the whole job does.
     const Launch *li = launch_info();
-    int own_gpu = !on_host && li && li->local_size <= li->gpus_on_host;
+    int own_gpu = NCCL_ON_CPU || (!on_host && li && li->local_size <= li->gpus_on_host);
     int votes = own_gpu && !force_staged, n = mpi->group_size(world);
     int rc = mpi->all_reduce(&votes, &votes, 1, MIST_I32, COMM_SUM, world);
     if (rc) return rc;

@@ -188,7 +188,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     comm = choice.comm;
     int several = dp > 1 || tp > 1 || S > 1;
     if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
-        printf("mist: collectives of GPU memory run on %s (its buffers are outside the measured device peak)\n",
+        printf("mist: collectives of device memory run on %s (its buffers are outside the measured device peak)\n",
                choice.detail);
     if (root && choice.path == COMM_PATH_STAGED && several)
         printf("mist: collectives of %s memory are staged through pinned host memory%s%s: each costs a copy each way, "
