@@ -430,6 +430,11 @@ const CommBackend *comm_nccl_backend(const CommBackend *in, Backend *b) {
     return &wrapper;
 }
 
+int comm_nccl_prepare(const CommGroup *g) {
+    const Link *l;
+    return link_of(g, &l);
+}
+
 void comm_nccl_follow(BackendStream *s) { follow = s; }
 long long comm_nccl_calls(void) { return calls; }
 int comm_nccl_communicators(void) { return made; }

@@ -37,6 +37,10 @@ const CommBackend *comm_nccl_backend(const CommBackend *inner, Backend *be);
 // The stream whose queued work a collective's buffers come from (the model
 // runtime's); NULL: synchronise the whole device before each collective.
 void comm_nccl_follow(BackendStream *s);
+// Creates g's NCCL communicator now rather than at its first device collective
+// (collective over g): at start, so that NCCL takes its device memory before the
+// arenas take theirs. 0, or an error code of the backend.
+int comm_nccl_prepare(const CommGroup *g);
 // Collectives that ran on NCCL so far.
 long long comm_nccl_calls(void);
 // NCCL communicators created so far.

@@ -58,6 +58,16 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     return 0;
 }
 
+int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
+#ifdef HAVE_NCCL
+    for (int i = 0; c->path == COMM_PATH_NCCL && i < n; i++) {
+        int rc = c->comm->group_size(groups[i]) > 1 ? comm_nccl_prepare(groups[i]) : 0;
+        if (rc) return rc;
+    }
+#endif
+    return 0;
+}
+
 void comm_select_follow(const CommChoice *c, BackendStream *s) {
 #ifdef HAVE_NCCL
     if (c->path == COMM_PATH_NCCL) comm_nccl_follow(s);

@@ -24,6 +24,11 @@ typedef struct {
 // all its ranks or on none): fills *out. Returns 0, or an error code of `mpi`.
 int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoice *out);
 
+// At start, before the device arenas are allocated: the groups that will carry
+// collectives of device memory get their NCCL communicators now (collective over
+// each group; every rank passes its groups in the same order), so that NCCL's
+// buffers are taken first. A no-op off the NCCL path.
+int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n);
 // Before the first collective of the model: the stream whose work a collective's
 // buffers come from (NCCL orders its own stream after it).
 void comm_select_follow(const CommChoice *c, BackendStream *s);

@@ -186,6 +186,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     CommChoice choice;
     commCheck(comm, comm_select(grid->comm, be, grid->world, &choice));
     comm = choice.comm;
+    // NCCL's communicators of the dp and tp groups before the arenas: its buffers are not
+    // in the plan, and an arena that no longer fits says so at start with its size
+    CommGroup *const device_groups[2] = {grid->dp, grid->tp};
+    commCheck(comm, comm_select_prepare(&choice, device_groups, 2));
     int several = dp > 1 || tp > 1 || S > 1;
     if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
         printf("mist: collectives of device memory run on %s (its buffers are outside the measured device peak)\n",
