@@ -36,7 +36,9 @@ static char context[128];
 static ncclResult_t last_result;    // for error_string: the call that failed
 static char last_detail[256];
 
-// The NCCL communicator of each group that has had a device collective.
+// The NCCL communicator of each group that has had a device collective. An
+// entry stays where it is until its group is freed (in-flight requests point
+// at it); a freed entry (g NULL) is reused.
 typedef struct {
     const CommGroup *g;
     ncclComm_t comm;
@@ -80,7 +82,10 @@ static int link_of(const CommGroup *g, const Link **out) {
             *out = &links[i];
             return 0;
         }
-    if (num_links == MAX_LINKS) return ERR_NCCL_GROUPS;
+    int at = num_links;
+    for (int i = 0; i < num_links && at == num_links; i++)
+        if (!links[i].g) at = i;
+    if (at == MAX_LINKS) return ERR_NCCL_GROUPS;
     Link l = {g, NULL, inner->group_rank(g), inner->group_size(g)};
     // the id and whether rank 0 could make it, so that a failure there fails
     // every member instead of leaving them waiting in init
@@ -96,9 +101,22 @@ static int link_of(const CommGroup *g, const Link **out) {
     rc = nccl_rc(ncclCommInitRank(&l.comm, l.size, boot.id, l.rank), NULL);
     if (rc) return rc;
     made++;
-    links[num_links] = l;
-    *out = &links[num_links++];
+    links[at] = l;
+    if (at == num_links) num_links++;
+    *out = &links[at];
     return 0;
+}
+
+// A group freed through this backend takes its communicator with it (a later
+// group at the same address must not find it); no operation on it may be in flight.
+static void nccl_group_free(CommGroup *g) {
+    for (int i = 0; g && i < num_links; i++)
+        if (links[i].g == g) {
+            be->stream_synchronize(be, ns);
+            ncclCommDestroy(links[i].comm);
+            links[i] = (Link){0};
+        }
+    inner->group_free(g);
 }
 
 // NCCL's stream after the work queued so far on the followed stream (or on
@@ -408,8 +426,9 @@ const CommBackend *comm_nccl_backend(const CommBackend *in, Backend *b) {
     inner = in, be = b;
     if (!ns) ns = be->stream_create(be);
     if (!entered) entered = be->event_create(be);
-    wrapper = *in;  // groups, barriers, errors, abort: the inner backend's
+    wrapper = *in;  // group creation, barriers, errors, abort: the inner backend's
     wrapper.name = "nccl";
+    wrapper.group_free = nccl_group_free;
     wrapper.all_reduce = nccl_all_reduce;
     wrapper.reduce_scatter = nccl_reduce_scatter;
     wrapper.all_gather = nccl_all_gather;
@@ -450,7 +469,8 @@ const char *comm_nccl_version(void) {
 
 void comm_nccl_release(void) {
     if (ns) be->stream_synchronize(be, ns);
-    for (int i = 0; i < num_links; i++) ncclCommDestroy(links[i].comm);
+    for (int i = 0; i < num_links; i++)
+        if (links[i].g) ncclCommDestroy(links[i].comm);
     num_links = 0;
     for (int i = 0; i < slots_used; i++) be->event_destroy(be, slots[i].done);
     memset(slots, 0, sizeof slots);

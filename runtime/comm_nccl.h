@@ -6,7 +6,8 @@
 // do groups, barriers and point-to-point messages. Device point-to-point is
 // refused, as in the staged backend (the pipeline sends host buffers).
 //
-// Groups are the inner backend's: the first device collective on a group
+// Groups are the inner backend's (free them through this backend, which
+// destroys their communicators): the first device collective on a group
 // creates its NCCL communicator (rank 0 of the group makes the unique id and
 // broadcasts it over the group's MPI communicator; every member is inside the
 // same collective call, so they all create it together).

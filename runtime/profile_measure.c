@@ -191,7 +191,7 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
             if (member) measure_fit_line(line);
             int b2 = bad;
             if (mpi->all_reduce(&b2, &b2, 1, MIST_I32, COMM_MAX, world) || b2) {
-                mpi->group_free(grp);
+                comm->group_free(grp);
                 fail(err, errlen, "a collective failed while %s (see the messages above)", "measuring");
                 bad = 1;
                 goto done;
@@ -209,7 +209,7 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
                     out->factor_rs = rs / ag, out->factor_ar = ar / ag;
                 }
             }
-            mpi->group_free(grp);
+            comm->group_free(grp);  // the comm path's: NCCL's communicator of the group goes too
         }
     for (int s = 0; s < o->num_sizes; s++) {
         size_t bytes = o->bytes[s];

@@ -148,6 +148,30 @@ int main(int argc, char **argv) {
         refused(C->all_gather(d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
         buf_free(d), buf_free(d16);
     }
+    {
+        // a group freed through the backend takes its communicator along: the next group (often at
+        // the same address) gets its own, or its sums would be the previous group's
+        int made0 = comm_nccl_communicators(), good = 1;
+        for (int round = 0; round < 2; round++) {
+            CommGroup *h = NULL;
+            commCheck(mpi, mpi->group_split(world, round == 0 ? 0 : me % 2, me, &h));
+            float *d = buf_alloc(sizeof(float));
+            d[0] = (float)(me + 1);
+            good &= C->all_reduce(d, d, 1, MIST_F32, COMM_SUM, h) == 0;
+            float want = 0;
+            for (int q = 0; q < n; q++)
+                if (round == 0 || q % 2 == me % 2) want += (float)(q + 1);
+            good &= d[0] == want;
+            buf_free(d);
+            C->group_free(h);
+        }
+        check(good && comm_nccl_communicators() == made0 + 2,
+              "a freed group's communicator goes with it: the next group's sum is its own (%d made)",
+              comm_nccl_communicators() - made0);
+#ifdef MIST_FAKE_NCCL
+        check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
+#endif
+    }
     comm_nccl_follow(NULL);
     comm_nccl_release();
 #ifdef MIST_FAKE_NCCL
