@@ -68,6 +68,13 @@ int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
     return 0;
 }
 
+void comm_select_describe(const CommChoice *c, char *buf, size_t len) {
+    if (c->path == COMM_PATH_NCCL) snprintf(buf, len, "%s", c->detail);
+    else if (c->path == COMM_PATH_STAGED)
+        snprintf(buf, len, "staged through pinned host memory%s%s", c->why[0] ? ": " : "", c->why);
+    else snprintf(buf, len, "MPI on host memory");
+}
+
 void comm_select_follow(const CommChoice *c, BackendStream *s) {
 #ifdef HAVE_NCCL
     if (c->path == COMM_PATH_NCCL) comm_nccl_follow(s);

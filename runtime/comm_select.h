@@ -29,6 +29,8 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 // each group; every rank passes its groups in the same order), so that NCCL's
 // buffers are taken first. A no-op off the NCCL path.
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n);
+// The path in words: "NCCL 2.28.3", "staged through pinned host memory: <why>", "MPI on host memory".
+void comm_select_describe(const CommChoice *c, char *buf, size_t len);
 // Before the first collective of the model: the stream whose work a collective's
 // buffers come from (NCCL orders its own stream after it).
 void comm_select_follow(const CommChoice *c, BackendStream *s);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "planner/plan.h"
+#include "planner/profile.h"
 
 #define MIST_PATH_MAX 256
 #define MIST_NAME_MAX 64
@@ -70,6 +71,11 @@ typedef struct {
     int64_t device_memory;          // bytes per device; 0 = the profile's capacity
     int64_t host_memory;            // host bytes per node, shared by its ranks; 0 = the profile's (planner/analyze.h)
     double comm_timeout;            // seconds a collective or message may wait before the job ends; 0 = never
+    int measure_transfers;          // mist-train measures the job's collectives and host copies at start
+    // Not a key: the profile with the lines mist-train measured (measure_transfers),
+    // which the planner and the predictions then use instead of `hardware`'s.
+    int measured_valid;
+    HwProfile measured;
 } ClusterConfig;
 
 typedef struct {

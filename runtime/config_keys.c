@@ -63,6 +63,7 @@ const KeySpec config_keys[] = {
     {"cluster", "hardware", KEY_STRING, MC(cluster.hardware), 0, 0, NULL, "preset (l4, a100-40g, a100-80g, h100-80g, h200, cpu) or a profile file"},
     {"cluster", "device_memory", KEY_BYTES, MC(cluster.device_memory), 0, 1e15, NULL, "bytes per device (e.g. 80GiB); 0 = the profile's capacity"},
     {"cluster", "host_memory", KEY_BYTES, MC(cluster.host_memory), 0, 1e16, NULL, "host bytes per node that its ranks share for offloading; 0 = the profile's"},
+    {"cluster", "measure_transfers", KEY_BOOL, MC(cluster.measure_transfers), 0, 1, NULL, "mist-train measures this job's collectives and host copies at start and plans and predicts with them"},
     {"cluster", "comm_timeout", KEY_FLOAT, MC(cluster.comm_timeout), 0, 604800, NULL, "seconds a collective or message may wait before the job ends with a report (exit 4); 0 = never"},
     // [plan]
     {"plan", "mode", KEY_ENUM, MC(plan.mode), 0, 0, mode_names, "auto (the planner picks) or fixed ([stage.N] sections)"},

@@ -888,3 +888,11 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
                 st->b, st->zero, st->ckpt, st->wo, st->go, st->oo, st->ao);
     }
 }
+
+int config_profile(const MistConfig *cfg, HwProfile *out, char *err, size_t errlen) {
+    if (cfg->cluster.measured_valid) {
+        *out = cfg->cluster.measured;
+        return 0;
+    }
+    return profile_load(out, cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu", err, errlen);
+}

@@ -45,6 +45,10 @@ void plan_write_ini(const Plan *plan, FILE *f);
 // A readable summary of the whole configuration (for --dry-run).
 void config_print_summary(const MistConfig *cfg, FILE *f);
 
+// The hardware profile the run prices plans with: the measured one when mist-train
+// measured it ([cluster] measure_transfers), else [cluster] hardware (default cpu).
+int config_profile(const MistConfig *cfg, HwProfile *out, char *err, size_t errlen);
+
 // Names of enum values, for messages and summaries.
 const char *config_family_name(ModelFamily f);
 const char *config_precision_name(Precision p);

@@ -17,10 +17,6 @@
 #include "runtime/launch.h"
 #include "runtime/profile_measure.h"
 
-#ifdef HAVE_CUDA
-Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen);
-#endif
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mpirun -np N mist-profile [options]\n"
@@ -119,64 +115,6 @@ static int parse_args(int argc, char **argv, Args *a, char *err, size_t errlen) 
     return 0;
 }
 
-static void size_label(size_t bytes, char *buf, size_t len) {
-    double mib = (double)bytes / 1048576.0;
-    if (mib >= 1) snprintf(buf, len, "%g MiB", mib);
-    else snprintf(buf, len, "%g KiB", (double)bytes / 1024.0);
-}
-
-static void print_line(FILE *f, const char *label, int N, const MeasuredLine *l) {
-    fprintf(f, "%-8s %4d ", label, N);
-    for (int s = 0; s < l->points; s++) fprintf(f, " %11.4g", l->t[s] * 1e3);
-    fprintf(f, "   %10.4g %10.4g %8.1f%%\n", l->fit.k / 1e9, l->fit.beta * 1e6, 100 * l->worst_residual);
-}
-
-static void print_report(FILE *f, const Args *a, const ProfileMeasure *m, const CommChoice *c, int world) {
-    const char *path = c->path == COMM_PATH_NCCL ? c->detail
-                       : c->path == COMM_PATH_STAGED ? "staged through pinned host memory"
-                                                     : "MPI on host memory";
-    fprintf(f, "mist-profile: %d rank%s on %d node%s (%d per node, %s); collectives: %s%s%s\n", world,
-           world == 1 ? "" : "s", m->nodes, m->nodes == 1 ? "" : "s", m->per_node,
-           a->m.ranks_per_node ? "--ranks-per-node" : "by host name", path, c->why[0] ? ": " : "", c->why);
-    fprintf(f, "mean ms per call (slowest rank), %d timed after %d warm-up; fit t = B (N-1)/N / k + beta\n", a->m.iters,
-           a->m.warmup);
-    fprintf(f, "%-8s %4s ", "shape", "N");
-    for (int s = 0; s < a->m.num_sizes; s++) {
-        char lab[32];
-        size_label(a->m.bytes[s], lab, sizeof lab);
-        fprintf(f, " %11s", lab);
-    }
-    fprintf(f, "   %10s %10s %9s\n", "k GB/s", "beta us", "residual");
-    for (int i = 0; i < m->num_shapes; i++) {
-        char lab[32];
-        snprintf(lab, sizeof lab, "%dx%d", m->shape[i][0], m->shape[i][1]);
-        print_line(f, lab, m->shape[i][0] * m->shape[i][1], &m->coll[i]);
-    }
-    if (!m->num_shapes) fprintf(f, "(no collective measured: one rank forms no group of two)\n");
-    print_line(f, "h2d", world, &m->h2d);
-    print_line(f, "d2h", world, &m->d2h);
-    if (m->have_factors)
-        fprintf(f, "reduce-scatter / all-reduce time over all-gather's (biggest shape, %g MiB, f32): %.3f / %.3f\n",
-               (double)a->m.bytes[a->m.num_sizes - 1] / 1048576.0, m->factor_rs, m->factor_ar);
-}
-
-// the profile as text: a comment on where it comes from, then every field
-static char *profile_text(const HwProfile *p, const Args *a, const ProfileMeasure *m, const CommChoice *c,
-                          size_t *len) {
-    char *buf = NULL;
-    FILE *f = open_memstream(&buf, len);
-    if (!f) return NULL;
-    fprintf(f, "; written by mist-profile: base %s, %d node(s) x %d rank(s), collectives on %s\n", a->base,
-            m->nodes, m->per_node, c->path == COMM_PATH_NCCL ? c->detail : c->path == COMM_PATH_STAGED ? "the staged path" : "MPI");
-    fprintf(f, "; measured: [host] h2d, d2h");
-    for (int i = 0; i < m->num_shapes; i++) fprintf(f, ", [collective] %dx%d", m->shape[i][0], m->shape[i][1]);
-    if (m->have_factors) fprintf(f, ", reduce_scatter_factor, all_reduce_factor");
-    fprintf(f, "; every other value is the base's\n");
-    profile_write_ini(p, f);
-    fclose(f);
-    return buf;
-}
-
 int main(int argc, char **argv) {
     Args a;
     char err[1024];
@@ -230,11 +168,13 @@ int main(int argc, char **argv) {
     rc = profile_measure(mpi, choice.comm, world, be, &a.m, &m, err, sizeof err) ? 1 : 0;
     if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
     if (!rc && root) {
-        print_report(strcmp(a.out, "-") ? stdout : stderr, &a, &m, &choice, L.world_size);  // stdout may be the profile
+        char path[256];
+        comm_select_describe(&choice, path, sizeof path);
+        profile_measure_print(strcmp(a.out, "-") ? stdout : stderr, "mist-profile", &m, &a.m, path, L.world_size);
         profile_apply_measure(&base, &m);
         snprintf(base.name, sizeof base.name, "%s measured", a.base);
         size_t len = 0;
-        char *text = profile_text(&base, &a, &m, &choice, &len);
+        char *text = profile_measure_ini(&base, &m, "mist-profile", a.base, path, &len);
         if (!text) {
             fprintf(stderr, "mist-profile: out of host memory\n");
             rc = 1;

@@ -19,11 +19,13 @@
 #include "planner/profile.h"
 #include "planner/search.h"
 #include "runtime/comm_mpi.h"
+#include "runtime/comm_select.h"
 #include "runtime/config.h"
 #include "runtime/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"
+#include "runtime/profile_measure.h"
 #include "runtime/train.h"
 
 #ifndef MIST_EXIT_CONFIG
@@ -181,12 +183,70 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
     return 0;
 }
 
+// [cluster] measure_transfers: every rank measures the job's collectives (each
+// group shape, on the comm path training takes) and host copies, as
+// mist-profile does with two sizes; rank 0 puts the lines into the profile,
+// prints them and saves the profile next to the checkpoints, and every rank
+// gets it, so that mode = auto plans with it and the predicted iteration
+// compares with it. A dry run does not measure. Returns 0 or an exit code.
+static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
+    if (!cfg->cluster.measure_transfers || dry_run) return 0;
+    char err[1024];
+    Backend *be = NULL;
+#ifdef HAVE_CUDA
+    if (!strncmp(L->device, "cuda:", 5)) be = backend_cuda_create(MIST_BF16, atoi(L->device + 5), err, sizeof err);
+    else
+#endif
+        be = backend_cpu_create(MIST_F32, err, sizeof err);
+    if (!be) launch_abort(1, "cannot start the %s backend to measure transfers: %s", L->device, err);
+    const CommBackend *mpi = comm_mpi_backend();
+    CommGroup *world = NULL;
+    commCheck(mpi, mpi->group_world(&world));
+    CommChoice choice;
+    commCheck(mpi, comm_select(mpi, be, world, &choice));
+    MeasureOptions o = {.bytes = {(size_t)1 << 20, (size_t)16 << 20}, .num_sizes = 2, .warmup = 1, .iters = 3};
+    static ProfileMeasure m;
+    int rc = profile_measure(mpi, choice.comm, world, be, &o, &m, err, sizeof err) ? 1 : 0;
+    if (rc && L->world_rank == 0) fprintf(stderr, "mist-train: [cluster] measure_transfers: %s\n", err);
+    if (!rc && L->world_rank == 0) {
+        const char *base = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
+        HwProfile *p = &cfg->cluster.measured;
+        if (profile_load(p, base, err, sizeof err) != 0) launch_abort(1, "%s", err);  // load_config checked it
+        profile_apply_measure(p, &m);
+        snprintf(p->name, sizeof p->name, "%.40s measured", base);
+        cfg->cluster.measured_valid = 1;
+        char comm[256];
+        comm_select_describe(&choice, comm, sizeof comm);
+        profile_measure_print(stdout, "mist-train: [cluster] measure_transfers", &m, &o, comm, L->world_size);
+        if (cfg->checkpoint.dir[0]) {
+            char path[MIST_PATH_MAX + 16];
+            size_t len = 0;
+            snprintf(path, sizeof path, "%s/profile.ini", cfg->checkpoint.dir);
+            char *text = profile_measure_ini(p, &m, "mist-train", base, comm, &len);
+            if (!text || mist_write_file_atomic(path, text, len, err, sizeof err) != 0)
+                fprintf(stderr, "mist-train: warning: could not save the measured profile to %s: %s\n", path,
+                        text ? err : "no memory");
+            else
+                printf("measured profile saved to %s (reuse: -o cluster.hardware=%s)\n", path, path);
+            free(text);
+        }
+        fflush(stdout);
+    }
+    comm_select_release(&choice);
+    choice.comm->group_free(world);
+    be->destroy(be);
+    if (MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        MPI_Bcast(&cfg->cluster.measured_valid, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        MPI_Bcast(&cfg->cluster.measured, (int)sizeof cfg->cluster.measured, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        launch_abort(1, "sharing the measured profile failed");
+    return rc;
+}
+
 // Rank 0 searches and reports; returns 0 (plan filled), 3 (nothing fits) or 2.
 static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, int save, Plan *plan) {
     HwProfile hw;
     char err[1024];
-    const char *hw_name = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
-    if (profile_load(&hw, hw_name, err, sizeof err) != 0) {
+    if (config_profile(cfg, &hw, err, sizeof err) != 0) {
         fprintf(stderr, "mist-train: %s: [cluster] hardware: %s\n", cfg->source, err);
         return MIST_EXIT_CONFIG;
     }
@@ -293,6 +353,7 @@ int main(int argc, char **argv) {
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
     if ((rc = load_config(&cfg, &args, &L))) return finish(rc);
+    if ((rc = measure_transfers(&cfg, &L, args.dry_run))) return finish(rc);
     if ((rc = resolve_plan(&cfg, &L, args.dry_run))) return finish(rc);
 
     Grid grid;

@@ -229,6 +229,61 @@ done:
     return bad ? -1 : 0;
 }
 
+static void size_label(size_t bytes, char *buf, size_t len) {
+    double mib = (double)bytes / 1048576.0;
+    if (mib >= 1) snprintf(buf, len, "%g MiB", mib);
+    else snprintf(buf, len, "%g KiB", (double)bytes / 1024.0);
+}
+
+static void print_line(FILE *f, const char *label, int N, const MeasuredLine *l) {
+    fprintf(f, "%-8s %4d ", label, N);
+    for (int s = 0; s < l->points; s++) fprintf(f, " %11.4g", l->t[s] * 1e3);
+    fprintf(f, "   %10.4g %10.4g %8.1f%%\n", l->fit.k / 1e9, l->fit.beta * 1e6, 100 * l->worst_residual);
+}
+
+void profile_measure_print(FILE *f, const char *who, const ProfileMeasure *m, const MeasureOptions *o, const char *comm,
+                           int world) {
+    fprintf(f, "%s: %d rank%s on %d node%s (%d per node, %s); collectives: %s\n", who, world, world == 1 ? "" : "s",
+            m->nodes, m->nodes == 1 ? "" : "s", m->per_node, o->ranks_per_node ? "--ranks-per-node" : "by host name",
+            comm);
+    fprintf(f, "mean ms per call (slowest rank), %d timed after %d warm-up; fit t = B (N-1)/N / k + beta\n", o->iters,
+            o->warmup);
+    fprintf(f, "%-8s %4s ", "shape", "N");
+    for (int s = 0; s < o->num_sizes; s++) {
+        char lab[32];
+        size_label(o->bytes[s], lab, sizeof lab);
+        fprintf(f, " %11s", lab);
+    }
+    fprintf(f, "   %10s %10s %9s\n", "k GB/s", "beta us", "residual");
+    for (int i = 0; i < m->num_shapes; i++) {
+        char lab[32];
+        snprintf(lab, sizeof lab, "%dx%d", m->shape[i][0], m->shape[i][1]);
+        print_line(f, lab, m->shape[i][0] * m->shape[i][1], &m->coll[i]);
+    }
+    if (!m->num_shapes) fprintf(f, "(no collective measured: one rank forms no group of two)\n");
+    print_line(f, "h2d", world, &m->h2d);
+    print_line(f, "d2h", world, &m->d2h);
+    if (m->have_factors)
+        fprintf(f, "reduce-scatter / all-reduce time over all-gather's (biggest shape, %g MiB, f32): %.3f / %.3f\n",
+                (double)o->bytes[o->num_sizes - 1] / 1048576.0, m->factor_rs, m->factor_ar);
+}
+
+char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const char *who, const char *base,
+                          const char *comm, size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    fprintf(f, "; written by %s: base %s, %d node(s) x %d rank(s), collectives on %s\n", who, base, m->nodes,
+            m->per_node, comm);
+    fprintf(f, "; measured: [host] h2d, d2h");
+    for (int i = 0; i < m->num_shapes; i++) fprintf(f, ", [collective] %dx%d", m->shape[i][0], m->shape[i][1]);
+    if (m->have_factors) fprintf(f, ", reduce_scatter_factor, all_reduce_factor");
+    fprintf(f, "; every other value is the base's\n");
+    profile_write_ini(p, f);
+    fclose(f);
+    return buf;
+}
+
 void profile_apply_measure(HwProfile *p, const ProfileMeasure *m) {
     for (int i = 0; i < m->num_shapes; i++)
         p->coll[profile_shape_index(m->shape[i][0])][profile_shape_index(m->shape[i][1])] = m->coll[i].fit;

@@ -16,6 +16,7 @@
 #define MIST_PROFILE_MEASURE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "kernels/backend.h"
 #include "planner/profile.h"
 #include "runtime/comm.h"
@@ -64,5 +65,17 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
 
 // The measured lines into *p (the shapes measured; the others keep p's values).
 void profile_apply_measure(HwProfile *p, const ProfileMeasure *m);
+
+// The profile as an INI file (profile_load reads it back): a comment saying
+// who measured what over which base and comm path, then every field. A
+// malloc'd text (its length in *len), or NULL when out of memory.
+char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const char *who, const char *base,
+                          const char *comm, size_t *len);
+
+// The table of the measurement (on rank 0, whose lines are complete): each
+// shape's times per size, its fit and worst residual, the host copies, the
+// multipliers. who: the program ("mist-profile"); comm: the comm path in words.
+void profile_measure_print(FILE *f, const char *who, const ProfileMeasure *m, const MeasureOptions *o, const char *comm,
+                           int world);
 
 #endif

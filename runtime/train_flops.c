@@ -11,6 +11,7 @@
 #include "planner/analyze.h"
 #include "planner/cost.h"
 #include "planner/profile.h"
+#include "runtime/config_load.h"
 
 int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -18,8 +19,7 @@ int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err,
     f->model_flops = model_flops_per_iteration(cfg);
     f->hw_flops = f->model_flops;
     HwProfile hw;
-    const char *name = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
-    if (profile_load(&hw, name, err, errlen) != 0) return -1;
+    if (config_profile(cfg, &hw, err, errlen) != 0) return -1;
     static PlanAnalysis an;  // large: not on the stack
     if (plan_analyze(&an, cfg, &cfg->plan.plan, &hw, NULL, err, errlen) != 0) return -1;
     f->hw_flops = an.hw_flops;

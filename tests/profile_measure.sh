@@ -57,4 +57,26 @@ for bad in "--sizes 4,1" "--iters 0" "--hardware nope" "--ranks-per-node x" "--f
 done
 "$PROF" --help | grep -q '^usage: mpirun -np N mist-profile'
 tap_ok $? "mist-profile --help prints the usage"
+
+# mist-train measures the same at start ([cluster] measure_transfers), plans with it (mode = auto),
+# saves it next to the checkpoints, and predicts with it: the saved plan under the saved profile
+# gives the printed prediction
+TRAIN="$MIST_BUILDDIR/mist-train"
+timeout 120 mpirun --oversubscribe -np 4 "$TRAIN" "$MIST_SRCDIR/examples/tiny.ini" -o plan.mode=auto \
+    -o cluster.measure_transfers=1 -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
+    -o checkpoint.dir="$W/ck" >"$W/train.out" 2>&1 </dev/null
+rc=$?
+tap_diag "$(grep -v '^ iteration' "$W/train.out" | head -12)"
+pred=$(sed -n 's/^mist: predicted iteration \([0-9.e+-]*\) ms on hardware profile cpu measured.*/\1/p' "$W/train.out")
+again=$("$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --json --hardware "$W/ck/profile.ini" -o plan.file="$W/ck/plan.ini" 2>/dev/null |
+    sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+[ $rc -eq 0 ] && grep -q '^mist-train: \[cluster\] measure_transfers: 4 ranks on 1 node' "$W/train.out" &&
+    grep -q '^1x4 ' "$W/train.out" && grep -q "^measured profile saved to $W/ck/profile.ini" "$W/train.out" &&
+    [ -n "$pred" ] && [ -n "$again" ] && awk -v a="$pred" -v b="$again" 'BEGIN { d = a - 1e3 * b; if (d < 0) d = -d; exit !(d <= 5e-4 * a) }'
+tap_ok $? "mist-train -o cluster.measure_transfers=1: measured at start, planned and predicted with it ($pred ms), saved: the saved plan under the saved profile gives it again (${again:-?} s) (rc $rc)"
+timeout 60 mpirun --oversubscribe -np 2 "$TRAIN" "$MIST_SRCDIR/examples/tiny.ini" -o plan.mode=auto \
+    -o cluster.measure_transfers=1 --dry-run >"$W/dry.out" 2>&1 </dev/null
+rc=$?
+[ $rc -eq 0 ] && ! grep -q 'measure_transfers:' "$W/dry.out"
+tap_ok $? "a dry run does not measure (rc $rc)"
 tap_end

@@ -23,7 +23,6 @@
 
 #ifndef MIST_FAKE_NCCL
 #include <cuda_runtime_api.h>
-Backend *backend_cuda_create(MistDtype dtype, int device, char *err, size_t errlen);
 // managed memory: NCCL reads and writes it as device memory, the suite from the host
 static void *managed_alloc(Backend *b, size_t bytes) {
     void *p = NULL;
