@@ -176,3 +176,10 @@ void launch_abort(int exit_code, const char *fmt, ...) {
     if (started) MPI_Abort(MPI_COMM_WORLD, exit_code);
     exit(exit_code);
 }
+
+Backend *launch_backend(const char *device, MistDtype dtype, char *err, size_t errlen) {
+#ifdef HAVE_CUDA
+    if (!strncmp(device, "cuda:", 5)) return backend_cuda_create(dtype, atoi(device + 5), err, errlen);
+#endif
+    return backend_cpu_create(dtype, err, errlen);
+}

@@ -4,6 +4,9 @@
 #ifndef MIST_LAUNCH_H
 #define MIST_LAUNCH_H
 
+#include <stddef.h>
+#include "kernels/backend.h"
+
 typedef struct {
     int world_rank, world_size;
     int local_rank, local_size;  // rank among the processes on this host, and their count
@@ -30,6 +33,11 @@ int launch_check_env(char *err, size_t errlen);
 
 // The launch of this process, or NULL before launch_init.
 const Launch *launch_info(void);
+
+// The compute backend of a device the launcher picked: "cuda:N" (in builds with
+// CUDA) or "cpu", with storage dtype `dtype` (the CUDA backend stores bf16 only).
+// NULL with the reason in err when it cannot start.
+Backend *launch_backend(const char *device, MistDtype dtype, char *err, size_t errlen);
 
 // MPI_Finalize (safe to call when MPI never started).
 void launch_finalize(void);

@@ -155,12 +155,7 @@ int main(int argc, char **argv) {
         launch_finalize();
         return worst;
     }
-    Backend *be = NULL;
-#ifdef HAVE_CUDA
-    if (on_gpu) be = backend_cuda_create(MIST_BF16, atoi(L.device + 5), err, sizeof err);
-    else
-#endif
-        be = backend_cpu_create(MIST_F32, err, sizeof err);
+    Backend *be = launch_backend(L.device, on_gpu ? MIST_BF16 : MIST_F32, err, sizeof err);
     if (!be) launch_abort(1, "cannot start the %s backend: %s", L.device, err);
     CommChoice choice;
     commCheck(mpi, comm_select(mpi, be, world, &choice));

@@ -192,12 +192,7 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
 static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
     if (!cfg->cluster.measure_transfers || dry_run) return 0;
     char err[1024];
-    Backend *be = NULL;
-#ifdef HAVE_CUDA
-    if (!strncmp(L->device, "cuda:", 5)) be = backend_cuda_create(MIST_BF16, atoi(L->device + 5), err, sizeof err);
-    else
-#endif
-        be = backend_cpu_create(MIST_F32, err, sizeof err);
+    Backend *be = launch_backend(L->device, strncmp(L->device, "cuda:", 5) ? MIST_F32 : MIST_BF16, err, sizeof err);
     if (!be) launch_abort(1, "cannot start the %s backend to measure transfers: %s", L->device, err);
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;

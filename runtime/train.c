@@ -23,6 +23,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/comm_select.h"
+#include "runtime/launch.h"
 #include "runtime/dataloader.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
@@ -168,12 +169,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     MistDtype dtype = tc->precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
     // the device the launcher picked for this rank: "cuda:N", or "cpu" (the
     // device is then emulated: its memory is the accounted arena)
-    Backend *be = NULL;
-#ifdef HAVE_CUDA
-    if (!strncmp(grid->device, "cuda:", 5)) be = backend_cuda_create(dtype, atoi(grid->device + 5), err, sizeof err);
-    else
-#endif
-        be = backend_cpu_create(dtype, err, sizeof err);
+    Backend *be = launch_backend(grid->device, dtype, err, sizeof err);
     if (!be) {
         fprintf(stderr, "mist-train: rank %d: cannot start the %s backend: %s\n", rank, grid->device, err);
         return 1;
