@@ -3,6 +3,7 @@
 // --hardware FILE` and `[cluster] hardware = FILE`. Run it under mpirun / srun
 // with the ranks and nodes training will use.
 //   mpirun -np N mist-profile [--hardware NAME|FILE] [--sizes LIST] [--iters N] [--ranks-per-node M] [--out FILE]
+//                            [--json FILE]
 // Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 #include <config.h>  // HAVE_CUDA
 #include <stdio.h>
@@ -40,6 +41,7 @@ static void usage(FILE *f) {
             "  --iters N             timed calls per size (default 10, after 2 warm-up calls)\n"
             "  --ranks-per-node M    ranks [iM, (i+1)M) form node i (default: ranks with the same host name)\n"
             "  --out FILE            the profile (default: standard output)\n"
+            "  --json FILE           the measurements as JSON too: each shape's sizes, seconds and fit\n"
             "  -h, --help            this text\n"
             "\n"
             "exit status: 0 ok, 1 runtime failure, 2 usage error\n"
@@ -47,7 +49,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *base, *out;
+    const char *base, *out, *json;
     MeasureOptions m;
 } Args;
 
@@ -95,7 +97,7 @@ static int parse_args(int argc, char **argv, Args *a, char *err, size_t errlen) 
         const char *o = argv[i];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) return 1;
         int known = !strcmp(o, "--hardware") || !strcmp(o, "--sizes") || !strcmp(o, "--iters") ||
-                    !strcmp(o, "--ranks-per-node") || !strcmp(o, "--out");
+                    !strcmp(o, "--ranks-per-node") || !strcmp(o, "--out") || !strcmp(o, "--json");
         if (!known) {
             snprintf(err, errlen, "unknown option '%s' (see --help)", o);
             return -1;
@@ -107,6 +109,7 @@ static int parse_args(int argc, char **argv, Args *a, char *err, size_t errlen) 
         const char *v = argv[++i];
         if (!strcmp(o, "--hardware")) a->base = v;
         else if (!strcmp(o, "--out")) a->out = v;
+        else if (!strcmp(o, "--json")) a->json = v;
         else if (!strcmp(o, "--sizes") && parse_sizes(v, &a->m, err, errlen)) return -1;
         else if (!strcmp(o, "--iters") && parse_int(o, v, 1, 100000, &a->m.iters, err, errlen)) return -1;
         else if (!strcmp(o, "--ranks-per-node") && parse_int(o, v, 1, 1 << 20, &a->m.ranks_per_node, err, errlen))
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
     if (!a.base) a.base = "cpu";
     if (!rc && profile_load(&base, a.base, err, sizeof err)) rc = 2;
     if (!rc && root && strcmp(a.out, "-") && mist_output_check(a.out, err, sizeof err)) rc = 2;
+    if (!rc && root && a.json && mist_output_check(a.json, err, sizeof err)) rc = 2;
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;
     commCheck(mpi, mpi->group_world(&world));
@@ -180,6 +184,12 @@ int main(int argc, char **argv) {
             rc = 1;
         } else {
             printf("mist-profile: wrote %s (base %s; shapes not measured keep the base's lines)\n", a.out, a.base);
+        }
+        free(text);
+        text = a.json ? profile_measure_json(&m, &a.m, path, L.world_size, &len) : NULL;
+        if (a.json && (!text || mist_write_file_atomic(a.json, text, len, err, sizeof err))) {
+            fprintf(stderr, "mist-profile: --json %s: %s\n", a.json, text ? err : "out of host memory");
+            rc = 1;
         }
         free(text);
         fflush(stdout);

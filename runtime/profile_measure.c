@@ -284,6 +284,40 @@ char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const cha
     return buf;
 }
 
+static void json_line(FILE *f, const MeasuredLine *l) {
+    fprintf(f, "\"seconds\": [");
+    for (int s = 0; s < l->points; s++) fprintf(f, "%s%.9g", s ? ", " : "", l->t[s]);
+    fprintf(f, "], \"k_bytes_per_second\": %.9g, \"beta_seconds\": %.9g, \"worst_residual\": %.6g", l->fit.k,
+            l->fit.beta, l->worst_residual);
+}
+
+char *profile_measure_json(const ProfileMeasure *m, const MeasureOptions *o, const char *comm, int world, size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    fprintf(f, "{\"ranks\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"collectives\": \"", world, m->nodes,
+            m->per_node);
+    for (const char *c = comm; *c; c++) fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    fprintf(f, "\", \"warmup\": %d, \"iters\": %d, \"bytes\": [", o->warmup, o->iters);
+    for (int s = 0; s < o->num_sizes; s++) fprintf(f, "%s%zu", s ? ", " : "", o->bytes[s]);
+    fprintf(f, "],\n \"all_gather\": [");
+    for (int i = 0; i < m->num_shapes; i++) {
+        fprintf(f, "%s\n  {\"nodes\": %d, \"gpus\": %d, ", i ? "," : "", m->shape[i][0], m->shape[i][1]);
+        json_line(f, &m->coll[i]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\n \"reduce_scatter_factor\": ");
+    if (m->have_factors) fprintf(f, "%.6g, \"all_reduce_factor\": %.6g", m->factor_rs, m->factor_ar);
+    else fprintf(f, "null, \"all_reduce_factor\": null");
+    fprintf(f, ",\n \"h2d\": {");
+    json_line(f, &m->h2d);
+    fprintf(f, "},\n \"d2h\": {");
+    json_line(f, &m->d2h);
+    fprintf(f, "}}\n");
+    fclose(f);
+    return buf;
+}
+
 void profile_apply_measure(HwProfile *p, const ProfileMeasure *m) {
     for (int i = 0; i < m->num_shapes; i++)
         p->coll[profile_shape_index(m->shape[i][0])][profile_shape_index(m->shape[i][1])] = m->coll[i].fit;

@@ -72,6 +72,11 @@ void profile_apply_measure(HwProfile *p, const ProfileMeasure *m);
 char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const char *who, const char *base,
                           const char *comm, size_t *len);
 
+// The measurement as one JSON object: layout, comm path, sizes, per shape
+// {nodes, gpus, seconds[], k_bytes_per_second, beta_seconds, worst_residual},
+// the multipliers (null when not measured), h2d and d2h likewise. Malloc'd, or NULL.
+char *profile_measure_json(const ProfileMeasure *m, const MeasureOptions *o, const char *comm, int world, size_t *len);
+
 // The table of the measurement (on rank 0, whose lines are complete): each
 // shape's times per size, its fit and worst residual, the host copies, the
 // multipliers. who: the program ("mist-profile"); comm: the comm path in words.

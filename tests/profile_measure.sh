@@ -12,7 +12,7 @@ export MIST_DEVICE=cpu
 
 # 4 ranks as 2 "nodes" of 2: shapes 1x2, 2x1 and 2x2
 timeout 120 mpirun --oversubscribe -np 4 "$PROF" --sizes 0.25,1,4 --iters 3 --ranks-per-node 2 --out "$W/p.ini" \
-    >"$W/p.out" 2>&1 </dev/null
+    --json "$W/p.json" >"$W/p.out" 2>&1 </dev/null
 rc=$?
 tap_diag "$(cat "$W/p.out")"
 shapes=$(awk '$1 ~ /^[0-9]+x[0-9]+$/ && NF == 8 { print $1 }' "$W/p.out" | tr '\n' ' ')
@@ -30,6 +30,21 @@ for s in 1x2 2x1 2x2; do
 done
 [ "$same" -eq 3 ] && grep -q '^; written by mist-profile: base cpu, 2 node(s) x 2 rank(s)' "$W/p.ini"
 tap_ok $? "the file's [collective] 1x2, 2x1, 2x2 lines are the table's fits ($same of 3); a header says what was measured"
+
+# --json: the same measurements, the file's lines among them
+python3 - "$W/p.json" "$W/p.ini" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+ini = {l.split()[0]: l.split()[2:4] for l in open(sys.argv[2]) if "x" in l.split(" ")[0] and " = " in l}
+ok = j["ranks"] == 4 and j["nodes"] == 2 and len(j["bytes"]) == 3 and len(j["all_gather"]) == 3
+for s in j["all_gather"]:
+    k, b = ini["%dx%d" % (s["nodes"], s["gpus"])]
+    ok &= len(s["seconds"]) == 3 and abs(float(k) * 1e9 / s["k_bytes_per_second"] - 1) < 1e-6
+    ok &= abs(float(b) - s["beta_seconds"]) <= 1e-5 * s["beta_seconds"] + 1e-12  # %.6g in the file
+ok &= j["reduce_scatter_factor"] is not None and j["h2d"]["k_bytes_per_second"] > 0
+sys.exit(0 if ok else 1)
+EOF
+tap_ok $? "--json: 3 shapes x 3 sizes, their fits equal to the profile's lines, factors and host lines"
 
 # the planner reads it, and a dp 4 plan's predicted time moves with the measured lines
 t_base=$("$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --json --hardware cpu -o stage.0.dp=4 -o plan.G=1 -o stage.0.b=4 2>/dev/null |
