@@ -51,7 +51,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OPENBLAS_NUM_THREADS=1
 mpirun="$root/usr/bin/orterun"
 if ldd "$train" | grep 'not found'; then
-    echo "$0: $train cannot find the libraries above (build it here, or add their packages to PACKAGES)" >&2
+    echo "$0: $train cannot find the libraries above (build it here, or add their packages to PACKAGES;" \
+        "libnccl: configure --without-nccl where the GPU machine's CUDA has no NCCL)" >&2
     exit 1
 fi
 
