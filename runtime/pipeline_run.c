@@ -2,6 +2,7 @@
 #include "runtime/pipeline_run.h"
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm.h"
@@ -69,12 +70,20 @@ static void link_start(PipeRun *p, PipeLink *l, int which, void *buf, int send, 
     }
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void link_wait(PipeRun *p, PipeLink *l, int which) {
+    double t0 = seconds_now();
     for (int i = 0; i < l->n; i++)
         if (l->req[which][i]) {
             commCheck(p->comm, p->comm->wait(l->req[which][i]));
             l->req[which][i] = NULL;
         }
+    p->sec_wait += seconds_now() - t0;
 }
 
 static void link_wait_all(PipeRun *p, PipeLink *l) {
@@ -102,6 +111,7 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
     void *act_in = arena_ptr(&r->h_fwd_recv), *grad_in = arena_ptr(&r->h_bwd_recv);
     PipeAction *order = malloc((size_t)2 * G * sizeof *order);
     int n = pipeline_1f1b(p->stage, p->S, G, order);
+    p->sec_compute = p->sec_wait = 0;
     if (!first) link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
     if (!last) link_start(p, &p->grad_in, 0, grad_in, 0, TAG_GRAD);
     double loss = 0.0;
@@ -112,8 +122,10 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!first) link_wait(p, &p->act_in, 0);
             if (!last) link_wait(p, &p->act_out, buf);  // the send that used this buffer two micro-batches ago
             void *out = arena_ptr(&r->h_fwd_send[buf]);
+            double t0 = seconds_now();
             mr_forward(r, slot, dloss, act_in, out);
             be->stream_synchronize(be, r->stream);  // the received activation is on the device now
+            p->sec_compute += seconds_now() - t0;
             if (!first && g + 1 < G) link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
             if (!last) link_start(p, &p->act_out, buf, out, 1, TAG_ACT);
             if (last) loss += d->loss_sum(d->ctx);
@@ -122,8 +134,10 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!last) link_wait(p, &p->grad_in, 0);
             if (!first) link_wait(p, &p->grad_out, buf);
             void *out = arena_ptr(&r->h_bwd_send[buf]);
+            double t0 = seconds_now();
             mr_backward(r, slot, grad_in, out);
             be->stream_synchronize(be, r->stream);
+            p->sec_compute += seconds_now() - t0;
             if (!last && g + 1 < G) link_start(p, &p->grad_in, 0, grad_in, 0, TAG_GRAD);
             if (!first) link_start(p, &p->grad_out, buf, out, 1, TAG_GRAD);
         }

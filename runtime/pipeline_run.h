@@ -45,6 +45,10 @@ typedef struct {
     PipeLink grad_out, grad_in;  // backward: to stage - 1, from stage + 1
     struct CommGroup *tied;    // ranks of the first and the last stage (tied embeddings, S > 1), else NULL
     struct CommGroup *other;   // the split's group of the remaining ranks (unused)
+    // seconds of the last pipe_train_iteration: its micro-batches' forward and backward
+    // (the device's work included: each ends with a stream synchronisation; the
+    // collectives inside blocks too), and waiting for other stages' messages
+    double sec_compute, sec_wait;
 } PipeRun;
 
 // What the driver needs from the training loop.

@@ -379,6 +379,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     enum { TIMED_MAX = 4096 };
     static double timed[TIMED_MAX];
     int64_t timed_n = 0;
+    double sum_total = 0, sum_compute = 0, sum_wait = 0, sum_norm = 0;  // over every timed iteration
     double tokens_per_iter = (double)tc->global_batch * r->T;
     // MIST_FAULT_NAN_FROM=k makes the loss of iteration k and later NaN, to test
     // the skip-and-abort path (set it on every rank: the decision must agree)
@@ -406,7 +407,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         be->stream_synchronize(be, r->stream);
         // gradients are summed over dp (dloss already divides by the global token
         // count); the norm covers every rank's shard of every stage
+        double t_norm = now_s();
         double norm = pipe_grad_norm(&pipe);
+        t_norm = now_s() - t_norm;
         double lr = lr_at(tc, it);
         if (!isfinite(loss) || !isfinite(norm)) {
             nonfinite++;
@@ -429,7 +432,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
-        if (it > start) timed[timed_n++ % TIMED_MAX] = dt;
+        if (it > start) {
+            timed[timed_n++ % TIMED_MAX] = dt;
+            sum_total += dt, sum_compute += pipe.sec_compute, sum_wait += pipe.sec_wait, sum_norm += t_norm;
+        }
         stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
                             .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
                             .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
@@ -491,7 +497,12 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     zero_flush(r);  // the last iteration's step
     RunTiming timing = {flops.predicted_seconds > 0 ? flops.predicted_seconds : 0,
                         median_seconds(timed, timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX),
-                        timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX};
+                        timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX, 0, 0, 0, 0};
+    if (timed_n > 0) {
+        timing.mean_compute = sum_compute / timed_n, timing.mean_wait = sum_wait / timed_n;
+        timing.mean_norm = sum_norm / timed_n;
+        timing.mean_other = (sum_total - sum_compute - sum_wait - sum_norm) / timed_n;
+    }
     if (root && timing.iterations > 0) {
         printf("mist: measured iteration: median %.4g ms over %d iterations (the run's first left out)",
                1e3 * timing.measured_median_seconds, timing.iterations);
@@ -499,7 +510,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             printf("; predicted %.4g ms on hardware profile %s: measured / predicted = %.3g",
                    1e3 * timing.predicted_seconds, flops.hardware,
                    timing.measured_median_seconds / timing.predicted_seconds);
-        printf("\n");
+        printf("\nmist: time per iteration on rank 0 (mean of those): forward and backward %.4g ms (the collectives "
+               "inside blocks included), waiting for other stages %.4g ms, gradient norm %.4g ms, the rest %.4g ms\n",
+               1e3 * timing.mean_compute, 1e3 * timing.mean_wait, 1e3 * timing.mean_norm, 1e3 * timing.mean_other);
     }
     // ---- summary: predicted vs measured peaks of every rank ----
     {

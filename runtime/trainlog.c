@@ -197,6 +197,13 @@ int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, con
         len += (size_t)snprintf(buf + len, cap - len, ", \"iterations_timed\": %d, \"measured_over_predicted\": ",
                                 timing->iterations);
         len += (size_t)json_positive(buf + len, cap - len, p > 0 && m > 0 ? m / p : 0);
+        len += (size_t)snprintf(buf + len, cap - len, ", \"mean_seconds\": ");
+        if (timing->iterations > 0)
+            len += (size_t)snprintf(buf + len, cap - len, "{\"forward_backward\": %.9g, \"pipeline_wait\": %.9g, "
+                                    "\"grad_norm\": %.9g, \"other\": %.9g}", timing->mean_compute, timing->mean_wait,
+                                    timing->mean_norm, timing->mean_other);
+        else
+            len += (size_t)snprintf(buf + len, cap - len, "null");
         len += (size_t)snprintf(buf + len, cap - len, "}");
     } else {
         len += (size_t)snprintf(buf + len, cap - len, "null");

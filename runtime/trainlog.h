@@ -59,11 +59,15 @@ typedef struct {
     double predicted_seconds;        // the planner's iteration time; <= 0: none
     double measured_median_seconds;  // median wall time of the iterations timed; <= 0: none
     int iterations;                  // how many (the run's first is left out: it grows buffers)
+    // rank 0's mean seconds per timed iteration in: its micro-batches' forward and
+    // backward (device work and the collectives inside blocks included), waiting for
+    // other stages' messages, the gradient norm; `other` is the rest of the iteration
+    double mean_compute, mean_wait, mean_norm, mean_other;
 } RunTiming;
 
 // {"ranks": [{rank, stage, predicted/measured device/host peak bytes}...], "final": {IterStats},
 //  "timing": {predicted_iteration_seconds, measured_median_iteration_seconds, iterations_timed,
-//  measured_over_predicted}} written atomically (tmp + rename); creates parent directories. last may
+//  measured_over_predicted, mean_seconds: {forward_backward, pipeline_wait, grad_norm, other}}} written atomically (tmp + rename); creates parent directories. last may
 // be NULL ("final": null), timing too ("timing": null); unknown values are null.
 int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, const IterStats *last,
                            const RunTiming *timing, char *err, size_t errlen);

@@ -159,8 +159,23 @@ ok = (t["iterations_timed"] == 7 == n and abs(1e3 * t["measured_median_iteration
       and abs(t["measured_over_predicted"] - t["measured_median_iteration_seconds"] / t["predicted_iteration_seconds"]) < 1e-9
       and m is not None and int(m.group(2)) == 7
       and abs(float(m.group(1)) - 1e3 * t["measured_median_iteration_seconds"]) <= 1e-3 * med)
+# rank 0's breakdown: its parts add up to the timed iterations' mean; one stage waits for no other
+parts = t["mean_seconds"]
+mean = sum(ms) / n
+ok = ok and min(parts.values()) >= -1e-9 and parts["forward_backward"] > 0 and \
+     abs(1e3 * sum(parts.values()) - mean) <= 2e-3 * mean and parts["pipeline_wait"] < 0.01 * mean / 1e3
+print("# parts (ms): %s, mean of the iterations %.4g ms" % ({k: round(1e3 * v, 4) for k, v in parts.items()}, mean))
 print("# median %.4g ms of %d, predicted %.4g ms" % (med, n, 1e3 * t["predicted_iteration_seconds"]))
 sys.exit(0 if ok else 1)
 EOF
-tap_ok $? "the measured median iteration (7 of 8: the first left out) against the predicted one, printed and in the summary (rc $rc)"
+tap_ok $? "the measured median iteration (7 of 8: the first left out) against the predicted one, printed and in the summary, with rank 0's breakdown adding up (rc $rc)"
+# two stages: rank 0 (stage 0) waits for stage 1's gradients every micro-batch
+run 2 timing-pp $SHORT -o plan.stages=2 -o plan.G=4 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=2 \
+    -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.b=2
+rc=$?
+wait_ms=$(python3 -c 'import json, sys; print(1e3 * json.load(open(sys.argv[1]))["timing"]["mean_seconds"]["pipeline_wait"])' \
+    "$W/timing-pp.json" 2>/dev/null)
+[ $rc -eq 0 ] && awk -v w="${wait_ms:-0}" 'BEGIN { exit !(w > 0) }' &&
+    grep -q '^mist: time per iteration on rank 0 (mean of those): forward and backward' "$W/timing-pp.out"
+tap_ok $? "two stages: rank 0's waits for the other stage are counted (${wait_ms:-?} ms per iteration) (rc $rc)"
 tap_end
