@@ -142,6 +142,18 @@ Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
     return ring(sb, kind, bytes, nodes, gpus);
 }
 
+// A staged collective (runtime/comm_staged.c) copies its send buffer to the host
+// when it starts and its result back when it completes: an all-gather sends its
+// rank's block (bytes / dp) and receives the whole, a reduce-scatter the other
+// way round, an all-reduce the whole both ways.
+Expr cost_dp_collective_copies(StageBuild *sb, CollKind kind, Expr bytes) {
+    ExprCtx *x = sb->x;
+    Expr dp = sb->s[SYM_DP], block = ex_div(x, bytes, dp);
+    Expr send = kind == COLL_ALL_GATHER ? block : bytes, recv = kind == COLL_REDUCE_SCATTER ? block : bytes;
+    Expr t = ex_add(x, cost_d2h(sb, send), cost_h2d(sb, recv));
+    return ex_mul(x, t, cost_gt0(sb, ex_sub(x, dp, sb->one)));
+}
+
 // TP stays inside a node while it fits: min(tp, M) GPUs on ceil(tp/M) nodes.
 Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
     ExprCtx *x = sb->x;

@@ -219,6 +219,10 @@ Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
 Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
 // ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)
 Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes);
+// With staged collectives (HwProfile.staged_collectives): the device->host copy of what
+// a DP collective of `bytes` (the whole buffer) sends and the host->device copy of what it
+// receives; 0 for a group of one
+Expr cost_dp_collective_copies(StageBuild *sb, CollKind kind, Expr bytes);
 Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes);
 Expr cost_p2p(StageBuild *sb, Expr bytes);  // one pipeline send between neighbouring stages
 Expr cost_h2d(StageBuild *sb, Expr bytes);

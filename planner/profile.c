@@ -250,13 +250,20 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
         if (!strcmp(key, "all_gather_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_ALL_GATHER]);
         if (!strcmp(key, "reduce_scatter_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_REDUCE_SCATTER]);
         if (!strcmp(key, "all_reduce_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_ALL_REDUCE]);
+        if (!strcmp(key, "staged")) {
+            if (strcmp(val, "0") && strcmp(val, "1"))
+                return fail(pp, sec, key, val, "expected 0 or 1 (1: collectives of device memory go through host "
+                                               "memory, and the lines were measured that way)");
+            p->staged_collectives = val[0] == '1';
+            return 1;
+        }
         int nodes, gpus;
         char tail;
         if (sscanf(key, "%dx%d%c", &nodes, &gpus, &tail) == 2 && nodes >= 1 && gpus >= 1 &&
             !(nodes & (nodes - 1)) && !(gpus & (gpus - 1)) && nodes <= 128 && gpus <= 128)
             return link_fit(pp, sec, key, val, &p->coll[profile_shape_index(nodes)][profile_shape_index(gpus)]);
         return fail(pp, sec, key, val, "unknown key (allowed: all_gather_factor, reduce_scatter_factor, "
-                                       "all_reduce_factor, NODESxGPUS with powers of two <= 128, e.g. 2x8)");
+                                       "all_reduce_factor, staged, NODESxGPUS with powers of two <= 128, e.g. 2x8)");
     }
     if (!strcmp(sec, "host")) {
         if (!strcmp(key, "h2d")) return link_fit(pp, sec, key, val, &p->h2d);
@@ -395,6 +402,7 @@ void profile_write_ini(const HwProfile *p, FILE *f) {
     fprintf(f, "[collective]\n; NODESxGPUS = k (GB/s bus bandwidth) beta (s)\n");
     fprintf(f, "all_gather_factor = %.6g\nreduce_scatter_factor = %.6g\nall_reduce_factor = %.6g\n",
             p->coll_factor[0], p->coll_factor[1], p->coll_factor[2]);
+    fprintf(f, "staged = %d\n", p->staged_collectives);
     for (int n = 0; n < PROFILE_SHAPES; n++)
         for (int g = 0; g < PROFILE_SHAPES; g++)
             fprintf(f, "%dx%d = %.9g %.6g\n", 1 << n, 1 << g, p->coll[n][g].k / 1e9, p->coll[n][g].beta);

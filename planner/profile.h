@@ -46,6 +46,11 @@ typedef struct {
     int gpus_per_node;             // devices per node the fits were made on (TP stays inside)
     LinkFit coll[PROFILE_SHAPES][PROFILE_SHAPES];  // [log2 nodes][log2 gpus per node] all-gather fit
     double coll_factor[COLL_COUNT];  // multipliers: all-gather 1.0, reduce-scatter 1.1, all-reduce 2.1
+    // 1: collectives of device memory go through host memory (runtime/comm_staged.h),
+    // and the coll lines were measured that way (mist-profile): each includes a
+    // device->host copy of what is sent and a host->device copy of what is received,
+    // which run on the critical path (the device waits), not beside compute
+    int staged_collectives;
     LinkFit h2d, d2h;                // host->device and device->host copies (pinned)
     // slowdown[mask][s]: factor by which stream s runs slower while exactly
     // the streams in mask run (s in mask, |mask| >= 2). 1.0 = no interference;

@@ -171,6 +171,8 @@ int main(int argc, char **argv) {
         comm_select_describe(&choice, path, sizeof path);
         profile_measure_print(strcmp(a.out, "-") ? stdout : stderr, "mist-profile", &m, &a.m, path, L.world_size);
         profile_apply_measure(&base, &m);
+        // lines measured through host memory include its copies: the planner moves them to the critical path
+        if (m.num_shapes > 0) base.staged_collectives = choice.path == COMM_PATH_STAGED;
         snprintf(base.name, sizeof base.name, "%s measured", a.base);
         size_t len = 0;
         char *text = profile_measure_ini(&base, &m, "mist-profile", a.base, path, &len);

@@ -208,6 +208,7 @@ static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
         HwProfile *p = &cfg->cluster.measured;
         if (profile_load(p, base, err, sizeof err) != 0) launch_abort(1, "%s", err);  // load_config checked it
         profile_apply_measure(p, &m);
+        if (m.num_shapes > 0) p->staged_collectives = choice.path == COMM_PATH_STAGED;  // (as mist-profile)
         snprintf(p->name, sizeof p->name, "%.40s measured", base);
         cfg->cluster.measured_valid = 1;
         char comm[256];

@@ -73,6 +73,34 @@ done
 "$PROF" --help | grep -q '^usage: mpirun -np N mist-profile'
 tap_ok $? "mist-profile --help prints the usage"
 
+# lines measured through host memory (the staged path) say so, and the planner then puts each
+# collective's copies on the critical path: slower dp plans, the same plan without dp
+MIST_COMM_STAGED=1 timeout 60 mpirun --oversubscribe -np 2 "$PROF" --sizes 1,2 --iters 2 --out "$W/st.ini" \
+    >"$W/st.out" 2>&1 </dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q '^staged = 1$' "$W/st.ini" && grep -q 'collectives: staged through pinned host memory' "$W/st.out" &&
+    grep -q '^staged = 0$' "$W/p.ini"
+tap_ok $? "MIST_COMM_STAGED=1: mist-profile measures the staged path and writes staged = 1 (MPI: staged = 0) (rc $rc)"
+G13="$MIST_SRCDIR/examples/gpt3-1.3b.ini"
+ONE="-o plan.stages=1 -o stage.0.layers=24 -o stage.0.tp=1 -o stage.0.ckpt=24 -o train.global_batch=64"
+for staged in 0 1; do printf '[profile]\nbase = l4\n[collective]\nstaged = %s\n' $staged >"$W/l4-$staged.ini"; done
+it() {  # it PROFILE OPTIONS...: the predicted iteration seconds
+    pf=$1; shift
+    # shellcheck disable=SC2086
+    "$PLAN" "$G13" --analyze --json --hardware "$pf" $ONE "$@" 2>/dev/null | sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p'
+}
+z3_0=$(it "$W/l4-0.ini" -o stage.0.dp=8 -o stage.0.b=1 -o stage.0.zero=3 -o plan.G=8)
+z3_1=$(it "$W/l4-1.ini" -o stage.0.dp=8 -o stage.0.b=1 -o stage.0.zero=3 -o plan.G=8)
+one_0=$(it "$W/l4-0.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
+one_1=$(it "$W/l4-1.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
+[ -n "$z3_0" ] && [ -n "$one_0" ] && awk -v a="$z3_0" -v b="$z3_1" 'BEGIN { exit !(b > a) }' && [ "$one_0" = "$one_1" ]
+tap_ok $? "staged = 1 on l4: GPT-3 1.3B dp 8 ZeRO-3 $z3_0 s -> $z3_1 s (copies on the critical path); dp 1 the same ($one_0 s)"
+printf '[profile]\nbase = l4\n[collective]\nstaged = 2\n' >"$W/bad-staged.ini"
+"$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --hardware "$W/bad-staged.ini" >/dev/null 2>"$W/bad-staged.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q 'bad-staged.ini:4: \[collective\] staged = 2: expected 0 or 1' "$W/bad-staged.err"
+tap_ok $? "[collective] staged = 2: exit 2 naming the file, line and the allowed values (rc $rc)"
+
 # mist-train measures the same at start ([cluster] measure_transfers), plans with it (mode = auto),
 # saves it next to the checkpoints, and predicts with it: the saved plan under the saved profile
 # gives the printed prediction
