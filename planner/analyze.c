@@ -64,6 +64,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
     a->ranks_per_node = gpn < a->world ? gpn : a->world;
     a->host_capacity = host_capacity_per_rank(cfg, hw, a->ranks_per_node);
     snprintf(a->hardware, sizeof a->hardware, "%s", hw->name);
+    a->staged_collectives = hw->staged_collectives;
 
     // one stage model per (has_pre, has_post), built when first needed
     StageModel models[2][2];
@@ -151,8 +152,9 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
     fprintf(f, "model: %d %sblocks, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d, %lld parameters\n", m->layers,
             m->parallel_block ? "parallel " : "", m->hidden, m->heads, kv, m->ffn_hidden, m->seq_len, m->vocab,
             (long long)a->params_total);
-    fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks, hardware %s, %s per device\n\n", a->num_stages, a->G,
-            a->world, a->hardware, human((double)a->capacity, b1, sizeof b1));
+    fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks, hardware %s%s, %s per device\n\n", a->num_stages,
+            a->G, a->world, a->hardware, a->staged_collectives ? " (collectives staged through host memory)" : "",
+            human((double)a->capacity, b1, sizeof b1));
     fprintf(f, "%-5s %-9s %-7s %3s %-11s %-5s %-23s %11s %11s %11s %11s %s\n", "stage", "layers", "mesh", "b", "zero",
             "ckpt", "offload w/g/o/a", "t", "d", "peak fwd", "peak bwd", "fits");
     for (int i = 0; i < a->num_stages; i++) {
@@ -211,8 +213,8 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if (*c == '"' || *c == '\\') fputc('\\', f);
         if ((unsigned char)*c >= 0x20) fputc(*c, f);
     }
-    fprintf(f, "\", \"capacity_bytes\": %lld, \"host_capacity_bytes\": %lld, \"world_size\": %d, \"G\": %d, "
-               "\"global_batch\": %lld, ",
+    fprintf(f, "\", \"staged_collectives\": %s, \"capacity_bytes\": %lld, \"host_capacity_bytes\": %lld, "
+               "\"world_size\": %d, \"G\": %d, \"global_batch\": %lld, ", a->staged_collectives ? "true" : "false",
             (long long)a->capacity, (long long)a->host_capacity, a->world, a->G, (long long)cfg->train.global_batch);
     fprintf(f, "\"fits\": %s, \"stages\": [", a->all_fit ? "true" : "false");
     for (int i = 0; i < a->num_stages; i++) {

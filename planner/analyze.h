@@ -40,6 +40,7 @@ typedef struct {
     int all_fit;
     int first_bad;               // first stage that does not fit, -1 if all fit
     char hardware[64];
+    int staged_collectives;  // the profile's: collectives through host memory, copies on the critical path
 } PlanAnalysis;
 
 // Host bytes each rank may keep (offloaded states and activations, I/O and

@@ -93,8 +93,12 @@ z3_0=$(it "$W/l4-0.ini" -o stage.0.dp=8 -o stage.0.b=1 -o stage.0.zero=3 -o plan
 z3_1=$(it "$W/l4-1.ini" -o stage.0.dp=8 -o stage.0.b=1 -o stage.0.zero=3 -o plan.G=8)
 one_0=$(it "$W/l4-0.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
 one_1=$(it "$W/l4-1.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
-[ -n "$z3_0" ] && [ -n "$one_0" ] && awk -v a="$z3_0" -v b="$z3_1" 'BEGIN { exit !(b > a) }' && [ "$one_0" = "$one_1" ]
-tap_ok $? "staged = 1 on l4: GPT-3 1.3B dp 8 ZeRO-3 $z3_0 s -> $z3_1 s (copies on the critical path); dp 1 the same ($one_0 s)"
+flag=$("$PLAN" "$G13" --analyze --json --hardware "$W/l4-1.ini" 2>/dev/null | grep -o '"staged_collectives": [a-z]*')
+[ -n "$z3_0" ] && [ -n "$one_0" ] && awk -v a="$z3_0" -v b="$z3_1" 'BEGIN { exit !(b > a) }' && [ "$one_0" = "$one_1" ] &&
+    [ "$flag" = '"staged_collectives": true' ] &&
+    "$PLAN" "$G13" --analyze --hardware "$W/l4-1.ini" 2>/dev/null | grep -q '^plan: .*(collectives staged through host memory)'
+
+tap_ok $? "staged = 1 on l4: GPT-3 1.3B dp 8 ZeRO-3 $z3_0 s -> $z3_1 s (copies on the critical path); dp 1 the same ($one_0 s); --analyze says so (text and JSON)"
 printf '[profile]\nbase = l4\n[collective]\nstaged = 2\n' >"$W/bad-staged.ini"
 "$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --hardware "$W/bad-staged.ini" >/dev/null 2>"$W/bad-staged.err"
 rc=$?
