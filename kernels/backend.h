@@ -57,6 +57,9 @@ struct Backend {
     void (*memset_device)(Backend *b, void *p, int value, size_t bytes, BackendStream *s);
     // bytes the backend itself holds outside the arenas (library workspaces, context)
     size_t (*reserved_bytes)(Backend *b);
+    // the device's free bytes now (every process and library included): 0 and *free set,
+    // or -1 where the backend cannot tell (the CPU backend)
+    int (*device_free_bytes)(Backend *b, size_t *free);
     // 1 when p lies in memory from alloc_device (memory a host library such as MPI
     // cannot read on a GPU); the staged comm backend (runtime/comm_staged.h) asks this
     int (*is_device_memory)(Backend *b, const void *p);

@@ -185,7 +185,14 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // NCCL's communicators of the dp and tp groups before the arenas: its buffers are not
     // in the plan, and an arena that no longer fits says so at start with its size
     CommGroup *const device_groups[2] = {grid->dp, grid->tp};
+    size_t free_before = 0, free_after = 0;
+    int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
     commCheck(comm, comm_select_prepare(&choice, device_groups, 2));
+    known = known && be->device_free_bytes(be, &free_after) == 0;
+    if (root && known && choice.path == COMM_PATH_NCCL && free_before > free_after)
+        printf("mist: NCCL's communicators took %.1f MiB of device memory on rank 0 (outside the plan's peak; "
+               "[cluster] device_memory below the card's leaves them room)\n",
+               (double)(free_before - free_after) / 1048576.0);
     int several = dp > 1 || tp > 1 || S > 1;
     if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
         printf("mist: collectives of device memory run on %s (its buffers are outside the measured device peak)\n",

@@ -159,6 +159,7 @@ static void cpu_event_record(Backend *b, BackendEvent *e, BackendStream *s) {
 static void cpu_stream_wait_event(Backend *b, BackendStream *s, BackendEvent *e) {}
 static void cpu_event_synchronize(Backend *b, BackendEvent *e) {}
 static int cpu_event_query(Backend *b, BackendEvent *e) { return 1; }
+static int cpu_device_free_bytes(Backend *b, size_t *free) { return -1; }  // host memory: not a device's
 static void *cpu_native_stream(Backend *b, BackendStream *s) { return NULL; }
 // milliseconds between two recorded events; 0 if either was never recorded
 static float cpu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *end) {
@@ -212,6 +213,7 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->stream_wait_event = cpu_stream_wait_event;
     b->event_synchronize = cpu_event_synchronize;
     b->event_query = cpu_event_query;
+    b->device_free_bytes = cpu_device_free_bytes;
     b->native_stream = cpu_native_stream;
     b->event_elapsed_ms = cpu_event_elapsed_ms;
     b->synchronize = cpu_synchronize;

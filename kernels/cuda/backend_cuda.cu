@@ -98,6 +98,14 @@ static int cu_event_query(Backend *b, BackendEvent *e) {
     return 1;
 }
 static void *cu_native_stream(Backend *b, BackendStream *s) { return (void *)cuda_stream(s); }
+static int cu_device_free_bytes(Backend *b, size_t *free) {
+    size_t total = 0;
+    if (cudaMemGetInfo(free, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
 static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *end) {
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
@@ -197,6 +205,7 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->event_synchronize = cu_event_synchronize;
     b->event_query = cu_event_query;
     b->native_stream = cu_native_stream;
+    b->device_free_bytes = cu_device_free_bytes;
     b->event_elapsed_ms = cu_event_elapsed_ms;
     b->synchronize = cu_synchronize;
     b->supports_op = cu_supports_op;
