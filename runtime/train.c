@@ -269,6 +269,16 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             printf("mist: warning: the plan does not fit hardware profile %s: %s (hint: mist-plan %s --analyze; "
                    "[cluster] device_memory and host_memory say what the machines have)\n", flops.hardware,
                    flops.misfit, cfg->source);
+        // the profile prices one comm path, the run takes another: say which way the prediction errs
+        // (the CPU backend's staging is a check of the GPU path, not a run to predict)
+        int device_collectives = dp > 1 || tp > 1;
+        if (device_collectives && choice.path == COMM_PATH_STAGED && !on_host && !flops.staged_collectives)
+            printf("mist: note: collectives are staged through host memory (%s) but hardware profile %s prices them "
+                   "GPU to GPU: the prediction is optimistic (-o cluster.measure_transfers=1 measures this path)\n",
+                   choice.why[0] ? choice.why : "MIST_COMM_STAGED=1", flops.hardware);
+        if (device_collectives && choice.path == COMM_PATH_NCCL && flops.staged_collectives)
+            printf("mist: note: hardware profile %s prices collectives staged through host memory ([collective] "
+                   "staged = 1), this run's go GPU to GPU on NCCL: the prediction is pessimistic\n", flops.hardware);
     }
     if (root) fflush(stdout);
     r->comm = comm;

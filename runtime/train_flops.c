@@ -25,6 +25,7 @@ int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err,
     f->hw_flops = an.hw_flops;
     f->peak_flops = an.peak_flops;
     f->predicted_seconds = an.iteration_seconds;
+    f->staged_collectives = hw.staged_collectives;
     snprintf(f->hardware, sizeof f->hardware, "%s", hw.name);
     if (!an.all_fit) {
         const StageAnalysis *s = &an.stage[an.first_bad];

@@ -11,6 +11,7 @@ typedef struct {
     double hw_flops;           // per iteration, whole job, recompute included
     double peak_flops;         // per device, the training dtype's dense peak; 0: unknown
     double predicted_seconds;  // the planner's iteration time for this plan
+    int staged_collectives;    // the profile prices collectives as staged through host memory
     int world;                 // ranks
     char hardware[64];         // profile name
     // the planner's fit test of the plan on that profile: "" when it fits, else
