@@ -11,7 +11,11 @@
 // stream; host buffers go to MPI, untouched by NCCL; mixed placements, device
 // point-to-point and f16 sums are refused with messages; with the stand-in a
 // failed ncclGetUniqueId fails the collective on every rank of the group
-// (nobody waits) and release destroys every communicator.
+// (nobody waits) and release destroys every communicator; an operation that
+// never completes (its end event never passes: a backend whose event_query
+// always says "running") returns NCCL's asynchronous error when one is
+// reported, and with `--hang` (tests/comm.sh) runs into the timeout: every
+// rank reports it and the job ends with exit code 4.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -67,6 +71,25 @@ static int refused(int rc, const char *needle, const char *what) {
     return good;
 }
 
+#ifdef MIST_FAKE_NCCL
+static int never_done(Backend *b, BackendEvent *e) { return 0; }
+
+// --hang: a device all-reduce whose end never comes, a 1 s timeout: never returns (exit 4)
+static int hang_mode(const CommBackend *mpi, CommGroup *world) {
+    char err[512];
+    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
+    if (!dev_be) return 1;
+    dev_be->event_query = never_done;
+    C = comm_nccl_backend(mpi, dev_be);
+    C->set_timeout(1.0);
+    C->set_context("hang test");
+    float *d = buf_alloc(4 * sizeof(float));
+    int rc = C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world);
+    fprintf(stderr, "rank %d: the hung all_reduce returned %d instead of ending the job\n", me, rc);
+    return 1;
+}
+#endif
+
 int main(int argc, char **argv) {
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
@@ -77,6 +100,9 @@ int main(int argc, char **argv) {
     CommGroup *world = NULL, *odd = NULL;
     Grid grid;
     if (suite_groups(n, &world, &odd, &grid)) return 1;
+#ifdef MIST_FAKE_NCCL
+    if (argc > 1 && !strcmp(argv[1], "--hang")) return hang_mode(mpi, world);
+#endif
 
     char err[512];
     dev_be = device_backend(&L, err, sizeof err);
@@ -171,6 +197,20 @@ int main(int argc, char **argv) {
         check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
 #endif
     }
+#ifdef MIST_FAKE_NCCL
+    {
+        // an operation still running when NCCL reports a peer's failure: the wait returns the error
+        int (*query)(Backend *, BackendEvent *) = dev_be->event_query;
+        dev_be->event_query = never_done;
+        setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
+        float *d = buf_alloc(4 * sizeof(float));
+        refused(C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
+                "an asynchronous NCCL error ends the wait with NCCL's text");
+        unsetenv("MIST_FAKE_NCCL_FAIL");
+        dev_be->event_query = query;
+        buf_free(d);
+    }
+#endif
     comm_nccl_follow(NULL);
     comm_nccl_release();
 #ifdef MIST_FAKE_NCCL

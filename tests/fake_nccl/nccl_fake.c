@@ -7,7 +7,8 @@
 // ncclCommInitRank with the same id: the id names its rank 0 (world rank and
 // a serial number); the others send that rank their world ranks and get the
 // member list back, and MPI_Comm_create_group (collective over the members
-// only) makes it. MIST_FAKE_NCCL_FAIL=unique_id makes ncclGetUniqueId fail.
+// only) makes it. MIST_FAKE_NCCL_FAIL=unique_id makes ncclGetUniqueId fail,
+// =async makes ncclCommGetAsyncError report a remote error.
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -102,8 +103,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
     return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
+// MIST_FAKE_NCCL_FAIL=async: every communicator reports a peer's failure
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
-    *state = ncclSuccess;
+    const char *fail = getenv("MIST_FAKE_NCCL_FAIL");
+    *state = fail && !strcmp(fail, "async") ? ncclRemoteError : ncclSuccess;
     return ncclSuccess;
 }
 
