@@ -139,11 +139,6 @@ static double time_copies(const CommBackend *mpi, CommGroup *world, Backend *be,
 
 // ---- the measurement ----------------------------------------------------------
 
-static int fail(char *err, size_t errlen, const char *fmt, const char *what) {
-    snprintf(err, errlen, fmt, what);
-    return -1;
-}
-
 int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *world, Backend *be,
                     const MeasureOptions *o, ProfileMeasure *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -156,8 +151,8 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
     BackendStream *st = be->stream_create(be);
     int bad = !where || !dev || !dev2 || !host || !st;
     if (mpi->all_reduce(&bad, &bad, 1, MIST_I32, COMM_MAX, world) || bad) {
-        fail(err, errlen, "cannot allocate %s of device and pinned host memory on some rank (hint: smaller --sizes)",
-             "the buffers");
+        snprintf(err, errlen, "cannot allocate the buffers in device and pinned host memory on some rank (hint: "
+                 "smaller --sizes)");
         goto done;
     }
     be->memset_device(be, dev, 0, biggest, st);
@@ -165,17 +160,20 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
     memset(host, 0, biggest);
     be->stream_synchronize(be, st);
     if (places(mpi, world, o->ranks_per_node, where, &out->nodes, &out->per_node)) {
-        fail(err, errlen, "cannot exchange host names (%s)", "MPI all_gather failed");
+        snprintf(err, errlen, "cannot exchange host names (MPI all_gather failed)");
         bad = 1;
         goto done;
     }
-    for (int nn = 1; nn <= out->nodes; nn *= 2)
-        for (int g = 1; g <= out->per_node; g *= 2) {
+    // shapes up to the profile's table (128 nodes x 128 ranks: PROFILE_SHAPES cells each way; a
+    // larger group uses the last cell); the multipliers on the last of them
+    int nmax = out->nodes < 128 ? out->nodes : 128, gmax = out->per_node < 128 ? out->per_node : 128;
+    for (int nn = 1; nn <= nmax; nn *= 2)
+        for (int g = 1; g <= gmax; g *= 2) {
             if (nn * g == 1) continue;
             CommGroup *grp = NULL;
             int member = where[me].node < nn && where[me].local < g;
             if (mpi->group_split(world, member ? 0 : 1, me, &grp)) {
-                fail(err, errlen, "cannot form the group of a shape (%s)", "MPI split failed");
+                snprintf(err, errlen, "cannot form the group of a shape (MPI split failed)");
                 bad = 1;
                 goto done;
             }
@@ -192,14 +190,14 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
             int b2 = bad;
             if (mpi->all_reduce(&b2, &b2, 1, MIST_I32, COMM_MAX, world) || b2) {
                 comm->group_free(grp);
-                fail(err, errlen, "a collective failed while %s (see the messages above)", "measuring");
+                snprintf(err, errlen, "a collective failed while measuring (see the messages above)");
                 bad = 1;
                 goto done;
             }
             out->shape[out->num_shapes][0] = nn, out->shape[out->num_shapes][1] = g;
             out->num_shapes++;
             // the multipliers on the last (biggest) shape at the biggest size, in f32 (gradients' and weights' kind)
-            if (nn * 2 > out->nodes && g * 2 > out->per_node && member) {
+            if (nn * 2 > nmax && g * 2 > gmax && member) {
                 size_t bytes = biggest / ((size_t)N * 4) * ((size_t)N * 4);
                 double ag = time_collective(mpi, comm, grp, dev, bytes, MIST_F32, T_ALL_GATHER, o);
                 double rs = time_collective(mpi, comm, grp, dev2, bytes, MIST_F32, T_REDUCE_SCATTER, o);
