@@ -13,7 +13,6 @@
 #include "kernels/backend.h"
 #include "planner/profile.h"
 #include "runtime/comm_mpi.h"
-#include "runtime/comm_select.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"
 #include "runtime/profile_measure.h"
@@ -159,20 +158,13 @@ int main(int argc, char **argv) {
         launch_finalize();
         return worst;
     }
-    Backend *be = launch_backend(L.device, on_gpu ? MIST_BF16 : MIST_F32, err, sizeof err);
-    if (!be) launch_abort(1, "cannot start the %s backend: %s", L.device, err);
-    CommChoice choice;
-    commCheck(mpi, comm_select(mpi, be, world, &choice));
     ProfileMeasure m;
-    rc = profile_measure(mpi, choice.comm, world, be, &a.m, &m, err, sizeof err) ? 1 : 0;
+    char path[256];
+    rc = profile_measure_job(mpi, world, L.device, &a.m, &m, path, sizeof path, err, sizeof err) ? 1 : 0;
     if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
     if (!rc && root) {
-        char path[256];
-        comm_select_describe(&choice, path, sizeof path);
         profile_measure_print(strcmp(a.out, "-") ? stdout : stderr, "mist-profile", &m, &a.m, path, L.world_size);
         profile_apply_measure(&base, &m);
-        // lines measured through host memory include its copies: the planner moves them to the critical path
-        if (m.num_shapes > 0) base.staged_collectives = choice.path == COMM_PATH_STAGED;
         snprintf(base.name, sizeof base.name, "%s measured", a.base);
         size_t len = 0;
         char *text = profile_measure_ini(&base, &m, "mist-profile", a.base, path, &len);
@@ -197,8 +189,6 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     commCheck(mpi, mpi->all_reduce(&rc, &rc, 1, MIST_I32, COMM_MAX, world));
-    comm_select_release(&choice);
-    be->destroy(be);
     mpi->group_free(world);
     launch_finalize();
     return rc;

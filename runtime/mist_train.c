@@ -19,7 +19,6 @@
 #include "planner/profile.h"
 #include "planner/search.h"
 #include "runtime/comm_mpi.h"
-#include "runtime/comm_select.h"
 #include "runtime/config.h"
 #include "runtime/config_load.h"
 #include "runtime/fileutil.h"
@@ -191,28 +190,22 @@ static int load_config(MistConfig *cfg, const Args *a, const Launch *L) {
 // compares with it. A dry run does not measure. Returns 0 or an exit code.
 static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
     if (!cfg->cluster.measure_transfers || dry_run) return 0;
-    char err[1024];
-    Backend *be = launch_backend(L->device, strncmp(L->device, "cuda:", 5) ? MIST_F32 : MIST_BF16, err, sizeof err);
-    if (!be) launch_abort(1, "cannot start the %s backend to measure transfers: %s", L->device, err);
+    char err[1024], comm[256];
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;
     commCheck(mpi, mpi->group_world(&world));
-    CommChoice choice;
-    commCheck(mpi, comm_select(mpi, be, world, &choice));
     MeasureOptions o = {.bytes = {(size_t)1 << 20, (size_t)16 << 20}, .num_sizes = 2, .warmup = 1, .iters = 3};
     static ProfileMeasure m;
-    int rc = profile_measure(mpi, choice.comm, world, be, &o, &m, err, sizeof err) ? 1 : 0;
+    int rc = profile_measure_job(mpi, world, L->device, &o, &m, comm, sizeof comm, err, sizeof err) ? 1 : 0;
+    mpi->group_free(world);
     if (rc && L->world_rank == 0) fprintf(stderr, "mist-train: [cluster] measure_transfers: %s\n", err);
     if (!rc && L->world_rank == 0) {
         const char *base = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";
         HwProfile *p = &cfg->cluster.measured;
         if (profile_load(p, base, err, sizeof err) != 0) launch_abort(1, "%s", err);  // load_config checked it
         profile_apply_measure(p, &m);
-        if (m.num_shapes > 0) p->staged_collectives = choice.path == COMM_PATH_STAGED;  // (as mist-profile)
         snprintf(p->name, sizeof p->name, "%.40s measured", base);
         cfg->cluster.measured_valid = 1;
-        char comm[256];
-        comm_select_describe(&choice, comm, sizeof comm);
         profile_measure_print(stdout, "mist-train: [cluster] measure_transfers", &m, &o, comm, L->world_size);
         if (cfg->checkpoint.dir[0]) {
             char path[MIST_PATH_MAX + 16];
@@ -228,9 +221,6 @@ static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
         }
         fflush(stdout);
     }
-    comm_select_release(&choice);
-    choice.comm->group_free(world);
-    be->destroy(be);
     if (MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
         MPI_Bcast(&cfg->cluster.measured_valid, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
         MPI_Bcast(&cfg->cluster.measured, (int)sizeof cfg->cluster.measured, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/profile_measure.h"
 
@@ -227,6 +228,20 @@ done:
     return bad ? -1 : 0;
 }
 
+int profile_measure_job(const CommBackend *mpi, CommGroup *world, const char *device, const MeasureOptions *o,
+                        ProfileMeasure *out, char *comm, size_t commlen, char *err, size_t errlen) {
+    Backend *be = launch_backend(device, strncmp(device, "cuda:", 5) ? MIST_F32 : MIST_BF16, err, errlen);
+    if (!be) launch_abort(1, "cannot start the %s backend to measure transfers: %s", device, err);
+    CommChoice choice;
+    commCheck(mpi, comm_select(mpi, be, world, &choice));
+    int rc = profile_measure(mpi, choice.comm, world, be, o, out, err, errlen);
+    out->staged = choice.path == COMM_PATH_STAGED;
+    comm_select_describe(&choice, comm, commlen);
+    comm_select_release(&choice);
+    be->destroy(be);
+    return rc;
+}
+
 static void size_label(size_t bytes, char *buf, size_t len) {
     double mib = (double)bytes / 1048576.0;
     if (mib >= 1) snprintf(buf, len, "%g MiB", mib);
@@ -328,4 +343,7 @@ void profile_apply_measure(HwProfile *p, const ProfileMeasure *m) {
     }
     p->h2d = m->h2d.fit;
     p->d2h = m->d2h.fit;
+    // lines measured through host memory include its copies: the model then puts them on the
+    // critical path (planner/schedule.c)
+    if (m->num_shapes > 0) p->staged_collectives = m->staged;
 }

@@ -46,6 +46,7 @@ typedef struct {
     int have_factors;  // measured on the largest shape at the largest size, f32
     double factor_rs, factor_ar;  // reduce-scatter and all-reduce time over the all-gather's
     MeasuredLine h2d, d2h;  // pinned host <-> device, every rank copying at once
+    int staged;             // the collectives went through host memory (runtime/comm_staged.h)
 } ProfileMeasure;
 
 // t = x / k + beta by least squares over n >= 1 points (x ascending, > 0).
@@ -63,7 +64,15 @@ void measure_fit_line(MeasuredLine *m);
 int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *world, Backend *be,
                     const MeasureOptions *o, ProfileMeasure *out, char *err, size_t errlen);
 
-// The measured lines into *p (the shapes measured; the others keep p's values).
+// The whole measurement as mist-profile and mist-train run it, collective over
+// `world`: the backend of this rank's `device` (the launcher's pick), the comm path
+// training would take (runtime/comm_select.h), profile_measure, then both
+// released. comm: the path in words. Returns 0, or -1 with err (every rank alike).
+int profile_measure_job(const CommBackend *mpi, CommGroup *world, const char *device, const MeasureOptions *o,
+                        ProfileMeasure *out, char *comm, size_t commlen, char *err, size_t errlen);
+
+// The measured lines into *p (the shapes measured; the others keep p's values),
+// and whether they were measured through host memory (when any collective was).
 void profile_apply_measure(HwProfile *p, const ProfileMeasure *m);
 
 // The profile as an INI file (profile_load reads it back): a comment saying
