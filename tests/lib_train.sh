@@ -148,3 +148,21 @@ within() {
 
 # the newest checkpoint file of a checkpoint directory
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
+
+# The plans a comm path is checked on (train_staged.sh, train_nccl_fake.sh): dp, tp, ZeRO 0-3,
+# offloading, checkpointing, bf16, pipeline stages with a tied embedding. One line per plan:
+# name model precision G stages (layers/dp/tp/zero/ckpt/offload each, for stage_args).
+# COMM_COMMON: the options every run of them gets.
+COMM_COMMON="-o train.steps=12 -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=3 -o log.interval=1000
+ -o data.val_interval=6 -o data.val_batches=2 -o checkpoint.keep=1"
+comm_matrix() {
+    cat <<'EOF'
+gpt-dp4      gpt   fp32 1 2/4/1/0/0/0
+gpt-z3-off   gpt   fp32 2 2/2/1/3/1/0.5
+gpt-z2-bf16  gpt   bf16 1 2/2/1/2/0/0.25
+gpt-z1-tp2   gpt   fp32 1 2/2/2/1/1/0
+llama-tp2    llama fp32 1 2/1/2/0/0/0
+llama-2x2    llama bf16 2 2/2/2/3/2/0.5
+gpt-pp-tied  gpt   fp32 2 1/2/1/1/0/0 1/1/2/2/1/0.5
+EOF
+}

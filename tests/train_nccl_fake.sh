@@ -18,19 +18,8 @@ LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-nccl-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 export MIST_DEVICE=cpu
-COMMON="-o train.steps=12 -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=3 -o log.interval=1000
- -o data.val_interval=6 -o data.val_batches=2 -o checkpoint.keep=1"
-
-# name model precision G stages (layers/dp/tp/zero/ckpt/offload each)
-cat >"$W/matrix" <<'EOF2'
-gpt-dp4      gpt   fp32 1 2/4/1/0/0/0
-gpt-z3-off   gpt   fp32 2 2/2/1/3/1/0.5
-gpt-z2-bf16  gpt   bf16 1 2/2/1/2/0/0.25
-gpt-z1-tp2   gpt   fp32 1 2/2/2/1/1/0
-llama-tp2    llama fp32 1 2/1/2/0/0/0
-llama-2x2    llama bf16 2 2/2/2/3/2/0.5
-gpt-pp-tied  gpt   fp32 2 1/2/1/1/0/0 1/1/2/2/1/0.5
-EOF2
+COMMON=$COMM_COMMON
+comm_matrix >"$W/matrix"
 while read -r c model prec G stages; do  # (not `name`: run() sets that)
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     # shellcheck disable=SC2086
