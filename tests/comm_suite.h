@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "runtime/comm.h"
 #include "runtime/grid.h"
+#include "runtime/launch.h"
 #include "tests/tap.h"
 
 static int me;
@@ -317,5 +318,19 @@ static int suite_groups(int n, CommGroup **world, CommGroup **odd, Grid *grid) {
     int rc = grid_build(grid, &plan, C, err, sizeof err);
     check(rc == 0, "grid for %d ranks: %s", n, rc ? err : "built");
     return rc != 0;
+}
+
+// Frees the device backend and suite_groups' groups (with the MPI backend), ends MPI;
+// the exit status: rank 0's TAP verdict.
+static int suite_finish(const CommBackend *mpi, CommGroup *world, CommGroup *odd, Grid *grid) {
+    if (dev_be) dev_be->destroy(dev_be);
+    dev_be = NULL;
+    C = mpi;
+    grid_free(grid);
+    C->group_free(odd);
+    C->group_free(world);
+    int rc = me == 0 ? tap_done() : 0;
+    launch_finalize();
+    return rc;
 }
 #endif

@@ -67,14 +67,5 @@ int main(int argc, char **argv) {
         dev_be->free_device(dev_be, d);
     }
     comm_staged_release();
-    dev_be->destroy(dev_be);
-    dev_be = NULL;
-    C = comm_mpi_backend();
-
-    grid_free(&grid);
-    C->group_free(odd);
-    C->group_free(world);
-    int rc = me == 0 ? tap_done() : 0;
-    launch_finalize();
-    return rc;
+    return suite_finish(comm_mpi_backend(), world, odd, &grid);
 }

@@ -235,13 +235,5 @@ int main(int argc, char **argv) {
     snprintf(version, sizeof version, "%s", comm_nccl_version());
     check(strcmp(version, "unknown") != 0, "version text: %s", version);
     dev_be->stream_destroy(dev_be, compute);
-    dev_be->destroy(dev_be);
-    dev_be = NULL;
-    C = mpi;
-    grid_free(&grid);
-    C->group_free(odd);
-    C->group_free(world);
-    int rc = me == 0 ? tap_done() : 0;
-    launch_finalize();
-    return rc;
+    return suite_finish(mpi, world, odd, &grid);
 }
