@@ -123,66 +123,65 @@ static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
         if (mist_bf16_to_f32(a[i]) > mist_bf16_to_f32(b[i])) b[i] = a[i];
 }
 
-static int mpi_of(ncclDataType_t t, ncclRedOp_t op, MPI_Datatype *dt, MPI_Op *mop, size_t *size) {
+// what a call moves, in MPI's terms
+typedef struct {
+    MPI_Datatype dt;
+    MPI_Op op;
+    size_t size;  // bytes per element
+} Kind;
+
+// the call's element type and reduction (ncclSum where it reduces nothing) in
+// MPI's terms, counted as one collective; -1 for what the backend never asks
+static int begin(ncclDataType_t t, ncclRedOp_t op, Kind *k) {
     static MPI_Op sum16 = MPI_OP_NULL, max16 = MPI_OP_NULL;
     if (sum16 == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &sum16), MPI_Op_create(bf16_max, 1, &max16);
-    *mop = op == ncclMax ? MPI_MAX : MPI_SUM;
+    if (op != ncclSum && op != ncclMax) return -1;
+    k->op = op == ncclMax ? MPI_MAX : MPI_SUM;
     switch (t) {
-    case ncclFloat32: *dt = MPI_FLOAT, *size = 4; return 0;
-    case ncclInt32: *dt = MPI_INT32_T, *size = 4; return 0;
-    case ncclUint8: *dt = MPI_UINT8_T, *size = 1; return 0;
-    case ncclBfloat16: *dt = MPI_UINT16_T, *size = 2, *mop = op == ncclMax ? max16 : sum16; return 0;
-    default: return -1;  // the backend never asks for the others
+    case ncclFloat32: k->dt = MPI_FLOAT, k->size = 4; break;
+    case ncclInt32: k->dt = MPI_INT32_T, k->size = 4; break;
+    case ncclUint8: k->dt = MPI_UINT8_T, k->size = 1; break;
+    case ncclBfloat16: k->dt = MPI_UINT16_T, k->size = 2, k->op = op == ncclMax ? max16 : sum16; break;
+    default: return -1;
     }
+    collectives++;
+    return 0;
 }
+
+static ncclResult_t result(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t stream) {
-    MPI_Datatype dt;
-    MPI_Op mop;
-    size_t sz;
-    if (mpi_of(t, op, &dt, &mop, &sz) || (op != ncclSum && op != ncclMax)) return ncclInvalidArgument;
-    collectives++;
-    int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, dt, mop, c->comm);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    Kind k;
+    if (begin(t, op, &k)) return ncclInvalidArgument;
+    return result(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, k.dt, k.op, c->comm));
 }
 
 // NCCL's in-place form: recv is this rank's block of send
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t stream) {
-    MPI_Datatype dt;
-    MPI_Op mop;
-    size_t sz;
-    if (mpi_of(t, op, &dt, &mop, &sz) || (op != ncclSum && op != ncclMax)) return ncclInvalidArgument;
-    collectives++;
-    void *tmp = malloc(count * sz + 1);
+    Kind k;
+    if (begin(t, op, &k)) return ncclInvalidArgument;
+    void *tmp = malloc(count * k.size + 1);
     if (!tmp) return ncclSystemError;
-    int rc = MPI_Reduce_scatter_block(send, tmp, (int)count, dt, mop, c->comm);
-    memcpy(recv, tmp, count * sz);
+    int rc = MPI_Reduce_scatter_block(send, tmp, (int)count, k.dt, k.op, c->comm);
+    memcpy(recv, tmp, count * k.size);
     free(tmp);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    return result(rc);
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t stream) {
-    MPI_Datatype dt;
-    MPI_Op mop;
-    size_t sz;
-    if (mpi_of(t, ncclSum, &dt, &mop, &sz)) return ncclInvalidArgument;
-    collectives++;
-    int in_place = (const char *)send == (char *)recv + (size_t)c->rank * count * sz;
-    int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, dt, recv, (int)count, dt, c->comm);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    Kind k;
+    if (begin(t, ncclSum, &k)) return ncclInvalidArgument;
+    int in_place = (const char *)send == (char *)recv + (size_t)c->rank * count * k.size;
+    return result(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, k.dt, recv, (int)count, k.dt, c->comm));
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t stream) {
-    MPI_Datatype dt;
-    MPI_Op mop;
-    size_t sz;
-    if (mpi_of(t, ncclSum, &dt, &mop, &sz) || root < 0 || root >= c->size) return ncclInvalidArgument;
-    collectives++;
-    if (c->rank == root && send != recv) memmove(recv, send, count * sz);
-    int rc = MPI_Bcast(recv, (int)count, dt, root, c->comm);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    Kind k;
+    if (root < 0 || root >= c->size || begin(t, ncclSum, &k)) return ncclInvalidArgument;
+    if (c->rank == root && send != recv) memmove(recv, send, count * k.size);
+    return result(MPI_Bcast(recv, (int)count, k.dt, root, c->comm));
 }
