@@ -90,8 +90,8 @@ Expr ex_sum(ExprCtx *ctx, const Expr *terms, int n);      // terms[0] + ... (0 i
 // has two or more members, every i in A runs factor[A][i] times slower (A a
 // bit mask, bit i: stream i; factors finite and > 0), the first to finish
 // sets the window w = min_{i in A} x_i factor[A][i], which is added to the
-// total while each i in A keeps x_i - w / factor[A][i] (finished if x_i
-// factor[A][i] - w <= EXPR_OVERLAP_EPS); the last stream then runs alone
+// total while each i in A keeps x_i - w * (1 / factor[A][i]) (finished if
+// x_i factor[A][i] - w <= EXPR_OVERLAP_EPS); the last stream then runs alone
 // and its rest is added. in[i] = EXPR_NONE: no work on stream i. Streams
 // that are EXPR_NONE or constants <= EXPR_OVERLAP_EPS drop out at build time;
 // all constants fold to a number, one stream left to in > eps ? in : 0.

@@ -1,11 +1,16 @@
 // The block kernels of the flat programs (expr_program.c compiles them):
 // each instruction is one loop over EXPR_BLOCK candidates with a constant
 // trip count, compiled per instruction set so that it runs as SIMD code; the
-// overlap window is restructured so that it vectorises too (overlap_lanes).
+// overlap window is restructured so that it vectorises too (overlap_lanes),
+// and has an AVX-512 form where the CPU has it (overlap_lanes_avx512).
 // The hoisted scalar pass evaluates the same C expressions one value at a
 // time, so both agree bitwise with expr_eval.
 #include <math.h>
 #include <string.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define EXPR_AVX512 1
+#include <immintrin.h>
+#endif
 
 #include "planner/expr_program_internal.h"
 
@@ -50,11 +55,12 @@ static inline uint64_t mask_of(int cond) { return (uint64_t)0 - (uint64_t)cond; 
 
 // The overlap window of n inputs over `lanes` candidates: expr_overlap_n
 // restructured so that it vectorises, with the same value bitwise. Each
-// round is one loop over the lanes; the factor of stream s is picked from
-// by_others by a tree of selects on the other streams' busy flags (no
-// gather), and is +inf for a stream busy alone, which makes its scaled work
-// inf: with fewer than two busy streams w stays inf and becomes 0, and every
-// stream keeps x - 0 / f = x, as with expr_overlap_n's empty window.
+// round is one loop over the lanes; the factor of stream s and its
+// reciprocal are picked from by_others / inv_by_others by a tree of selects
+// on the other streams' busy flags (no gather); the factor is +inf for a
+// stream busy alone, which makes its scaled work inf: with fewer than two
+// busy streams w stays inf and becomes 0, and every stream keeps
+// x - 0 * (1 / f) = x, as with expr_overlap_n's empty window.
 // With all_busy (the table's promise, a constant here) the first round's
 // set is every stream: its factors are constants, no picking.
 static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverlapTable *t, const int n, const int all_busy,
@@ -64,7 +70,7 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
 #pragma GCC unroll 4
     for (int round = 0; round < n - 1; round++)
         for (int j = 0; j < lanes; j++) {
-            double xs[EXPR_OVERLAP_MAX], f[EXPR_OVERLAP_MAX];
+            double xs[EXPR_OVERLAP_MAX], f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX];
             uint64_t busy[EXPR_OVERLAP_MAX];
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++) {
@@ -75,19 +81,24 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
             for (int s = 0; s < n; s++) {
                 if (round == 0 && all_busy) {
                     f[s] = t->by_others[s][(1 << (n - 1)) - 1];
+                    r[s] = t->inv_by_others[s][(1 << (n - 1)) - 1];
                     continue;
                 }
-                double leaf[EXPR_OVERLAP_SUBSETS / 2];  // halved per other stream: its flag picks the upper half
+                double leaf[EXPR_OVERLAP_SUBSETS / 2], rleaf[EXPR_OVERLAP_SUBSETS / 2];
 #pragma GCC unroll 8
-                for (int k = 0; k < 1 << (n - 1); k++) leaf[k] = t->by_others[s][k];
+                for (int k = 0; k < 1 << (n - 1); k++) leaf[k] = t->by_others[s][k], rleaf[k] = t->inv_by_others[s][k];
 #pragma GCC unroll 4
                 for (int m = 0, o = 0; o < n; o++) {
                     if (o == s) continue;
 #pragma GCC unroll 8
-                    for (int k = 0; k < 1 << (n - 2 - m); k++) leaf[k] = mask_select(busy[o], leaf[2 * k + 1], leaf[2 * k]);
+                    for (int k = 0; k < 1 << (n - 2 - m); k++) {
+                        leaf[k] = mask_select(busy[o], leaf[2 * k + 1], leaf[2 * k]);
+                        rleaf[k] = mask_select(busy[o], rleaf[2 * k + 1], rleaf[2 * k]);
+                    }
                     m++;
                 }
                 f[s] = leaf[0];
+                r[s] = rleaf[0];
             }
             double w = INFINITY;
 #pragma GCC unroll 4
@@ -96,7 +107,7 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
             double total = (round ? d[j] : 0.0) + w;
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++) {
-                double rest = xs[s] - w / f[s];
+                double rest = xs[s] - w * r[s];
                 double left = mask_select(mask_of(xs[s] * f[s] - w > EXPR_OVERLAP_EPS), rest, 0.0);
                 xs[s] = mask_select(busy[s], left, xs[s]);
                 if (round < n - 2) x[s][j] = xs[s];
@@ -107,6 +118,100 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
             d[j] = total;
         }
 }
+
+
+#ifdef EXPR_AVX512
+// The same window with AVX-512, eight candidates per vector (CPUs that have
+// it; expr_block_set_avx512). The busy set is one 4-bit index per lane, so a
+// stream's factor and its reciprocal are one two-table permute each (by_set,
+// 16 entries) instead of a tree of selects; the mask registers take the
+// selects. The operations on every value are overlap_lanes' in the same
+// order (no contraction: fp-contract=off), so the results are the same bits.
+#define AVX512_FN __attribute__((target("avx512f"), optimize("O3", "fp-contract=off")))
+static inline __attribute__((always_inline)) AVX512_FN void overlap_lanes_avx512(
+    const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
+    const double *const in[EXPR_OVERLAP_MAX]) {
+    __m512d flo[EXPR_OVERLAP_MAX], fhi[EXPR_OVERLAP_MAX], rlo[EXPR_OVERLAP_MAX], rhi[EXPR_OVERLAP_MAX];
+    __m512d fall[EXPR_OVERLAP_MAX], rall[EXPR_OVERLAP_MAX];  // the factors while all n are busy
+#pragma GCC unroll 4
+    for (int s = 0; s < n; s++) {
+        flo[s] = _mm512_loadu_pd(&t->by_set[s][0]), fhi[s] = _mm512_loadu_pd(&t->by_set[s][8]);
+        rlo[s] = _mm512_loadu_pd(&t->inv_by_set[s][0]), rhi[s] = _mm512_loadu_pd(&t->inv_by_set[s][8]);
+        fall[s] = _mm512_set1_pd(t->by_set[s][(1 << n) - 1]), rall[s] = _mm512_set1_pd(t->inv_by_set[s][(1 << n) - 1]);
+    }
+    const __m512d eps = _mm512_set1_pd(EXPR_OVERLAP_EPS), inf = _mm512_set1_pd(INFINITY);
+    for (int j = 0; j < lanes; j += 8) {
+        __m512d xs[EXPR_OVERLAP_MAX], total = _mm512_setzero_pd();
+#pragma GCC unroll 4
+        for (int s = 0; s < n; s++) {
+            __m512d v = _mm512_loadu_pd(in[s] + j);
+            xs[s] = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(v, eps, _CMP_GT_OQ), v);
+        }
+#pragma GCC unroll 4
+        for (int round = 0; round < n - 1; round++) {
+            const int known = round == 0 && all_busy;  // the first busy set is all n
+            __mmask8 busy[EXPR_OVERLAP_MAX];
+            __m512i set = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                busy[s] = known ? (__mmask8)0xff : _mm512_cmp_pd_mask(xs[s], eps, _CMP_GT_OQ);
+                set = _mm512_mask_or_epi64(set, busy[s], set, _mm512_set1_epi64(1 << s));
+            }
+            __m512d f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX], y[EXPR_OVERLAP_MAX], w = inf;
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                f[s] = known ? fall[s] : _mm512_permutex2var_pd(flo[s], set, fhi[s]);
+                r[s] = known ? rall[s] : _mm512_permutex2var_pd(rlo[s], set, rhi[s]);
+                y[s] = _mm512_mul_pd(xs[s], f[s]);
+                w = _mm512_mask_min_pd(w, busy[s], w, y[s]);  // w < y ? w : y, as expr_min2
+            }
+            w = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(w, inf, _CMP_LT_OQ), w);
+            total = _mm512_add_pd(total, w);
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                __m512d rest = _mm512_sub_pd(xs[s], _mm512_mul_pd(w, r[s]));
+                __mmask8 left = _mm512_cmp_pd_mask(_mm512_sub_pd(y[s], w), eps, _CMP_GT_OQ);
+                xs[s] = _mm512_mask_mov_pd(xs[s], busy[s], _mm512_maskz_mov_pd(left, rest));
+            }
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < n; s++) total = _mm512_add_pd(total, xs[s]);
+        _mm512_storeu_pd(d + j, total);
+    }
+}
+_Static_assert(B / 4 % 8 == 0, "the AVX-512 window runs whole vectors of 8 lanes");
+
+// one out-of-line function per window size (run_lanes' clones call them)
+#define OVERLAP_AVX512_N(n_)                                                                                     \
+    static AVX512_FN void overlap##n_##_avx512(const ExprOverlapTable *t, int lanes, double *d,                  \
+                                               const double *const in[EXPR_OVERLAP_MAX]) {                       \
+        if (t->all_busy) overlap_lanes_avx512(t, n_, 1, lanes, d, in);                                           \
+        else overlap_lanes_avx512(t, n_, 0, lanes, d, in);                                                       \
+    }
+OVERLAP_AVX512_N(2)
+OVERLAP_AVX512_N(3)
+OVERLAP_AVX512_N(4)
+
+static int use_avx512;  // set once at load time (and by expr_block_set_avx512)
+__attribute__((constructor)) static void detect_avx512(void) {
+    __builtin_cpu_init();
+    use_avx512 = __builtin_cpu_supports("avx512f");
+}
+int expr_block_set_avx512(int on) {
+    __builtin_cpu_init();
+    int had = use_avx512;
+    use_avx512 = on && __builtin_cpu_supports("avx512f");
+    return had;
+}
+#define OVERLAP_AVX512(n_)                                  \
+    if (use_avx512) {                                       \
+        overlap##n_##_avx512(in->tbl, lanes, d, src);       \
+        break;                                              \
+    }
+#else
+int expr_block_set_avx512(int on) { return 0; }
+#define OVERLAP_AVX512(n_)
+#endif
 
 // The instructions over the first `lanes` candidates of a block (registers
 // keep their stride B); inlined with a constant lane count, so each loop has
@@ -151,18 +256,21 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         case PI_FILL: LOOP2(k); break;
         case PI_OVERLAP2: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, a, a};
+            OVERLAP_AVX512(2)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 2, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 2, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP3: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, a};
+            OVERLAP_AVX512(3)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 3, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 3, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP4: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, e};
+            OVERLAP_AVX512(4)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 4, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
             break;

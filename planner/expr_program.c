@@ -666,8 +666,9 @@ static uint64_t uniform_mask(const ExprProgram *p, const double *const *syms) {
     uint64_t mask = 0;
     for (int u = 0; u < p->num_used_syms; u++) {
         const uint64_t *col = (const uint64_t *)syms[p->used_syms[u]];
-        uint64_t first = col[0], diff = 0;
-        for (int j = 1; j < B; j++) diff |= col[j] ^ first;
+        uint64_t first = col[0], diff = (col[1] ^ first) | (col[B - 1] ^ first);
+        if (diff) continue;  // a swept column mostly differs at once: no scan
+        for (int j = 2; j < B - 1; j++) diff |= col[j] ^ first;
         if (!diff) mask |= (uint64_t)1 << u;
     }
     return mask;

@@ -54,6 +54,10 @@ static inline double op_select(double cond, double k, double x, double y) { retu
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
 // pads a short block); a short block runs a half or a quarter of the lanes.
 void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
+// Overlap windows on AVX-512 where the CPU has it (the default) or on the
+// portable loops (on = 0), the same bits either way; returns whether
+// AVX-512 was in use. For tests and benchmarks, not while evaluating.
+int expr_block_set_avx512(int on);
 
 // The hoisted instructions that depend on a uniform symbol in `changed` (or
 // on none): instruction i reads the slots of val its operands name and writes

@@ -5,8 +5,9 @@
 // Window algorithm: let A be the set of streams with work left. While |A| >= 2,
 // every stream s in A runs f[A][s] times slower, so the first to finish does
 // so after w = min_{s in A} x_s * f[A][s]; advance all of A by w (each loses
-// w / f[A][s] of its work), add w to the total, and repeat on the streams
-// left. The last stream then runs alone. With f = 1 the result is max(x); with
+// w * (1 / f[A][s]) of its work: the reciprocal is what the engine keeps, so
+// the batched loops multiply instead of dividing), add w to the total, and
+// repeat on the streams left. The last stream then runs alone. With f = 1 the result is max(x); with
 // f[A][s] = |A| (one shared engine) it is sum(x).
 //
 // The scalar form below is the reference; the symbolic form is one node of
@@ -35,7 +36,7 @@ double overlap_seconds(const HwProfile *p, const double in[STREAM_COUNT]) {
             if (busy & STREAM_MASK(s)) {
                 double f = p->slowdown[busy][s];
                 // the stream(s) that set the window finish exactly
-                x[s] = x[s] * f - w > OVERLAP_EPS ? x[s] - w / f : 0.0;
+                x[s] = x[s] * f - w > OVERLAP_EPS ? x[s] - w * (1.0 / f) : 0.0;
             }
     }
     for (int s = 0; s < STREAM_COUNT; s++) total += x[s];

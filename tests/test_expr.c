@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "planner/expr.h"
+#include "planner/expr_program_internal.h"  // expr_block_set_avx512
 #include "tests/tap.h"
 
 static uint64_t rng_state;
@@ -723,7 +724,7 @@ static double overlap_reference(const double f[16][4], const double in[4]) {
             if ((A >> s) & 1) w = fmin(w, x[s] * f[A][s]);
         total += w;
         for (int s = 0; s < 4; s++)
-            if ((A >> s) & 1) x[s] = x[s] * f[A][s] - w > eps ? x[s] - w / f[A][s] : 0.0;
+            if ((A >> s) & 1) x[s] = x[s] * f[A][s] - w > eps ? x[s] - w * (1.0 / f[A][s]) : 0.0;
     }
     for (int s = 0; s < 4; s++) total += x[s];
     return total;
@@ -798,25 +799,33 @@ static void test_overlap(void) {
     const size_t n = 64 * 6 + 13;
     double *col[4], *out[4], row[4];
     for (int i = 0; i < 4; i++) col[i] = malloc(n * sizeof(double)), out[i] = malloc(n * sizeof(double));
+    // both forms of the batched window: the portable loops, and AVX-512's where the CPU has it
+    const int avx512 = expr_block_set_avx512(1);
+    const char *forms = avx512 ? "portable and AVX-512 loops" : "portable loops; this CPU has no AVX-512";
     int mismatches = 0;
-    for (int pass = 0; pass < 4; pass++) {
-        for (size_t j = 0; j < n; j++)
-            for (int i = 0; i < 4; i++) {
-                // pass 1: c, n uniform per block; pass 2: all uniform per block; pass 3: a tail of 13
-                int uniform = (pass == 1 && i < 2) || pass == 2;
-                col[i][j] = uniform && j % 64 ? col[i][j - 1] : random_work(i ? col[rng_int(i)][j] : 0.0);
+    for (int form = 0; form <= avx512; form++) {
+        expr_block_set_avx512(form);
+        for (int pass = 0; pass < 4; pass++) {
+            for (size_t j = 0; j < n; j++)
+                for (int i = 0; i < 4; i++) {
+                    // pass 1: c, n uniform per block; pass 2: all uniform per block; pass 3: a tail of 13
+                    int uniform = (pass == 1 && i < 2) || pass == 2;
+                    col[i][j] = uniform && j % 64 ? col[i][j - 1] : random_work(i ? col[rng_int(i)][j] : 0.0);
+                }
+            size_t m = pass == 3 ? 13 : n;
+            expr_program_eval(p, (const double *const *)col, out, m);
+            for (size_t j = 0; j < m; j++) {
+                for (int i = 0; i < 4; i++) row[i] = col[i][j];
+                for (int o = 0; o < 4; o++)
+                    if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
+                        diag("overlap form %d pass %d out %d cand %zu: program %.17g scalar %.17g", form, pass, o, j,
+                             out[o][j], expr_eval(x, outs[o], row));
             }
-        size_t m = pass == 3 ? 13 : n;
-        expr_program_eval(p, (const double *const *)col, out, m);
-        for (size_t j = 0; j < m; j++) {
-            for (int i = 0; i < 4; i++) row[i] = col[i][j];
-            for (int o = 0; o < 4; o++)
-                if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
-                    diag("overlap pass %d out %d cand %zu: program %.17g scalar %.17g", pass, o, j, out[o][j],
-                         expr_eval(x, outs[o], row));
         }
     }
-    ok(mismatches == 0, "compiled overlap == expr_eval bitwise (per candidate, hoisted, tail; %d differ)", mismatches);
+    expr_block_set_avx512(1);
+    ok(mismatches == 0, "compiled overlap == expr_eval bitwise (per candidate, hoisted, tail; %s; %d differ)", forms,
+       mismatches);
     expr_program_free(p);
     for (int i = 0; i < 4; i++) free(col[i]), free(out[i]);
 
@@ -845,14 +854,19 @@ static void test_overlap(void) {
         for (size_t j = 0; j < nb; j++) col[i][j] = rng_int(4) && i ? col[rng_int(i)][j] : 1e-6 + rng_unit() * 1e-2;
     }
     for (int o = 0; o < 2; o++) out[o] = malloc(nb * sizeof(double));
-    expr_program_eval(p, (const double *const *)col, out, nb);
     mismatches = 0;
-    for (size_t j = 0; j < nb; j++) {
-        for (int i = 0; i < 4; i++) row[i] = col[i][j];
-        double vt[4] = {row[0], row[1], 0, row[3]};
-        mismatches += !same_double(out[0][j], overlap_reference(f, row)) + !same_double(out[1][j], overlap_reference(g, vt));
+    for (int form = 0; form <= avx512; form++) {
+        expr_block_set_avx512(form);
+        expr_program_eval(p, (const double *const *)col, out, nb);
+        for (size_t j = 0; j < nb; j++) {
+            for (int i = 0; i < 4; i++) row[i] = col[i][j];
+            double vt[4] = {row[0], row[1], 0, row[3]};
+            mismatches += !same_double(out[0][j], overlap_reference(f, row)) + !same_double(out[1][j], overlap_reference(g, vt));
+        }
     }
-    ok(mismatches == 0, "streams busy by their bounds: compiled == the rule written out, bitwise (%d differ)", mismatches);
+    expr_block_set_avx512(1);
+    ok(mismatches == 0, "streams busy by their bounds: compiled == the rule written out, bitwise (%s; %d differ)", forms,
+       mismatches);
     expr_program_free(p);
     for (int i = 0; i < 4; i++) free(col[i]);
     for (int o = 0; o < 2; o++) free(out[o]);
