@@ -81,6 +81,13 @@ void comm_select_follow(const CommChoice *c, BackendStream *s) {
 #endif
 }
 
+int comm_select_communicators(const CommChoice *c) {
+#ifdef HAVE_NCCL
+    if (c->path == COMM_PATH_NCCL) return comm_nccl_communicators();
+#endif
+    return 0;
+}
+
 long long comm_select_device_calls(const CommChoice *c, int rank, char *line, size_t len) {
     long long n = 0;
     if (len) line[0] = '\0';

@@ -34,6 +34,8 @@ void comm_select_describe(const CommChoice *c, char *buf, size_t len);
 // Before the first collective of the model: the stream whose work a collective's
 // buffers come from (NCCL orders its own stream after it).
 void comm_select_follow(const CommChoice *c, BackendStream *s);
+// NCCL communicators this rank has made so far (0 on the other paths).
+int comm_select_communicators(const CommChoice *c);
 // Collectives that left MPI's hands (NCCL or staged) on this rank, and a line
 // saying so, naming the rank ("" when none).
 long long comm_select_device_calls(const CommChoice *c, int rank, char *line, size_t len);

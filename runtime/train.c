@@ -176,9 +176,9 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     }
     int on_host = !strcmp(be->name, "cpu");
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
-    // gradient and weight exchanges, the tp all-reduces, the tied embedding's
-    // sum) run on NCCL or through host bounce buffers (runtime/comm_select.h).
-    // The pipeline sends host buffers either way.
+    // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
+    // host bounce buffers (runtime/comm_select.h). The pipeline's messages and
+    // the tied embedding's sum are host buffers either way.
     CommChoice choice;
     commCheck(comm, comm_select(grid->comm, be, grid->world, &choice));
     comm = choice.comm;
@@ -193,6 +193,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         printf("mist: NCCL's communicators took %.1f MiB of device memory on rank 0 (outside the plan's peak; "
                "[cluster] device_memory below the card's leaves them room)\n",
                (double)(free_before - free_after) / 1048576.0);
+    if (root && choice.path == COMM_PATH_NCCL && comm_select_communicators(&choice) > 0)
+        printf("mist: NCCL communicators made before the arenas on rank 0: %d\n", comm_select_communicators(&choice));
     int several = dp > 1 || tp > 1 || S > 1;
     if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
         printf("mist: collectives of device memory run on %s (its buffers are outside the measured device peak)\n",

@@ -7,8 +7,9 @@
 # and with mist-train: the losses must agree (within 1e-5 relative: the
 # stand-in's blocking MPI collectives may add in another order than the MPI
 # backend's nonblocking ones; "exact" says when they are the same bits), the
-# run must have gone through NCCL, and its arena peaks must equal the
-# prediction (NCCL's buffers are outside the plan).
+# run must have gone through NCCL, every NCCL communicator rank 0 used must
+# have been made at start (before the arenas), and its arena peaks must equal
+# the prediction (NCCL's buffers are outside the plan).
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, loss_diff, peaks, stage_args
 PLAIN="$MIST_BUILDDIR/mist-train"
@@ -38,11 +39,14 @@ while read -r c model prec G stages; do  # (not `name`: run() sets that)
     losses "$W/$c.jsonl" >"$W/a"; losses "$W/$c-nccl.jsonl" >"$W/b"
     [ -s "$W/a" ] && cmp -s "$W/a" "$W/b" && exact=yes
     calls=$(sed -n 's/^mist: NCCL collectives on rank 0: \([0-9]*\),.*/\1/p' "$W/$c-nccl.out")
+    # every communicator is made at start, before the arenas (none lazily in the first iteration)
+    made=$(sed -n 's/^mist: NCCL communicators made before the arenas on rank 0: \([0-9]*\)$/\1/p' "$W/$c-nccl.out")
+    used=$(sed -n 's/^mist: NCCL collectives on rank 0: .*, on \([0-9]*\) communicators$/\1/p' "$W/$c-nccl.out")
     pk=$(peaks "$W/$c-nccl.json")
     ok=1
     [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-5) }' && [ "${calls:-0}" -gt 0 ] &&
-        echo "$pk" | grep -q ' yes ' && ok=0
-    tap_ok $ok "$c ($prec, G $G, stages $stages, $np ranks): through NCCL = plain (max relative loss difference $d, exact: $exact), ${calls:-0} NCCL collectives on rank 0, peaks: $pk"
+        echo "$pk" | grep -q ' yes ' && [ -n "$made" ] && [ "$made" = "$used" ] && ok=0
+    tap_ok $ok "$c ($prec, G $G, stages $stages, $np ranks): through NCCL = plain (max relative loss difference $d, exact: $exact), ${calls:-0} NCCL collectives on rank 0 on ${used:-?} communicators (${made:-?} made before the arenas), peaks: $pk"
     [ $ok -eq 0 ] || tap_diag "rc $rc1 / $rc2" "$(tail -5 "$W/$c.out")" "$(tail -5 "$W/$c-nccl.out")"
 done <"$W/matrix"
 
