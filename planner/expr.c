@@ -580,11 +580,7 @@ Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERL
             t.inv_by_others[i][k] = 1.0 / t.by_others[i][k];
         }
     for (int A = 0; A < EXPR_OVERLAP_SUBSETS; A++)
-        for (int i = 0; i < EXPR_OVERLAP_MAX; i++) {
-            t.inv[A][i] = 1.0 / t.f[A][i];
-            t.by_set[i][A] = A == 1 << i ? INFINITY : t.f[A][i];
-            t.inv_by_set[i][A] = 1.0 / t.by_set[i][A];
-        }
+        for (int i = 0; i < EXPR_OVERLAP_MAX; i++) t.inv[A][i] = 1.0 / t.f[A][i];
     if (all_const) {
         double v[EXPR_OVERLAP_MAX] = {0, 0, 0, 0};
         for (int i = 0; i < n; i++) v[i] = num_of(x, kept[i]);

@@ -122,24 +122,21 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
 
 #ifdef EXPR_AVX512
 // The same window with AVX-512, eight candidates per vector (CPUs that have
-// it; expr_block_set_avx512). The busy set is one 4-bit index per lane, so a
-// stream's factor and its reciprocal are one two-table permute each (by_set,
-// 16 entries) instead of a tree of selects; the mask registers take the
+// it; expr_block_set_avx512). The other inputs' busy flags of a stream form
+// one 3-bit index per lane, so its factor and their reciprocal are one
+// permute each of an 8-entry table held in a register (by_others,
+// inv_by_others) instead of a tree of selects; mask registers take the
 // selects. The operations on every value are overlap_lanes' in the same
 // order (no contraction: fp-contract=off), so the results are the same bits.
 #define AVX512_FN __attribute__((target("avx512f"), optimize("O3", "fp-contract=off")))
 static inline __attribute__((always_inline)) AVX512_FN void overlap_lanes_avx512(
     const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
     const double *const in[EXPR_OVERLAP_MAX]) {
-    __m512d flo[EXPR_OVERLAP_MAX], fhi[EXPR_OVERLAP_MAX], rlo[EXPR_OVERLAP_MAX], rhi[EXPR_OVERLAP_MAX];
-    __m512d fall[EXPR_OVERLAP_MAX], rall[EXPR_OVERLAP_MAX];  // the factors while all n are busy
+    __m512d f8[EXPR_OVERLAP_MAX], r8[EXPR_OVERLAP_MAX];  // by_others, inv_by_others: 8 entries each
 #pragma GCC unroll 4
-    for (int s = 0; s < n; s++) {
-        flo[s] = _mm512_loadu_pd(&t->by_set[s][0]), fhi[s] = _mm512_loadu_pd(&t->by_set[s][8]);
-        rlo[s] = _mm512_loadu_pd(&t->inv_by_set[s][0]), rhi[s] = _mm512_loadu_pd(&t->inv_by_set[s][8]);
-        fall[s] = _mm512_set1_pd(t->by_set[s][(1 << n) - 1]), rall[s] = _mm512_set1_pd(t->inv_by_set[s][(1 << n) - 1]);
-    }
+    for (int s = 0; s < n; s++) f8[s] = _mm512_loadu_pd(&t->by_others[s][0]), r8[s] = _mm512_loadu_pd(&t->inv_by_others[s][0]);
     const __m512d eps = _mm512_set1_pd(EXPR_OVERLAP_EPS), inf = _mm512_set1_pd(INFINITY);
+    const int all = (1 << (n - 1)) - 1;  // every other input busy
     for (int j = 0; j < lanes; j += 8) {
         __m512d xs[EXPR_OVERLAP_MAX], total = _mm512_setzero_pd();
 #pragma GCC unroll 4
@@ -151,17 +148,21 @@ static inline __attribute__((always_inline)) AVX512_FN void overlap_lanes_avx512
         for (int round = 0; round < n - 1; round++) {
             const int known = round == 0 && all_busy;  // the first busy set is all n
             __mmask8 busy[EXPR_OVERLAP_MAX];
-            __m512i set = _mm512_setzero_si512();
 #pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                busy[s] = known ? (__mmask8)0xff : _mm512_cmp_pd_mask(xs[s], eps, _CMP_GT_OQ);
-                set = _mm512_mask_or_epi64(set, busy[s], set, _mm512_set1_epi64(1 << s));
-            }
+            for (int s = 0; s < n; s++) busy[s] = known ? (__mmask8)0xff : _mm512_cmp_pd_mask(xs[s], eps, _CMP_GT_OQ);
             __m512d f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX], y[EXPR_OVERLAP_MAX], w = inf;
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++) {
-                f[s] = known ? fall[s] : _mm512_permutex2var_pd(flo[s], set, fhi[s]);
-                r[s] = known ? rall[s] : _mm512_permutex2var_pd(rlo[s], set, rhi[s]);
+                if (known) {
+                    f[s] = _mm512_set1_pd(t->by_others[s][all]), r[s] = _mm512_set1_pd(t->inv_by_others[s][all]);
+                } else {
+                    // the other inputs' flags, in order, as the index of by_others[s]
+                    __m512i k = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int m = 0, o = 0; o < n; o++)
+                        if (o != s) k = _mm512_mask_or_epi64(k, busy[o], k, _mm512_set1_epi64(1 << m++));
+                    f[s] = _mm512_permutexvar_pd(k, f8[s]), r[s] = _mm512_permutexvar_pd(k, r8[s]);
+                }
                 y[s] = _mm512_mul_pd(xs[s], f[s]);
                 w = _mm512_mask_min_pd(w, busy[s], w, y[s]);  // w < y ? w : y, as expr_min2
             }

@@ -48,18 +48,13 @@ typedef struct {
     // division per factor at build time instead of one per round and lane;
     // the rule is defined with the product, so every form agrees bitwise)
     double inv[EXPR_OVERLAP_SUBSETS][EXPR_OVERLAP_MAX];
-    // the same factors as the portable batched loops pick them: by_others[i][k]
-    // is f[A][i] for A = {i} and the other inputs in k (bit m: the m-th input
+    // the same factors as the batched loops pick them: by_others[i][k] is
+    // f[A][i] for A = {i} and the other inputs in k (bit m: the m-th input
     // other than i), +inf for k = 0 (input i alone: its scaled work is inf,
-    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0)
+    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0). Eight
+    // entries: one AVX-512 register each.
     double by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
     double inv_by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
-    // as the AVX-512 loops pick them, by the whole busy set A (bit i: input
-    // i): by_set[i][A] = f[A][i] where i is in A with another input, +inf
-    // for A = {i}, 1.0 where i is not in A (its lanes are masked);
-    // inv_by_set = 1.0 / by_set
-    double by_set[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS];
-    double inv_by_set[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS];
 } ExprOverlapTable;
 
 // the context's overlap tables (a node's value indexes them); valid until the next constructor call
