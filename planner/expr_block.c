@@ -119,11 +119,10 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
         }
 }
 
-
 #ifdef EXPR_AVX512
 // The same window with AVX-512, eight candidates per vector (CPUs that have
 // it; expr_block_set_avx512). The other inputs' busy flags of a stream form
-// one 3-bit index per lane, so its factor and their reciprocal are one
+// one 3-bit index per lane, so its factor and the factor's reciprocal are one
 // permute each of an 8-entry table held in a register (by_others,
 // inv_by_others) instead of a tree of selects; mask registers take the
 // selects. The operations on every value are overlap_lanes' in the same
