@@ -6,6 +6,7 @@
 // The hoisted scalar pass evaluates the same C expressions one value at a
 // time, so both agree bitwise with expr_eval.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define EXPR_AVX512 1
@@ -192,10 +193,13 @@ OVERLAP_AVX512_N(2)
 OVERLAP_AVX512_N(3)
 OVERLAP_AVX512_N(4)
 
-static int use_avx512;  // set once at load time (and by expr_block_set_avx512)
+// set once at load time (and by expr_block_set_avx512); MIST_NO_AVX512=1 keeps the
+// portable loops (the same results: a way to check that on a whole search)
+static int use_avx512;
 __attribute__((constructor)) static void detect_avx512(void) {
     __builtin_cpu_init();
-    use_avx512 = __builtin_cpu_supports("avx512f");
+    const char *no = getenv("MIST_NO_AVX512");
+    use_avx512 = __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
 }
 int expr_block_set_avx512(int on) {
     __builtin_cpu_init();
@@ -212,6 +216,15 @@ int expr_block_set_avx512(int on) {
 int expr_block_set_avx512(int on) { return 0; }
 #define OVERLAP_AVX512(n_)
 #endif
+
+const char *expr_simd_name(void) {
+#ifdef EXPR_AVX512
+    if (use_avx512) return "avx512";  // the windows; the other loops are the avx2 clone's
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) return "avx2";
+#endif
+    return "baseline";
+}
 
 // The instructions over the first `lanes` candidates of a block (registers
 // keep their stride B); inlined with a constant lane count, so each loop has

@@ -153,6 +153,15 @@ strip "$tmp/th1.json" >"$tmp/th1.plan" && strip "$tmp/th3.json" >"$tmp/th3.plan"
 [ -s "$tmp/th1.plan" ] && cmp -s "$tmp/th1.plan" "$tmp/th3.plan" && grep -q '"threads": 3' "$tmp/th3.json" &&
     grep -q '"threads": 1' "$tmp/th1.json"
 tap_ok $? "--threads 3 finds the same plan and time as --threads 1 (the analysis JSON is identical)"
+# the overlap windows on AVX-512 (where this CPU has it) or on the portable loops: the same
+# plan and analysis, bit for bit; the JSON names the instruction set
+MIST_NO_AVX512=1 "$PLAN" "$GPT22" -o plan.mode=auto --nodes 4 --gpus-per-node 8 --hardware l4 --threads 1 --json \
+    >"$tmp/portable.json" 2>/dev/null
+strip "$tmp/portable.json" >"$tmp/portable.plan"
+simd=$(sed -n 's/.*"simd": "\([a-z0-9]*\)".*/\1/p' "$tmp/th1.json")
+[ -s "$tmp/portable.plan" ] && cmp -s "$tmp/th1.plan" "$tmp/portable.plan" && ! grep -q '"simd": "avx512"' "$tmp/portable.json" &&
+    case "$simd" in avx512|avx2|baseline) true ;; *) false ;; esac
+tap_ok $? "MIST_NO_AVX512=1 (portable overlap windows) finds the same plan and analysis, bit for bit, as this CPU's default ($simd)"
 "$PLAN" "$GPT22" --threads 0 >/dev/null 2>"$tmp/th.err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
 tap_ok $? "--threads 0 exits 2 naming the option"
