@@ -145,6 +145,7 @@ typedef struct {
     int bitwise_mismatches, general_mismatches;
     int time_instructions, peak_instructions;  // the split programs (0: none, general row)
     double time_evals_per_s, peak_evals_per_s;
+    double both_evals_per_s;  // 1 / (1/time + 1/peak): both split programs over the same candidates
     int split_mismatches;
 } Row;
 
@@ -305,16 +306,36 @@ int main(int argc, char **argv) {
         if (!is_general) stage_model_free(&own);
     }
 
+    // The search runs the two split programs over the same candidates: its rate for a whole
+    // stage (times and memory) is 1 / (1/t,d + 1/peaks), the figure the 10 M/s target is about.
+    int met = 0, specialised = 0;
+    for (int r = 0; r < rows; r++) {
+        Row *w = &row[r];
+        w->both_evals_per_s = w->time_evals_per_s > 0 && w->peak_evals_per_s > 0
+                                  ? 1.0 / (1.0 / w->time_evals_per_s + 1.0 / w->peak_evals_per_s)
+                                  : 0.0;
+        if (w->both_evals_per_s > 0) specialised++, met += w->both_evals_per_s >= 1e7;
+    }
     printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
-           "1 thread, best of %d\n", ST_OUTPUTS, n, repeat);
-    printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %9s\n", "pattern", "stage", "batches",
+           "1 thread, best of %d, %s\n", ST_OUTPUTS, n, repeat, expr_simd_name());
+    printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %14s %9s\n", "pattern", "stage", "batches",
            "calls", "instructions", "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general", "t,d ins",
-           "t,d evals/s", "peak ins", "peak evals/s", "!=split");
+           "t,d evals/s", "peak ins", "peak evals/s", "t,d+peak ev/s", "!=split");
     for (int r = 0; r < rows; r++)
-        printf("%-16s %-7s %-7s %8d %12d %5d %16.4g %9.2f %9d %9d %8d %12.4g %8d %12.4g %9d\n", row[r].pattern,
+        printf("%-16s %-7s %-7s %8d %12d %5d %16.4g %9.2f %9d %9d %8d %12.4g %8d %12.4g %14.4g %9d\n", row[r].pattern,
                row[r].stage, row[r].batches, row[r].calls, row[r].instructions, row[r].registers, row[r].evals_per_s,
                row[r].ns_per_eval, row[r].bitwise_mismatches, row[r].general_mismatches, row[r].time_instructions,
-               row[r].time_evals_per_s, row[r].peak_instructions, row[r].peak_evals_per_s, row[r].split_mismatches);
+               row[r].time_evals_per_s, row[r].peak_instructions, row[r].peak_evals_per_s, row[r].both_evals_per_s,
+               row[r].split_mismatches);
+    printf("\ntarget >= 1e7 evaluations/s/core of a whole stage (t,d + peaks, as the search runs them): %d of %d "
+           "specialised rows%s", met, specialised, met < specialised ? "; below it:" : "\n");
+    for (int r = 0, first = 1; r < rows; r++)
+        if (row[r].both_evals_per_s > 0 && row[r].both_evals_per_s < 1e7) {
+            printf("%s %s (%s, %s) %.3g", first ? "" : ",", row[r].pattern, row[r].stage, row[r].batches,
+                   row[r].both_evals_per_s);
+            first = 0;
+        }
+    if (met < specialised) printf("\n");
 
     FILE *f = fopen(json_path, "w");
     if (!f) {
@@ -322,18 +343,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"l4\",\n"
-               "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"rows\": [\n",
-            ST_OUTPUTS, n, repeat);
+               "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"simd\": \"%s\",\n"
+               "  \"rows\": [\n",
+            ST_OUTPUTS, n, repeat, expr_simd_name());
     for (int r = 0; r < rows; r++)
         fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"batches\": \"%s\", \"calls\": %d, "
                    "\"candidates\": %zu, \"instructions\": %d, \"registers\": %d, \"seconds\": %.6f, "
                    "\"evals_per_second_per_core\": %.1f, \"ns_per_eval\": %.3f, \"bitwise_mismatches\": %d, "
                    "\"general_mismatches\": %d, \"time_instructions\": %d, \"time_evals_per_second_per_core\": %.1f, "
-                   "\"peak_instructions\": %d, \"peak_evals_per_second_per_core\": %.1f, \"split_mismatches\": %d}%s\n",
+                   "\"peak_instructions\": %d, \"peak_evals_per_second_per_core\": %.1f, "
+                   "\"time_and_peak_evals_per_second_per_core\": %.1f, \"split_mismatches\": %d}%s\n",
                 row[r].pattern, row[r].stage, row[r].batches, row[r].calls, row[r].candidates, row[r].instructions,
                 row[r].registers, row[r].seconds, row[r].evals_per_s, row[r].ns_per_eval, row[r].bitwise_mismatches,
                 row[r].general_mismatches, row[r].time_instructions, row[r].time_evals_per_s,
-                row[r].peak_instructions, row[r].peak_evals_per_s, row[r].split_mismatches, r + 1 < rows ? "," : "");
+                row[r].peak_instructions, row[r].peak_evals_per_s, row[r].both_evals_per_s, row[r].split_mismatches,
+                r + 1 < rows ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("wrote %s\n", json_path);
