@@ -2,31 +2,16 @@
 // hash-consing, printing, and batched program evaluation against scalar
 // evaluation and against an unsimplified reference on random expressions.
 // Random parts use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
+// The overlap node has its own program, tests/test_expr_overlap.c.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "planner/expr.h"
-#include "planner/expr_program_internal.h"  // expr_block_set_avx512
 #include "tests/tap.h"
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {  // xorshift64*
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1DULL;
-}
-static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; }
-static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
-
-// bitwise equal, or both NaN
-static int same_double(double a, double b) {
-    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
-}
+#include "tests/seeded_rng.h"
 
 // ---- a small parser for the printed form (round-trip check)
 
@@ -706,179 +691,8 @@ static void test_null_outputs(void) {
     expr_ctx_free(x);
 }
 
-// ---- the overlap node (ex_overlap)
-
-// The window rule written out from its definition in expr.h, with the early
-// exit of a round that has fewer than two busy streams: the reference.
-static double overlap_reference(const double f[16][4], const double in[4]) {
-    const double eps = EXPR_OVERLAP_EPS;
-    double x[4], total = 0;
-    for (int s = 0; s < 4; s++) x[s] = in[s] > eps ? in[s] : 0.0;
-    for (;;) {
-        int A = 0, members = 0;
-        for (int s = 0; s < 4; s++)
-            if (x[s] > eps) A |= 1 << s, members++;
-        if (members < 2) break;
-        double w = INFINITY;
-        for (int s = 0; s < 4; s++)
-            if ((A >> s) & 1) w = fmin(w, x[s] * f[A][s]);
-        total += w;
-        for (int s = 0; s < 4; s++)
-            if ((A >> s) & 1) x[s] = x[s] * f[A][s] - w > eps ? x[s] - w * (1.0 / f[A][s]) : 0.0;
-    }
-    for (int s = 0; s < 4; s++) total += x[s];
-    return total;
-}
-
-static void random_factors(double f[16][4]) {
-    for (int A = 0; A < 16; A++)
-        for (int s = 0; s < 4; s++) f[A][s] = 1.0 + 2.0 * rng_unit();
-}
-
-// a stream's work: often idle, at the threshold or tied with another
-static double random_work(double other) {
-    switch (rng_int(8)) {
-    case 0: return 0.0;
-    case 1: return 0.5 * EXPR_OVERLAP_EPS;
-    case 2: return other;
-    default: return rng_unit() * 1e-2;
-    }
-}
-
-static void test_overlap(void) {
-    double f[16][4], g[16][4];
-    random_factors(f);
-    memcpy(g, f, sizeof g);
-    g[5][0] *= 1.5;  // streams 0 and 2 together: the pair below
-    ExprCtx *x = expr_ctx_new();
-    Expr s[4] = {ex_sym(x, "c"), ex_sym(x, "n"), ex_sym(x, "h"), ex_sym(x, "d")};
-
-    // folding: constants, idle streams, one stream left
-    double kv[4] = {3e-3, 1e-3, 0.0, 2e-3};
-    Expr kin[4] = {ex_num(x, kv[0]), ex_num(x, kv[1]), ex_num(x, kv[2]), ex_num(x, kv[3])};
-    Expr k = ex_overlap(x, f, kin);
-    double kval = expr_eval(x, k, NULL);
-    ok(same_double(kval, overlap_reference(f, kv)), "overlap of constants folds to the rule's value (%.17g)", kval);
-    Expr idle[4] = {s[0], ex_num(x, 0.0), EXPR_NONE, ex_num(x, 0.5 * EXPR_OVERLAP_EPS)};
-    Expr alone = ex_overlap(x, f, idle);
-    char buf[256];
-    expr_print(x, alone, buf, sizeof buf);
-    double v1[4] = {2.5e-3, 0, 0, 0}, v0[4] = {0.5e-12, 0, 0, 0};
-    ok(!strstr(buf, "overlap") && expr_eval(x, alone, v1) == 2.5e-3 && expr_eval(x, alone, v0) == 0.0,
-       "one busy stream left: its own work (or 0 below the threshold), no overlap node: %s", buf);
-    Expr pair_in[4] = {s[0], EXPR_NONE, s[2], ex_num(x, 0.0)};
-    Expr pair = ex_overlap(x, f, pair_in);
-    Expr tri_in[4] = {s[0], s[1], EXPR_NONE, s[3]};  // C, N, D2H: g's change (C with H2D) is not theirs
-    Expr tri_cnh[4] = {s[0], s[1], s[2], EXPR_NONE};
-    ok(pair == ex_overlap(x, f, pair_in) && pair != ex_overlap(x, g, pair_in) &&
-       ex_overlap(x, g, pair_in) == ex_overlap(x, g, pair_in) && ex_overlap(x, g, tri_in) == ex_overlap(x, f, tri_in) &&
-       ex_overlap(x, g, tri_cnh) != ex_overlap(x, f, tri_cnh),
-       "overlap nodes are hash-consed by inputs and the factors of their streams");
-    expr_print(x, pair, buf, sizeof buf);
-    ok(strstr(buf, "overlap#") && strstr(buf, "c") && strstr(buf, "h") && !strstr(buf, ", n"),
-       "printed with its table and only its streams: %s", buf);
-
-    // scalar evaluation against the reference, 2, 3 and 4 streams
-    Expr tri = ex_overlap(x, f, tri_in), quad = ex_overlap(x, f, s);
-    int bad = 0, trials = 20000;
-    for (int t = 0; t < trials; t++) {
-        double v[4];
-        for (int i = 0; i < 4; i++) v[i] = random_work(i ? v[rng_int(i)] : 0.0);
-        double vp[4] = {v[0], 0, v[2], 0}, vt[4] = {v[0], v[1], 0, v[3]};
-        bad += !same_double(expr_eval(x, quad, v), overlap_reference(f, v));
-        bad += !same_double(expr_eval(x, tri, v), overlap_reference(f, vt));
-        bad += !same_double(expr_eval(x, pair, v), overlap_reference(f, vp));
-    }
-    ok(bad == 0, "expr_eval of overlap nodes == the rule written out, bitwise, %d windows x 3 (%d differ)", trials, bad);
-
-    // compiled: nested in other operations, a constant stream (a fill), hoisted
-    // inputs; every lane count of the evaluator
-    Expr mixed_in[4] = {ex_mul(x, s[0], ex_num(x, 2)), ex_num(x, 4e-3), ex_add(x, s[2], s[3]), s[1]};
-    Expr outs[4] = {quad, ex_add(x, ex_overlap(x, g, mixed_in), s[0]), tri, pair};
-    ExprProgram *p = expr_compile(x, outs, 4);
-    const size_t n = 64 * 6 + 13;
-    double *col[4], *out[4], row[4];
-    for (int i = 0; i < 4; i++) col[i] = malloc(n * sizeof(double)), out[i] = malloc(n * sizeof(double));
-    // both forms of the batched window: the portable loops, and AVX-512's where the CPU has it
-    const int avx512 = expr_block_set_avx512(1);
-    const char *forms = avx512 ? "portable and AVX-512 loops" : "portable loops; this CPU has no AVX-512";
-    int mismatches = 0;
-    for (int form = 0; form <= avx512; form++) {
-        expr_block_set_avx512(form);
-        for (int pass = 0; pass < 4; pass++) {
-            for (size_t j = 0; j < n; j++)
-                for (int i = 0; i < 4; i++) {
-                    // pass 1: c, n uniform per block; pass 2: all uniform per block; pass 3: a tail of 13
-                    int uniform = (pass == 1 && i < 2) || pass == 2;
-                    col[i][j] = uniform && j % 64 ? col[i][j - 1] : random_work(i ? col[rng_int(i)][j] : 0.0);
-                }
-            size_t m = pass == 3 ? 13 : n;
-            expr_program_eval(p, (const double *const *)col, out, m);
-            for (size_t j = 0; j < m; j++) {
-                for (int i = 0; i < 4; i++) row[i] = col[i][j];
-                for (int o = 0; o < 4; o++)
-                    if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
-                        diag("overlap form %d pass %d out %d cand %zu: program %.17g scalar %.17g", form, pass, o, j,
-                             out[o][j], expr_eval(x, outs[o], row));
-            }
-        }
-    }
-    expr_block_set_avx512(1);
-    ok(mismatches == 0, "compiled overlap == expr_eval bitwise (per candidate, hoisted, tail; %s; %d differ)", forms,
-       mismatches);
-    expr_program_free(p);
-    for (int i = 0; i < 4; i++) free(col[i]), free(out[i]);
-
-    // clone keeps the tables; bounds: a surely busy stream makes the window positive
-    ExprCtx *c = expr_ctx_clone(x);
-    Expr cs[4] = {ex_sym(c, "c"), ex_sym(c, "n"), ex_sym(c, "h"), ex_sym(c, "d")};
-    double v[4] = {3e-3, 1e-3, 2e-3, 4e-3};
-    ok(ex_overlap(c, f, cs) == quad && same_double(expr_eval(c, quad, v), expr_eval(x, quad, v)),
-       "a clone builds the same overlap node under the same handle, same value");
-    expr_ctx_free(c);
-    int positive = 0;
-    expr_lower_bound(x, quad, &positive);
-    expr_sym_set_bounds(x, "h", 1e-3, 1);
-    Expr later = ex_overlap(x, g, s);
-    int positive_later = 0;
-    double lo = expr_lower_bound(x, later, &positive_later);
-    ok(!positive && positive_later && lo >= 0, "bounds: a window with a surely busy stream is positive");
-    // every stream surely busy: the batched loops take the first round's set as known
-    const char *names[4] = {"c", "n", "h", "d"};
-    for (int i = 0; i < 4; i++) expr_sym_set_bounds(x, names[i], 1e-6, 1);
-    Expr busy_outs[2] = {ex_overlap(x, f, s), ex_overlap(x, g, tri_in)};
-    p = expr_compile(x, busy_outs, 2);
-    const size_t nb = 64 * 3 + 5;
-    for (int i = 0; i < 4; i++) {
-        col[i] = malloc(nb * sizeof(double));
-        for (size_t j = 0; j < nb; j++) col[i][j] = rng_int(4) && i ? col[rng_int(i)][j] : 1e-6 + rng_unit() * 1e-2;
-    }
-    for (int o = 0; o < 2; o++) out[o] = malloc(nb * sizeof(double));
-    mismatches = 0;
-    for (int form = 0; form <= avx512; form++) {
-        expr_block_set_avx512(form);
-        expr_program_eval(p, (const double *const *)col, out, nb);
-        for (size_t j = 0; j < nb; j++) {
-            for (int i = 0; i < 4; i++) row[i] = col[i][j];
-            double vt[4] = {row[0], row[1], 0, row[3]};
-            mismatches += !same_double(out[0][j], overlap_reference(f, row)) + !same_double(out[1][j], overlap_reference(g, vt));
-        }
-    }
-    expr_block_set_avx512(1);
-    ok(mismatches == 0, "streams busy by their bounds: compiled == the rule written out, bitwise (%s; %d differ)", forms,
-       mismatches);
-    expr_program_free(p);
-    for (int i = 0; i < 4; i++) free(col[i]);
-    for (int o = 0; o < 2; o++) free(out[o]);
-    expr_ctx_free(x);
-}
-
 int main(void) {
-    const char *env = getenv("MIST_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-    if (seed == 0) seed = 1;
-    rng_state = seed;
-    diag("seed %llu (repeat with MIST_TEST_SEED=%llu)", (unsigned long long)seed, (unsigned long long)seed);
+    uint64_t seed = rng_seed();
 
     ExprCtx *x = expr_ctx_new();
     X = ex_sym(x, "x");
@@ -896,6 +710,5 @@ int main(void) {
     test_clone();
     test_bounds(seed);
     test_null_outputs();
-    test_overlap();
     return tap_done();
 }
