@@ -155,6 +155,15 @@ last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
 # COMM_COMMON: the options every run of them gets.
 COMM_COMMON="-o train.steps=12 -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=3 -o log.interval=1000
  -o data.val_interval=6 -o data.val_batches=2 -o checkpoint.keep=1"
+# comm_row MODEL PREC G STAGES...: one row of comm_matrix as the runs need it: sets ini
+# (GPT or LLAMA), np (ranks) and plan (the -o options of its precision and stages).
+comm_row() {
+    ini=$GPT; [ "$1" = llama ] && ini=$LLAMA
+    _prec=$2; shift 2
+    _args=$(stage_args "$@")
+    np=$(echo "$_args" | tail -1)
+    plan="-o train.precision=$_prec $(echo "$_args" | head -1)"
+}
 comm_matrix() {
     cat <<'EOF'
 gpt-dp4      gpt   fp32 1 2/4/1/0/0/0

@@ -11,7 +11,7 @@
 # have been made at start (before the arenas), and its arena peaks must equal
 # the prediction (NCCL's buffers are outside the plan).
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, loss_diff, peaks, stage_args
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, loss_diff, peaks, comm_row
 PLAIN="$MIST_BUILDDIR/mist-train"
 NCCL="$MIST_BUILDDIR/tests/mist-train-nccl-fake"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
@@ -22,17 +22,15 @@ export MIST_DEVICE=cpu
 COMMON=$COMM_COMMON
 comm_matrix >"$W/matrix"
 while read -r c model prec G stages; do  # (not `name`: run() sets that)
-    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     # shellcheck disable=SC2086
-    args=$(stage_args "$G" $stages)
-    np=$(echo "$args" | tail -1)
+    comm_row "$model" "$prec" "$G" $stages
     TRAIN=$PLAIN
-    # shellcheck disable=SC2046
-    run "$ini" "$np" "$c" -o train.precision="$prec" $(echo "$args" | head -1)
+    # shellcheck disable=SC2086
+    run "$ini" "$np" "$c" $plan
     rc1=$?
     TRAIN=$NCCL
-    # shellcheck disable=SC2046
-    run "$ini" "$np" "$c-nccl" -o train.precision="$prec" $(echo "$args" | head -1)
+    # shellcheck disable=SC2086
+    run "$ini" "$np" "$c-nccl" $plan
     rc2=$?
     d=$(loss_diff "$W/$c.jsonl" "$W/$c-nccl.jsonl")
     exact=no

@@ -9,7 +9,7 @@
 # same counts). The staged run must have staged collectives and keep its arena
 # peaks equal to the prediction (the bounce buffer is outside the plan).
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, weight_diff, peaks, stage_args
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, weight_diff, peaks, comm_row
 TRAIN="$MIST_BUILDDIR/mist-train"
 GPT="$MIST_SRCDIR/examples/tiny.ini"
 LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
@@ -18,15 +18,13 @@ trap 'rm -rf "$W"' EXIT
 COMMON=$COMM_COMMON
 comm_matrix >"$W/matrix"
 while read -r c model prec G stages; do  # (not `name`: run() sets that)
-    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     # shellcheck disable=SC2086
-    args=$(stage_args "$G" $stages)
-    np=$(echo "$args" | tail -1)
-    # shellcheck disable=SC2046
-    run "$ini" "$np" "$c" -o train.precision="$prec" $(echo "$args" | head -1)
+    comm_row "$model" "$prec" "$G" $stages
+    # shellcheck disable=SC2086
+    run "$ini" "$np" "$c" $plan
     rc1=$?
-    # shellcheck disable=SC2046
-    MIST_COMM_STAGED=1 run "$ini" "$np" "$c-staged" -o train.precision="$prec" $(echo "$args" | head -1)
+    # shellcheck disable=SC2086
+    MIST_COMM_STAGED=1 run "$ini" "$np" "$c-staged" $plan
     rc2=$?
     losses "$W/$c.jsonl" >"$W/a"
     losses "$W/$c-staged.jsonl" >"$W/b"
