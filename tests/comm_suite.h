@@ -17,9 +17,8 @@
 #include "runtime/comm.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"
-#include "tests/tap.h"
+#include "tests/tap_mpi.h"  // me, check
 
-static int me;
 static const CommBackend *C;
 // Buffers of the collective tests: host memory, or (the staged round) the CPU
 // backend's "device" memory, which the staged comm backend copies through its
@@ -33,16 +32,6 @@ static void *buf_alloc(size_t n) {
 static void buf_free(void *p) {
     if (dev_be) dev_be->free_device(dev_be, p);
     else free(p);
-}
-
-static void check(int good, const char *fmt, ...) {
-    int all = 0;
-    MPI_Allreduce(&good, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (me != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    tap_vok(all, fmt, ap);
-    va_end(ap);
 }
 
 // Small integers in [-3, 7]: every partial sum over <= 8 ranks is exact in

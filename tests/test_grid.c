@@ -11,20 +11,8 @@
 #include "runtime/comm_mpi.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"
-#include "tests/tap.h"
+#include "tests/tap_mpi.h"  // me, check
 
-static int me;  // world rank
-
-// ok() on rank 0 with the verdict of all ranks (a check fails if any rank fails it)
-static void check(int good, const char *fmt, ...) {
-    int all = 0;
-    MPI_Allreduce(&good, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (me != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    tap_vok(all, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct {
     const char *name;
