@@ -194,7 +194,8 @@ OVERLAP_AVX512_N(3)
 OVERLAP_AVX512_N(4)
 
 // set once at load time (and by expr_block_set_avx512); MIST_NO_AVX512=1 keeps the
-// portable loops (the same results: a way to check that on a whole search)
+// portable loops (the same results: a way to check that on a whole search); the
+// programs check the variable's value at start (launch_check_env)
 static int use_avx512;
 __attribute__((constructor)) static void detect_avx512(void) {
     __builtin_cpu_init();

@@ -19,6 +19,7 @@
 #include "planner/profile.h"
 #include "runtime/config_load.h"
 #include "runtime/fileutil.h"
+#include "runtime/launch.h"  // launch_check_env
 
 #define MAX_OVERRIDES 256
 // Search threads: each keeps its own copy of the search state, stage programs and batch buffers
@@ -184,6 +185,11 @@ int main(int argc, char **argv) {
     const char *out_path = NULL, *space_name = NULL;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides = 0, analyze = 0, json = 0, compare = 0, nodes = 0, gpn = 0, frontier_max = 0, threads = 0;
+    char env_err[256];
+    if (launch_check_env(env_err, sizeof env_err)) {  // the MIST_* variables, as mist-train checks them
+        fprintf(stderr, "mist-plan: %s\n", env_err);
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

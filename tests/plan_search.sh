@@ -162,6 +162,10 @@ simd=$(sed -n 's/.*"simd": "\([a-z0-9]*\)".*/\1/p' "$tmp/th1.json")
 [ -s "$tmp/portable.plan" ] && cmp -s "$tmp/th1.plan" "$tmp/portable.plan" && ! grep -q '"simd": "avx512"' "$tmp/portable.json" &&
     case "$simd" in avx512|avx2|baseline) true ;; *) false ;; esac
 tap_ok $? "MIST_NO_AVX512=1 (portable overlap windows) finds the same plan and analysis, bit for bit, as this CPU's default ($simd)"
+MIST_NO_AVX512=yes "$PLAN" "$GPT22" -o plan.mode=auto --nodes 4 --gpus-per-node 8 --hardware l4 >/dev/null 2>"$tmp/avx.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "MIST_NO_AVX512='yes' is not allowed (allowed: 0, 1, or unset)" "$tmp/avx.err"
+tap_ok $? "MIST_NO_AVX512=yes exits 2 naming the allowed values (rc $rc)"
 "$PLAN" "$GPT22" --threads 0 >/dev/null 2>"$tmp/th.err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--threads needs a positive integer, got '0'" "$tmp/th.err"
 tap_ok $? "--threads 0 exits 2 naming the option"
