@@ -34,12 +34,30 @@ Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_el
     return ex_mul(x, ex_ceil(x, ex_div(x, elems, divisor)), ex_num(x, bytes_per_elem));
 }
 
-// value_at[i] for a symbol equal to 2^i (i < n); larger values use the last
-static Expr select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n) {
+Expr cost_select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n) {
     Expr e = value_at[n - 1];
     for (int i = n - 2; i >= 0; i--)
         e = ex_select(x, ex_sub(x, ex_num(x, 1.5 * (1 << i)), sym), value_at[i], e);
     return e;
+}
+
+Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const double *at2, const int *valid, int n) {
+    enum { MAX_LEVELS = 16 };
+    if (n > MAX_LEVELS) abort();  // the callers' level counts are constants far below
+    Expr at[MAX_LEVELS], per_b[MAX_LEVELS];
+    int proportional = 1;
+    for (int l = 0; l < n; l++) {
+        double slope = at2[l] - at1[l], intercept = at1[l] - slope;
+        at[l] = valid[l] ? ex_add(x, ex_num(x, intercept), ex_mul(x, ex_num(x, slope), b)) : ex_num(x, 1e30);
+        per_b[l] = ex_num(x, at1[l]);
+        proportional &= valid[l] && intercept == 0;
+    }
+    // Every shipped model's activations are b times a per-sequence size
+    // (intercept 0): then pick the size and multiply once, the same product
+    // as picking one of the products (an exact pick), and a lookup of
+    // constants instead of a chain of selects over n products
+    if (proportional) return ex_mul(x, cost_select_power_of_two(x, tp, per_b, n), b);
+    return cost_select_power_of_two(x, tp, at, n);
 }
 
 // ---- compute
@@ -119,11 +137,11 @@ static Expr ring(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpu
             inv_k[g] = ex_num(x, 1.0 / sb->hw->coll[n][g].k);
             beta[g] = ex_num(x, sb->hw->coll[n][g].beta);
         }
-        inv_k_row[n] = select_power_of_two(x, gpus, inv_k, PROFILE_SHAPES);
-        beta_row[n] = select_power_of_two(x, gpus, beta, PROFILE_SHAPES);
+        inv_k_row[n] = cost_select_power_of_two(x, gpus, inv_k, PROFILE_SHAPES);
+        beta_row[n] = cost_select_power_of_two(x, gpus, beta, PROFILE_SHAPES);
     }
-    Expr inv_k = select_power_of_two(x, nodes, inv_k_row, PROFILE_SHAPES);
-    Expr beta = select_power_of_two(x, nodes, beta_row, PROFILE_SHAPES);
+    Expr inv_k = cost_select_power_of_two(x, nodes, inv_k_row, PROFILE_SHAPES);
+    Expr beta = cost_select_power_of_two(x, nodes, beta_row, PROFILE_SHAPES);
     Expr n = ex_mul(x, nodes, gpus);
     Expr frac = ex_div(x, ex_sub(x, n, sb->one), n);  // (n-1)/n, 0 for a group of one
     Expr t = ex_add(x, ex_mul(x, ex_mul(x, bytes, inv_k), frac), ex_mul(x, beta, cost_ge(sb, n, ex_num(x, 2))));
@@ -211,14 +229,15 @@ static Expr part_params(ExprCtx *x, Expr tp, const ModelConfig *m, ModelPart par
 #define TP_LEVELS 7  // tp = 1 .. 64
 static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, ModelPart part, int which,
                            int act_bytes) {
-    Expr at_tp[TP_LEVELS];
+    double at1[TP_LEVELS], at2[TP_LEVELS];
+    int valid[TP_LEVELS];
     for (int l = 0; l < TP_LEVELS; l++) {
         double bytes_at[2] = {0, 0};
-        int valid = 1;
+        valid[l] = 1;
         for (int bb = 1; bb <= 2; bb++) {
             ActSpec acts[128];
             int n = model_acts(m, part, bb, m->seq_len, 1 << l, acts, 128);
-            if (n < 0) valid = 0;
+            if (n < 0) valid[l] = 0;
             for (int i = 0; i < n; i++) {
                 int grad = !strncmp(acts[i].name, "d_", 2);
                 int keep = which == 0 ? acts[i].saved
@@ -228,10 +247,9 @@ static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, Mo
                 if (keep) bytes_at[bb - 1] += (double)acts[i].elems * (acts[i].f32 ? 4 : act_bytes);
             }
         }
-        double slope = bytes_at[1] - bytes_at[0], intercept = bytes_at[0] - slope;
-        at_tp[l] = valid ? ex_add(x, ex_num(x, intercept), ex_mul(x, ex_num(x, slope), b)) : ex_num(x, 1e30);
+        at1[l] = bytes_at[0], at2[l] = bytes_at[1];
     }
-    return select_power_of_two(x, tp, at_tp, TP_LEVELS);
+    return cost_bytes_by_tp(x, b, tp, at1, at2, valid, TP_LEVELS);
 }
 
 // ---- the op list from models/: one description for planner and runtime

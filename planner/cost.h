@@ -232,6 +232,13 @@ Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound 
 Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
 Expr cost_ge(StageBuild *sb, Expr a, Expr b);  // 1 if a >= b (integers) else 0
 Expr cost_gt0(StageBuild *sb, Expr a);          // 1 if a > 0 else 0
+// value_at[i] for sym = 2^i (i < n), the last for larger values: a chain of
+// selects against constant thresholds, which a compiled program runs as one
+// lookup instruction where the values are constants
+Expr cost_select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n);
+// Bytes per power-of-two tp level (n levels), affine in b through (1, at1[l])
+// and (2, at2[l]); 1e30 (never fits) where valid[l] is 0
+Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const double *at2, const int *valid, int n);
 
 // schedule.c: fills ST_T, ST_D, ST_FWD_*, ST_BWD_*
 void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]);

@@ -120,6 +120,36 @@ static inline __attribute__((always_inline)) void overlap_lanes(const ExprOverla
         }
 }
 
+// A chain of PI_STEPS over the lanes, n thresholds (a constant at each call,
+// so the chain unrolls and each lane's value stays in a register); tail:
+// the operand b, or NULL for the constant v[n]
+static inline __attribute__((always_inline)) void steps_lanes(const ExprStepTable *s, const int n, const int lanes,
+                                                              double *restrict d, const double *restrict x,
+                                                              const double *restrict tail) {
+    double t[EXPR_STEPS_MAX], v[EXPR_STEPS_MAX + 1];
+#pragma GCC unroll 8
+    for (int q = 0; q < n; q++) t[q] = s->t[q];
+#pragma GCC unroll 8
+    for (int q = 0; q <= n; q++) v[q] = s->v[q];
+    for (int j = 0; j < lanes; j++) {
+        double r = tail ? tail[j] : v[n];
+#pragma GCC unroll 8
+        for (int q = n - 1; q >= 0; q--) r = mask_select(mask_of(x[j] < t[q]), v[q], r);
+        d[j] = r;
+    }
+}
+
+#define STEPS_CASES(tail_)                                                      \
+    switch (in->steps->n) {                                                     \
+    case 2: steps_lanes(in->steps, 2, lanes, d, a, tail_); break;               \
+    case 3: steps_lanes(in->steps, 3, lanes, d, a, tail_); break;               \
+    case 4: steps_lanes(in->steps, 4, lanes, d, a, tail_); break;               \
+    case 5: steps_lanes(in->steps, 5, lanes, d, a, tail_); break;               \
+    case 6: steps_lanes(in->steps, 6, lanes, d, a, tail_); break;               \
+    default: steps_lanes(in->steps, EXPR_STEPS_MAX, lanes, d, a, tail_); break; \
+    }
+_Static_assert(EXPR_STEPS_MAX == 7, "STEPS_CASES covers 2 .. 7 thresholds");
+
 #ifdef EXPR_AVX512
 // The same window with AVX-512, eight candidates per vector (CPUs that have
 // it; expr_block_set_avx512). The other inputs' busy flags of a stream form
@@ -289,6 +319,8 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
             else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
             break;
         }
+        case PI_STEPS: STEPS_CASES(NULL) break;
+        case PI_STEPS_X: STEPS_CASES(b) break;
         case PI_COUNT: break;
         }
     }
@@ -356,6 +388,8 @@ EXPR_NO_CONTRACT void expr_run_scalar(const ScalarInstr *scalar, const int32_t *
         case PI_OVERLAP2: r = expr_overlap_n(in->tbl, 2, (const double[EXPR_OVERLAP_MAX]){a, b, 0, 0}); break;
         case PI_OVERLAP3: r = expr_overlap_n(in->tbl, 3, (const double[EXPR_OVERLAP_MAX]){a, b, c, 0}); break;
         case PI_OVERLAP4: r = expr_overlap_n(in->tbl, 4, (const double[EXPR_OVERLAP_MAX]){a, b, c, e}); break;
+        case PI_STEPS: r = expr_steps1(in->steps, a, in->steps->v[in->steps->n]); break;
+        case PI_STEPS_X: r = expr_steps1(in->steps, a, b); break;
         case PI_COUNT: break;
         }
         val[slot[i]] = r;

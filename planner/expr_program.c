@@ -14,7 +14,10 @@
 // and max(y * k, z * c) are one instruction each (each product rounded on
 // its own, as expr_eval does). An overlap window (ex_overlap) is one
 // instruction over its 2 to 4 stream operands, whose loops pick the
-// slowdown factors by selects (overlap_lanes). A register is reused as soon
+// slowdown factors by selects (overlap_lanes). A chain of selects that picks
+// a constant by level of one value (a size per tp level, a collective's line
+// per group shape) is one instruction too (PI_STEPS), instead of one select
+// and one subtraction per level. A register is reused as soon
 // as the last instruction reading it has run, which keeps the block's
 // working set in L1/L2 cache even for programs of thousands of instructions.
 //
@@ -95,6 +98,7 @@ struct ExprProgram {
     int32_t *sym_pos;   // (num_syms,) position in used_syms, -1 if unused
     uint64_t *deps;     // (num_code,) used-symbol positions each instruction depends on
     ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
+    ExprStepTable *steps;      // the select chains' tables (PI_STEPS instructions point here)
     int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
     _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
@@ -122,6 +126,8 @@ static int op_reads(int op, int j) {
     case PI_OVERLAP2: return j < 2;
     case PI_OVERLAP3: return j < 3;
     case PI_OVERLAP4: return 1;
+    case PI_STEPS: return j == 0;
+    case PI_STEPS_X: return j < 2;
     default: break;
     }
     if (j == 3) return 0;  // only an overlap of four reads e
@@ -238,8 +244,51 @@ static void compute_deps(ExprProgram *p) {
     free(writer);
 }
 
+// needed[i]: node i is computed for the outputs; uses[i]: how many nodes read it
+static void count_uses(const ExprNode *nodes, Expr top, const Expr *outputs, int n_outputs, unsigned char *needed,
+                       int32_t *uses) {
+    for (int k = 0; k < n_outputs; k++) needed[outputs[k]] = 1;
+    for (Expr i = top; i >= 0; i--) {  // children have smaller handles
+        if (!needed[i] || nodes[i].op == EXPR_OP_NUM || nodes[i].op == EXPR_OP_SYM) continue;
+        Expr ops[4] = {nodes[i].a, nodes[i].b, nodes[i].c, nodes[i].d};
+        for (int j = 0; j < 4; j++)
+            if (ops[j] != EXPR_NONE) needed[ops[j]] = 1, uses[ops[j]]++;
+    }
+}
+
+// In the compiler's copy of the nodes, the head of a select chain by level
+// (ExprStepTable) reads only its x (a) and a non-constant tail (b, else
+// EXPR_NONE); value indexes the program's step tables.
+#define STEPS_OP EXPR_OP_COUNT
+
+// The chain of selects from head, as long as each tests t - x with a finite
+// constant t and the same x, has a constant first branch, and (past the head)
+// is read by nothing else: a node read elsewhere is computed anyway, so the
+// chain ends there and takes it as its tail. 1 when at least two selects chain.
+static int steps_chain(const ExprNode *nodes, const int32_t *uses, const unsigned char *pinned, Expr head,
+                       ExprStepTable *st, Expr *x, Expr *tail) {
+    Expr e = head;
+    int n = 0;
+    *x = EXPR_NONE;
+    while (n < EXPR_STEPS_MAX && nodes[e].op == EXPR_OP_SELECT && (e == head || (uses[e] == 1 && !pinned[e]))) {
+        const ExprNode *sel = &nodes[e], *cond = &nodes[sel->a];
+        if (cond->op != EXPR_OP_SUB || nodes[cond->a].op != EXPR_OP_NUM || !isfinite(nodes[cond->a].value)) break;
+        if (nodes[cond->b].op == EXPR_OP_NUM || (*x != EXPR_NONE && cond->b != *x)) break;
+        if (nodes[sel->b].op != EXPR_OP_NUM) break;
+        *x = cond->b;
+        st->t[n] = nodes[cond->a].value;
+        st->v[n++] = nodes[sel->b].value;
+        e = sel->c;
+    }
+    if (n < 2) return 0;
+    st->n = n;
+    st->v[n] = nodes[e].op == EXPR_OP_NUM ? nodes[e].value : 0.0;
+    *tail = nodes[e].op == EXPR_OP_NUM ? EXPR_NONE : e;
+    return 1;
+}
+
 ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
-    const ExprNode *nodes = expr_ctx_nodes(ctx);
+    const ExprNode *ctx_nodes = expr_ctx_nodes(ctx);
     size_t total = expr_ctx_num_nodes(ctx);
     Expr top = -1;
     for (int k = 0; k < n_outputs; k++) {
@@ -255,15 +304,27 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     int32_t *uses = xcalloc(n, sizeof *uses);
     unsigned char *needed = xcalloc(n, 1), *pinned = xcalloc(n, 1), *fused = xcalloc(n, 1);
     int32_t *reg_of = xmalloc((n ? n : 1) * sizeof *reg_of);
-    for (int k = 0; k < n_outputs; k++) needed[outputs[k]] = pinned[outputs[k]] = 1;
-    for (Expr i = top; i >= 0; i--) {  // children have smaller handles
-        if (!needed[i] || nodes[i].op == EXPR_OP_NUM || nodes[i].op == EXPR_OP_SYM) continue;
-        Expr ops[4] = {nodes[i].a, nodes[i].b, nodes[i].c, nodes[i].d};
-        for (int j = 0; j < 4; j++)
-            if (ops[j] != EXPR_NONE) needed[ops[j]] = 1, uses[ops[j]]++;
+    for (int k = 0; k < n_outputs; k++) pinned[outputs[k]] = 1;
+    // select chains by level become one instruction each: rewrite their heads
+    // in a copy of the nodes, then count again what is read
+    count_uses(ctx_nodes, top, outputs, n_outputs, needed, uses);
+    ExprNode *nodes = xmalloc(n * sizeof *nodes);
+    memcpy(nodes, ctx_nodes, n * sizeof *nodes);
+    ExprStepTable *steps = xmalloc(n * sizeof *steps);
+    int num_steps = 0;
+    for (Expr i = 0; i <= top; i++) {
+        Expr x, tail;
+        if (!needed[i] || !steps_chain(ctx_nodes, uses, pinned, i, &steps[num_steps], &x, &tail)) continue;
+        nodes[i] = (ExprNode){STEPS_OP, x, tail, EXPR_NONE, EXPR_NONE, (double)num_steps++};
     }
+    ExprStepTable *fit = realloc(steps, (size_t)(num_steps ? num_steps : 1) * sizeof *steps);
+    if (fit) steps = fit;  // (shrinking: keeping the larger block is fine too)
+    memset(needed, 0, n);
+    memset(uses, 0, n * sizeof *uses);
+    count_uses(nodes, top, outputs, n_outputs, needed, uses);
 
     ExprProgram *p = xcalloc(1, sizeof *p);
+    p->steps = steps;
     p->num_syms = expr_num_syms(ctx);
     p->used_syms = xmalloc((size_t)p->num_syms * sizeof *p->used_syms);
     p->sym_pos = xmalloc((size_t)p->num_syms * sizeof *p->sym_pos);
@@ -322,7 +383,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             const ExprNode *nd = &nodes[i];
             Expr prod = fuse_kind[i] == 2 ? nd->b : nd->a, other = fuse_kind[i] == 2 ? nd->a : nd->b;
             Expr src[2] = {nodes[prod].a, fuse_kind[i] == 3 ? nodes[other].a : other};
-            Instr in = {PI_MULADD_K, 0, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0, NULL};
+            Instr in = {PI_MULADD_K, 0, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0, NULL, NULL};
             int nsrc = 2;
             if (fuse_kind[i] == 3) in.op = PI_MAXMUL_KK, in.k1 = nodes[nodes[other].b].value;
             else if (nodes[other].op == EXPR_OP_NUM) in.op = PI_MULADD_KK, in.k1 = nodes[other].value, nsrc = 1;
@@ -350,6 +411,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         }
         const ExprOverlapTable *tbl = nd->op == EXPR_OP_OVERLAP ? &p->tables[(int)nd->value] : NULL;
         int nsrc = tbl ? tbl->n : nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
+        if (nd->op == STEPS_OP) nsrc = nd->b == EXPR_NONE ? 1 : 2;
         int32_t enc[4] = {0, 0, 0, 0};
         int is_const[4] = {0, 0, 0, 0};
         for (int j = 0; j < nsrc; j++) {
@@ -357,9 +419,13 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             if (s->op == EXPR_OP_NUM) is_const[j] = 1;
             else enc[j] = s->op == EXPR_OP_SYM ? -s->a - 1 : reg_of[src[j]];
         }
-        Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl};
+        Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl, NULL};
         int fill_needed[4] = {0, 0, 0, 0};
-        if (tbl) {
+        if (nd->op == STEPS_OP) {
+            // x and a tail are never constants (steps_chain)
+            in.op = nd->b == EXPR_NONE ? PI_STEPS : PI_STEPS_X;
+            in.steps = &p->steps[(int)nd->value];
+        } else if (tbl) {
             // constant inputs (rare: the builder drops idle ones) go through fills
             in.op = PI_OVERLAP2 + (tbl->n - 2);
             for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
@@ -407,7 +473,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         for (int j = 0; j < nsrc; j++) {
             if (!fill_needed[j]) continue;
             fill_regs[j] = reg_take(&ra);
-            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, 0, nodes[src[j]].value, 0.0, 0.0, NULL};
+            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, 0, nodes[src[j]].value, 0.0, 0.0, NULL, NULL};
             *fld[j] = fill_regs[j];
         }
         // the destination is taken before operands are released: it never aliases them
@@ -440,6 +506,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     free(fused);
     free(fuse_kind);
     free(reg_of);
+    free(nodes);
     return p;
 }
 
@@ -464,6 +531,7 @@ void expr_program_free(ExprProgram *p) {
     free(p->sym_pos);
     free(p->deps);
     free(p->tables);
+    free(p->steps);
     free(p);
 }
 
@@ -506,7 +574,7 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         if ((p->deps[i] & ~mask) == 0) {  // every operand hoisted (or none): hoisted too
             hoisted[i] = 1;
             v->scalar[v->num_scalar] =
-                (ScalarInstr){in->op, slots[0], slots[1], slots[2], slots[3], in->k, in->k1, in->k2, in->tbl};
+                (ScalarInstr){in->op, slots[0], slots[1], slots[2], slots[3], in->k, in->k1, in->k2, in->tbl, in->steps};
             v->scalar_slot[v->num_scalar++] = i;
             writer[in->dst] = i;
             continue;
@@ -556,7 +624,7 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
             if (slots[j] >= 0) {
                 int fv = nc + num_fills++;
                 int fi = v->num_code++;
-                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL};
+                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
                 def_val[fi] = fv;
                 for (int q = 0; q < 4; q++) val_of[4 * fi + q] = -1;
                 v->patch[v->num_patch++] = (Patch){fi, 0, slots[j]};

@@ -25,8 +25,26 @@ typedef enum {
     PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
     PI_MOV,                                             // d = a
     PI_OVERLAP2, PI_OVERLAP3, PI_OVERLAP4,              // d = window of a, b[, c[, e]] (expr_overlap_n)
+    PI_STEPS, PI_STEPS_X,                               // d = a < t0 ? v0 : a < t1 ? v1 : ... : (v[n] | b)
     PI_COUNT
 } ProgOp;
+
+// A chain of selects on one value x against constant thresholds with
+// constant branches, as the builder writes a pick by level (a size per tp
+// level, a collective's line per group shape):
+//   select(t0 - x, v0, select(t1 - x, v1, ... select(t[n-1] - x, v[n-1], tail)))
+// For a finite t, t - x > 0 exactly when x < t (the difference of two
+// doubles rounds to 0 only when they are equal, and keeps its sign; an
+// infinite or NaN x gives the same answer both ways), so the chain is
+//   r = tail; for q = n - 1 .. 0: r = x < t[q] ? v[q] : r
+// in one instruction instead of n selects and their n subtractions. The tail
+// is v[n] (PI_STEPS) or the operand b (PI_STEPS_X).
+#define EXPR_STEPS_MAX 7  // thresholds per instruction: 8 values; a longer chain continues in its tail
+typedef struct {
+    int n;  // thresholds, 2..EXPR_STEPS_MAX
+    double t[EXPR_STEPS_MAX];
+    double v[EXPR_STEPS_MAX + 1];
+} ExprStepTable;
 
 // Operand encoding: r >= 0 is register r, r < 0 is symbol column -r-1.
 typedef struct {
@@ -35,6 +53,7 @@ typedef struct {
     int32_t a, b, c, e;  // e: the fourth input of PI_OVERLAP4 only
     double k, k1, k2;  // constants: k of the _K forms and FILL, select: condition offset k, branches k1, k2
     const ExprOverlapTable *tbl;  // PI_OVERLAP*: its factors (owned by the program)
+    const ExprStepTable *steps;   // PI_STEPS*: thresholds and values (owned by the program)
 } Instr;
 
 // A hoisted value: slot s < num_code is the result of instruction s, slot
@@ -44,11 +63,19 @@ typedef struct {
     int32_t a, b, c, e;  // slots (-1: unused)
     double k, k1, k2;
     const ExprOverlapTable *tbl;
+    const ExprStepTable *steps;
 } ScalarInstr;
 
 // the semantics of a select instruction, shared by the batched loops, the
 // hoisted scalar pass and the compiler's branch patches (expr_eval's)
 static inline double op_select(double cond, double k, double x, double y) { return expr_select3(cond + k, x, y); }
+
+// the chain's scalar semantics (the batched loops compute the same selects)
+static inline double expr_steps1(const ExprStepTable *s, double x, double tail) {
+    double r = tail;
+    for (int q = s->n - 1; q >= 0; q--) r = x < s->t[q] ? s->v[q] : r;
+    return r;
+}
 
 // Run code over one block of m <= EXPR_BLOCK candidates: register r is
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller

@@ -102,10 +102,7 @@
 
 // value_at[l] for tp = 2^l; larger tp uses the last level
 static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {
-    Expr e = value_at[MEM_TP_LEVELS - 1];
-    for (int l = MEM_TP_LEVELS - 2; l >= 0; l--)
-        e = ex_select(x, ex_sub(x, ex_num(x, 1.5 * (1 << l)), tp), value_at[l], e);
-    return e;
+    return cost_select_power_of_two(x, tp, value_at, MEM_TP_LEVELS);
 }
 
 // ---- activation classes of a part, per TP rank, as the runtime sorts them
@@ -151,13 +148,6 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
     for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, elt, &out[l]);
 }
 
-// bytes affine in b through the two samples (every activation is b times a
-// per-sequence size, so the intercept is 0 for the shipped models)
-static Expr affine_b(ExprCtx *x, Expr b, double at1, double at2) {
-    double slope = at2 - at1;
-    return ex_add(x, ex_num(x, at1 - slope), ex_mul(x, ex_num(x, slope), b));
-}
-
 // O: scan R's tensors largest first, taking each whose addition keeps the
 // sum <= ao * R. Every size is b times a constant, so the choice depends on
 // ao only and is made on the b = 1 sizes.
@@ -189,25 +179,36 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         for (int i = 0; i < n; i++) {
             double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
             size[l][i] = s1;
-            slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as affine_b
+            slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as cost_bytes_by_tp
             icpt[l][i] = s1 - slope[l][i];
         }
         if (n > slots) slots = n;
     }
     Expr at[MEM_TP_LEVELS];
     for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
+    // Every tensor of the shipped models is b times its b = 1 size (intercept 0,
+    // slope = size): then O = b * taken, one product instead of a second sum
+    // carried through the scan. Both are exact (integer bytes far below 2^53),
+    // so the two forms give the same bits; a model with an intercept keeps the sum.
+    int proportional = 1;
+    for (int l = 0; l < MEM_TP_LEVELS; l++)
+        for (int i = 0; i < slots; i++) proportional &= icpt[l][i] == 0 && slope[l][i] == size[l][i];
     Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
-    Expr taken = ex_num(x, 0), off = ex_num(x, 0), zero = ex_num(x, 0), one = ex_num(x, 1);
+    Expr taken = ex_num(x, 0), off = ex_num(x, 0);
     for (int i = 0; i < slots; i++) {
         Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS];
         for (int l = 0; l < MEM_TP_LEVELS; l++)
             s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
         Expr si = select_tp(x, tp, s);
         Expr with = ex_add(x, taken, si);
-        Expr take = ex_select(x, ex_sub(x, with, budget), zero, one);  // with <= budget
-        taken = ex_add(x, taken, ex_mul(x, take, si));
-        off = ex_add(x, off, ex_mul(x, take, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+        Expr over = ex_sub(x, with, budget);  // > 0: the tensor does not fit, skip it
+        // one select per slot: equal to taken + take * si for take in {0, 1}
+        // (taken + 0 * si = taken, taken + 1 * si = with), bitwise
+        if (!proportional)
+            off = ex_select(x, over, off, ex_add(x, off, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+        taken = ex_select(x, over, taken, with);
     }
+    if (proportional) off = ex_mul(x, b, taken);
     if (all_valid) return off;
     // a tp the model cannot split into: impossible bytes, as for the other classes
     Expr per_level[MEM_TP_LEVELS];
@@ -220,12 +221,13 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
     const ActLevel *lv = part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post;
-    Expr at[AC_COUNT][MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++)
-        for (int c = 0; c < AC_OFFLOAD; c++)
-            // a tp the model cannot split into: impossible bytes, it never fits
-            at[c][l] = !lv[l].valid ? ex_num(x, 1e30) : affine_b(x, b, lv[l].at_b[0][c], lv[l].at_b[1][c]);
-    for (int c = 0; c < AC_OFFLOAD; c++) out[c] = select_tp(x, tp, at[c]);
+    double at1[MEM_TP_LEVELS], at2[MEM_TP_LEVELS];
+    int valid[MEM_TP_LEVELS];
+    for (int c = 0; c < AC_OFFLOAD; c++) {
+        for (int l = 0; l < MEM_TP_LEVELS; l++)
+            at1[l] = lv[l].at_b[0][c], at2[l] = lv[l].at_b[1][c], valid[l] = lv[l].valid;
+        out[c] = cost_bytes_by_tp(x, b, tp, at1, at2, valid, MEM_TP_LEVELS);
+    }
     out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
 }
 
