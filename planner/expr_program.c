@@ -10,9 +10,9 @@
 // when that covers it). Symbols are read in place from the caller's
 // columns; constants are folded into the instructions (x + k, k / x,
 // c > 0 ? k1 : x, ...), and a value used once may be computed inside its
-// user: a select whose condition is y + k tests y + k > 0 itself, y * k + z
-// and max(y * k, z * c) are one instruction each (each product rounded on
-// its own, as expr_eval does). An overlap window (ex_overlap) is one
+// user: a select whose condition is y + k tests y + k > 0 itself, y * k + z,
+// max(y * k, z * c) and (x + y) + z are one instruction each (each product
+// and sum rounded on its own, as expr_eval does). An overlap window (ex_overlap) is one
 // instruction over its 2 to 4 stream operands, whose loops pick the
 // slowdown factors by selects (overlap_lanes). A chain of selects that picks
 // a constant by level of one value (a size per tp level, a collective's line
@@ -137,6 +137,7 @@ static int op_reads(int op, int j) {
     case PI_SEL_KX: return j != 1;
     case PI_SEL_XK: return j != 2;
     case PI_MULADD_K: case PI_MAXMUL_KK: return j < 2;
+    case PI_ADD3: return j < 3;
     case PI_FILL: case PI_COUNT: return 0;
     default: return j == 0;
     }
@@ -375,10 +376,43 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         }
     }
     #undef SCALED
+    // a sum read only by another sum goes into it: (x + y) + z, one instruction
+    // (the same two roundings in the same order)
+    #define PLAIN_SUM(e) (nodes[e].op == EXPR_OP_ADD && uses[e] == 1 && !pinned[e] && !fused[e] && !fuse_kind[e] && \
+                          nodes[nodes[e].a].op != EXPR_OP_NUM && nodes[nodes[e].b].op != EXPR_OP_NUM)
+    for (int32_t oi = 0; oi < num_order; oi++) {
+        Expr i = order[oi];
+        const ExprNode *nd = &nodes[i];
+        if (fused[i] || fuse_kind[i] || nd->op != EXPR_OP_ADD || nd->a == nd->b) continue;
+        if (nodes[nd->a].op == EXPR_OP_NUM || nodes[nd->b].op == EXPR_OP_NUM) continue;
+        if (PLAIN_SUM(nd->a)) fused[nd->a] = 1, fuse_kind[i] = 4;
+        else if (PLAIN_SUM(nd->b)) fused[nd->b] = 1, fuse_kind[i] = 5;
+    }
+    #undef PLAIN_SUM
 
     for (int32_t oi = 0; oi < num_order; oi++) {
         Expr i = order[oi];
         if (fused[i]) continue;
+        if (fuse_kind[i] >= 4) {  // (x + y) + z
+            const ExprNode *nd = &nodes[i];
+            Expr sum = fuse_kind[i] == 4 ? nd->a : nd->b, other = fuse_kind[i] == 4 ? nd->b : nd->a;
+            Expr src[3] = {nodes[sum].a, nodes[sum].b, other};
+            Instr in = {PI_ADD3, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
+            int32_t *fld[3] = {&in.a, &in.b, &in.c};
+            for (int j = 0; j < 3; j++) {
+                const ExprNode *sn = &nodes[src[j]];
+                *fld[j] = sn->op == EXPR_OP_SYM ? -sn->a - 1 : reg_of[src[j]];
+            }
+            in.dst = reg_take(&ra);
+            reg_of[i] = in.dst;
+            p->code[p->num_code++] = in;
+            for (int j = 0; j < 3; j++) {
+                const ExprNode *sn = &nodes[src[j]];
+                if (sn->op == EXPR_OP_SYM) continue;
+                if (--uses[src[j]] == 0 && !pinned[src[j]]) reg_give(&ra, reg_of[src[j]]);
+            }
+            continue;
+        }
         if (fuse_kind[i]) {
             const ExprNode *nd = &nodes[i];
             Expr prod = fuse_kind[i] == 2 ? nd->b : nd->a, other = fuse_kind[i] == 2 ? nd->a : nd->b;
@@ -891,3 +925,4 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     free(prev_uniform);
     free(work);
 }
+
