@@ -314,6 +314,7 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         case PI_MULADD_KK: LOOP2(a[j] * k + k1); break;
         case PI_MAXMUL_KK: LOOP2(expr_max2(a[j] * k, b[j] * k1)); break;
         case PI_ADD3: LOOP2((a[j] + b[j]) + c[j]); break;
+        case PI_SEL_GT: LOOP2(mask_select(mask_of(a[j] > e[j]), b[j], c[j])); break;
         case PI_MOV: LOOP2(a[j]); break;
         case PI_FILL: LOOP2(k); break;
         case PI_OVERLAP2: {
@@ -402,6 +403,7 @@ EXPR_NO_CONTRACT void expr_run_scalar(const ScalarInstr *scalar, const int32_t *
         case PI_MULADD_KK: r = a * k + k1; break;
         case PI_MAXMUL_KK: r = expr_max2(a * k, b * k1); break;
         case PI_ADD3: r = (a + b) + c; break;
+        case PI_SEL_GT: r = a > e ? b : c; break;
         case PI_MOV: r = a; break;
         case PI_FILL: r = k; break;
         case PI_OVERLAP2: r = expr_overlap_n(in->tbl, 2, (const double[EXPR_OVERLAP_MAX]){a, b, 0, 0}); break;

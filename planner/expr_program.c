@@ -10,7 +10,8 @@
 // when that covers it). Symbols are read in place from the caller's
 // columns; constants are folded into the instructions (x + k, k / x,
 // c > 0 ? k1 : x, ...), and a value used once may be computed inside its
-// user: a select whose condition is y + k tests y + k > 0 itself, y * k + z,
+// user: a select whose condition is y + k tests y + k > 0 itself (one on
+// p - q with computed branches tests p > q, the same answer), y * k + z,
 // max(y * k, z * c) and (x + y) + z are one instruction each (each product
 // and sum rounded on its own, as expr_eval does). An overlap window (ex_overlap) is one
 // instruction over its 2 to 4 stream operands, whose loops pick the
@@ -125,7 +126,7 @@ static int op_reads(int op, int j) {
     switch ((ProgOp)op) {
     case PI_OVERLAP2: return j < 2;
     case PI_OVERLAP3: return j < 3;
-    case PI_OVERLAP4: return 1;
+    case PI_OVERLAP4: case PI_SEL_GT: return 1;
     case PI_STEPS: return j == 0;
     case PI_STEPS_X: return j < 2;
     default: break;
@@ -356,6 +357,12 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         if (nodes[c].op == EXPR_OP_ADD && nodes[nodes[c].b].op == EXPR_OP_NUM && nodes[nodes[c].a].op != EXPR_OP_NUM &&
             uses[c] == 1 && !pinned[c])
             fused[c] = 1;
+        // likewise p - q with both branches computed: p - q > 0 exactly when p > q
+        // (a difference of doubles is 0 only for equal ones and keeps its sign;
+        // infinities and NaN answer the same both ways), so the select tests p > q
+        if (nodes[c].op == EXPR_OP_SUB && nodes[nodes[c].a].op != EXPR_OP_NUM && nodes[nodes[c].b].op != EXPR_OP_NUM &&
+            nodes[nd->b].op != EXPR_OP_NUM && nodes[nd->c].op != EXPR_OP_NUM && uses[c] == 1 && !pinned[c])
+            fused[c] = 1;
     }
 
     // a product y * k read only by a sum or a max goes into that instruction:
@@ -439,13 +446,18 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         const ExprNode *nd = &nodes[i];
         Expr src[4] = {nd->a, nd->b, nd->c, nd->d};
         double cond_offset = 0.0;
-        if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
+        int sel_gt = nd->op == EXPR_OP_SELECT && fused[src[0]] && nodes[src[0]].op == EXPR_OP_SUB;
+        if (sel_gt) {  // p - q > 0 as p > q: operands p, then the branches, q fourth
+            src[3] = nodes[src[0]].b;
+            src[0] = nodes[src[0]].a;
+        } else if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
             cond_offset = nodes[nodes[src[0]].b].value;
             src[0] = nodes[src[0]].a;
         }
         const ExprOverlapTable *tbl = nd->op == EXPR_OP_OVERLAP ? &p->tables[(int)nd->value] : NULL;
         int nsrc = tbl ? tbl->n : nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
         if (nd->op == STEPS_OP) nsrc = nd->b == EXPR_NONE ? 1 : 2;
+        if (sel_gt) nsrc = 4;
         int32_t enc[4] = {0, 0, 0, 0};
         int is_const[4] = {0, 0, 0, 0};
         for (int j = 0; j < nsrc; j++) {
@@ -455,7 +467,9 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         }
         Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl, NULL};
         int fill_needed[4] = {0, 0, 0, 0};
-        if (nd->op == STEPS_OP) {
+        if (sel_gt) {
+            in.op = PI_SEL_GT;  // no operand is a constant (the fusion's condition)
+        } else if (nd->op == STEPS_OP) {
             // x and a tail are never constants (steps_chain)
             in.op = nd->b == EXPR_NONE ? PI_STEPS : PI_STEPS_X;
             in.steps = &p->steps[(int)nd->value];
@@ -925,4 +939,5 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     free(prev_uniform);
     free(work);
 }
+
 

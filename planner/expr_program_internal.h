@@ -24,6 +24,7 @@ typedef enum {
     PI_MULADD_K, PI_MULADD_KK,                          // d = a * k + (b | k1), rounded twice (no FMA)
     PI_MAXMUL_KK,                                       // d = max(a * k, b * k1)
     PI_ADD3,                                            // d = (a + b) + c
+    PI_SEL_GT,                                          // d = a > e ? b : c
     PI_MOV,                                             // d = a
     PI_OVERLAP2, PI_OVERLAP3, PI_OVERLAP4,              // d = window of a, b[, c[, e]] (expr_overlap_n)
     PI_STEPS, PI_STEPS_X,                               // d = a < t0 ? v0 : a < t1 ? v1 : ... : (v[n] | b)

@@ -1,11 +1,13 @@
-// Chains of selects by level (a value picked per tp level or group shape:
-// select(t0 - x, v0, select(t1 - x, v1, ... tail))), which the compiler runs
-// as one lookup instruction each (PI_STEPS, expr_program_internal.h): that
-// they do compile to one instruction, and that the compiled value is
-// expr_eval's bit for bit, for thresholds in any order, ties, signed zeros,
-// constant and computed tails, chains longer than one instruction holds,
-// inner selects read elsewhere, and inputs at, beside and beyond the
-// thresholds (infinities, NaN), per candidate and hoisted.
+// How selects compile (expr_program.c): a chain of selects by level (a value
+// picked per tp level or group shape: select(t0 - x, v0, select(t1 - x, v1,
+// ... tail))) runs as one lookup instruction (PI_STEPS), and a select on a
+// difference, select(p - q, a, b), as one test p > q (PI_SEL_GT). That they
+// do compile so, and that the compiled value is expr_eval's bit for bit: for
+// chains, thresholds in any order, ties, signed zeros, constant and computed
+// tails, chains longer than one instruction holds, inner selects read
+// elsewhere, inputs at, beside and beyond the thresholds (infinities, NaN);
+// for differences, equal, signed-zero, infinite, NaN and subnormal operands;
+// per candidate and hoisted.
 // Random parts use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
 #include <math.h>
 #include <stdio.h>
@@ -155,6 +157,56 @@ static int test_values(void) {
     return mismatches;
 }
 
+// select(p - q, a, b) == expr_eval's on operands where p - q > 0 and p > q
+// could part ways if either were computed differently: ties, signed zeros,
+// infinities (inf - inf is NaN), NaN, neighbours and subnormal differences
+static void test_difference(void) {
+    ExprCtx *x = expr_ctx_new();
+    Expr p = ex_sym(x, "p"), q = ex_sym(x, "q"), a = ex_sym(x, "a"), b = ex_sym(x, "b");
+    Expr plain = ex_select(x, ex_sub(x, p, q), a, b);
+    ExprProgram *one = expr_compile(x, &plain, 1);
+    int count = expr_program_num_instructions(one);
+    expr_program_free(one);
+    // computed operands, a difference read twice (not fused), a constant branch (not fused)
+    Expr pq = ex_mul(x, p, q), shared = ex_sub(x, q, p);
+    Expr outs[5] = {plain, ex_select(x, ex_sub(x, pq, ex_add(x, q, a)), ex_add(x, a, b), b),
+                    ex_select(x, shared, a, b), ex_add(x, shared, b), ex_select(x, ex_sub(x, p, a), ex_num(x, 3.0), q)};
+    ExprProgram *prog = expr_compile(x, outs, 5);
+    static const double values[] = {0.0, -0.0, 1.0, -1.0, 0x1p-1074, -0x1p-1074, 0x1p-1022, 1e308, -1e308,
+                                    INFINITY, -INFINITY, NAN, 3.0, 0x1.0000000000001p+1, 2.0};
+    const int nv = (int)(sizeof values / sizeof *values);
+    const size_t n = 64 * 6 + 7;
+    double *col[4], *out[5], row[4];
+    for (int i = 0; i < 4; i++) col[i] = malloc(n * sizeof(double));
+    for (int o = 0; o < 5; o++) out[o] = malloc(n * sizeof(double));
+    int mismatches = 0;
+    for (int pass = 0; pass < 4; pass++) {  // 1: p, q uniform per block; 2: a, b uniform; 3: all
+        for (size_t j = 0; j < n; j++)
+            for (int i = 0; i < 4; i++) {
+                int uniform = (pass == 1 && i < 2) || (pass == 2 && i >= 2) || pass == 3;
+                double v = rng_int(3) ? values[rng_int(nv)] : 4.0 * rng_unit() - 2.0;
+                if (i == 1 && rng_int(3) == 0) v = col[0][j];  // a tie
+                col[i][j] = uniform && j % 64 ? col[i][j - 1] : v;
+            }
+        expr_program_eval(prog, (const double *const *)col, out, n);
+        for (size_t j = 0; j < n; j++) {
+            for (int i = 0; i < 4; i++) row[i] = col[i][j];
+            for (int o = 0; o < 5; o++)
+                if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
+                    diag("pass %d out %d: p %.17g q %.17g a %g b %g: program %.17g, expr_eval %.17g", pass, o, row[0],
+                         row[1], row[2], row[3], out[o][j], expr_eval(x, outs[o], row));
+        }
+    }
+    ok(count == 1 && mismatches == 0,
+       "select(p - q, a, b) is one instruction (%d) and == expr_eval bitwise on ties, signed zeros, infinities, NaN, "
+       "subnormals, computed operands, hoisted (%d differ)",
+       count, mismatches);
+    expr_program_free(prog);
+    for (int i = 0; i < 4; i++) free(col[i]);
+    for (int o = 0; o < 5; o++) free(out[o]);
+    expr_ctx_free(x);
+}
+
 int main(void) {
     rng_seed();
     test_one_instruction();
@@ -164,5 +216,6 @@ int main(void) {
        "%d programs of 24 chains by level (any threshold order, ties, computed and chained tails, inner selects read "
        "elsewhere): compiled == expr_eval bitwise, per candidate, hoisted and in a short block (%d differ)",
        rounds, mismatches);
+    test_difference();
     return tap_done();
 }
