@@ -1,4 +1,4 @@
-// The block kernels of the flat programs (expr_program.c compiles them):
+// The block kernels of the flat programs (expr_compile.c compiles them):
 // each instruction is one loop over EXPR_BLOCK candidates with a constant
 // trip count, compiled per instruction set so that it runs as SIMD code; the
 // overlap window is restructured so that it vectorises too (overlap_lanes),

@@ -1,5 +1,5 @@
 // Node layout of an expression context, shared by the builder (expr.c) and
-// the compiler of flat programs (expr_program.c) and their block kernels (expr_block.c). Not a public API.
+// the compiler of flat programs (expr_compile.c) and their block kernels (expr_block.c). Not a public API.
 #ifndef MIST_EXPR_NODE_H
 #define MIST_EXPR_NODE_H
 #include <math.h>

@@ -1,12 +1,16 @@
-// What the compiler (expr_program.c) and the block kernels (expr_block.c)
-// of the flat programs share: the instruction set, and the two ways a block
+// What the compiler (expr_compile.c), the evaluator (expr_program.c) and the
+// block kernels (expr_block.c) of the flat programs share: the instruction
+// set, the program's layout, and the two ways a block
 // runs — the batched loops over EXPR_BLOCK candidates and the scalar pass over
 // the hoisted instructions. Internal to planner/; expr.h is the contract.
 #ifndef MIST_EXPR_PROGRAM_INTERNAL_H
 #define MIST_EXPR_PROGRAM_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include "planner/expr_node.h"
 
 #ifndef EXPR_BLOCK
@@ -93,5 +97,89 @@ int expr_block_set_avx512(int on);
 // val[slot[i]]; deps[i] is the set of uniform symbols it depends on.
 void expr_run_scalar(const ScalarInstr *scalar, const int32_t *slot, const uint64_t *deps, int n, double *val,
                      uint64_t changed);
+
+// ---- what the compiler (expr_compile.c) and the evaluator (expr_program.c) share
+
+#define EXPR_VARIANTS 32   // cached hoisting variants per program (sets of uniform symbols)
+#define EXPR_MAX_HOIST 64  // symbols a program may read and still hoist (one bit each)
+
+typedef enum { OUT_FROM_OPERAND, OUT_CONST, OUT_SCALAR } OutKind;
+typedef struct {
+    OutKind kind;
+    int32_t operand;  // register or symbol (encoding as above); OUT_SCALAR: hoisted value slot
+    double k;
+} Output;
+
+typedef struct Variant Variant;  // a hoisting variant (expr_program.c)
+
+// A compiled program (expr_compile builds it; expr_program.c evaluates it)
+struct ExprProgram {
+    Instr *code;
+    int num_code;
+    int num_regs;
+    Output *outs;
+    int num_outs;
+    int num_syms;       // symbols of the context at compile time (columns indexable)
+    int32_t *used_syms; // symbols the program reads, ascending
+    int num_used_syms;
+    int32_t *sym_pos;   // (num_syms,) position in used_syms, -1 if unused
+    uint64_t *deps;     // (num_code,) used-symbol positions each instruction depends on
+    ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
+    ExprStepTable *steps;      // the select chains' tables (PI_STEPS instructions point here)
+    int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
+    _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
+};
+
+static inline void die_oom(const char *what) {
+    fprintf(stderr, "planner: out of memory %s\n", what);
+    abort();
+}
+
+static inline void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) die_oom("compiling an expression program");
+    return p;
+}
+
+static inline void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die_oom("compiling an expression program");
+    return p;
+}
+
+// whether instruction op reads operand j (0: a, 1: b, 2: c, 3: e)
+static inline int op_reads(int op, int j) {
+    switch ((ProgOp)op) {
+    case PI_OVERLAP2: return j < 2;
+    case PI_OVERLAP3: return j < 3;
+    case PI_OVERLAP4: case PI_SEL_GT: return 1;
+    case PI_STEPS: return j == 0;
+    case PI_STEPS_X: return j < 2;
+    default: break;
+    }
+    if (j == 3) return 0;  // only an overlap of four reads e
+    switch ((ProgOp)op) {
+    case PI_ADD: case PI_SUB: case PI_MUL: case PI_DIV: case PI_MAX: case PI_MIN: return j < 2;
+    case PI_SELECT: return 1;
+    case PI_SEL_KX: return j != 1;
+    case PI_SEL_XK: return j != 2;
+    case PI_MULADD_K: case PI_MAXMUL_KK: return j < 2;
+    case PI_ADD3: return j < 3;
+    case PI_FILL: case PI_COUNT: return 0;
+    default: return j == 0;
+    }
+}
+
+// registers of a block: a stack of free ones, reused as soon as their last reader has run
+typedef struct {
+    int32_t *free_regs;  // stack of reusable registers
+    int num_free;
+    int num_regs;
+} RegAlloc;
+
+static inline int32_t reg_take(RegAlloc *ra) {
+    return ra->num_free ? ra->free_regs[--ra->num_free] : ra->num_regs++;
+}
+static inline void reg_give(RegAlloc *ra, int32_t r) { ra->free_regs[ra->num_free++] = r; }
 
 #endif

@@ -1,4 +1,4 @@
-// How selects compile (expr_program.c): a chain of selects by level (a value
+// How selects compile (expr_compile.c): a chain of selects by level (a value
 // picked per tp level or group shape: select(t0 - x, v0, select(t1 - x, v1,
 // ... tail))) runs as one lookup instruction (PI_STEPS), and a select on a
 // difference, select(p - q, a, b), as one test p > q (PI_SEL_GT). That they
