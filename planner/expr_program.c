@@ -53,6 +53,7 @@ struct Variant {
     uint64_t *scalar_deps;  // the uniform symbols each depends on
     int num_scalar;
     Instr *code;            // the per-candidate rest, constants patched per block
+    ExprJit *jit;           // code as machine code, or NULL
     int num_code, num_regs;
     Patch *patch;
     uint64_t *patch_deps;   // the uniform symbols each patched value depends on
@@ -67,6 +68,7 @@ static void variant_free(Variant *v) {
     free(v->scalar_deps);
     free(v->patch_deps);
     free(v->code);
+    expr_jit_free(v->jit);
     free(v->patch);
     free(v->outs);
     free(v);
@@ -76,6 +78,7 @@ void expr_program_free(ExprProgram *p) {
     if (!p) return;
     for (int v = 0; v < EXPR_VARIANTS; v++) variant_free(atomic_load(&p->variants[v]));
     free(p->code);
+    expr_jit_free(p->jit);
     free(p->outs);
     free(p->used_syms);
     free(p->sym_pos);
@@ -243,6 +246,11 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         if (v->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].operand >= 0)
             v->outs[k].operand = reg_of[v->outs[k].operand];
     v->num_regs = ra.num_regs;
+    unsigned char *picked = xcalloc((size_t)v->num_code + 1, 1);
+    for (int q = 0; q < v->num_patch; q++)
+        if (v->patch[q].field == PATCH_BRANCH) picked[v->patch[q].instr] = 1;
+    v->jit = expr_jit_build(v->code, v->num_code, picked);
+    free(picked);
     free(ra.free_regs);
     free(reg_of);
     free(pinned);
@@ -365,7 +373,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             lasting = uniform_mask_at(p, sym_columns, base + B, n - base - B < B ? n - base - B : B) == mask;
         prev_mask = mask;
         if (!lasting) {
-            expr_run_block(p->code, p->num_code, regs, syms, m);
+            expr_jit_run_block(p->jit, p->code, p->num_code, regs, syms, m);
             write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
             continue;
         }
@@ -430,7 +438,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             }
             current = v;
         }
-        expr_run_block(work, v->num_code, regs, syms, m);
+        expr_jit_run_block(v->jit, work, v->num_code, regs, syms, m);
         write_outputs(v->outs, p->num_outs, regs, syms, val, out_columns, base, m);
     }
     variant_free(private_variant);
@@ -441,5 +449,4 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     free(prev_uniform);
     free(work);
 }
-
 

@@ -98,6 +98,24 @@ int expr_block_set_avx512(int on);
 void expr_run_scalar(const ScalarInstr *scalar, const int32_t *slot, const uint64_t *deps, int n, double *val,
                      uint64_t changed);
 
+// Runs of instructions as AVX-512 machine code (expr_jit.c): built for a
+// code array where the CPU and the system allow it, else NULL. picked (NULL
+// or one flag per instruction): selects whose branch the evaluator picks per
+// block (rewritten into a copy or a fill; their first operand is not read):
+// the block kernels run those. expr_jit_run_block runs code (the array the
+// machine code was built for, or a copy with other constants) over one block
+// like expr_run_block, the same bits; with j NULL it is expr_run_block.
+typedef struct ExprJit ExprJit;
+ExprJit *expr_jit_build(const Instr *code, int num_code, const unsigned char *picked);
+void expr_jit_free(ExprJit *j);
+void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, double *regs, const double *const *syms,
+                        size_t m);
+// runs of machine code in j (0 for NULL), and the instructions they cover
+int expr_jit_num_runs(const ExprJit *j, int *instructions);
+// whether programs compiled from now on get machine code (on = 0: the block
+// kernels only); returns the previous setting. For tests and benchmarks.
+int expr_jit_set_enabled(int on);
+
 // ---- what the compiler (expr_compile.c) and the evaluator (expr_program.c) share
 
 #define EXPR_VARIANTS 32   // cached hoisting variants per program (sets of uniform symbols)
@@ -127,6 +145,7 @@ struct ExprProgram {
     ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
     ExprStepTable *steps;      // the select chains' tables (PI_STEPS instructions point here)
     int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
+    ExprJit *jit;       // code as machine code, or NULL
     _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
 

@@ -1,0 +1,248 @@
+// The stage programs as AVX-512 machine code (planner/expr_jit.c): the same
+// bits as the block kernels and as expr_eval. Random expressions built to
+// produce every instruction kind the machine code runs (each counted, and
+// required), evaluated on special values (signed zeros, infinities, NaN,
+// subnormals, +-1e300, halves around 2^52) and random ones, with the machine
+// code, without it and by the tree walk; a program with more live values
+// than vector registers (cut into several runs); hoisting variants (constants
+// patched per block, fills, selects picked per block); short blocks.
+// Where the CPU has no AVX-512 the points print SKIP with the reason.
+// Random parts use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/expr.h"
+#include "planner/expr_program_internal.h"  // expr_jit_set_enabled, the program's code
+#include "tests/tap.h"
+#include "tests/seeded_rng.h"
+
+enum { NSYM = 6, NOUT = 8 };
+
+static const double special[] = {0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 0x1p52 + 0.5 + 0.5, 0x1p52 - 0.5, -0x1p52 + 0.5,
+                                 0x1p-1074, -0x1p-1074, 1e300, -1e300, INFINITY, -INFINITY, NAN};
+enum { NSPECIAL = sizeof special / sizeof special[0] };
+
+static double value(void) {
+    int r = rng_int(4);
+    if (r == 0) return special[rng_int(NSPECIAL)];
+    if (r == 1) return (double)(rng_int(17) - 8) * 0.5;  // ties for comparisons and ceil/floor
+    return (rng_unit() - 0.5) * ldexp(1.0, rng_int(40) - 20);
+}
+static double konst(void) { return rng_int(3) ? (double)(rng_int(9) - 4) * 0.75 : value(); }
+
+// a random expression of the shapes the compiler turns into each instruction kind
+static Expr gen(ExprCtx *x, Expr *sym, int depth) {
+    if (depth == 0 || rng_int(5) == 0) return rng_int(6) ? sym[rng_int(NSYM)] : ex_num(x, konst());
+    Expr a = gen(x, sym, depth - 1), b = gen(x, sym, depth - 1);
+    switch (rng_int(19)) {
+    case 0: return ex_add(x, a, b);
+    case 1: return ex_sub(x, a, b);
+    case 2: return ex_mul(x, a, b);
+    case 3: return ex_div(x, a, b);
+    case 4: return ex_max(x, a, b);
+    case 5: return ex_min(x, a, b);
+    case 6: return ex_ceil(x, a);
+    case 7: return ex_floor(x, a);
+    case 8: return ex_select(x, a, b, gen(x, sym, depth - 1));
+    case 9: return ex_select(x, a, ex_num(x, konst()), b);                    // constant branch
+    case 10: return ex_select(x, a, b, ex_num(x, konst()));
+    case 11: return ex_select(x, a, ex_num(x, konst()), ex_num(x, konst()));  // both constant
+    case 12: return ex_add(x, ex_mul(x, a, ex_num(x, konst())), b);           // a * k + b
+    case 13: return ex_max(x, ex_mul(x, a, ex_num(x, konst())), ex_mul(x, b, ex_num(x, konst())));
+    case 14: return ex_add(x, ex_add(x, a, b), gen(x, sym, depth - 1));       // (a + b) + c
+    case 15: return ex_select(x, ex_sub(x, a, b), gen(x, sym, depth - 1), gen(x, sym, depth - 1));
+    case 16: {  // a pick by level: select(t0 - a, v0, select(t1 - a, v1, ... tail))
+        int n = 2 + rng_int(5);
+        Expr r = rng_int(2) ? b : ex_num(x, konst());
+        for (int q = 0; q < n; q++) r = ex_select(x, ex_sub(x, ex_num(x, (double)(rng_int(9) - 2)), a), ex_num(x, konst()), r);
+        return r;
+    }
+    case 17: return rng_int(2) ? ex_sub(x, ex_num(x, konst()), a) : ex_div(x, ex_num(x, konst()), a);  // k - a, k / a
+    default: return rng_int(2) ? ex_max(x, ex_num(x, konst()), a) : ex_min(x, a, ex_num(x, konst()));
+    }
+}
+
+// columns: per candidate, or uniform over blocks of 64 (hoisting) in some symbols
+static void fill_columns(double *col[NSYM], size_t n, int uniform_mask) {
+    for (int s = 0; s < NSYM; s++) {
+        double v = value();
+        for (size_t j = 0; j < n; j++) {
+            if (!((uniform_mask >> s) & 1) || j % 64 == 0) v = value();
+            col[s][j] = v;
+        }
+    }
+}
+
+// outputs of p (machine code or not) against expr_eval, per candidate; returns values that differ
+static int compare(ExprCtx *x, const Expr *outs, int nout, const ExprProgram *p, double *col[NSYM], size_t n,
+                   double *out[NOUT]) {
+    expr_program_eval(p, (const double *const *)col, out, n);
+    int bad = 0;
+    for (size_t j = 0; j < n; j++) {
+        double row[NSYM];
+        for (int s = 0; s < NSYM; s++) row[s] = col[s][j];
+        for (int k = 0; k < nout; k++) {
+            double want = expr_eval(x, outs[k], row);
+            if (!same_double(out[k][j], want) && bad++ < 5)
+                diag("output %d candidate %zu: program %.17g expr_eval %.17g", k, j, out[k][j], want);
+        }
+    }
+    return bad;
+}
+
+static const char *kind_name(int op) {
+    static const char *names[PI_COUNT] = {
+        [PI_ADD] = "add", [PI_SUB] = "sub", [PI_MUL] = "mul", [PI_DIV] = "div", [PI_MAX] = "max", [PI_MIN] = "min",
+        [PI_ADD_K] = "add_k", [PI_SUB_K] = "sub_k", [PI_MUL_K] = "mul_k", [PI_DIV_K] = "div_k", [PI_MAX_K] = "max_k",
+        [PI_MIN_K] = "min_k", [PI_K_SUB] = "k_sub", [PI_K_DIV] = "k_div", [PI_K_MAX] = "k_max", [PI_K_MIN] = "k_min",
+        [PI_CEIL] = "ceil", [PI_FLOOR] = "floor", [PI_SELECT] = "select", [PI_SEL_KX] = "sel_kx",
+        [PI_SEL_XK] = "sel_xk", [PI_SEL_KK] = "sel_kk", [PI_FILL] = "fill", [PI_MULADD_K] = "muladd_k",
+        [PI_MULADD_KK] = "muladd_kk", [PI_MAXMUL_KK] = "maxmul_kk", [PI_ADD3] = "add3", [PI_SEL_GT] = "sel_gt",
+        [PI_MOV] = "mov", [PI_OVERLAP2] = "overlap2", [PI_OVERLAP3] = "overlap3", [PI_OVERLAP4] = "overlap4",
+        [PI_STEPS] = "steps", [PI_STEPS_X] = "steps_x"};
+    return names[op] ? names[op] : "?";
+}
+
+int main(void) {
+    uint64_t seed = rng_seed();
+    int had = expr_jit_set_enabled(1);
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !had) {
+        tap_skip(__builtin_cpu_supports("avx512f") ? "MIST_NO_AVX512=1: no machine code is built"
+                                                   : "no AVX-512 on this CPU: the block kernels run every instruction "
+                                                     "(test_expr checks them)");
+        tap_done();
+        return 0;
+    }
+    const size_t n = 64 * 24 + 29;  // whole blocks, then a tail of a half block (29 lanes run 32)
+    double *col[NSYM], *out[NOUT], *ref[NOUT];
+    for (int s = 0; s < NSYM; s++) col[s] = malloc(n * sizeof(double));
+    for (int k = 0; k < NOUT; k++) out[k] = malloc(n * sizeof(double)), ref[k] = malloc(n * sizeof(double));
+
+    // 1. random programs: machine code == kernels == expr_eval, every kind the machine code runs
+    int bad_jit = 0, bad_plain = 0, programs = 0, without = 0;
+    long covered_total = 0, instr_total = 0;
+    int seen[PI_COUNT] = {0};
+    for (int trial = 0; trial < 120; trial++) {
+        ExprCtx *x = expr_ctx_new();
+        Expr sym[NSYM];
+        char name[8];
+        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        int nout = 1 + rng_int(NOUT);
+        Expr outs[NOUT];
+        for (int k = 0; k < nout; k++) outs[k] = gen(x, sym, 3 + rng_int(3));
+        expr_jit_set_enabled(1);
+        ExprProgram *pj = expr_compile(x, outs, nout);
+        expr_jit_set_enabled(0);
+        ExprProgram *pk = expr_compile(x, outs, nout);
+        expr_jit_set_enabled(1);
+        int covered = 0;
+        expr_jit_num_runs(pj->jit, &covered);
+        without += pk->jit != NULL;
+        covered_total += covered, instr_total += pj->num_code;
+        for (int i = 0; i < pj->num_code; i++) seen[pj->code[i].op]++;
+        fill_columns(col, n, trial % 3 == 0 ? rng_int(1 << NSYM) : 0);
+        bad_jit += compare(x, outs, nout, pj, col, n, out);
+        bad_plain += compare(x, outs, nout, pk, col, n, ref);
+        programs++;
+        expr_program_free(pj);
+        expr_program_free(pk);
+        expr_ctx_free(x);
+    }
+    ok(bad_jit == 0 && bad_plain == 0 && without == 0,
+       "%d random programs (%ld instructions, %ld of them in machine code): machine code == expr_eval bitwise "
+       "(%d differ), block kernels == expr_eval (%d differ), no machine code when disabled (%d had), seed %llu",
+       programs, instr_total, covered_total, bad_jit, bad_plain, without, (unsigned long long)seed);
+    ok(covered_total * 10 >= instr_total * 9, "machine code covers at least 90%% of their instructions (%ld of %ld)",
+       covered_total, instr_total);
+    int missing = 0;
+    char missing_names[512] = "";
+    for (int op = 0; op < PI_COUNT; op++) {
+        // windows: the block kernels'; fill, mov, k - a's siblings x - k, max(k, x), min(k, x): only
+        // hoisting variants write them (a hoisted operand of a binary op), which part 3 runs
+        if (op == PI_OVERLAP2 || op == PI_OVERLAP3 || op == PI_OVERLAP4 || op == PI_FILL || op == PI_MOV ||
+            op == PI_SUB_K || op == PI_K_MAX || op == PI_K_MIN)
+            continue;
+        if (seen[op]) continue;
+        missing++;
+        strncat(missing_names, " ", sizeof missing_names - strlen(missing_names) - 1);
+        strncat(missing_names, kind_name(op), sizeof missing_names - strlen(missing_names) - 1);
+    }
+    ok(missing == 0, "every instruction kind the compiler writes, but the windows, appears in them (missing:%s)",
+       missing ? missing_names : " none");
+
+    // 2. more live values than vector registers: the machine code is cut into runs
+    {
+        ExprCtx *x = expr_ctx_new();
+        Expr sym[NSYM];
+        char name[8];
+        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        enum { W = 48 };
+        Expr v[W], terms[W];
+        for (int k = 0; k < W; k++)
+            v[k] = ex_ceil(x, ex_mul(x, ex_add(x, sym[k % NSYM], ex_num(x, k + 1)), sym[(k + 1) % NSYM]));
+        // every v[k] is read by terms[k] and by terms[W-1-k]: half of them stay live across the others
+        for (int k = 0; k < W; k++) terms[k] = ex_max(x, v[k], ex_sub(x, v[W - 1 - k], ex_num(x, 0.25 * k)));
+        Expr outs[NOUT];
+        for (int k = 0; k < NOUT; k++) outs[k] = ex_sum(x, terms + k * (W / NOUT), W / NOUT);
+        ExprProgram *p = expr_compile(x, outs, NOUT);
+        int covered = 0, runs = expr_jit_num_runs(p->jit, &covered);
+        fill_columns(col, n, 0);
+        int bad = compare(x, outs, NOUT, p, col, n, out);
+        ok(bad == 0 && covered == p->num_code && runs >= 2,
+           "%d instructions over %d registers: %d runs of machine code cover %d; == expr_eval bitwise (%d differ)",
+           p->num_code, p->num_regs, runs, covered, bad);
+        expr_program_free(p);
+        expr_ctx_free(x);
+    }
+
+    // 3. hoisting: blocks where some symbols are uniform run variants (constants patched per block,
+    // fills of hoisted values, selects whose branch is picked per block) under machine code
+    {
+        int bad = 0, checked = 0;
+        for (int trial = 0; trial < 40; trial++) {
+            ExprCtx *x = expr_ctx_new();
+            Expr sym[NSYM];
+            char name[8];
+            for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+            Expr outs[NOUT];
+            for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
+            ExprProgram *p = expr_compile(x, outs, NOUT);
+            for (int pass = 0; pass < 3; pass++) {
+                fill_columns(col, n, 1 + rng_int((1 << NSYM) - 2));  // some uniform, some not
+                bad += compare(x, outs, NOUT, p, col, n, out);
+                checked++;
+            }
+            expr_program_free(p);
+            expr_ctx_free(x);
+        }
+        ok(bad == 0, "hoisting variants under machine code: %d batches of 40 programs with uniform blocks, "
+                     "== expr_eval bitwise (%d differ)", checked, bad);
+    }
+
+    // 4. short batches: a quarter and a half block of lanes
+    {
+        ExprCtx *x = expr_ctx_new();
+        Expr sym[NSYM];
+        char name[8];
+        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        Expr outs[NOUT];
+        for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
+        ExprProgram *p = expr_compile(x, outs, NOUT);
+        int bad = 0;
+        const size_t sizes[] = {1, 5, 16, 17, 31, 32, 33, 63, 64, 65};
+        for (size_t q = 0; q < sizeof sizes / sizeof sizes[0]; q++) {
+            fill_columns(col, sizes[q], 0);
+            bad += compare(x, outs, NOUT, p, col, sizes[q], out);
+        }
+        ok(bad == 0, "batches of 1, 5, 16, 17, 31, 32, 33, 63, 64, 65 candidates == expr_eval bitwise (%d differ)",
+           bad);
+        expr_program_free(p);
+        expr_ctx_free(x);
+    }
+    for (int s = 0; s < NSYM; s++) free(col[s]);
+    for (int k = 0; k < NOUT; k++) free(out[k]), free(ref[k]);
+    return tap_done();
+}
