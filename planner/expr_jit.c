@@ -3,7 +3,7 @@
 // Why: the block kernels (expr_block.c) run one instruction at a time over a
 // block of 64 candidates, so every instruction loads its operands from and
 // stores its result to the register file in memory: 8 vector loads and 8
-// stores of 64 B per operand per block, about 28 cycles per instruction on
+// stores of 64 B per operand per block, 27 to 31 cycles per instruction on
 // this project's Zen 4, whatever the arithmetic. Here a run of instructions
 // becomes one function that takes eight candidates at a time through the
 // whole run with its values in the 32 vector registers: a value is loaded
@@ -64,6 +64,26 @@ void expr_jit_free(ExprJit *j) {
     free(j);
 }
 
+// set once at load time where the CPU has AVX-512 (and by expr_jit_set_enabled);
+// MIST_NO_AVX512=1 builds none
+static int jit_enabled;
+static atomic_int jit_after = EXPR_JIT_AFTER;
+int expr_jit_after(void) { return atomic_load(&jit_after); }
+int expr_jit_set_after(int blocks) { return atomic_exchange(&jit_after, blocks); }
+
+const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_code, const unsigned char *picked) {
+    ExprJit *j = atomic_load_explicit(&slot->jit, memory_order_acquire);
+    if (j || !jit_enabled) return j;
+    // exactly one caller counts the block that reaches the threshold: it builds (or finds none can
+    // be); past it, nothing is counted (no shared writes per block)
+    int after = atomic_load_explicit(&jit_after, memory_order_relaxed);
+    if (atomic_load_explicit(&slot->blocks, memory_order_relaxed) > after) return NULL;
+    if (atomic_fetch_add_explicit(&slot->blocks, 1, memory_order_relaxed) != after) return NULL;
+    j = expr_jit_build(code, num_code, picked);
+    atomic_store_explicit(&slot->jit, j, memory_order_release);
+    return j;
+}
+
 int expr_jit_num_runs(const ExprJit *j, int *instructions) {
     int runs = 0, covered = 0;
     for (int q = 0; j && q < j->num_pieces; q++)
@@ -91,6 +111,10 @@ void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, doubl
 ExprJit *expr_jit_build(const Instr *code, int num_code, const unsigned char *picked) {
     (void)code, (void)num_code, (void)picked;
     return NULL;
+}
+int expr_jit_set_enabled(int on) {
+    (void)on;
+    return 0;
 }
 #else
 
@@ -386,9 +410,10 @@ static int run_end(const Flow *f, int start, int32_t *live_until, int32_t *touch
             if (v >= 0 && live_until[v] < 0) live_until[v] = f->last_read[v], touched[nt++] = v, live++;
         }
         live_until[i] = f->last_read[i] < 0 ? i : f->last_read[i], touched[nt++] = i, live++;
-        for (int q = 0; q < nt; q++) {  // release what is read last here
-            int v = touched[q];
-            if (live_until[v] >= 0 && live_until[v] <= i) live_until[v] = -2, live--;
+        // release what is read last here (a value's last reader reads it), and a dead result
+        for (int j = 0; j < 5; j++) {
+            int v = j < 4 ? f->src[4 * i + j] : i;
+            if (v >= 0 && live_until[v] == i) live_until[v] = -2, live--;
         }
     }
     for (int q = 0; q < nt; q++) live_until[touched[q]] = -1;
@@ -419,26 +444,21 @@ static void emit_run(Buf *o, const Flow *f, int start, int end, int32_t *zmm_of,
     }
 }
 
-static int jit_enabled = -1;  // -1: not decided yet
-
-static int jit_available(void) {
-    if (jit_enabled < 0) {
-        __builtin_cpu_init();
-        const char *no = getenv("MIST_NO_AVX512");
-        jit_enabled = __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
-    }
-    return jit_enabled;
+__attribute__((constructor)) static void detect_jit(void) {
+    __builtin_cpu_init();
+    const char *no = getenv("MIST_NO_AVX512");
+    jit_enabled = __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
 }
 
 int expr_jit_set_enabled(int on) {
-    int had = jit_available();
     __builtin_cpu_init();
+    int had = jit_enabled;
     jit_enabled = on && __builtin_cpu_supports("avx512f");
     return had;
 }
 
 ExprJit *expr_jit_build(const Instr *code, int n, const unsigned char *picked) {
-    if (!jit_available() || n <= 0) return NULL;
+    if (!jit_enabled || n <= 0) return NULL;
     int max_sym = -1, max_reg = -1;
     for (int i = 0; i < n; i++) {
         const int32_t ops[4] = {code[i].a, code[i].b, code[i].c, code[i].e};

@@ -112,9 +112,24 @@ void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, doubl
                         size_t m);
 // runs of machine code in j (0 for NULL), and the instructions they cover
 int expr_jit_num_runs(const ExprJit *j, int *instructions);
-// whether programs compiled from now on get machine code (on = 0: the block
-// kernels only); returns the previous setting. For tests and benchmarks.
+// whether machine code is built from now on (on = 0: the block kernels run
+// what has none); returns the previous setting. For tests and benchmarks.
 int expr_jit_set_enabled(int on);
+// Machine code is built for a code array once it has run this many blocks
+// (building costs about what some tens of blocks save, and most programs of a
+// search run fewer); expr_jit_set_after changes it (tests: 0, at the first
+// block) and returns the previous count.
+#define EXPR_JIT_AFTER 32
+int expr_jit_after(void);
+int expr_jit_set_after(int blocks);
+// the machine code of a code array, built by the caller that counts the
+// EXPR_JIT_AFTER-th block of it (picked as for expr_jit_build; NULL until then,
+// and where none can be built)
+typedef struct {
+    _Atomic(ExprJit *) jit;
+    atomic_int blocks;
+} ExprJitSlot;
+const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_code, const unsigned char *picked);
 
 // ---- what the compiler (expr_compile.c) and the evaluator (expr_program.c) share
 
@@ -145,7 +160,7 @@ struct ExprProgram {
     ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
     ExprStepTable *steps;      // the select chains' tables (PI_STEPS instructions point here)
     int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
-    ExprJit *jit;       // code as machine code, or NULL
+    ExprJitSlot jit;    // code as machine code, built once it has run a while
     _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
 
