@@ -244,15 +244,10 @@ OVERLAP_AVX512_N(4)
 // portable loops (the same results: a way to check that on a whole search); the
 // programs check the variable's value at start (launch_check_env)
 static int use_avx512;
-__attribute__((constructor)) static void detect_avx512(void) {
-    __builtin_cpu_init();
-    const char *no = getenv("MIST_NO_AVX512");
-    use_avx512 = __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
-}
+__attribute__((constructor)) static void detect_avx512(void) { use_avx512 = expr_avx512_usable(1); }
 int expr_block_set_avx512(int on) {
-    __builtin_cpu_init();
     int had = use_avx512;
-    use_avx512 = on && __builtin_cpu_supports("avx512f");
+    use_avx512 = on && expr_avx512_usable(0);
     return had;
 }
 #define OVERLAP_AVX512(n_)                                  \

@@ -68,7 +68,6 @@ void expr_jit_free(ExprJit *j) {
 // MIST_NO_AVX512=1 builds none
 static int jit_enabled;
 static atomic_int jit_after = EXPR_JIT_AFTER;
-int expr_jit_after(void) { return atomic_load(&jit_after); }
 int expr_jit_set_after(int blocks) { return atomic_exchange(&jit_after, blocks); }
 
 const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_code, const unsigned char *picked) {
@@ -444,16 +443,11 @@ static void emit_run(Buf *o, const Flow *f, int start, int end, int32_t *zmm_of,
     }
 }
 
-__attribute__((constructor)) static void detect_jit(void) {
-    __builtin_cpu_init();
-    const char *no = getenv("MIST_NO_AVX512");
-    jit_enabled = __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
-}
+__attribute__((constructor)) static void detect_jit(void) { jit_enabled = expr_avx512_usable(1); }
 
 int expr_jit_set_enabled(int on) {
-    __builtin_cpu_init();
     int had = jit_enabled;
-    jit_enabled = on && __builtin_cpu_supports("avx512f");
+    jit_enabled = on && expr_avx512_usable(0);
     return had;
 }
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "planner/expr_node.h"
 
 #ifndef EXPR_BLOCK
@@ -87,6 +88,15 @@ static inline double expr_steps1(const ExprStepTable *s, double x, double tail) 
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
 // pads a short block); a short block runs a half or a quarter of the lanes.
 void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
+#if defined(__x86_64__) && defined(__GNUC__)
+// whether the planner may run AVX-512 code (the windows' kernel, machine
+// code): the CPU has AVX-512F and, with env, MIST_NO_AVX512 is not 1
+static inline int expr_avx512_usable(int env) {
+    __builtin_cpu_init();
+    const char *no = env ? getenv("MIST_NO_AVX512") : NULL;
+    return __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
+}
+#endif
 // Overlap windows on AVX-512 where the CPU has it (the default) or on the
 // portable loops (on = 0), the same bits either way; returns whether
 // AVX-512 was in use. For tests and benchmarks, not while evaluating.
@@ -120,7 +130,6 @@ int expr_jit_set_enabled(int on);
 // search run fewer); expr_jit_set_after changes it (tests: 0, at the first
 // block) and returns the previous count.
 #define EXPR_JIT_AFTER 32
-int expr_jit_after(void);
 int expr_jit_set_after(int blocks);
 // the machine code of a code array, built by the caller that counts the
 // EXPR_JIT_AFTER-th block of it (picked as for expr_jit_build; NULL until then,

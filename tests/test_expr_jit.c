@@ -64,6 +64,14 @@ static Expr gen(ExprCtx *x, Expr *sym, int depth) {
     }
 }
 
+// a context with the symbols s0 .. s5
+static ExprCtx *new_ctx(Expr sym[NSYM]) {
+    ExprCtx *x = expr_ctx_new();
+    char name[8];
+    for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+    return x;
+}
+
 // columns: per candidate, or uniform over blocks of 64 (hoisting) in some symbols
 static void fill_columns(double *col[NSYM], size_t n, int uniform_mask) {
     for (int s = 0; s < NSYM; s++) {
@@ -140,10 +148,8 @@ int main(void) {
     long covered_total = 0, instr_total = 0;
     int seen[PI_COUNT] = {0};
     for (int trial = 0; trial < 120; trial++) {
-        ExprCtx *x = expr_ctx_new();
         Expr sym[NSYM];
-        char name[8];
-        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        ExprCtx *x = new_ctx(sym);
         int nout = 1 + rng_int(NOUT);
         Expr outs[NOUT];
         for (int k = 0; k < nout; k++) outs[k] = gen(x, sym, 3 + rng_int(3));
@@ -191,10 +197,8 @@ int main(void) {
 
     // 2. more live values than vector registers: the machine code is cut into runs
     {
-        ExprCtx *x = expr_ctx_new();
         Expr sym[NSYM];
-        char name[8];
-        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        ExprCtx *x = new_ctx(sym);
         enum { W = 48 };
         Expr v[W], terms[W];
         for (int k = 0; k < W; k++)
@@ -219,10 +223,8 @@ int main(void) {
     {
         int bad = 0, checked = 0;
         for (int trial = 0; trial < 40; trial++) {
-            ExprCtx *x = expr_ctx_new();
             Expr sym[NSYM];
-            char name[8];
-            for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+            ExprCtx *x = new_ctx(sym);
             Expr outs[NOUT];
             for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
             ExprProgram *p = expr_compile(x, outs, NOUT);
@@ -240,10 +242,8 @@ int main(void) {
 
     // 4. short batches: a quarter and a half block of lanes
     {
-        ExprCtx *x = expr_ctx_new();
         Expr sym[NSYM];
-        char name[8];
-        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        ExprCtx *x = new_ctx(sym);
         Expr outs[NOUT];
         for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
         ExprProgram *p = expr_compile(x, outs, NOUT);
@@ -261,10 +261,8 @@ int main(void) {
     // 5. the default: machine code once a program has run EXPR_JIT_AFTER blocks, in the middle of a batch
     {
         expr_jit_set_after(EXPR_JIT_AFTER);
-        ExprCtx *x = expr_ctx_new();
         Expr sym[NSYM];
-        char name[8];
-        for (int s = 0; s < NSYM; s++) snprintf(name, sizeof name, "s%d", s), sym[s] = ex_sym(x, name);
+        ExprCtx *x = new_ctx(sym);
         Expr outs[NOUT];
         for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
         ExprProgram *p = expr_compile(x, outs, NOUT);
