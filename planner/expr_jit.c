@@ -1,33 +1,35 @@
-// Stage programs as AVX-512 machine code (x86-64 Linux, CPUs with AVX-512F).
+// Stage programs as machine code (x86-64 Linux; AVX-512 or AVX2).
 //
 // Why: the block kernels (expr_block.c) run one instruction at a time over a
 // block of 64 candidates, so every instruction loads its operands from and
 // stores its result to the register file in memory: 8 vector loads and 8
 // stores of 64 B per operand per block, 27 to 31 cycles per instruction on
 // this project's Zen 4, whatever the arithmetic. Here a run of instructions
-// becomes one function that takes eight candidates at a time through the
-// whole run with its values in the 32 vector registers: a value is loaded
-// once from the register file (or its symbol column), stored once if
-// something after the run reads it, and the arithmetic in between is one
-// machine instruction per operation (a few for a select or a pick by level).
+// becomes one function that takes a vector of candidates at a time (eight
+// with AVX-512, four with AVX2) through the whole run with its values in
+// vector registers (32 or 16): a value is loaded once from the register file
+// (or its symbol column), stored once if something after the run reads it,
+// and the arithmetic in between is one machine instruction per operation (a
+// few for a select or a pick by level).
 //
 // Bitwise: every operation is the one the C loops compute, in the same order
 // and with the same operands: vaddpd/vsubpd/vmulpd/vdivpd round as C does
 // (no FMA, no reassociation), vmaxpd(a, b) is exactly a > b ? a : b and
 // vminpd(a, b) exactly a < b ? a : b (NaN and signed zeros included: both
 // return the second operand unless the comparison holds), ceil and floor are
-// vrndscalepd's rounding up and down (ceil(-0.5) = -0 as in C), and a select
-// is an ordered compare (false for NaN, as C's > and <) and a blend.
+// vrndscalepd's (vroundpd's) rounding up and down (ceil(-0.5) = -0 as in C),
+// and a select is an ordered compare (false for NaN, as C's > and <) and a
+// blend.
 //
 // Constants are read at run time from the instruction array the run is
 // given (the hoisting variants patch them per block), the thresholds and
 // values of a pick by level from its table. Overlap windows (their own
-// AVX-512 kernel), and selects whose branch is picked per block, stay with
-// the block kernels; the machine code runs between them.
+// kernels), and selects whose branch is picked per block, stay with the
+// block kernels; the machine code runs between them.
 //
 // The code lives in pages mapped writable, then read-and-execute only. Where
-// the system refuses that (or MIST_NO_AVX512=1, or no AVX-512), nothing is
-// built and the block kernels run everything: the same results.
+// the system refuses that (or MIST_NO_JIT=1, or neither instruction set),
+// nothing is built and the block kernels run everything: the same results.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,15 +66,14 @@ void expr_jit_free(ExprJit *j) {
     free(j);
 }
 
-// set once at load time where the CPU has AVX-512 (and by expr_jit_set_enabled);
-// MIST_NO_AVX512=1 builds none
-static int jit_enabled;
+// the instruction set of the machine code built from now on (isa_default)
+static int jit_isa;
 static atomic_int jit_after = EXPR_JIT_AFTER;
 int expr_jit_set_after(int blocks) { return atomic_exchange(&jit_after, blocks); }
 
 const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_code, const unsigned char *picked) {
     ExprJit *j = atomic_load_explicit(&slot->jit, memory_order_acquire);
-    if (j || !jit_enabled) return j;
+    if (j || !jit_isa) return j;
     // exactly one caller counts the block that reaches the threshold: it builds (or finds none can
     // be); past it, nothing is counted (no shared writes per block)
     int after = atomic_load_explicit(&jit_after, memory_order_relaxed);
@@ -81,6 +82,10 @@ const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_c
     j = expr_jit_build(code, num_code, picked);
     atomic_store_explicit(&slot->jit, j, memory_order_release);
     return j;
+}
+
+const char *expr_machine_code_name(void) {
+    return jit_isa == EXPR_JIT_AVX512 ? "avx512" : jit_isa == EXPR_JIT_AVX2 ? "avx2" : "none";
 }
 
 int expr_jit_num_runs(const ExprJit *j, int *instructions) {
@@ -111,9 +116,9 @@ ExprJit *expr_jit_build(const Instr *code, int num_code, const unsigned char *pi
     (void)code, (void)num_code, (void)picked;
     return NULL;
 }
-int expr_jit_set_enabled(int on) {
-    (void)on;
-    return 0;
+int expr_jit_set_isa(int isa) {
+    (void)isa;
+    return EXPR_JIT_NONE;
 }
 #else
 
@@ -178,17 +183,30 @@ static void evex(Buf *o, int map, unsigned char opcode, int reg, int v, int rm, 
     modrm(o, reg, rm, m);
 }
 
-// the vector operations used (Intel SDM opcodes, all EVEX.512.66.W1)
+// A VEX.256.66 instruction (AVX, ymm0..15): the same operands as evex, no
+// mask or broadcast; W0.
+static void vex(Buf *o, int map, unsigned char opcode, int reg, int v, int rm, const Mem *m) {
+    int vv = v < 0 ? 0 : v;
+    int rx = m && m->index >= 0 ? (m->index >> 3) & 1 : 0;
+    int rb = m ? (m->base >> 3) & 1 : (rm >> 3) & 1;
+    put(o, 0xC4);
+    put(o, (unsigned char)((!((reg >> 3) & 1)) << 7 | (!rx) << 6 | (!rb) << 5 | map));
+    put(o, (unsigned char)((~vv & 15) << 3 | 1 << 2 | 1));  // W0, vvvv, L = 256, pp = 66
+    put(o, opcode);
+    modrm(o, reg, rm, m);
+}
+
+// the vector operations used (Intel SDM opcodes; .66 prefix, EVEX.512.W1 or VEX.256)
 enum {
     OP_MOVUPD_LOAD = 0x10, OP_MOVUPD_STORE = 0x11, OP_MOVAPD = 0x28,
     OP_ADDPD = 0x58, OP_MULPD = 0x59, OP_SUBPD = 0x5C, OP_MINPD = 0x5D, OP_DIVPD = 0x5E, OP_MAXPD = 0x5F,
-    OP_CMPPD = 0xC2, OP_PXORQ = 0xEF,      // map 0F
-    OP_BLENDMPD = 0x65, OP_BROADCASTSD = 0x19,  // map 0F38
-    OP_RNDSCALEPD = 0x09,                  // map 0F3A
+    OP_CMPPD = 0xC2, OP_XORPD = 0x57, OP_PXORQ = 0xEF,  // map 0F (vxorpd: VEX; vpxorq: EVEX)
+    OP_BLENDMPD = 0x65, OP_BROADCASTSD = 0x19,          // map 0F38 (vblendmpd: EVEX)
+    OP_RNDSCALEPD = 0x09, OP_BLENDVPD = 0x4B,           // map 0F3A (0x09: vroundpd under VEX; vblendvpd: VEX)
 };
-// vcmppd predicates (ordered, quiet: false for NaN; NGT_UQ: its negation)
-enum { CMP_LT_OQ = 0x11, CMP_NGT_UQ = 0x1A, CMP_GT_OQ = 0x1E };
-// vrndscalepd: round up / down, precision exception suppressed
+// vcmppd predicates (ordered, quiet: false for NaN, as C's < and >)
+enum { CMP_LT_OQ = 0x11, CMP_GT_OQ = 0x1E };
+// vrndscalepd / vroundpd: round up / down, precision exception suppressed
 enum { ROUND_CEIL = 0x0A, ROUND_FLOOR = 0x09 };
 
 // a 64-bit load of a GPR: mov dst, [base + disp32]
@@ -199,13 +217,92 @@ static void mov_gpr_load(Buf *o, int dst, int base, int32_t disp) {
     put32(o, disp);
 }
 
+// ---- the two instruction sets: AVX-512 (zmm0..31, eight candidates per
+// vector, masks in k1, constants broadcast from memory into the operation)
+// and AVX2 (ymm0..15, four candidates, masks in a vector register,
+// constants broadcast into a register first)
+
+typedef struct {
+    int isa;           // EXPR_JIT_AVX512 or EXPR_JIT_AVX2
+    int bytes;         // of a vector: 64 or 32
+    int alloc;         // registers 0 .. alloc - 1 hold values
+    int tmp, zero, mask;  // scratch, 0.0 in every lane, the AVX2 mask (AVX-512: k1)
+} Isa;
+
+static const Isa ISA_AVX512 = {EXPR_JIT_AVX512, 64, 30, 30, 31, -1};
+static const Isa ISA_AVX2 = {EXPR_JIT_AVX2, 32, 13, 14, 15, 13};
+enum { MAX_ALLOC = 30 };
+
+typedef struct {
+    Buf *o;
+    const Isa *isa;
+} Emit;
+
+static int avx512(const Emit *e) { return e->isa->isa == EXPR_JIT_AVX512; }
+
+// dst = op(a, b), or with one source (v = -1: moves, rounding)
+static void v_op(const Emit *e, int map, unsigned char op, int dst, int a, int b) {
+    if (avx512(e)) evex(e->o, map, op, dst, a, b, NULL, 0, 0);
+    else vex(e->o, map, op, dst, a, b, NULL);
+}
+static void v_load(const Emit *e, int dst, Mem m) {
+    if (avx512(e)) evex(e->o, MAP_0F, OP_MOVUPD_LOAD, dst, -1, 0, &m, 0, 0);
+    else vex(e->o, MAP_0F, OP_MOVUPD_LOAD, dst, -1, 0, &m);
+}
+static void v_store(const Emit *e, int src, Mem m) {
+    if (avx512(e)) evex(e->o, MAP_0F, OP_MOVUPD_STORE, src, -1, 0, &m, 0, 0);
+    else vex(e->o, MAP_0F, OP_MOVUPD_STORE, src, -1, 0, &m);
+}
+// dst = the double at m in every lane
+static void v_bcast(const Emit *e, int dst, Mem m) {
+    if (avx512(e)) evex(e->o, MAP_0F38, OP_BROADCASTSD, dst, -1, 0, &m, 0, 0);
+    else vex(e->o, MAP_0F38, OP_BROADCASTSD, dst, -1, 0, &m);
+}
+// dst = op(a, the double at m)
+static void v_op_m(const Emit *e, unsigned char op, int dst, int a, Mem m) {
+    if (avx512(e)) {
+        evex(e->o, MAP_0F, op, dst, a, 0, &m, 1, 0);
+        return;
+    }
+    v_bcast(e, e->isa->tmp, m);
+    v_op(e, MAP_0F, op, dst, a, e->isa->tmp);
+}
+// dst = op(the double at m, a)
+static void v_m_op(const Emit *e, unsigned char op, int dst, int a, Mem m) {
+    v_bcast(e, e->isa->tmp, m);
+    v_op(e, MAP_0F, op, dst, e->isa->tmp, a);
+}
+// the mask = a pred b (b: a register, or the double at m when m is given)
+static void v_cmp(const Emit *e, int pred, int a, int b, const Mem *m) {
+    if (avx512(e)) {
+        evex(e->o, MAP_0F, OP_CMPPD, 1, a, b, m, m != NULL, 0);
+    } else {
+        if (m) v_bcast(e, e->isa->tmp, *m), b = e->isa->tmp;
+        vex(e->o, MAP_0F, OP_CMPPD, e->isa->mask, a, b, NULL);
+    }
+    put(e->o, (unsigned char)pred);
+}
+// dst = mask ? y : x (y: a register, or the double at m when m is given)
+static void v_blend(const Emit *e, int dst, int x, int y, const Mem *m) {
+    if (avx512(e)) {
+        evex(e->o, MAP_0F38, OP_BLENDMPD, dst, x, y, m, m != NULL, 1);
+        return;
+    }
+    if (m) v_bcast(e, e->isa->tmp, *m), y = e->isa->tmp;
+    vex(e->o, MAP_0F3A, OP_BLENDVPD, dst, x, y, NULL);
+    put(e->o, (unsigned char)(e->isa->mask << 4));  // the mask register, in the immediate's high bits
+}
+static void v_round(const Emit *e, int dst, int a, int mode) {
+    v_op(e, MAP_0F3A, OP_RNDSCALEPD, dst, -1, a);
+    put(e->o, (unsigned char)mode);
+}
+
 // ---- what each instruction reads, and where values live
 
-enum { ZMM_TMP = 30, ZMM_ZERO = 31, ZMM_ALLOC = 30 };  // zmm0..29 hold values
-
-// Which instructions the machine code runs: not the overlap windows, not
-// the ones the caller keeps (selects picked per block), not one reading a
-// register nothing before it writes.
+// Which instructions the machine code runs: not the overlap windows (their
+// own kernels); the caller also keeps the selects it picks per block, and
+// an instruction reading a register nothing before it writes stays with the
+// kernels.
 static int jittable(const Instr *in) {
     switch ((ProgOp)in->op) {
     case PI_OVERLAP2: case PI_OVERLAP3: case PI_OVERLAP4: case PI_COUNT: return 0;
@@ -230,138 +327,100 @@ static int operand_value(const Flow *f, const int32_t *writer, int32_t operand) 
 // ---- one run of instructions as a function
 
 typedef struct {
-    Buf *o;
+    Emit e;
     const Flow *f;
-    int start, end;
-    int32_t *zmm_of;     // value -> zmm holding it (-1: none)
-    int32_t *last_in;    // value -> its last reader in [start, end) (-1: none)
-    int free_zmm[ZMM_ALLOC], num_free;
+    int end;
+    int32_t *vreg_of;    // value -> vector register holding it (-1: none)
+    int32_t *last_in;    // value -> its last reader in the run (-1: none)
+    int free_regs[MAX_ALLOC], num_free;
 } Seg;
 
-static int zmm_take(Seg *s) {
+static int vreg_take(Seg *s) {
     if (!s->num_free) abort();  // the run was cut so that this cannot happen (run_end)
-    return s->free_zmm[--s->num_free];
+    return s->free_regs[--s->num_free];
 }
 
 static Mem reg_mem(int32_t r) { return (Mem){RDI, RAX, r * EXPR_BLOCK * (int32_t)sizeof(double)}; }
 static Mem const_mem(int i, size_t field) { return (Mem){RDX, -1, (int32_t)((size_t)i * sizeof(Instr) + field)}; }
 
-// the zmm holding operand j of instruction i, loaded on its first read in the run
-static int operand_zmm(Seg *s, int i, int j) {
+// the vector register holding operand j of instruction i, loaded on its first read in the run
+static int operand_vreg(Seg *s, int i, int j) {
     int v = s->f->src[4 * i + j];
-    if (s->zmm_of[v] >= 0) return s->zmm_of[v];
-    int z = zmm_take(s);
+    if (s->vreg_of[v] >= 0) return s->vreg_of[v];
+    int z = vreg_take(s);
     const Instr *in = &s->f->code[i];
     int32_t operand = j == 0 ? in->a : j == 1 ? in->b : j == 2 ? in->c : in->e;
     if (operand >= 0) {
-        Mem m = reg_mem(operand);
-        evex(s->o, MAP_0F, OP_MOVUPD_LOAD, z, -1, 0, &m, 0, 0);
+        v_load(&s->e, z, reg_mem(operand));
     } else {
-        mov_gpr_load(s->o, R8, RSI, (int32_t)((-operand - 1) * (int32_t)sizeof(double *)));
-        Mem m = {R8, RAX, 0};
-        evex(s->o, MAP_0F, OP_MOVUPD_LOAD, z, -1, 0, &m, 0, 0);
+        mov_gpr_load(s->e.o, R8, RSI, (int32_t)((-operand - 1) * (int32_t)sizeof(double *)));
+        v_load(&s->e, z, (Mem){R8, RAX, 0});
     }
-    s->zmm_of[v] = z;
+    s->vreg_of[v] = z;
     return z;
 }
 
-// dst = op(a, constant field of instruction i)
-static void op_k(Seg *s, unsigned char op, int dst, int a, int i, size_t field) {
-    Mem m = const_mem(i, field);
-    evex(s->o, MAP_0F, op, dst, a, 0, &m, 1, 0);
-}
-// dst = op(constant field of instruction i, a): the constant in a register first
-static void k_op(Seg *s, unsigned char op, int dst, int a, int i, size_t field) {
-    Mem m = const_mem(i, field);
-    evex(s->o, MAP_0F38, OP_BROADCASTSD, ZMM_TMP, -1, 0, &m, 0, 0);
-    evex(s->o, MAP_0F, op, dst, ZMM_TMP, a, NULL, 0, 0);
-}
-static void vop(Seg *s, unsigned char op, int dst, int a, int b) { evex(s->o, MAP_0F, op, dst, a, b, NULL, 0, 0); }
-// k1 = cond + k > 0 (expr_select3 after op_select's offset), or its negation
-static void select_mask(Seg *s, int cond, int i, int negate) {
-    op_k(s, OP_ADDPD, ZMM_TMP, cond, i, offsetof(Instr, k));
-    evex(s->o, MAP_0F, OP_CMPPD, 1, ZMM_TMP, ZMM_ZERO, NULL, 0, 0);
-    put(s->o, negate ? CMP_NGT_UQ : CMP_GT_OQ);
-}
-// dst = k1 ? y : x, y a zmm or (i, field) a constant
-static void blend(Seg *s, int dst, int x, int y) { evex(s->o, MAP_0F38, OP_BLENDMPD, dst, x, y, NULL, 0, 1); }
-static void blend_k(Seg *s, int dst, int x, int i, size_t field) {
-    Mem m = const_mem(i, field);
-    evex(s->o, MAP_0F38, OP_BLENDMPD, dst, x, 0, &m, 1, 1);
+// the mask = cond + k > 0 (op_select: expr_select3 after the offset)
+static void select_mask(const Emit *e, int cond, int i) {
+    v_op_m(e, OP_ADDPD, e->isa->tmp, cond, const_mem(i, offsetof(Instr, k)));
+    v_cmp(e, CMP_GT_OQ, e->isa->tmp, e->isa->zero, NULL);
 }
 
 static void emit_instr(Seg *s, int i) {
     const Instr *in = &s->f->code[i];
+    const Emit *e = &s->e;
     int z[4] = {-1, -1, -1, -1};
     for (int j = 0; j < 4; j++)
-        if (op_reads(in->op, j)) z[j] = operand_zmm(s, i, j);
-    int d = zmm_take(s);  // before the operands are released: never aliases them
-    const size_t K = offsetof(Instr, k), K1 = offsetof(Instr, k1), K2 = offsetof(Instr, k2);
-    Buf *o = s->o;
+        if (op_reads(in->op, j)) z[j] = operand_vreg(s, i, j);
+    int d = vreg_take(s);  // before the operands are released: never aliases them
+    const Mem K = const_mem(i, offsetof(Instr, k)), K1 = const_mem(i, offsetof(Instr, k1)),
+              K2 = const_mem(i, offsetof(Instr, k2));
+    const int tmp = e->isa->tmp;
     switch ((ProgOp)in->op) {
-    case PI_ADD: vop(s, OP_ADDPD, d, z[0], z[1]); break;
-    case PI_SUB: vop(s, OP_SUBPD, d, z[0], z[1]); break;
-    case PI_MUL: vop(s, OP_MULPD, d, z[0], z[1]); break;
-    case PI_DIV: vop(s, OP_DIVPD, d, z[0], z[1]); break;
-    case PI_MAX: vop(s, OP_MAXPD, d, z[0], z[1]); break;
-    case PI_MIN: vop(s, OP_MINPD, d, z[0], z[1]); break;
-    case PI_ADD_K: op_k(s, OP_ADDPD, d, z[0], i, K); break;
-    case PI_SUB_K: op_k(s, OP_SUBPD, d, z[0], i, K); break;
-    case PI_MUL_K: op_k(s, OP_MULPD, d, z[0], i, K); break;
-    case PI_DIV_K: op_k(s, OP_DIVPD, d, z[0], i, K); break;
-    case PI_MAX_K: op_k(s, OP_MAXPD, d, z[0], i, K); break;
-    case PI_MIN_K: op_k(s, OP_MINPD, d, z[0], i, K); break;
-    case PI_K_SUB: k_op(s, OP_SUBPD, d, z[0], i, K); break;
-    case PI_K_DIV: k_op(s, OP_DIVPD, d, z[0], i, K); break;
-    case PI_K_MAX: k_op(s, OP_MAXPD, d, z[0], i, K); break;
-    case PI_K_MIN: k_op(s, OP_MINPD, d, z[0], i, K); break;
-    case PI_CEIL: case PI_FLOOR:
-        evex(o, MAP_0F3A, OP_RNDSCALEPD, d, -1, z[0], NULL, 0, 0);
-        put(o, in->op == PI_CEIL ? ROUND_CEIL : ROUND_FLOOR);
-        break;
-    case PI_SELECT: select_mask(s, z[0], i, 0), blend(s, d, z[2], z[1]); break;
-    case PI_SEL_KX: select_mask(s, z[0], i, 0), blend_k(s, d, z[2], i, K1); break;
-    case PI_SEL_XK: select_mask(s, z[0], i, 1), blend_k(s, d, z[1], i, K2); break;  // !(c > 0) ? k2 : b
-    case PI_SEL_KK: {
-        Mem m = const_mem(i, K2);
-        select_mask(s, z[0], i, 0);
-        evex(o, MAP_0F38, OP_BROADCASTSD, d, -1, 0, &m, 0, 0);
-        blend_k(s, d, d, i, K1);
-        break;
-    }
-    case PI_SEL_GT:
-        evex(o, MAP_0F, OP_CMPPD, 1, z[0], z[3], NULL, 0, 0);
-        put(o, CMP_GT_OQ);
-        blend(s, d, z[2], z[1]);
-        break;
-    case PI_FILL: {
-        Mem m = const_mem(i, K);
-        evex(o, MAP_0F38, OP_BROADCASTSD, d, -1, 0, &m, 0, 0);
-        break;
-    }
-    case PI_MOV: vop(s, OP_MOVAPD, d, -1, z[0]); break;
-    case PI_MULADD_K: op_k(s, OP_MULPD, d, z[0], i, K), vop(s, OP_ADDPD, d, d, z[1]); break;
-    case PI_MULADD_KK: op_k(s, OP_MULPD, d, z[0], i, K), op_k(s, OP_ADDPD, d, d, i, K1); break;
+    case PI_ADD: v_op(e, MAP_0F, OP_ADDPD, d, z[0], z[1]); break;
+    case PI_SUB: v_op(e, MAP_0F, OP_SUBPD, d, z[0], z[1]); break;
+    case PI_MUL: v_op(e, MAP_0F, OP_MULPD, d, z[0], z[1]); break;
+    case PI_DIV: v_op(e, MAP_0F, OP_DIVPD, d, z[0], z[1]); break;
+    case PI_MAX: v_op(e, MAP_0F, OP_MAXPD, d, z[0], z[1]); break;
+    case PI_MIN: v_op(e, MAP_0F, OP_MINPD, d, z[0], z[1]); break;
+    case PI_ADD_K: v_op_m(e, OP_ADDPD, d, z[0], K); break;
+    case PI_SUB_K: v_op_m(e, OP_SUBPD, d, z[0], K); break;
+    case PI_MUL_K: v_op_m(e, OP_MULPD, d, z[0], K); break;
+    case PI_DIV_K: v_op_m(e, OP_DIVPD, d, z[0], K); break;
+    case PI_MAX_K: v_op_m(e, OP_MAXPD, d, z[0], K); break;
+    case PI_MIN_K: v_op_m(e, OP_MINPD, d, z[0], K); break;
+    case PI_K_SUB: v_m_op(e, OP_SUBPD, d, z[0], K); break;
+    case PI_K_DIV: v_m_op(e, OP_DIVPD, d, z[0], K); break;
+    case PI_K_MAX: v_m_op(e, OP_MAXPD, d, z[0], K); break;
+    case PI_K_MIN: v_m_op(e, OP_MINPD, d, z[0], K); break;
+    case PI_CEIL: v_round(e, d, z[0], ROUND_CEIL); break;
+    case PI_FLOOR: v_round(e, d, z[0], ROUND_FLOOR); break;
+    case PI_SELECT: select_mask(e, z[0], i), v_blend(e, d, z[2], z[1], NULL); break;
+    case PI_SEL_KX: select_mask(e, z[0], i), v_blend(e, d, z[2], 0, &K1); break;
+    case PI_SEL_XK: select_mask(e, z[0], i), v_bcast(e, d, K2), v_blend(e, d, d, z[1], NULL); break;
+    case PI_SEL_KK: select_mask(e, z[0], i), v_bcast(e, d, K2), v_blend(e, d, d, 0, &K1); break;
+    case PI_SEL_GT: v_cmp(e, CMP_GT_OQ, z[0], z[3], NULL), v_blend(e, d, z[2], z[1], NULL); break;
+    case PI_FILL: v_bcast(e, d, K); break;
+    case PI_MOV: v_op(e, MAP_0F, OP_MOVAPD, d, -1, z[0]); break;
+    case PI_MULADD_K: v_op_m(e, OP_MULPD, d, z[0], K), v_op(e, MAP_0F, OP_ADDPD, d, d, z[1]); break;
+    case PI_MULADD_KK: v_op_m(e, OP_MULPD, d, z[0], K), v_op_m(e, OP_ADDPD, d, d, K1); break;
     case PI_MAXMUL_KK:
-        op_k(s, OP_MULPD, d, z[0], i, K), op_k(s, OP_MULPD, ZMM_TMP, z[1], i, K1);
-        vop(s, OP_MAXPD, d, d, ZMM_TMP);
+        v_op_m(e, OP_MULPD, d, z[0], K), v_op_m(e, OP_MULPD, tmp, z[1], K1);
+        v_op(e, MAP_0F, OP_MAXPD, d, d, tmp);
         break;
-    case PI_ADD3: vop(s, OP_ADDPD, d, z[0], z[1]), vop(s, OP_ADDPD, d, d, z[2]); break;
+    case PI_ADD3: v_op(e, MAP_0F, OP_ADDPD, d, z[0], z[1]), v_op(e, MAP_0F, OP_ADDPD, d, d, z[2]); break;
     case PI_STEPS: case PI_STEPS_X: {
         // r = tail; for q = n - 1 .. 0: r = x < t[q] ? v[q] : r (expr_steps1)
         const ExprStepTable *t = in->steps;
-        mov_gpr_load(o, R9, RDX, (int32_t)((size_t)i * sizeof(Instr) + offsetof(Instr, steps)));
+        mov_gpr_load(e->o, R9, RDX, (int32_t)((size_t)i * sizeof(Instr) + offsetof(Instr, steps)));
         int r = in->op == PI_STEPS_X ? z[1] : d;
-        if (in->op == PI_STEPS) {
-            Mem m = {R9, -1, (int32_t)(offsetof(ExprStepTable, v) + (size_t)t->n * sizeof(double))};
-            evex(o, MAP_0F38, OP_BROADCASTSD, d, -1, 0, &m, 0, 0);
-        }
+        if (in->op == PI_STEPS)
+            v_bcast(e, d, (Mem){R9, -1, (int32_t)(offsetof(ExprStepTable, v) + (size_t)t->n * sizeof(double))});
         for (int q = t->n - 1; q >= 0; q--) {
             Mem mt = {R9, -1, (int32_t)(offsetof(ExprStepTable, t) + (size_t)q * sizeof(double))};
             Mem mv = {R9, -1, (int32_t)(offsetof(ExprStepTable, v) + (size_t)q * sizeof(double))};
-            evex(o, MAP_0F, OP_CMPPD, 1, z[0], 0, &mt, 1, 0);
-            put(o, CMP_LT_OQ);
-            evex(o, MAP_0F38, OP_BLENDMPD, d, r, 0, &mv, 1, 1);
+            v_cmp(e, CMP_LT_OQ, z[0], 0, &mt);
+            v_blend(e, d, r, 0, &mv);
             r = d;
         }
         break;
@@ -370,28 +429,25 @@ static void emit_instr(Seg *s, int i) {
     }
     // the result: stored when anything after the run (or an output) reads it
     const Flow *f = s->f;
-    if (f->last_read[i] >= s->end || f->final_writer[i]) {
-        Mem m = reg_mem(in->dst);
-        evex(o, MAP_0F, OP_MOVUPD_STORE, d, -1, 0, &m, 0, 0);
-    }
-    s->zmm_of[i] = d;
+    if (f->last_read[i] >= s->end || f->final_writer[i]) v_store(e, d, reg_mem(in->dst));
+    s->vreg_of[i] = d;
     // release what this instruction read last in the run, and a result nothing in the run reads
     for (int j = 0; j < 4; j++) {
         int v = z[j] >= 0 ? f->src[4 * i + j] : -1;
-        if (v >= 0 && s->zmm_of[v] >= 0 && s->last_in[v] <= i) {
-            s->free_zmm[s->num_free++] = s->zmm_of[v];
-            s->zmm_of[v] = -1;
+        if (v >= 0 && s->vreg_of[v] >= 0 && s->last_in[v] <= i) {
+            s->free_regs[s->num_free++] = s->vreg_of[v];
+            s->vreg_of[v] = -1;
         }
     }
-    if (s->last_in[i] < 0) s->free_zmm[s->num_free++] = d, s->zmm_of[i] = -1;
+    if (s->last_in[i] < 0) s->free_regs[s->num_free++] = d, s->vreg_of[i] = -1;
 }
 
 // Where a run starting at `start` ends: before the first instruction the
 // machine code does not run, or before one that would need more than
-// ZMM_ALLOC live values. The count assumes every value lives until its last
+// `alloc` live values. The count assumes every value lives until its last
 // reader anywhere (the run's own code frees earlier, at its last reader in the
 // run), so the run's code never needs more.
-static int run_end(const Flow *f, int start, int32_t *live_until, int32_t *touched) {
+static int run_end(const Flow *f, int start, int alloc, int32_t *live_until, int32_t *touched) {
     int live = 0, nt = 0;
     int i = start;
     for (; i < f->n && f->ok[i]; i++) {
@@ -403,7 +459,7 @@ static int run_end(const Flow *f, int start, int32_t *live_until, int32_t *touch
             for (int q = 0; q < j; q++) dup |= f->src[4 * i + q] == v;
             need += !dup;
         }
-        if (live + need > ZMM_ALLOC) break;
+        if (live + need > alloc) break;
         for (int j = 0; j < 4; j++) {
             int v = f->src[4 * i + j];
             if (v >= 0 && live_until[v] < 0) live_until[v] = f->last_read[v], touched[nt++] = v, live++;
@@ -419,40 +475,56 @@ static int run_end(const Flow *f, int start, int32_t *live_until, int32_t *touch
     return i;
 }
 
-static void emit_run(Buf *o, const Flow *f, int start, int end, int32_t *zmm_of, int32_t *last_in) {
-    Seg s = {o, f, start, end, zmm_of, last_in, {0}, 0};
-    for (int z = ZMM_ALLOC - 1; z >= 0; z--) s.free_zmm[s.num_free++] = z;
+static void emit_run(Buf *o, const Isa *isa, const Flow *f, int start, int end, int32_t *vreg_of, int32_t *last_in) {
+    Seg s = {{o, isa}, f, end, vreg_of, last_in, {0}, 0};
+    for (int z = isa->alloc - 1; z >= 0; z--) s.free_regs[s.num_free++] = z;
     for (int i = start; i < end; i++)
         for (int j = 0; j < 4; j++)
             if (f->src[4 * i + j] >= 0) last_in[f->src[4 * i + j]] = i;
-    // prologue: rax = 0 (the byte offset of the first lane), zmm31 = 0
+    // prologue: rax = 0 (the byte offset of the first lane), the zero register
     put(o, 0x31), put(o, 0xC0);
-    evex(o, MAP_0F, OP_PXORQ, ZMM_ZERO, ZMM_ZERO, ZMM_ZERO, NULL, 0, 0);
+    if (isa->isa == EXPR_JIT_AVX512) evex(o, MAP_0F, OP_PXORQ, isa->zero, isa->zero, isa->zero, NULL, 0, 0);
+    else vex(o, MAP_0F, OP_XORPD, isa->zero, isa->zero, isa->zero, NULL);
     size_t top = o->n;
     for (int i = start; i < end; i++) emit_instr(&s, i);
-    // rax += 64; if rax < rcx (the lanes' bytes) go again
-    put(o, 0x48), put(o, 0x83), put(o, 0xC0), put(o, 8 * sizeof(double));
+    // rax += the vector's bytes; if rax < rcx (the lanes' bytes) go again
+    put(o, 0x48), put(o, 0x83), put(o, 0xC0), put(o, (unsigned char)isa->bytes);
     put(o, 0x48), put(o, 0x39), put(o, 0xC8);
     put(o, 0x0F), put(o, 0x82), put32(o, (int32_t)top - (int32_t)(o->n + 4));
     put(o, 0xC5), put(o, 0xF8), put(o, 0x77);  // vzeroupper
     put(o, 0xC3);
     for (int i = start; i < end; i++) {
-        last_in[i] = -1, zmm_of[i] = -1;
+        last_in[i] = -1, vreg_of[i] = -1;
         for (int j = 0; j < 4; j++)
-            if (f->src[4 * i + j] >= 0) last_in[f->src[4 * i + j]] = -1, zmm_of[f->src[4 * i + j]] = -1;
+            if (f->src[4 * i + j] >= 0) last_in[f->src[4 * i + j]] = -1, vreg_of[f->src[4 * i + j]] = -1;
     }
 }
 
-__attribute__((constructor)) static void detect_jit(void) { jit_enabled = expr_avx512_usable(1); }
+// the instruction set of the machine code built from now on: AVX-512 where
+// the CPU has it (and MIST_NO_AVX512 is not 1), else AVX2, else none; none
+// with MIST_NO_JIT=1. Set at load time and by expr_jit_set_isa.
+static int isa_default(void) {
+    const char *no = getenv("MIST_NO_JIT");
+    if (no && !strcmp(no, "1")) return EXPR_JIT_NONE;
+    if (expr_avx512_usable(1)) return EXPR_JIT_AVX512;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? EXPR_JIT_AVX2 : EXPR_JIT_NONE;
+}
+__attribute__((constructor)) static void detect_jit(void) { jit_isa = isa_default(); }
 
-int expr_jit_set_enabled(int on) {
-    int had = jit_enabled;
-    jit_enabled = on && expr_avx512_usable(0);
+int expr_jit_set_isa(int isa) {
+    int had = jit_isa;
+    __builtin_cpu_init();
+    if (isa < 0) isa = isa_default();
+    else if (isa == EXPR_JIT_AVX512 && !expr_avx512_usable(0)) isa = EXPR_JIT_NONE;
+    else if (isa == EXPR_JIT_AVX2 && !__builtin_cpu_supports("avx2")) isa = EXPR_JIT_NONE;
+    jit_isa = isa;
     return had;
 }
 
 ExprJit *expr_jit_build(const Instr *code, int n, const unsigned char *picked) {
-    if (!jit_enabled || n <= 0) return NULL;
+    const Isa *isa = jit_isa == EXPR_JIT_AVX512 ? &ISA_AVX512 : jit_isa == EXPR_JIT_AVX2 ? &ISA_AVX2 : NULL;
+    if (!isa || n <= 0) return NULL;
     int max_sym = -1, max_reg = -1;
     for (int i = 0; i < n; i++) {
         const int32_t ops[4] = {code[i].a, code[i].b, code[i].c, code[i].e};
@@ -491,18 +563,18 @@ ExprJit *expr_jit_build(const Instr *code, int n, const unsigned char *picked) {
     j->pieces = xmalloc(((size_t)n + 1) * sizeof *j->pieces);
     int32_t *live_until = xmalloc((size_t)f.num_vals * sizeof *live_until);
     int32_t *touched = xmalloc(((size_t)5 * n + 1) * sizeof *touched);
-    int32_t *zmm_of = xmalloc((size_t)f.num_vals * sizeof *zmm_of);
+    int32_t *vreg_of = xmalloc((size_t)f.num_vals * sizeof *vreg_of);
     int32_t *last_in = xmalloc((size_t)f.num_vals * sizeof *last_in);
-    for (int v = 0; v < f.num_vals; v++) live_until[v] = zmm_of[v] = last_in[v] = -1;
+    for (int v = 0; v < f.num_vals; v++) live_until[v] = vreg_of[v] = last_in[v] = -1;
     size_t *offset = xmalloc(((size_t)n + 1) * sizeof *offset);
     Buf o = {0};
     int jitted = 0;
     for (int i = 0; i < n;) {
-        int end = f.ok[i] ? run_end(&f, i, live_until, touched) : i;
+        int end = f.ok[i] ? run_end(&f, i, isa->alloc, live_until, touched) : i;
         if (end - i >= 2) {
             offset[j->num_pieces] = o.n;
             j->pieces[j->num_pieces++] = (Piece){i, end, NULL};
-            emit_run(&o, &f, i, end, zmm_of, last_in);
+            emit_run(&o, isa, &f, i, end, vreg_of, last_in);
             jitted++;
             i = end;
             continue;
@@ -515,7 +587,7 @@ ExprJit *expr_jit_build(const Instr *code, int n, const unsigned char *picked) {
         else offset[j->num_pieces] = (size_t)-1, j->pieces[j->num_pieces++] = (Piece){i, end, NULL};
         i = end;
     }
-    free(writer), free(live_until), free(touched), free(zmm_of), free(last_in);
+    free(writer), free(live_until), free(touched), free(vreg_of), free(last_in);
     free(f.src), free(f.last_read), free(f.final_writer), free(f.ok);
     if (!jitted) {
         free(offset), free(o.b);

@@ -108,7 +108,7 @@ int expr_block_set_avx512(int on);
 void expr_run_scalar(const ScalarInstr *scalar, const int32_t *slot, const uint64_t *deps, int n, double *val,
                      uint64_t changed);
 
-// Runs of instructions as AVX-512 machine code (expr_jit.c): built for a
+// Runs of instructions as machine code (expr_jit.c; AVX-512 or AVX2): built for a
 // code array where the CPU and the system allow it, else NULL. picked (NULL
 // or one flag per instruction): selects whose branch the evaluator picks per
 // block (rewritten into a copy or a fill; their first operand is not read):
@@ -122,9 +122,12 @@ void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, doubl
                         size_t m);
 // runs of machine code in j (0 for NULL), and the instructions they cover
 int expr_jit_num_runs(const ExprJit *j, int *instructions);
-// whether machine code is built from now on (on = 0: the block kernels run
-// what has none); returns the previous setting. For tests and benchmarks.
-int expr_jit_set_enabled(int on);
+// The instruction set of the machine code built from now on: AVX-512 where
+// the CPU has it and MIST_NO_AVX512 is not 1, else AVX2, else none; none with
+// MIST_NO_JIT=1. expr_jit_set_isa sets it (-1: that default; a set the CPU
+// lacks: none) and returns the previous one. For tests and benchmarks.
+enum { EXPR_JIT_NONE = 0, EXPR_JIT_AVX2 = 2, EXPR_JIT_AVX512 = 3 };
+int expr_jit_set_isa(int isa);
 // Machine code is built for a code array once it has run this many blocks
 // (building costs about what some tens of blocks save, and most programs of a
 // search run fewer); expr_jit_set_after changes it (tests: 0, at the first

@@ -1,4 +1,4 @@
-// The stage programs as AVX-512 machine code (planner/expr_jit.c): the same
+// The stage programs as machine code (planner/expr_jit.c): the same
 // bits as the block kernels and as expr_eval. Random expressions built to
 // produce every instruction kind the machine code runs (each counted, and
 // required), evaluated on special values (signed zeros, infinities, NaN,
@@ -6,7 +6,8 @@
 // code, without it and by the tree walk; a program with more live values
 // than vector registers (cut into several runs); hoisting variants (constants
 // patched per block, fills, selects picked per block); short blocks.
-// Where the CPU has no AVX-512 the points print SKIP with the reason.
+// Both instruction sets (AVX-512, AVX2) where the CPU has them; the points of
+// one it lacks print SKIP with the reason.
 // Random parts use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
 #include <math.h>
 #include <stdio.h>
@@ -113,36 +114,25 @@ static const char *kind_name(int op) {
     return names[op] ? names[op] : "?";
 }
 
-int main(void) {
-    uint64_t seed = rng_seed();
-    int had = expr_jit_set_enabled(1), avx512 = 0;
-    expr_jit_set_after(0);  // machine code from the first block (part 5: the default count)
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    avx512 = __builtin_cpu_supports("avx512f");
-#endif
-    // a two-instruction program tells whether this system lets the planner map code
-    ExprCtx *probe_ctx = expr_ctx_new();
-    Expr probe_out = ex_ceil(probe_ctx, ex_mul(probe_ctx, ex_sym(probe_ctx, "a"), ex_sym(probe_ctx, "b")));
-    ExprProgram *probe = expr_compile(probe_ctx, &probe_out, 1);
-    double a = 1.5, b = 2.5, r;
-    const double *probe_cols[2] = {&a, &b};
-    double *probe_outs[1] = {&r};
-    expr_program_eval(probe, probe_cols, probe_outs, 1);
-    int mapped = atomic_load(&probe->jit.jit) != NULL;
-    expr_program_free(probe);
-    expr_ctx_free(probe_ctx);
-    if (!avx512 || !had || !mapped) {
-        tap_skip(!avx512 ? "no AVX-512 on this CPU: the block kernels run every instruction (test_expr checks them)"
-                 : !had  ? "MIST_NO_AVX512=1: no machine code is built"
-                         : "this system refuses executable pages: the block kernels run every instruction");
-        return tap_done();
-    }
-    const size_t n = 64 * 24 + 29;  // whole blocks, then a tail of a half block (29 lanes run 32)
-    double *col[NSYM], *out[NOUT], *ref[NOUT];
-    for (int s = 0; s < NSYM; s++) col[s] = malloc(n * sizeof(double));
-    for (int k = 0; k < NOUT; k++) out[k] = malloc(n * sizeof(double)), ref[k] = malloc(n * sizeof(double));
+static const size_t N = 64 * 24 + 29;  // whole blocks, then a tail of a half block (29 lanes run 32)
+static double *col[NSYM], *out[NOUT], *ref[NOUT];
 
+// whether machine code of isa gets built here (the CPU has it, the system maps code)
+static int builds(int isa) {
+    expr_jit_set_isa(isa);
+    Expr sym[NSYM];
+    ExprCtx *x = new_ctx(sym);
+    Expr o = ex_ceil(x, ex_mul(x, sym[0], sym[1]));
+    ExprProgram *p = expr_compile(x, &o, 1);
+    fill_columns(col, 1, 0);
+    compare(x, &o, 1, p, col, 1, out);
+    int mapped = atomic_load(&p->jit.jit) != NULL;
+    expr_program_free(p);
+    expr_ctx_free(x);
+    return mapped;
+}
+
+static void check_isa(int isa, const char *name, uint64_t seed) {
     // 1. random programs: machine code == kernels == expr_eval, every kind the machine code runs
     int bad_jit = 0, bad_plain = 0, programs = 0, without = 0;
     long covered_total = 0, instr_total = 0;
@@ -155,11 +145,12 @@ int main(void) {
         for (int k = 0; k < nout; k++) outs[k] = gen(x, sym, 3 + rng_int(3));
         ExprProgram *pj = expr_compile(x, outs, nout), *pk = expr_compile(x, outs, nout);
         int uniform = trial % 3 == 0 ? 1 + rng_int((1 << NSYM) - 1) : 0;  // hoisting variants run instead
-        fill_columns(col, n, uniform);
-        bad_jit += compare(x, outs, nout, pj, col, n, out);
-        expr_jit_set_enabled(0);
-        bad_plain += compare(x, outs, nout, pk, col, n, ref);
-        expr_jit_set_enabled(1);
+        fill_columns(col, N, uniform);
+        expr_jit_set_isa(isa);
+        bad_jit += compare(x, outs, nout, pj, col, N, out);
+        expr_jit_set_isa(EXPR_JIT_NONE);
+        bad_plain += compare(x, outs, nout, pk, col, N, ref);
+        expr_jit_set_isa(isa);
         without += atomic_load(&pk->jit.jit) != NULL;
         if (!uniform) {  // the program itself ran: its machine code
             int covered = 0;
@@ -173,12 +164,12 @@ int main(void) {
         expr_ctx_free(x);
     }
     ok(bad_jit == 0 && bad_plain == 0 && without == 0,
-       "%d random programs (%ld instructions in those run without hoisting, %ld of them in machine code): machine code == "
-       "expr_eval bitwise "
-       "(%d differ), block kernels == expr_eval (%d differ), no machine code when disabled (%d had), seed %llu",
-       programs, instr_total, covered_total, bad_jit, bad_plain, without, (unsigned long long)seed);
-    ok(covered_total * 10 >= instr_total * 9, "machine code covers at least 90%% of their instructions (%ld of %ld)",
-       covered_total, instr_total);
+       "%s: %d random programs (%ld instructions in those run without hoisting, %ld of them in machine code): "
+       "machine code == expr_eval bitwise (%d differ), block kernels == expr_eval (%d differ), no machine code "
+       "when off (%d had), seed %llu",
+       name, programs, instr_total, covered_total, bad_jit, bad_plain, without, (unsigned long long)seed);
+    ok(covered_total * 10 >= instr_total * 9, "%s: machine code covers at least 90%% of their instructions (%ld of %ld)",
+       name, covered_total, instr_total);
     int missing = 0;
     char missing_names[512] = "";
     for (int op = 0; op < PI_COUNT; op++) {
@@ -192,8 +183,8 @@ int main(void) {
         strncat(missing_names, " ", sizeof missing_names - strlen(missing_names) - 1);
         strncat(missing_names, kind_name(op), sizeof missing_names - strlen(missing_names) - 1);
     }
-    ok(missing == 0, "every instruction kind the compiler writes, but the windows, appears in them (missing:%s)",
-       missing ? missing_names : " none");
+    ok(missing == 0, "%s: every instruction kind the compiler writes, but the windows, appears in them (missing:%s)",
+       name, missing ? missing_names : " none");
 
     // 2. more live values than vector registers: the machine code is cut into runs
     {
@@ -203,17 +194,20 @@ int main(void) {
         Expr v[W], terms[W];
         for (int k = 0; k < W; k++)
             v[k] = ex_ceil(x, ex_mul(x, ex_add(x, sym[k % NSYM], ex_num(x, k + 1)), sym[(k + 1) % NSYM]));
-        // every v[k] is read by terms[k] and by terms[W-1-k]: half of them stay live across the others
-        for (int k = 0; k < W; k++) terms[k] = ex_max(x, v[k], ex_sub(x, v[W - 1 - k], ex_num(x, 0.25 * k)));
+        // every v[k] is read by terms[k] and by terms[W-1-k]: half of them stay live across the
+        // others; selects among them (a mask and the scratch register in use while all are live)
+        for (int k = 0; k < W; k++)
+            terms[k] = k % 2 ? ex_max(x, v[k], ex_sub(x, v[W - 1 - k], ex_num(x, 0.25 * k)))
+                             : ex_select(x, ex_sub(x, v[k], ex_num(x, 0.5 * k)), v[W - 1 - k], ex_floor(x, v[k]));
         Expr outs[NOUT];
         for (int k = 0; k < NOUT; k++) outs[k] = ex_sum(x, terms + k * (W / NOUT), W / NOUT);
         ExprProgram *p = expr_compile(x, outs, NOUT);
-        fill_columns(col, n, 0);
-        int bad = compare(x, outs, NOUT, p, col, n, out);
+        fill_columns(col, N, 0);
+        int bad = compare(x, outs, NOUT, p, col, N, out);
         int covered = 0, runs = expr_jit_num_runs(atomic_load(&p->jit.jit), &covered);
         ok(bad == 0 && covered == p->num_code && runs >= 2,
-           "%d instructions over %d registers: %d runs of machine code cover %d; == expr_eval bitwise (%d differ)",
-           p->num_code, p->num_regs, runs, covered, bad);
+           "%s: %d instructions over %d registers: %d runs of machine code cover %d; == expr_eval bitwise "
+           "(%d differ)", name, p->num_code, p->num_regs, runs, covered, bad);
         expr_program_free(p);
         expr_ctx_free(x);
     }
@@ -229,15 +223,15 @@ int main(void) {
             for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
             ExprProgram *p = expr_compile(x, outs, NOUT);
             for (int pass = 0; pass < 3; pass++) {
-                fill_columns(col, n, 1 + rng_int((1 << NSYM) - 2));  // some uniform, some not
-                bad += compare(x, outs, NOUT, p, col, n, out);
+                fill_columns(col, N, 1 + rng_int((1 << NSYM) - 2));  // some uniform, some not
+                bad += compare(x, outs, NOUT, p, col, N, out);
                 checked++;
             }
             expr_program_free(p);
             expr_ctx_free(x);
         }
-        ok(bad == 0, "hoisting variants under machine code: %d batches of 40 programs with uniform blocks, "
-                     "== expr_eval bitwise (%d differ)", checked, bad);
+        ok(bad == 0, "%s: hoisting variants under machine code: %d batches of 40 programs with uniform blocks, "
+                     "== expr_eval bitwise (%d differ)", name, checked, bad);
     }
 
     // 4. short batches: a quarter and a half block of lanes
@@ -253,30 +247,69 @@ int main(void) {
             fill_columns(col, sizes[q], 0);
             bad += compare(x, outs, NOUT, p, col, sizes[q], out);
         }
-        ok(bad == 0, "batches of 1, 5, 16, 17, 31, 32, 33, 63, 64, 65 candidates == expr_eval bitwise (%d differ)",
-           bad);
+        ok(bad == 0, "%s: batches of 1, 5, 16, 17, 31, 32, 33, 63, 64, 65 candidates == expr_eval bitwise "
+                     "(%d differ)", name, bad);
         expr_program_free(p);
         expr_ctx_free(x);
     }
+}
+
+int main(void) {
+    uint64_t seed = rng_seed();
+    for (int s = 0; s < NSYM; s++) col[s] = malloc(N * sizeof(double));
+    for (int k = 0; k < NOUT; k++) out[k] = malloc(N * sizeof(double)), ref[k] = malloc(N * sizeof(double));
+    const int defaults = expr_jit_set_isa(-1);
+    expr_jit_set_after(0);  // machine code from the first block (part 5: the default count)
+    const struct {
+        int isa;
+        const char *name, *cpu;
+    } sets[] = {{EXPR_JIT_AVX512, "AVX-512", "avx512f"}, {EXPR_JIT_AVX2, "AVX2", "avx2"}};
+    int any = 0;
+    for (int q = 0; q < 2; q++) {
+        int has = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        has = q == 0 ? __builtin_cpu_supports("avx512f") : __builtin_cpu_supports("avx2");
+#endif
+        char why[160];
+        if (!has) snprintf(why, sizeof why, "%s: not on this CPU (the block kernels run those programs)", sets[q].name);
+        else if (!builds(sets[q].isa)) snprintf(why, sizeof why, "%s: this system refuses executable pages", sets[q].name);
+        else {
+            check_isa(sets[q].isa, sets[q].name, seed);
+            any = 1;
+            continue;
+        }
+        tap_skip(why);
+    }
+
     // 5. the default: machine code once a program has run EXPR_JIT_AFTER blocks, in the middle of a batch
-    {
-        expr_jit_set_after(EXPR_JIT_AFTER);
+    expr_jit_set_isa(-1);
+    expr_jit_set_after(EXPR_JIT_AFTER);
+    if (!any || !defaults) {
+        tap_skip(!any ? "no machine code here: nothing to switch to" : "MIST_NO_JIT=1: no machine code by default");
+    } else {
         Expr sym[NSYM];
         ExprCtx *x = new_ctx(sym);
         Expr outs[NOUT];
         for (int k = 0; k < NOUT; k++) outs[k] = gen(x, sym, 4);
         ExprProgram *p = expr_compile(x, outs, NOUT);
         const size_t few = 64 * (EXPR_JIT_AFTER / 2);
-        fill_columns(col, few, 0);
-        int bad = compare(x, outs, NOUT, p, col, few, out);
+        double *wide[NSYM];
+        for (int s = 0; s < NSYM; s++) wide[s] = malloc(few * sizeof(double));
+        fill_columns(wide, few, 0);
+        double *wide_out[NOUT];
+        for (int k = 0; k < NOUT; k++) wide_out[k] = malloc(few * sizeof(double));
+        int bad = compare(x, outs, NOUT, p, wide, few, wide_out);
         int before = atomic_load(&p->jit.jit) != NULL;
-        fill_columns(col, n, 0);  // 25 blocks more: the threshold is crossed in this batch
-        bad += compare(x, outs, NOUT, p, col, n, out);
+        fill_columns(col, N, 0);  // 25 blocks more: the threshold is crossed in this batch
+        bad += compare(x, outs, NOUT, p, col, N, out);
         int after = atomic_load(&p->jit.jit) != NULL;
         ok(bad == 0 && !before && after,
            "machine code is built after %d blocks, not before (%s after %zu blocks, %s after %zu), "
            "== expr_eval bitwise on both sides (%d differ)", EXPR_JIT_AFTER, before ? "built" : "none", few / 64,
-           after ? "built" : "none", (few + n) / 64, bad);
+           after ? "built" : "none", (few + N) / 64, bad);
+        for (int s = 0; s < NSYM; s++) free(wide[s]);
+        for (int k = 0; k < NOUT; k++) free(wide_out[k]);
         expr_program_free(p);
         expr_ctx_free(x);
     }
