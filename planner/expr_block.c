@@ -240,29 +240,131 @@ OVERLAP_AVX512_N(2)
 OVERLAP_AVX512_N(3)
 OVERLAP_AVX512_N(4)
 
-// set once at load time (and by expr_block_set_avx512); MIST_NO_AVX512=1 keeps the
-// portable loops (the same results: a way to check that on a whole search); the
-// programs check the variable's value at start (launch_check_env)
-static int use_avx512;
-__attribute__((constructor)) static void detect_avx512(void) { use_avx512 = expr_avx512_usable(1); }
-int expr_block_set_avx512(int on) {
-    int had = use_avx512;
-    use_avx512 = on && expr_avx512_usable(0);
+// The same window with AVX2, four candidates per vector (CPUs without
+// AVX-512). AVX2 has no permute by a per-lane index over eight doubles, so
+// the factors are overlap_lanes' tree of selects on the other streams' busy
+// flags, each select one vblendvpd (the portable loops' bit masks take three
+// operations per select where the compiler does not see the blend); two
+// vectors per step, as on AVX-512. The same operations on every value in the
+// same order: the same bits.
+#define AVX2_FN __attribute__((target("avx2"), optimize("O3", "fp-contract=off")))
+static inline __attribute__((always_inline)) AVX2_FN void overlap_lanes_avx2(
+    const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
+    const double *const in[EXPR_OVERLAP_MAX]) {
+    const __m256d eps = _mm256_set1_pd(EXPR_OVERLAP_EPS), inf = _mm256_set1_pd(INFINITY);
+    const __m256d every = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+    const int all = (1 << (n - 1)) - 1;  // every other input busy
+    enum { V = 2 };  // vectors per step
+    for (int j = 0; j < lanes; j += 4 * V) {
+        __m256d xs[V][EXPR_OVERLAP_MAX], total[V];
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) {
+            total[v] = _mm256_setzero_pd();
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) {
+                __m256d x = _mm256_loadu_pd(in[s] + j + 4 * v);
+                xs[v][s] = _mm256_and_pd(_mm256_cmp_pd(x, eps, _CMP_GT_OQ), x);
+            }
+        }
+#pragma GCC unroll 4
+        for (int round = 0; round < n - 1; round++) {
+            const int known = round == 0 && all_busy;  // the first busy set is all n
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++) {
+                __m256d busy[EXPR_OVERLAP_MAX];
+#pragma GCC unroll 4
+                for (int s = 0; s < n; s++) busy[s] = known ? every : _mm256_cmp_pd(xs[v][s], eps, _CMP_GT_OQ);
+                __m256d f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX], y[EXPR_OVERLAP_MAX], w = inf;
+#pragma GCC unroll 4
+                for (int s = 0; s < n; s++) {
+                    if (known) {
+                        f[s] = _mm256_set1_pd(t->by_others[s][all]), r[s] = _mm256_set1_pd(t->inv_by_others[s][all]);
+                    } else {
+                        __m256d leaf[EXPR_OVERLAP_SUBSETS / 2], rleaf[EXPR_OVERLAP_SUBSETS / 2];
+#pragma GCC unroll 8
+                        for (int k = 0; k < 1 << (n - 1); k++)
+                            leaf[k] = _mm256_set1_pd(t->by_others[s][k]), rleaf[k] = _mm256_set1_pd(t->inv_by_others[s][k]);
+#pragma GCC unroll 4
+                        for (int m = 0, o = 0; o < n; o++) {
+                            if (o == s) continue;
+#pragma GCC unroll 8
+                            for (int k = 0; k < 1 << (n - 2 - m); k++) {
+                                leaf[k] = _mm256_blendv_pd(leaf[2 * k], leaf[2 * k + 1], busy[o]);
+                                rleaf[k] = _mm256_blendv_pd(rleaf[2 * k], rleaf[2 * k + 1], busy[o]);
+                            }
+                            m++;
+                        }
+                        f[s] = leaf[0], r[s] = rleaf[0];
+                    }
+                    y[s] = _mm256_mul_pd(xs[v][s], f[s]);
+                    w = _mm256_blendv_pd(w, _mm256_min_pd(w, y[s]), busy[s]);  // w < y ? w : y, as expr_min2
+                }
+                w = _mm256_and_pd(_mm256_cmp_pd(w, inf, _CMP_LT_OQ), w);
+                total[v] = _mm256_add_pd(total[v], w);
+#pragma GCC unroll 4
+                for (int s = 0; s < n; s++) {
+                    __m256d rest = _mm256_sub_pd(xs[v][s], _mm256_mul_pd(w, r[s]));
+                    __m256d left = _mm256_cmp_pd(_mm256_sub_pd(y[s], w), eps, _CMP_GT_OQ);
+                    xs[v][s] = _mm256_blendv_pd(xs[v][s], _mm256_and_pd(left, rest), busy[s]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+            for (int s = 0; s < n; s++) total[v] = _mm256_add_pd(total[v], xs[v][s]);
+            _mm256_storeu_pd(d + j + 4 * v, total[v]);
+        }
+    }
+}
+_Static_assert(B / 4 % 8 == 0, "the AVX2 window runs whole pairs of vectors of 4 lanes");
+#define OVERLAP_AVX2_N(n_)                                                                                       \
+    static AVX2_FN void overlap##n_##_avx2(const ExprOverlapTable *t, int lanes, double *d,                      \
+                                           const double *const in[EXPR_OVERLAP_MAX]) {                           \
+        if (t->all_busy) overlap_lanes_avx2(t, n_, 1, lanes, d, in);                                             \
+        else overlap_lanes_avx2(t, n_, 0, lanes, d, in);                                                         \
+    }
+OVERLAP_AVX2_N(2)
+OVERLAP_AVX2_N(3)
+OVERLAP_AVX2_N(4)
+
+// which window kernel runs: AVX-512 where the CPU has it and MIST_NO_AVX512 is
+// not 1, else AVX2 where it has that, else the portable loops (the same
+// results: MIST_NO_AVX512=1 is a way to check that on a whole search; the
+// programs check the variable's value at start, launch_check_env). Set at
+// load time and by expr_block_set_windows.
+static int windows;
+static int windows_best(int kind) {
+    __builtin_cpu_init();
+    if (kind >= EXPR_WINDOWS_AVX512 && expr_avx512_usable(0)) return EXPR_WINDOWS_AVX512;
+    if (kind >= EXPR_WINDOWS_AVX2 && __builtin_cpu_supports("avx2")) return EXPR_WINDOWS_AVX2;
+    return EXPR_WINDOWS_PORTABLE;
+}
+__attribute__((constructor)) static void detect_windows(void) {
+    windows = windows_best(expr_avx512_usable(1) ? EXPR_WINDOWS_AVX512 : EXPR_WINDOWS_AVX2);
+}
+int expr_block_set_windows(int kind) {
+    int had = windows;
+    windows = windows_best(kind);
     return had;
 }
-#define OVERLAP_AVX512(n_)                                  \
-    if (use_avx512) {                                       \
+#define OVERLAP_SIMD(n_)                                    \
+    if (windows == EXPR_WINDOWS_AVX512) {                   \
         overlap##n_##_avx512(in->tbl, lanes, d, src);       \
+        break;                                              \
+    }                                                       \
+    if (windows == EXPR_WINDOWS_AVX2) {                     \
+        overlap##n_##_avx2(in->tbl, lanes, d, src);         \
         break;                                              \
     }
 #else
-int expr_block_set_avx512(int on) { return 0; }
-#define OVERLAP_AVX512(n_)
+int expr_block_set_windows(int kind) { return EXPR_WINDOWS_PORTABLE; }
+#define OVERLAP_SIMD(n_)
 #endif
 
 const char *expr_simd_name(void) {
 #ifdef EXPR_AVX512
-    if (use_avx512) return "avx512";  // the windows; the other loops are the avx2 clone's
+    if (windows == EXPR_WINDOWS_AVX512) return "avx512";  // the windows; the other loops are the avx2 clone's
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) return "avx2";
 #endif
@@ -314,21 +416,21 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         case PI_FILL: LOOP2(k); break;
         case PI_OVERLAP2: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, a, a};
-            OVERLAP_AVX512(2)
+            OVERLAP_SIMD(2)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 2, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 2, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP3: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, a};
-            OVERLAP_AVX512(3)
+            OVERLAP_SIMD(3)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 3, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 3, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP4: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, e};
-            OVERLAP_AVX512(4)
+            OVERLAP_SIMD(4)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 4, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
             break;

@@ -97,10 +97,12 @@ static inline int expr_avx512_usable(int env) {
     return __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
 }
 #endif
-// Overlap windows on AVX-512 where the CPU has it (the default) or on the
-// portable loops (on = 0), the same bits either way; returns whether
-// AVX-512 was in use. For tests and benchmarks, not while evaluating.
-int expr_block_set_avx512(int on);
+// The overlap windows' kernel: AVX-512 where the CPU has it (the default,
+// unless MIST_NO_AVX512=1), else AVX2, else the portable loops; the same bits
+// each way. expr_block_set_windows picks one (the best the CPU has at or
+// below kind) and returns the previous one. For tests and benchmarks.
+enum { EXPR_WINDOWS_PORTABLE = 0, EXPR_WINDOWS_AVX2 = 1, EXPR_WINDOWS_AVX512 = 2 };
+int expr_block_set_windows(int kind);
 
 // The hoisted instructions that depend on a uniform symbol in `changed` (or
 // on none): instruction i reads the slots of val its operands name and writes
