@@ -179,6 +179,45 @@ static void test_overlap(void) {
     expr_program_free(p);
     for (int i = 0; i < 4; i++) free(col[i]);
     for (int o = 0; o < 2; o++) free(out[o]);
+
+    // the rule's boundary: a stream left with exactly EXPR_OVERLAP_EPS of work after a window is
+    // dropped (x f - w > eps is false). Unit factors for the pair make y = x, and these two doubles
+    // differ by exactly 1e-12, so w = a and b's leftover is exactly eps: the window is a, not a + eps.
+    {
+        double u[16][4];
+        memcpy(u, f, sizeof u);
+        u[3][0] = u[3][1] = 1.0;
+        const double a = 1.6981213134355754e-12, b = 2.6981213134355754e-12;
+        ExprCtx *e = expr_ctx_new();
+        Expr es[2] = {ex_sym(e, "a"), ex_sym(e, "b")};
+        Expr pair_in[4] = {es[0], es[1], EXPR_NONE, EXPR_NONE}, swap_in[4] = {es[1], es[0], EXPR_NONE, EXPR_NONE};
+        Expr eo[2] = {ex_overlap(e, u, pair_in), ex_overlap(e, u, swap_in)};
+        ExprProgram *ep = expr_compile(e, eo, 2);
+        enum { NE = 64 * 2 + 3 };
+        static double ca[NE], cb[NE], o0[NE], o1[NE];
+        // the pair in even candidates, random work in odd ones (no column is uniform: the batched loops run)
+        for (int j = 0; j < NE; j++) ca[j] = j % 2 ? random_work(0.0) : a, cb[j] = j % 2 ? random_work(ca[j]) : b;
+        const double *ecols[2] = {ca, cb};
+        double *eouts[2] = {o0, o1};
+        int wrong = 0;
+        double rowv[2] = {a, b};
+        wrong += !same_double(expr_eval(e, eo[0], rowv), a);
+        for (int form = 0; form <= top; form++) {
+            expr_block_set_windows(form);
+            expr_program_eval(ep, ecols, eouts, NE);
+            for (int j = 0; j < NE; j++) {
+                double rj[2] = {ca[j], cb[j]};
+                double w0 = j % 2 ? expr_eval(e, eo[0], rj) : a, w1 = j % 2 ? expr_eval(e, eo[1], rj) : a;
+                wrong += !same_double(o0[j], w0) + !same_double(o1[j], w1);
+            }
+        }
+        expr_block_set_windows(best);
+        ok(b - a == EXPR_OVERLAP_EPS && wrong == 0,
+           "a leftover of exactly EXPR_OVERLAP_EPS is dropped: window(%.17g, %.17g) = %.17g, per candidate "
+           "among random ones, in every form (%s; %d wrong)", a, b, a, forms, wrong);
+        expr_program_free(ep);
+        expr_ctx_free(e);
+    }
     expr_ctx_free(x);
 }
 
