@@ -122,7 +122,7 @@ int expr_jit_set_isa(int isa) {
 }
 #else
 
-// ---- x86-64 encoding (Intel SDM vol. 2, 2.7: the EVEX prefix)
+// ---- x86-64 encoding (Intel SDM vol. 2: 2.3 the VEX prefix, 2.7 the EVEX prefix)
 
 typedef struct {
     unsigned char *b;
