@@ -229,16 +229,16 @@ static inline __attribute__((always_inline)) AVX512_FN void overlap_lanes_avx512
 }
 _Static_assert(B / 4 % 16 == 0, "the AVX-512 window runs whole pairs of vectors of 8 lanes");
 
-// one out-of-line function per window size (run_lanes' clones call them)
-#define OVERLAP_AVX512_N(n_)                                                                                     \
-    static AVX512_FN void overlap##n_##_avx512(const ExprOverlapTable *t, int lanes, double *d,                  \
-                                               const double *const in[EXPR_OVERLAP_MAX]) {                       \
-        if (t->all_busy) overlap_lanes_avx512(t, n_, 1, lanes, d, in);                                           \
-        else overlap_lanes_avx512(t, n_, 0, lanes, d, in);                                                       \
+// one out-of-line function per kernel and window size (run_lanes' clones call them)
+#define OVERLAP_KERNEL_N(isa_, attr_, n_)                                                                        \
+    static attr_ void overlap##n_##_##isa_(const ExprOverlapTable *t, int lanes, double *d,                      \
+                                           const double *const in[EXPR_OVERLAP_MAX]) {                           \
+        if (t->all_busy) overlap_lanes_##isa_(t, n_, 1, lanes, d, in);                                           \
+        else overlap_lanes_##isa_(t, n_, 0, lanes, d, in);                                                       \
     }
-OVERLAP_AVX512_N(2)
-OVERLAP_AVX512_N(3)
-OVERLAP_AVX512_N(4)
+OVERLAP_KERNEL_N(avx512, AVX512_FN, 2)
+OVERLAP_KERNEL_N(avx512, AVX512_FN, 3)
+OVERLAP_KERNEL_N(avx512, AVX512_FN, 4)
 
 // The same window with AVX2, four candidates per vector (CPUs without
 // AVX-512). AVX2 has no permute by a per-lane index over eight doubles, so
@@ -246,7 +246,9 @@ OVERLAP_AVX512_N(4)
 // flags, each select one vblendvpd (the portable loops' bit masks take three
 // operations per select where the compiler does not see the blend); two
 // vectors per step, as on AVX-512. The same operations on every value in the
-// same order: the same bits.
+// same order: the same bits. Its loops have overlap_lanes_avx512's shape, not
+// its code: the masks are vectors here and mask registers there, and the
+// factors a tree here and a permute there.
 #define AVX2_FN __attribute__((target("avx2"), optimize("O3", "fp-contract=off")))
 static inline __attribute__((always_inline)) AVX2_FN void overlap_lanes_avx2(
     const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
@@ -318,15 +320,9 @@ static inline __attribute__((always_inline)) AVX2_FN void overlap_lanes_avx2(
     }
 }
 _Static_assert(B / 4 % 8 == 0, "the AVX2 window runs whole pairs of vectors of 4 lanes");
-#define OVERLAP_AVX2_N(n_)                                                                                       \
-    static AVX2_FN void overlap##n_##_avx2(const ExprOverlapTable *t, int lanes, double *d,                      \
-                                           const double *const in[EXPR_OVERLAP_MAX]) {                           \
-        if (t->all_busy) overlap_lanes_avx2(t, n_, 1, lanes, d, in);                                             \
-        else overlap_lanes_avx2(t, n_, 0, lanes, d, in);                                                         \
-    }
-OVERLAP_AVX2_N(2)
-OVERLAP_AVX2_N(3)
-OVERLAP_AVX2_N(4)
+OVERLAP_KERNEL_N(avx2, AVX2_FN, 2)
+OVERLAP_KERNEL_N(avx2, AVX2_FN, 3)
+OVERLAP_KERNEL_N(avx2, AVX2_FN, 4)
 
 // which window kernel runs: AVX-512 where the CPU has it and MIST_NO_AVX512 is
 // not 1, else AVX2 where it has that, else the portable loops (the same
@@ -334,39 +330,30 @@ OVERLAP_AVX2_N(4)
 // programs check the variable's value at start, launch_check_env). Set at
 // load time and by expr_block_set_windows.
 static int windows;
-static int windows_best(int kind) {
-    __builtin_cpu_init();
-    if (kind >= EXPR_WINDOWS_AVX512 && expr_avx512_usable(0)) return EXPR_WINDOWS_AVX512;
-    if (kind >= EXPR_WINDOWS_AVX2 && __builtin_cpu_supports("avx2")) return EXPR_WINDOWS_AVX2;
-    return EXPR_WINDOWS_PORTABLE;
-}
-__attribute__((constructor)) static void detect_windows(void) {
-    windows = windows_best(expr_avx512_usable(1) ? EXPR_WINDOWS_AVX512 : EXPR_WINDOWS_AVX2);
-}
+__attribute__((constructor)) static void detect_windows(void) { windows = expr_simd_best(EXPR_SIMD_AVX512, 1); }
 int expr_block_set_windows(int kind) {
     int had = windows;
-    windows = windows_best(kind);
+    windows = expr_simd_best(kind, 0);
     return had;
 }
 #define OVERLAP_SIMD(n_)                                    \
-    if (windows == EXPR_WINDOWS_AVX512) {                   \
+    if (windows == EXPR_SIMD_AVX512) {                      \
         overlap##n_##_avx512(in->tbl, lanes, d, src);       \
         break;                                              \
     }                                                       \
-    if (windows == EXPR_WINDOWS_AVX2) {                     \
+    if (windows == EXPR_SIMD_AVX2) {                        \
         overlap##n_##_avx2(in->tbl, lanes, d, src);         \
         break;                                              \
     }
 #else
-int expr_block_set_windows(int kind) { return EXPR_WINDOWS_PORTABLE; }
+int expr_block_set_windows(int kind) { return EXPR_SIMD_NONE; }
 #define OVERLAP_SIMD(n_)
 #endif
 
 const char *expr_simd_name(void) {
 #ifdef EXPR_AVX512
-    if (windows == EXPR_WINDOWS_AVX512) return "avx512";  // the windows; the other loops are the avx2 clone's
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) return "avx2";
+    if (windows == EXPR_SIMD_AVX512) return "avx512";  // the windows; the other loops are the avx2 clone's
+    if (expr_simd_best(EXPR_SIMD_AVX2, 0) == EXPR_SIMD_AVX2) return "avx2";
 #endif
     return "baseline";
 }

@@ -85,7 +85,7 @@ const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_c
 }
 
 const char *expr_machine_code_name(void) {
-    return jit_isa == EXPR_JIT_AVX512 ? "avx512" : jit_isa == EXPR_JIT_AVX2 ? "avx2" : "none";
+    return jit_isa == EXPR_SIMD_AVX512 ? "avx512" : jit_isa == EXPR_SIMD_AVX2 ? "avx2" : "none";
 }
 
 int expr_jit_num_runs(const ExprJit *j, int *instructions) {
@@ -118,7 +118,7 @@ ExprJit *expr_jit_build(const Instr *code, int num_code, const unsigned char *pi
 }
 int expr_jit_set_isa(int isa) {
     (void)isa;
-    return EXPR_JIT_NONE;
+    return EXPR_SIMD_NONE;
 }
 #else
 
@@ -223,14 +223,14 @@ static void mov_gpr_load(Buf *o, int dst, int base, int32_t disp) {
 // constants broadcast into a register first)
 
 typedef struct {
-    int isa;           // EXPR_JIT_AVX512 or EXPR_JIT_AVX2
+    int isa;           // EXPR_SIMD_AVX512 or EXPR_SIMD_AVX2
     int bytes;         // of a vector: 64 or 32
     int alloc;         // registers 0 .. alloc - 1 hold values
     int tmp, zero, mask;  // scratch, 0.0 in every lane, the AVX2 mask (AVX-512: k1)
 } Isa;
 
-static const Isa ISA_AVX512 = {EXPR_JIT_AVX512, 64, 30, 30, 31, -1};
-static const Isa ISA_AVX2 = {EXPR_JIT_AVX2, 32, 13, 14, 15, 13};
+static const Isa ISA_AVX512 = {EXPR_SIMD_AVX512, 64, 30, 30, 31, -1};
+static const Isa ISA_AVX2 = {EXPR_SIMD_AVX2, 32, 13, 14, 15, 13};
 enum { MAX_ALLOC = 30 };
 
 typedef struct {
@@ -238,7 +238,7 @@ typedef struct {
     const Isa *isa;
 } Emit;
 
-static int avx512(const Emit *e) { return e->isa->isa == EXPR_JIT_AVX512; }
+static int avx512(const Emit *e) { return e->isa->isa == EXPR_SIMD_AVX512; }
 
 // dst = op(a, b), or with one source (v = -1: moves, rounding)
 static void v_op(const Emit *e, int map, unsigned char op, int dst, int a, int b) {
@@ -483,7 +483,7 @@ static void emit_run(Buf *o, const Isa *isa, const Flow *f, int start, int end, 
             if (f->src[4 * i + j] >= 0) last_in[f->src[4 * i + j]] = i;
     // prologue: rax = 0 (the byte offset of the first lane), the zero register
     put(o, 0x31), put(o, 0xC0);
-    if (isa->isa == EXPR_JIT_AVX512) evex(o, MAP_0F, OP_PXORQ, isa->zero, isa->zero, isa->zero, NULL, 0, 0);
+    if (isa->isa == EXPR_SIMD_AVX512) evex(o, MAP_0F, OP_PXORQ, isa->zero, isa->zero, isa->zero, NULL, 0, 0);
     else vex(o, MAP_0F, OP_XORPD, isa->zero, isa->zero, isa->zero, NULL);
     size_t top = o->n;
     for (int i = start; i < end; i++) emit_instr(&s, i);
@@ -505,25 +505,18 @@ static void emit_run(Buf *o, const Isa *isa, const Flow *f, int start, int end, 
 // with MIST_NO_JIT=1. Set at load time and by expr_jit_set_isa.
 static int isa_default(void) {
     const char *no = getenv("MIST_NO_JIT");
-    if (no && !strcmp(no, "1")) return EXPR_JIT_NONE;
-    if (expr_avx512_usable(1)) return EXPR_JIT_AVX512;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? EXPR_JIT_AVX2 : EXPR_JIT_NONE;
+    return no && !strcmp(no, "1") ? EXPR_SIMD_NONE : expr_simd_best(EXPR_SIMD_AVX512, 1);
 }
 __attribute__((constructor)) static void detect_jit(void) { jit_isa = isa_default(); }
 
 int expr_jit_set_isa(int isa) {
     int had = jit_isa;
-    __builtin_cpu_init();
-    if (isa < 0) isa = isa_default();
-    else if (isa == EXPR_JIT_AVX512 && !expr_avx512_usable(0)) isa = EXPR_JIT_NONE;
-    else if (isa == EXPR_JIT_AVX2 && !__builtin_cpu_supports("avx2")) isa = EXPR_JIT_NONE;
-    jit_isa = isa;
+    jit_isa = isa < 0 ? isa_default() : expr_simd_best(isa, 0);
     return had;
 }
 
 ExprJit *expr_jit_build(const Instr *code, int n, const unsigned char *picked) {
-    const Isa *isa = jit_isa == EXPR_JIT_AVX512 ? &ISA_AVX512 : jit_isa == EXPR_JIT_AVX2 ? &ISA_AVX2 : NULL;
+    const Isa *isa = jit_isa == EXPR_SIMD_AVX512 ? &ISA_AVX512 : jit_isa == EXPR_SIMD_AVX2 ? &ISA_AVX2 : NULL;
     if (!isa || n <= 0) return NULL;
     int max_sym = -1, max_reg = -1;
     for (int i = 0; i < n; i++) {

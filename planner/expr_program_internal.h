@@ -88,20 +88,26 @@ static inline double expr_steps1(const ExprStepTable *s, double x, double tail) 
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
 // pads a short block); a short block runs a half or a quarter of the lanes.
 void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
+// The instruction sets the planner's hand-written code targets, in order
+// (the overlap windows' kernels and the machine code both pick from them)
+enum { EXPR_SIMD_NONE = 0, EXPR_SIMD_AVX2 = 1, EXPR_SIMD_AVX512 = 2 };
+// the best of them, at most cap, that this CPU has; with env, MIST_NO_AVX512=1
+// rules AVX-512 out
+static inline int expr_simd_best(int cap, int env) {
 #if defined(__x86_64__) && defined(__GNUC__)
-// whether the planner may run AVX-512 code (the windows' kernel, machine
-// code): the CPU has AVX-512F and, with env, MIST_NO_AVX512 is not 1
-static inline int expr_avx512_usable(int env) {
     __builtin_cpu_init();
     const char *no = env ? getenv("MIST_NO_AVX512") : NULL;
-    return __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1"));
-}
+    if (cap >= EXPR_SIMD_AVX512 && __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1")))
+        return EXPR_SIMD_AVX512;
+    if (cap >= EXPR_SIMD_AVX2 && __builtin_cpu_supports("avx2")) return EXPR_SIMD_AVX2;
 #endif
+    (void)cap, (void)env;
+    return EXPR_SIMD_NONE;
+}
 // The overlap windows' kernel: AVX-512 where the CPU has it (the default,
-// unless MIST_NO_AVX512=1), else AVX2, else the portable loops; the same bits
-// each way. expr_block_set_windows picks one (the best the CPU has at or
-// below kind) and returns the previous one. For tests and benchmarks.
-enum { EXPR_WINDOWS_PORTABLE = 0, EXPR_WINDOWS_AVX2 = 1, EXPR_WINDOWS_AVX512 = 2 };
+// unless MIST_NO_AVX512=1), else AVX2, else the portable loops (NONE); the
+// same bits each way. expr_block_set_windows picks one (the best the CPU has
+// at or below kind) and returns the previous one. For tests and benchmarks.
 int expr_block_set_windows(int kind);
 
 // The hoisted instructions that depend on a uniform symbol in `changed` (or
@@ -124,11 +130,11 @@ void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, doubl
                         size_t m);
 // runs of machine code in j (0 for NULL), and the instructions they cover
 int expr_jit_num_runs(const ExprJit *j, int *instructions);
-// The instruction set of the machine code built from now on: AVX-512 where
-// the CPU has it and MIST_NO_AVX512 is not 1, else AVX2, else none; none with
-// MIST_NO_JIT=1. expr_jit_set_isa sets it (-1: that default; a set the CPU
-// lacks: none) and returns the previous one. For tests and benchmarks.
-enum { EXPR_JIT_NONE = 0, EXPR_JIT_AVX2 = 2, EXPR_JIT_AVX512 = 3 };
+// The instruction set (EXPR_SIMD_*) of the machine code built from now on:
+// AVX-512 where the CPU has it and MIST_NO_AVX512 is not 1, else AVX2, else
+// none; none with MIST_NO_JIT=1. expr_jit_set_isa sets it (-1: that default;
+// else the best the CPU has at or below isa) and returns the previous one.
+// For tests and benchmarks.
 int expr_jit_set_isa(int isa);
 // Machine code is built for a code array once it has run this many blocks
 // (building costs about what some tens of blocks save, and most programs of a

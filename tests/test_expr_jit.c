@@ -148,7 +148,7 @@ static void check_isa(int isa, const char *name, uint64_t seed) {
         fill_columns(col, N, uniform);
         expr_jit_set_isa(isa);
         bad_jit += compare(x, outs, nout, pj, col, N, out);
-        expr_jit_set_isa(EXPR_JIT_NONE);
+        expr_jit_set_isa(EXPR_SIMD_NONE);
         bad_plain += compare(x, outs, nout, pk, col, N, ref);
         expr_jit_set_isa(isa);
         without += atomic_load(&pk->jit.jit) != NULL;
@@ -263,7 +263,7 @@ int main(void) {
     const struct {
         int isa;
         const char *name, *cpu;
-    } sets[] = {{EXPR_JIT_AVX512, "AVX-512", "avx512f"}, {EXPR_JIT_AVX2, "AVX2", "avx2"}};
+    } sets[] = {{EXPR_SIMD_AVX512, "AVX-512", "avx512f"}, {EXPR_SIMD_AVX2, "AVX2", "avx2"}};
     int any = 0;
     for (int q = 0; q < 2; q++) {
         int has = 0;

@@ -106,10 +106,10 @@ static void test_overlap(void) {
     double *col[4], *out[4], row[4];
     for (int i = 0; i < 4; i++) col[i] = malloc(n * sizeof(double)), out[i] = malloc(n * sizeof(double));
     // every form of the batched window: the portable loops, AVX2's and AVX-512's where the CPU has them
-    const int best = expr_block_set_windows(EXPR_WINDOWS_AVX512);  // the default, put back after
-    const int top = expr_block_set_windows(EXPR_WINDOWS_AVX512);   // the best this CPU has
-    const char *forms = top == EXPR_WINDOWS_AVX512 ? "portable, AVX2 and AVX-512 loops"
-                        : top == EXPR_WINDOWS_AVX2 ? "portable and AVX2 loops; this CPU has no AVX-512"
+    const int best = expr_block_set_windows(EXPR_SIMD_AVX512);  // the default, put back after
+    const int top = expr_block_set_windows(EXPR_SIMD_AVX512);   // the best this CPU has
+    const char *forms = top == EXPR_SIMD_AVX512 ? "portable, AVX2 and AVX-512 loops"
+                        : top == EXPR_SIMD_AVX2 ? "portable and AVX2 loops; this CPU has no AVX-512"
                                                    : "portable loops; this CPU has neither AVX2 nor AVX-512";
     int mismatches = 0;
     for (int form = 0; form <= top; form++) {
