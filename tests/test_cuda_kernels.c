@@ -22,6 +22,7 @@
 
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu (this test links the CUDA backend)
 void cuda_attention_wgmma_forward_overlap(int on);
+long cuda_matmul_epilogue_fallbacks(void);  // kernels/cuda/matmul.cu
 
 static Backend *gpu, *cpu;
 static const double RTOL = 2e-2, ATOL_FRAC = 2e-2;
@@ -240,7 +241,11 @@ static int check_matmul_dinp_gelu(const int *p) {
     T16 dout = t16_random((size_t)N * OC, -1, 1), wt = t16_random((size_t)OC * C, -1, 1);
     T16 pre = t16_random((size_t)N * C, -3, 3), dinp = t16_out((size_t)N * C);
     cpu->matmul_dinp_gelu(cpu, NULL, dinp.h, dout.h, wt.h, pre.h, N, C, OC);
+    long fb = cuda_matmul_epilogue_fallbacks();
     gpu->matmul_dinp_gelu(gpu, NULL, dinp.d, dout.d, wt.d, pre.d, N, C, OC);
+    diag("matmul_dinp_gelu N=%d C=%d OC=%d ran %s", N, C, OC,
+         cuda_matmul_epilogue_fallbacks() > fb || C % 8 ? "unfused (the product, then the GELU's backward)"
+                                                        : "fused (cuBLASLt's DGELU epilogue)");
     int r = check16("matmul_dinp_gelu", &dinp, RTOL, ATOL_FRAC);
     t16_free(&dout); t16_free(&wt); t16_free(&pre); t16_free(&dinp);
     return r;
@@ -491,6 +496,7 @@ static const Check checks[] = {
     {"attention wgmma B=1 T=384 NH=4 NKV=2 HS=128", check_attention, {1, 384, 4, 2, 128, 2}},
     {"attention wgmma B=1 T=130 NH=2 NKV=1 HS=128 (2 rows in the last tile)", check_attention, {1, 130, 2, 1, 128, 2}},
     {"attention wgmma B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 2}},
+    {"attention wgmma B=1 T=200 NH=2 NKV=1 HS=64 (4 key blocks, 8 rows in the last)", check_attention, {1, 200, 2, 1, 64, 2}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},

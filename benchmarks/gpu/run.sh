@@ -62,6 +62,12 @@ echo "== wgmma layout probe (benchmarks/gpu/wgmma_probe.cu)"
 echo "== correctness vs the CPU backend"
 "$out/test_cuda_kernels" 2>&1 | tee "$out/test.log" || status=1
 if grep -q '^not ok' "$out/test.log"; then status=1; fi
+# on a Hopper GPU with a build for sm_90a the wgmma checks must run, not skip
+if [ "$arch" = sm_90a ] && nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | grep -q '^9\.' &&
+    grep -q 'needs the wgmma kernels' "$out/test.log"; then
+    echo "$0: a Hopper GPU, but the wgmma attention checks were skipped (see $out/test.log)" >&2
+    status=1
+fi
 
 if [ "${SANITIZE:-1}" != 0 ] && [ -x "$cuda/bin/compute-sanitizer" ]; then
     echo "== compute-sanitizer (memcheck) on the correctness test"

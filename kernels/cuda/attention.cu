@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(bf16 *dqkv, 
     bf16 *Ks = (bf16 *)att_smem, *Vs = Ks + TILE;
     bf16 *stage_q = Vs + TILE;                                    // stage s: Q tile at s * 2 * TILE, dO tile after it
     float *stat = (float *)(stage_q + STAGES * 2 * TILE);         // stage s: lse at s * 2 * ATT_ROWS, D after it
-    int nblocks = gridDim.x, kb = nblocks - 1 - blockIdx.x;  // earliest key blocks see the most queries
+    int nblocks = gridDim.x, kb = blockIdx.x;  // earliest key blocks see the most queries: first
     int kvh = blockIdx.y, bb = blockIdx.z, group = NH / NKV, per_head = nblocks - kb, steps = group * per_head;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     size_t stride = (size_t)(NH + 2 * NKV) * HS, ostride = (size_t)NH * HS;

@@ -56,14 +56,19 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
             scores_wgmma_rs<HS>(s, qf, kaddr);
             wgmma_commit();
             wgmma_wait();
+            wgmma_fence_operand<32>(&s[0][0]);
             bool diagonal = kb == qb || (kb + 1) * ATT_ROWS > T;
             softmax_tile<HS>(s, o, rp, row0, kb * ATT_ROWS, T, diagonal, scale_log2);
             uint32_t pa[4][4];
             pack_a_operand(pa, s);
+            wgmma_fence_operand<16>(&pa[0][0]);
+            wgmma_fence_operand<HS / 2>(&o[0][0]);
             wgmma_fence();
             accumulate_wgmma_rs<HS>(o, pa, vaddr);  // O += P V
             wgmma_commit();
             wgmma_wait();
+            wgmma_fence_operand<HS / 2>(&o[0][0]);
+            wgmma_fence_operand<16>(&pa[0][0]);
             __syncthreads();  // every warp is done with this stage before it is refilled
         }
     } else {
@@ -89,6 +94,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
             wgmma_fence_operand<32>(&s[0][0]);
             softmax_tile<HS>(s, o, rp, row0, 0, T, qb == 0 || ATT_ROWS > T, scale_log2);
             pack_a_operand(pa, s);
+            wgmma_fence_operand<16>(&pa[0][0]);
         }
         // steps kb < qb: block kb + 1's scores and block kb's P V in flight together (the
         // last block's P V is peeled off below, so every step commits the same two groups)
@@ -118,8 +124,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_forward_wgmma_kernel
             softmax_scores(sn, rp, row0, (kb + 1) * ATT_ROWS, T, diagonal, scale_log2, alpha_lo, alpha_hi);
             wgmma_wait();
             wgmma_fence_operand<HS / 2>(&o[0][0]);
+            wgmma_fence_operand<16>(&pa[0][0]);  // block kb's P V read pa until here
             rescale_rows<HS>(o, alpha_lo, alpha_hi);
             pack_a_operand(pa, sn);
+            wgmma_fence_operand<16>(&pa[0][0]);  // filled above the next step's fence
             __syncthreads();  // every warp is done with block kb's stage before step kb + 1 refills it
         }
         wgmma_fence_operand<HS / 2>(&o[0][0]);

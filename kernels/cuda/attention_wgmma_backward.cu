@@ -49,13 +49,19 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dq_wgmma_kernel(bf16
         scores_wgmma_ss<HS>(dp, daddr, vaddr);  // dP = dO V^T
         wgmma_commit();
         wgmma_wait();
+        wgmma_fence_operand<32>(&p[0][0]);
+        wgmma_fence_operand<32>(&dp[0][0]);
         dscores_query_rows(p, dp, kb * ATT_ROWS, r_lo, T, lse_lo, lse_hi, d_lo, d_hi, scale_log2);  // p = dS
         uint32_t pa[4][4];
         pack_a_operand(pa, p);
+        wgmma_fence_operand<16>(&pa[0][0]);
+        wgmma_fence_operand<HS / 2>(&dq[0][0]);
         wgmma_fence();
         accumulate_wgmma_rs<HS>(dq, pa, kaddr);  // dQ += dS K
         wgmma_commit();
         wgmma_wait();
+        wgmma_fence_operand<HS / 2>(&dq[0][0]);
+        wgmma_fence_operand<16>(&pa[0][0]);
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
     bf16 *dq_rows = dqkv + (size_t)bb * T * stride + (size_t)h * HS;
@@ -76,7 +82,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dkv_wgmma_kernel(bf1
     constexpr int TILE = ATT_ROWS * HS * 2, STAGE = 2 * TILE;
     unsigned char *stages = smem + 2 * TILE;
     float *stats = (float *)(stages + 2 * STAGE);
-    int nblocks = gridDim.x, kb = nblocks - 1 - blockIdx.x;  // earliest key tiles see the most queries: first
+    int nblocks = gridDim.x, kb = blockIdx.x;  // earliest key tiles see the most queries: first
     int kvh = blockIdx.y, bb = blockIdx.z, group = NH / NKV, per_head = nblocks - kb, steps = group * per_head;
     int warp = threadIdx.x / 32;
     size_t stride = (size_t)(NH + 2 * NKV) * HS, ostride = (size_t)NH * HS;
@@ -118,15 +124,25 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) attention_dkv_wgmma_kernel(bf1
         scores_wgmma_ss<HS>(dp, vaddr, daddr);  // dP^T = V dO^T
         wgmma_commit();
         wgmma_wait();
+        wgmma_fence_operand<32>(&p[0][0]);
+        wgmma_fence_operand<32>(&dp[0][0]);
         dscores_key_rows(p, dp, qb * ATT_ROWS, key_lo, T, lse_s, d_s, scale_log2);  // p = P^T, dp = dS^T
         uint32_t pa[4][4], da[4][4];
         pack_a_operand(pa, p);
         pack_a_operand(da, dp);
+        wgmma_fence_operand<16>(&pa[0][0]);
+        wgmma_fence_operand<16>(&da[0][0]);
+        wgmma_fence_operand<HS / 2>(&dv[0][0]);
+        wgmma_fence_operand<HS / 2>(&dk[0][0]);
         wgmma_fence();
         accumulate_wgmma_rs<HS>(dv, pa, daddr);  // dV += P^T dO
         accumulate_wgmma_rs<HS>(dk, da, qaddr);  // dK += dS^T Q
         wgmma_commit();
         wgmma_wait();
+        wgmma_fence_operand<HS / 2>(&dv[0][0]);
+        wgmma_fence_operand<HS / 2>(&dk[0][0]);
+        wgmma_fence_operand<16>(&pa[0][0]);
+        wgmma_fence_operand<16>(&da[0][0]);
         __syncthreads();  // every warp is done with this stage before step n + 2 refills it
     }
     bf16 *klo = dqkv + ((size_t)bb * T + key_lo) * stride + (size_t)(NH + kvh) * HS;

@@ -32,13 +32,24 @@ template <int N>
 static __device__ __forceinline__ void wgmma_wait_n(void) {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Pins d[0..N) for the compiler just before a wgmma_fence(): other instructions' writes of
+// Pins d[0..N) for the compiler. Just before a wgmma_fence(): other instructions' writes of
 // these registers (an accumulator's zeroing) stay above the fence; left free, nvcc sank
-// them between the fence and the first wgmma, where the PTX ISA allows no such access
+// them between the fence and the first wgmma, where the PTX ISA allows no such access.
+// Just after the wait that ends the wgmma writing them: reads of d stay below the wait (to
+// the compiler the wgmma's asm wrote d when it was issued, not when the result landed).
 template <int N>
 static __device__ __forceinline__ void wgmma_fence_operand(float *d) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The same for the registers of an A operand (uint32_t a[N]). Before the fence: the code that
+// fills them stays above it. After the wait that ends the wgmma reading them: their registers
+// stay live until then (to the compiler the asm read them at issue, and code after it could
+// reuse them while the tensor cores still read them)
+template <int N>
+static __device__ __forceinline__ void wgmma_fence_operand(uint32_t *a) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 // shared memory written through the generic proxy (stores, cp.async) becomes visible to wgmma's reads
 static __device__ __forceinline__ void wgmma_fence_smem(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
