@@ -168,7 +168,9 @@ static void report_hang(const Slot *s, double waited) {
              "raise it if one step can legitimately take longer, 0 turns the check off",
              context, context[0] ? ": " : "", s->what, s->count, mist_dtype_name(s->t), s->link->size, s->link->rank,
              waited, timeout);
-    ncclCommAbort(s->link->comm);  // frees the GPU from the kernel that waits
+    // No ncclCommAbort first: on a communicator whose peers are stuck it can block
+    // itself, before the report is out. MPI's abort ends every rank, and with the
+    // processes go their NCCL kernels.
     inner->abort(4, msg);
 }
 

@@ -33,10 +33,10 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     int force_staged = force && !strcmp(force, "1");
     int nccl = 0;
 #ifdef HAVE_NCCL
-    // NCCL drives one GPU per rank: a host running more ranks than it has GPUs
-    // stages, and then the whole job does.
+    // NCCL drives one GPU per rank: a rank whose GPU another rank on its host
+    // drives too (by UUID: launch.c) stages, and then the whole job does.
     const Launch *li = launch_info();
-    int own_gpu = NCCL_ON_CPU || (!on_host && li && li->local_size <= li->gpus_on_host);
+    int own_gpu = NCCL_ON_CPU || (!on_host && li && li->gpus_on_host > 0 && !li->gpu_shared);
     int votes = own_gpu && !force_staged, n = mpi->group_size(world);
     int rc = mpi->all_reduce(&votes, &votes, 1, MIST_I32, COMM_SUM, world);
     if (rc) return rc;

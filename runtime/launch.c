@@ -25,13 +25,50 @@ const Launch *launch_info(void) { return launched_ ? &launch_ : NULL; }
 // Ranks on one host share memory: MPI_Comm_split_type(SHARED) groups them,
 // so the rank inside that group is the node-local rank whatever the launcher
 // (mpirun, srun) exports.
-static int find_local_rank(Launch *L) {
-    MPI_Comm node;
-    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, L->world_rank, MPI_INFO_NULL, &node);
+// The group stays open in *node for the device comparison (MPI_COMM_NULL on error).
+static int find_local_rank(Launch *L, MPI_Comm *node) {
+    *node = MPI_COMM_NULL;
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, L->world_rank, MPI_INFO_NULL, node);
     if (rc != MPI_SUCCESS) return rc;
-    MPI_Comm_rank(node, &L->local_rank);
-    MPI_Comm_size(node, &L->local_size);
-    return MPI_Comm_free(&node);
+    MPI_Comm_rank(*node, &L->local_rank);
+    MPI_Comm_size(*node, &L->local_size);
+    return MPI_SUCCESS;
+}
+
+DeviceShare launch_device_share(const unsigned char (*ids)[16], int n, int me) {
+    static const unsigned char none[16];
+    DeviceShare d = {0, 0, 0};
+    for (int r = 0; r < n; r++) {
+        if (!memcmp(ids[r], none, 16)) continue;
+        d.ranks++;
+        int first = 1;  // the lowest rank driving this GPU counts it
+        for (int q = 0; q < r && first; q++) first = memcmp(ids[q], ids[r], 16) != 0;
+        d.gpus += first;
+        if (r != me && !memcmp(ids[r], ids[me], 16)) d.shared = 1;
+    }
+    return d;
+}
+
+// Compares the GPUs of the host's ranks (launch_device_share): fills gpus_in_use, gpu_shared.
+static void share_devices(Launch *L, MPI_Comm node) {
+    unsigned char mine[16] = {0};
+#ifdef HAVE_CUDA
+    if (L->gpus_on_host > 0 && mist_cuda_device_uuid(atoi(L->device + strlen("cuda:")), mine) != 0) {
+        // no UUID: fall back to the device number (right unless each rank sees other GPUs)
+        memcpy(mine, "cuda-device-", 12);
+        mine[12] = (unsigned char)(1 + atoi(L->device + strlen("cuda:")));
+    }
+#endif
+    L->gpus_in_use = L->gpus_on_host > 0;
+    L->gpu_shared = 0;
+    if (node == MPI_COMM_NULL) return;  // one process per host, as find_local_rank's fallback says
+    unsigned char (*ids)[16] = calloc((size_t)L->local_size, 16);
+    if (ids && MPI_Allgather(mine, 16, MPI_BYTE, ids, 16, MPI_BYTE, node) == MPI_SUCCESS) {
+        DeviceShare d = launch_device_share((const unsigned char(*)[16])ids, L->local_size, L->local_rank);
+        L->gpus_in_use = d.gpus;
+        L->gpu_shared = d.shared;
+    }
+    free(ids);
 }
 
 int launch_check_env(char *err, size_t errlen) {
@@ -106,9 +143,11 @@ int launch_init(int *argc, char ***argv, Launch *out) {
     char name[MPI_MAX_PROCESSOR_NAME];
     MPI_Get_processor_name(name, &len);
     snprintf(L->host, sizeof L->host, "%.63s", name);  // long FQDNs are cut
-    if (find_local_rank(L) != MPI_SUCCESS) {
+    MPI_Comm node;
+    if (find_local_rank(L, &node) != MPI_SUCCESS) {
         L->local_rank = 0;  // cannot tell: behave as one process per host
         L->local_size = 1;
+        node = MPI_COMM_NULL;
     }
 
 #ifdef _OPENMP
@@ -124,6 +163,8 @@ int launch_init(int *argc, char ***argv, Launch *out) {
 #endif
     char why[192];
     pick_device(L, why, sizeof why);
+    share_devices(L, node);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     // Announce the CPU fallback once for the job: the lowest rank that fell back speaks.
     int fell_back = why[0] != '\0';
     int mine = fell_back ? L->world_rank : L->world_size, first = L->world_size;
@@ -138,17 +179,17 @@ int launch_init(int *argc, char ***argv, Launch *out) {
     // Say which GPUs drive the job, once per host.
     if (L->gpus_on_host > 0 && L->local_rank == 0) {
         const char *att = getenv("MIST_CUDA_ATTENTION");  // checked by launch_check_env
-        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend%s\n", L->gpus_on_host,
-                L->gpus_on_host == 1 ? "" : "s", L->host, gpu_description_,
+        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend%s\n", L->gpus_in_use,
+                L->gpus_in_use == 1 ? "" : "s", L->host, gpu_description_,
                 att && !strcmp(att, "wide")    ? " with the experimental wide attention kernels (MIST_CUDA_ATTENTION)"
                 : att && !strcmp(att, "wgmma") ? " with the experimental wgmma attention forward (MIST_CUDA_ATTENTION)"
                                                : "");
         fflush(stderr);
     }
     // Oversubscribed GPUs work (ranks share a device) but are slower: say so once per host.
-    if (L->gpus_on_host > 0 && L->local_size > L->gpus_on_host && L->local_rank == 0) {
-        fprintf(stderr, "mist: %d ranks share %d GPU%s on %s\n", L->local_size, L->gpus_on_host,
-                L->gpus_on_host == 1 ? "" : "s", L->host);
+    if (L->gpus_on_host > 0 && L->local_size > L->gpus_in_use && L->local_rank == 0) {
+        fprintf(stderr, "mist: %d ranks share %d GPU%s on %s\n", L->local_size, L->gpus_in_use,
+                L->gpus_in_use == 1 ? "" : "s", L->host);
         fflush(stderr);
     }
     launched_ = 1;

@@ -13,6 +13,8 @@ typedef struct {
     char host[64];
     char device[32];             // "cpu" or "cuda:N"
     int gpus_on_host;            // usable GPUs this process sees (0 without CUDA)
+    int gpus_in_use;             // different GPUs the ranks on this host drive (by UUID; 0 without CUDA)
+    int gpu_shared;              // 1 when another rank on this host drives this rank's GPU too
     int thread_level;            // MPI thread support granted (MPI_THREAD_*)
 } Launch;
 
@@ -24,6 +26,16 @@ typedef struct {
 // MIST_DEVICE=cpu in the environment forces the CPU backend without a message.
 // Returns 0, or 1 when MPI could not start (a message is on stderr).
 int launch_init(int *argc, char ***argv, Launch *out);
+
+// Which ranks of a host share a GPU, from the 16-byte UUID of the device each drives
+// (ids[r] all zero: rank r has no GPU). Device numbers do not tell: a scheduler may show
+// each rank one GPU of its own (Slurm --gpus-per-task=1), which every rank then calls
+// device 0. gpus: different GPUs among the ids; ranks: ids that name a GPU; shared:
+// whether rank `me`'s GPU is also another rank's.
+typedef struct {
+    int gpus, ranks, shared;
+} DeviceShare;
+DeviceShare launch_device_share(const unsigned char (*ids)[16], int n, int me);
 
 // The environment variables that pick a backend or kernels, checked before
 // any work: MIST_DEVICE (unset, or "cpu") and MIST_CUDA_ATTENTION (unset,

@@ -52,9 +52,9 @@ static Backend *device_backend(const Launch *L, char *err, size_t errlen) {
         snprintf(err, errlen, "no GPU for this rank (device %s)", L->device);
         return NULL;
     }
-    if (L->local_size > L->gpus_on_host) {
-        snprintf(err, errlen, "%d ranks on a host with %d GPUs: NCCL needs one GPU per rank", L->local_size,
-                 L->gpus_on_host);
+    if (L->gpu_shared) {
+        snprintf(err, errlen, "%d ranks share %d GPUs on this host: NCCL needs one GPU per rank", L->local_size,
+                 L->gpus_in_use);
         return NULL;
     }
     Backend *b = backend_cuda_create(MIST_BF16, atoi(L->device + 5), err, errlen);

@@ -197,6 +197,36 @@ static void test_bad_plans(const CommBackend *C, int world) {
     check(grid_check_plan(&plan, err, sizeof err) == 2, "0 stages is rejected: %s", err);
 }
 
+// launch_device_share: which ranks of a host share a GPU, by the GPUs' UUIDs (the same
+// answer on every rank: the checks are collective)
+static void test_device_share(void) {
+    unsigned char ids[8][16];
+    memset(ids, 0, sizeof ids);
+    for (int r = 0; r < 8; r++) ids[r][0] = 0xa0, ids[r][15] = (unsigned char)r;  // 8 GPUs of their own
+    int shared = 0;
+    DeviceShare d = {0, 0, 0};
+    for (int me = 0; me < 8; me++) {
+        d = launch_device_share((const unsigned char(*)[16])ids, 8, me);
+        shared |= d.shared;
+    }
+    check(d.gpus == 8 && d.ranks == 8 && !shared, "device share: 8 ranks, 8 UUIDs: 8 GPUs, none shared (%d, %d)",
+          d.gpus, d.ranks);
+    for (int r = 0; r < 4; r++) ids[r][15] = (unsigned char)(r % 2);  // A B A B
+    int all = 1;
+    for (int me = 0; me < 4; me++) all &= launch_device_share((const unsigned char(*)[16])ids, 4, me).shared;
+    d = launch_device_share((const unsigned char(*)[16])ids, 4, 0);
+    check(d.gpus == 2 && d.ranks == 4 && all, "device share: A B A B: 2 GPUs, every rank shares (%d)", d.gpus);
+    ids[2][15] = 0;  // A B A: only the two A ranks share
+    DeviceShare a = launch_device_share((const unsigned char(*)[16])ids, 3, 2);
+    DeviceShare b = launch_device_share((const unsigned char(*)[16])ids, 3, 1);
+    check(a.shared && !b.shared && a.gpus == 2, "device share: A B A: rank 2 shares, rank 1 does not");
+    memset(ids[0], 0, 16), memset(ids[2], 0, 16);  // none, A, none: CPU ranks share nothing
+    DeviceShare c0 = launch_device_share((const unsigned char(*)[16])ids, 3, 0);
+    DeviceShare c1 = launch_device_share((const unsigned char(*)[16])ids, 3, 1);
+    check(!c0.shared && !c1.shared && c1.gpus == 1 && c1.ranks == 1,
+          "device share: ranks without a GPU count neither as GPUs nor as sharing");
+}
+
 int main(int argc, char **argv) {
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
@@ -205,6 +235,9 @@ int main(int argc, char **argv) {
     check(L.local_rank >= 0 && L.local_rank < L.local_size && L.local_size <= L.world_size,
           "launch: local rank %d of %d", L.local_rank, L.local_size);
     check(strcmp(L.device, "cpu") == 0 || strncmp(L.device, "cuda:", 5) == 0, "launch: device '%s'", L.device);
+    check(strcmp(L.device, "cpu") != 0 || (L.gpus_in_use == 0 && L.gpu_shared == 0),
+          "launch: a CPU rank drives no GPU (%d in use, shared %d)", L.gpus_in_use, L.gpu_shared);
+    test_device_share();
     if (me == 0) test_all_layouts();
     else check(1, "");  // keep the collective checks in step with rank 0
     int tested = 0;

@@ -30,3 +30,13 @@ extern "C" void mist_cuda_probe(CudaProbe *out) {
     out->cc_major = p.major;
     out->cc_minor = p.minor;
 }
+
+extern "C" int mist_cuda_device_uuid(int device, unsigned char uuid[16]) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    memcpy(uuid, p.uuid.bytes, 16);
+    return 0;
+}

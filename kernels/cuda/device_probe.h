@@ -18,6 +18,11 @@ typedef struct {
 
 void mist_cuda_probe(CudaProbe *out);
 
+// The 16-byte UUID of device `device` (what tells two processes whether they
+// drive the same GPU: each numbers the devices it sees from 0, and a scheduler
+// may show every rank a different one). 0, or -1 on any error.
+int mist_cuda_device_uuid(int device, unsigned char uuid[16]);
+
 #ifdef __cplusplus
 }
 #endif
