@@ -155,15 +155,17 @@ static double now_seconds(void) {
 }
 
 static void report_hang(const CommRequest *r, double waited) {
-    char peer[48] = "", msg[768];
+    char peer[48] = "", elems[64] = "", msg[768];
     if (r->peer >= 0) snprintf(peer, sizeof peer, " with rank %d of the group", r->peer);
+    if (strcmp(r->what, "barrier"))  // a barrier moves no elements
+        snprintf(elems, sizeof elems, " of %zu %s elements", r->count, mist_dtype_name(r->dtype));
     snprintf(msg, sizeof msg,
-             "%s%s%s of %zu %s elements%s, on a group of %d ranks (this rank is %d in it), has not completed after "
+             "%s%s%s%s%s, on a group of %d ranks (this rank is %d in it), has not completed after "
              "%.0f s. The other ranks of the group have not joined it: one may have died, be stuck, or be running a "
              "different operation (their own reports, if any, name theirs). Hint: [cluster] comm_timeout = %g s; "
              "raise it if one step can legitimately take longer, 0 turns the check off",
-             wait_context[0] ? wait_context : "", wait_context[0] ? ": " : "", r->what, r->count,
-             mist_dtype_name(r->dtype), peer, r->group_size, r->group_rank, waited, wait_timeout);
+             wait_context[0] ? wait_context : "", wait_context[0] ? ": " : "", r->what, elems, peer, r->group_size,
+             r->group_rank, waited, wait_timeout);
     mpi_abort(4, msg);
 }
 

@@ -98,6 +98,16 @@ static int link_of(const CommGroup *g, const Link **out) {
     int rc = inner->broadcast(&boot, sizeof boot, MIST_U8, 0, (CommGroup *)g);
     if (rc) return rc;
     if (!boot.ok) return ERR_NCCL_INIT;
+    // ncclCommInitRank waits for every member without a limit: meet in a barrier first,
+    // whose wait runs into [cluster] comm_timeout with the hang report when one never comes
+    char ctx[sizeof context + 64];
+    snprintf(ctx, sizeof ctx, "%s%screating an NCCL communicator", context, context[0] ? ": " : "");
+    inner->set_context(ctx);
+    CommRequest *met = NULL;
+    rc = inner->ibarrier((CommGroup *)g, &met);
+    if (!rc) rc = inner->wait(met);
+    inner->set_context(context);
+    if (rc) return rc;
     rc = nccl_rc(ncclCommInitRank(&l.comm, l.size, boot.id, l.rank), NULL);
     if (rc) return rc;
     made++;

@@ -15,16 +15,26 @@ for prog in test_comm test_comm_nccl_fake; do
         [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ] || tap_diag "$out"
     done
 done
-# a device collective that never completes on the NCCL path runs into the timeout (1 s here): every
-# rank reports it, naming the operation and the context, and the job ends with exit code 4
-t0=$(date +%s)
-out=$(timeout 60 sh -c "mpirun --oversubscribe -np 2 '$MIST_BUILDDIR/tests/test_comm_nccl_fake' --hang </dev/null" 2>&1)
-rc=$?
-dt=$(( $(date +%s) - t0 ))
-reports=$(printf '%s\n' "$out" | grep -c 'hang test: NCCL all_reduce of 4 f32 elements, on a group of 2 ranks .* has not completed after 1 s')
-[ "$rc" -eq 4 ] && [ "$reports" -ge 1 ] && [ "$dt" -lt 30 ]
-tap_ok $? "NCCL path, a collective that never completes: exit 4 in ${dt} s with the hang report ($reports rank(s) reported; rc $rc)"
-[ "$rc" -eq 4 ] || tap_diag "$out"
+# hang_case MODE PATTERN NAME: test_comm_nccl_fake MODE at 2 ranks (1 s timeout) must end
+# the job with exit code 4 within seconds, a rank's report matching PATTERN
+hang_case() {
+    t0=$(date +%s)
+    out=$(timeout 60 sh -c "mpirun --oversubscribe -np 2 '$MIST_BUILDDIR/tests/test_comm_nccl_fake' $1 </dev/null" 2>&1)
+    rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    reports=$(printf '%s\n' "$out" | grep -c "$2")
+    [ "$rc" -eq 4 ] && [ "$reports" -ge 1 ] && [ "$dt" -lt 30 ]
+    tap_ok $? "$3: exit 4 in ${dt} s with the hang report ($reports rank(s) reported; rc $rc)"
+    [ "$rc" -eq 4 ] || tap_diag "$out"
+}
+# a device collective that never completes on the NCCL path: every rank reports it, naming the
+# operation and the context
+hang_case --hang 'hang test: NCCL all_reduce of 4 f32 elements, on a group of 2 ranks .* has not completed after 1 s' \
+    "NCCL path, a collective that never completes"
+# a member that never reaches a communicator's creation: the barrier before ncclCommInitRank
+# (which itself would wait without a limit) runs into the timeout on the rank that did
+hang_case --hang-init 'init test: creating an NCCL communicator: barrier, on a group of 2 ranks .* has not completed after 1 s' \
+    "NCCL path, a member that never joins the communicator's creation"
 
 # NCCL itself (builds with NCCL): runs where every rank has a GPU of its own, else skips saying why
 if [ -x "$MIST_BUILDDIR/tests/test_comm_nccl_gpu" ]; then

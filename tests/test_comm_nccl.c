@@ -18,6 +18,7 @@
 // rank reports it and the job ends with exit code 4.
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>  // sleep (--hang-init)
 
 #include <nccl.h>
 #include "runtime/comm_mpi.h"
@@ -88,6 +89,25 @@ static int hang_mode(const CommBackend *mpi, CommGroup *world) {
     fprintf(stderr, "rank %d: the hung all_reduce returned %d instead of ending the job\n", me, rc);
     return 1;
 }
+
+// --hang-init: rank 1 never reaches the communicator's creation that a device all-reduce
+// starts on rank 0; a 1 s timeout ends the job (exit 4) instead of NCCL's unbounded init
+static int hang_init_mode(const CommBackend *mpi, CommGroup *world) {
+    char err[512];
+    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
+    if (!dev_be) return 1;
+    C = comm_nccl_backend(mpi, dev_be);
+    C->set_timeout(1.0);
+    C->set_context("init test");
+    if (me != 0) {
+        sleep(30);  // stuck elsewhere; the job must have ended long before
+        return 1;
+    }
+    float *d = buf_alloc(4 * sizeof(float));
+    int rc = C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world);
+    fprintf(stderr, "rank %d: the all_reduce without its peer returned %d instead of ending the job\n", me, rc);
+    return 1;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -102,6 +122,7 @@ int main(int argc, char **argv) {
     if (suite_groups(n, &world, &odd, &grid)) return 1;
 #ifdef MIST_FAKE_NCCL
     if (argc > 1 && !strcmp(argv[1], "--hang")) return hang_mode(mpi, world);
+    if (argc > 1 && !strcmp(argv[1], "--hang-init")) return hang_init_mode(mpi, world);
 #endif
 
     char err[512];
