@@ -1,0 +1,90 @@
+#!/bin/sh
+# Random plans on the CPU backend under mpirun, a new sample on every run (the
+# seed is printed; MIST_TEST_SEED=N repeats a sample, MIST_RANDOM_PLANS=K sets
+# how many, default 6). Each plan draws a model (GPT with a tied or untied
+# embedding and a vocabulary of 256 or 258, Llama with GQA, Llama with
+# parallel blocks, Falcon-style with one kv head), 1-4 pipeline stages of 1-4
+# layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow, ZeRO 0-3,
+# any number of checkpointed blocks and offload ratios in eighths and tenths;
+# G 1-6; at most 8 ranks. Per plan, fp32, 6 steps:
+#   - the per-step losses equal the 1-rank run's of the same model within 1e-5
+#     relative (the plans differ from it only in the fp32 summation order);
+#   - every rank's measured arena peaks (device and host) equal the runtime's
+#     prediction and its stage's planned bytes (mist-plan --analyze), exactly.
+# The fixed matrices of train_*.sh and plan_runtime_memory.sh cover each
+# feature; this samples their combinations.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, loss_diff, peaks
+TRAIN="$MIST_BUILDDIR/mist-train"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-random-plans.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+SEED=${MIST_TEST_SEED:-$(( $(date +%s) % 1000000 ))}
+N=${MIST_RANDOM_PLANS:-6}
+COMMON="-o train.steps=6 -o train.lr=1e-3 -o train.warmup=2 -o log.interval=1 -o data.val_interval=0
+ -o model.seq_len=32 -o train.precision=fp32 -o checkpoint.keep=1"
+tap_diag "seed $SEED ($N plans; MIST_TEST_SEED=$SEED repeats them)"
+
+# one plan per line: name model tied vocab G layers global_batch, then per stage
+# layers/dp/tp/zero/ckpt/wo/go/oo/ao
+awk -v seed="$SEED" -v n="$N" 'BEGIN {
+    srand(seed)
+    split("gpt gpt llama llama-par falcon", models, " ")
+    split("0 0 0 0.125 0.25 0.3 0.5 0.7 0.875 1", offs, " ")
+    for (i = 0; i < n; i++) {
+        m = models[1 + int(rand() * 5)]
+        tied = m == "gpt" ? int(rand() * 2) : 0
+        vocab = m == "gpt" && rand() < 0.3 ? 258 : 256
+        S = 1 + int(rand() * 4); G = 1 + int(rand() * 6)
+        ranks = 0; lcm = 1; L = 0; spec = ""
+        for (s = 0; s < S; s++) {
+            lay = 1 + int(rand() * 4); dp = 1 + int(rand() * 4); tp = 1
+            # tp divides the heads (4) and the kv heads: 4 for GPT, 2 for Llama, 1 for Falcon-style
+            if (rand() < 0.35) tp = m == "gpt" ? (rand() < 0.5 ? 2 : 4) : m == "falcon" ? 1 : 2
+            if (ranks + dp * tp > 8 - (S - s - 1)) { dp = 1; tp = 1 }
+            ranks += dp * tp; L += lay
+            a = lcm; b = dp; while (b) { t = a % b; a = b; b = t }; lcm = lcm * dp / a
+            spec = spec sprintf(" %d/%d/%d/%d/%d/%s/%s/%s/%s", lay, dp, tp, int(rand() * 4), int(rand() * (lay + 1)),
+                                offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)],
+                                offs[1 + int(rand() * 10)])
+        }
+        printf "p%02d %s %d %d %d %d %d%s\n", i, m, tied, vocab, G, L, lcm * G * (1 + int(rand() * 2)), spec
+    }
+}' >"$W/plans"
+
+while read -r id model tied vocab G layers gb stages; do
+    case $model in
+        llama) ini=$MIST_SRCDIR/examples/tiny-llama.ini extra= ;;
+        llama-par) ini=$MIST_SRCDIR/examples/tiny-llama.ini extra="-o model.parallel_block=1" ;;
+        falcon) ini=$MIST_SRCDIR/examples/tiny-falcon.ini extra= ;;
+        *) ini=$MIST_SRCDIR/examples/tiny.ini extra= ;;
+    esac
+    model_args="$extra -o model.layers=$layers -o model.tied_embeddings=$tied -o model.vocab=$vocab -o train.global_batch=$gb"
+    s=0 nr=0 plan_args=
+    for spec in $stages; do
+        IFS=/ read -r lay dp tp zero ckpt wo go oo ao <<EOF
+$spec
+EOF
+        plan_args="$plan_args -o stage.$s.layers=$lay -o stage.$s.dp=$dp -o stage.$s.tp=$tp -o stage.$s.b=$((gb / (dp * G)))"
+        plan_args="$plan_args -o stage.$s.zero=$zero -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
+        plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao"
+        s=$((s + 1)) nr=$((nr + dp * tp))
+    done
+    # (run, from lib_train.sh, sets ini, np and name: this loop uses other names)
+    # shellcheck disable=SC2086
+    run "$ini" 1 "$id.ref" $model_args -o plan.stages=1 -o plan.G=1 -o stage.0.layers="$layers" -o stage.0.dp=1 \
+        -o stage.0.tp=1 -o stage.0.b="$gb"
+    rc_ref=$?
+    # shellcheck disable=SC2086
+    run "$ini" "$nr" "$id" $model_args $plan_args -o plan.stages=$s -o plan.G="$G"
+    rc=$?
+    ld=$(loss_diff "$W/$id.ref.jsonl" "$W/$id.jsonl")
+    set -- $(peaks "$W/$id.json")
+    exact=$5 ranks=$6
+    [ $rc -eq 0 ] || tail -3 "$W/$id.out" | sed 's/^/#   train: /'
+    [ $rc_ref -eq 0 ] || tail -3 "$W/$id.ref.out" | sed 's/^/#   1 rank: /'
+    [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
+        awk -v d="$ld" 'BEGIN { exit !(d <= 1e-5) }'
+    tap_ok $? "$id: $model tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao:$stages), \
+$nr ranks: losses within $ld of 1 rank, peaks exact: $exact"
+done <"$W/plans"
+tap_end
