@@ -152,8 +152,11 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
     fprintf(f, "model: %d %sblocks, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d, %lld parameters\n", m->layers,
             m->parallel_block ? "parallel " : "", m->hidden, m->heads, kv, m->ffn_hidden, m->seq_len, m->vocab,
             (long long)a->params_total);
-    fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks, hardware %s%s, %s per device\n\n", a->num_stages,
-            a->G, a->world, a->hardware, a->staged_collectives ? " (collectives staged through host memory)" : "",
+    // the node shape the collectives and the host memory were priced on (tp inside a node)
+    int nodes = (a->world + a->ranks_per_node - 1) / a->ranks_per_node;
+    fprintf(f, "plan: %d stage(s), G = %d micro-batches, %d ranks (%d node(s) x %d), hardware %s%s, %s per device\n\n",
+            a->num_stages, a->G, a->world, nodes, a->ranks_per_node, a->hardware,
+            a->staged_collectives ? " (collectives staged through host memory)" : "",
             human((double)a->capacity, b1, sizeof b1));
     fprintf(f, "%-5s %-9s %-7s %3s %-11s %-5s %-23s %11s %11s %11s %11s %s\n", "stage", "layers", "mesh", "b", "zero",
             "ckpt", "offload w/g/o/a", "t", "d", "peak fwd", "peak bwd", "fits");
@@ -214,8 +217,9 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if ((unsigned char)*c >= 0x20) fputc(*c, f);
     }
     fprintf(f, "\", \"staged_collectives\": %s, \"capacity_bytes\": %lld, \"host_capacity_bytes\": %lld, "
-               "\"world_size\": %d, \"G\": %d, \"global_batch\": %lld, ", a->staged_collectives ? "true" : "false",
-            (long long)a->capacity, (long long)a->host_capacity, a->world, a->G, (long long)cfg->train.global_batch);
+               "\"world_size\": %d, \"ranks_per_node\": %d, \"G\": %d, \"global_batch\": %lld, ",
+            a->staged_collectives ? "true" : "false", (long long)a->capacity, (long long)a->host_capacity, a->world,
+            a->ranks_per_node, a->G, (long long)cfg->train.global_batch);
     fprintf(f, "\"fits\": %s, \"stages\": [", a->all_fit ? "true" : "false");
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];

@@ -39,8 +39,10 @@ static void usage(FILE *f) {
             "([plan] + [stage.N]) or the config's own [plan].\n"
             "\n"
             "search options:\n"
-            "  --nodes N                nodes (default: [cluster] nodes)\n"
-            "  --gpus-per-node M        devices per node (default: [cluster] gpus_per_node)\n"
+            "  --nodes N                nodes (default: [cluster] nodes; with --analyze too: the plan's\n"
+            "                           ranks must equal N x M)\n"
+            "  --gpus-per-node M        devices per node (default: [cluster] gpus_per_node; with --analyze\n"
+            "                           too: the node shape the plan is priced on)\n"
             "  --space NAME             megatron | zero | ckpt | offload | full (default: [plan] space)\n"
             "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
             "  --compare                also search every smaller space (megatron, zero, ckpt, offload)\n"
@@ -112,7 +114,7 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
 
 // Write the plan atomically (a reader never sees half a file; /dev/null or a FIFO is
 // written in place, not replaced).
-static int write_plan_file(const Plan *plan, const char *path) {
+static int write_plan_file(const Plan *plan, const SearchOptions *so, const char *hw_arg, const char *path) {
     char *text = NULL, err[512];
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -120,8 +122,17 @@ static int write_plan_file(const Plan *plan, const char *path) {
         fprintf(stderr, "mist-plan: --out %s: out of memory\n", path);
         return 2;
     }
-    fprintf(f, "; written by mist-plan: the fastest plan found; mist-train -o plan.file=%s, or mist-plan --analyze\n",
-            path);
+    // The node shape and profile it was priced on (--analyze needs both to predict the same), in
+    // lines that stay under the INI reader's 200 characters whatever the paths: no path here,
+    // and a profile named by a long path goes on a line of its own.
+    int short_hw = strlen(hw_arg) <= 40;
+    fprintf(f, "; written by mist-plan: the fastest plan found for %d node(s) x %d GPU(s)\n", so->nodes,
+            so->gpus_per_node);
+    if (strlen(hw_arg) <= 180) fprintf(f, "; hardware: %s\n", hw_arg);
+    else fprintf(f, "; hardware: a profile file (its path is too long to name here)\n");
+    fprintf(f, "; train: mist-train CONFIG -o plan.file=THIS_FILE; predict: mist-plan CONFIG --analyze THIS_FILE\n");
+    fprintf(f, ";   --nodes %d --gpus-per-node %d --hardware %s\n", so->nodes, so->gpus_per_node,
+            short_hw ? hw_arg : "(the hardware above)");
     plan_write_ini(plan, f);
     int rc = fclose(f) == 0 && text ? mist_write_file_atomic(path, text, len, err, sizeof err) : -1;
     if (rc) fprintf(stderr, "mist-plan: --out %s: writing the plan failed: %s\n", path, text ? err : "out of memory");
@@ -130,8 +141,9 @@ static int write_plan_file(const Plan *plan, const char *path) {
 }
 
 // Search, print the plan in the --analyze format plus the statistics, write it.
-static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
-                             const char *out_path, int json, int compare) {
+// hw_arg: the profile as named on the command line or in [cluster] (for the plan file's header)
+static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const char *hw_arg, const OpTable *table,
+                             const SearchOptions *so, const char *out_path, int json, int compare) {
     static SearchResult r;
     SearchStats st;
     char err[1024];
@@ -176,7 +188,7 @@ static int search_and_report(const MistConfig *cfg, const HwProfile *hw, const O
         return 3;
     }
     if (out_path) {
-        if (write_plan_file(&r.plan, out_path) != 0) return 2;
+        if (write_plan_file(&r.plan, so, hw_arg, out_path) != 0) return 2;
         if (!json) printf("plan written to %s\n", out_path);
     } else if (!json) {
         printf("(--out PLAN.ini saves this plan)\n");
@@ -272,10 +284,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-plan: --frontier-max 1: a sample keeps both ends of a frontier; allowed: 2 or more\n");
         return 2;
     }
-    if (analyze && (space_name || out_path || nodes || gpn || frontier_max || threads || compare)) {
-        fprintf(stderr, "mist-plan: --space, --out, --nodes, --gpus-per-node, --frontier-max, --threads and --compare "
-                        "belong to a "
-                        "search; "
+    if (analyze && (space_name || out_path || frontier_max || threads || compare)) {
+        fprintf(stderr, "mist-plan: --space, --out, --frontier-max, --threads and --compare belong to a search; "
                         "--analyze evaluates a fixed plan (hint: drop --analyze to search)\n");
         return 2;
     }
@@ -290,6 +300,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;
     }
+    // --analyze prices the plan on the node shape given here, as the search that wrote it did
+    if (analyze && nodes) cfg.cluster.nodes = nodes;
+    if (analyze && gpn) cfg.cluster.gpus_per_node = gpn;
     // the hardware profile (--hardware, else [cluster] hardware, else cpu) and the op table
     HwProfile hw;
     const char *hw_name = hardware ? hardware : cfg.cluster.hardware[0] ? cfg.cluster.hardware : "cpu";
@@ -322,7 +335,7 @@ int main(int argc, char **argv) {
 #else
         so.threads = 1;
 #endif
-        int rc = search_and_report(&cfg, &hw, tablep, &so, out_path, json, compare);
+        int rc = search_and_report(&cfg, &hw, hw_name, tablep, &so, out_path, json, compare);
         if (tablep) optable_free(tablep);
         return rc;
     }
@@ -343,6 +356,13 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    if (nodes && gpn && plan_world_size(&plan) != nodes * gpn) {
+        fprintf(stderr, "mist-plan: --analyze: the plan runs %d ranks, but --nodes %d x --gpus-per-node %d = %d devices "
+                        "(hint: the node shape the plan was searched for, named in the plan file's first lines)\n",
+                plan_world_size(&plan), nodes, gpn, nodes * gpn);
+        if (tablep) optable_free(tablep);
+        return 2;
+    }
     static PlanAnalysis an;
     int rc = plan_analyze(&an, &cfg, &plan, &hw, tablep, err, sizeof err);
     if (tablep) optable_free(tablep);

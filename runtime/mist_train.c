@@ -279,8 +279,11 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, int save
         snprintf(path, sizeof path, "%s/plan.ini", cfg->checkpoint.dir);
         FILE *m = open_memstream(&text, &len);
         if (m) {
-            fprintf(m, "; the plan mist-train chose ([plan] mode = auto) for %d rank(s); reuse: -o plan.file=%s\n",
-                    nodes * gpus_per_node, path);
+            // no path in the file: its lines must stay under the INI reader's 200 characters
+            fprintf(m, "; the plan mist-train chose ([plan] mode = auto) for %d rank(s) (%d node(s) x %d)\n",
+                    nodes * gpus_per_node, nodes, gpus_per_node);
+            if (strlen(hw.name) <= 180) fprintf(m, "; hardware: %s\n", hw.name);
+            fprintf(m, "; reuse it: -o plan.file=THIS_FILE\n");
             plan_write_ini(plan, m);
             fclose(m);
         }

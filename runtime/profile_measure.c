@@ -286,12 +286,15 @@ char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const cha
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
-    fprintf(f, "; written by %s: base %s, %d node(s) x %d rank(s), collectives on %s\n", who, base, m->nodes,
-            m->per_node, comm);
-    fprintf(f, "; measured: [host] h2d, d2h");
-    for (int i = 0; i < m->num_shapes; i++) fprintf(f, ", [collective] %dx%d", m->shape[i][0], m->shape[i][1]);
-    if (m->have_factors) fprintf(f, ", reduce_scatter_factor, all_reduce_factor");
-    fprintf(f, "; every other value is the base's\n");
+    // Comment lines stay under the INI reader's 200 characters (planner/profile.c refuses longer
+    // ones): a long base path is not named, and the measured shapes wrap (a 64-node job has 27).
+    fprintf(f, "; written by %s over base %s, %d node(s) x %d rank(s)\n", who,
+            strlen(base) <= 120 ? base : "(a profile file whose path is too long to name here)", m->nodes, m->per_node);
+    fprintf(f, "; collectives on %.180s\n", comm);
+    fprintf(f, "; measured: [host] h2d, d2h%s; [collective]", m->have_factors ? ", reduce_scatter_factor, all_reduce_factor" : "");
+    for (int i = 0; i < m->num_shapes; i++)
+        fprintf(f, "%s%dx%d", i && i % 16 == 0 ? "\n;   " : " ", m->shape[i][0], m->shape[i][1]);
+    fprintf(f, "\n; every other value is the base's\n");
     profile_write_ini(p, f);
     fclose(f);
     return buf;

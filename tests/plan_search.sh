@@ -39,6 +39,37 @@ iter_analyze=$("$PLAN" "$TINY" --analyze "$tmp/p.ini" | grep '^iteration: ')
 [ -n "$iter_search" ] && [ "$iter_search" = "$iter_analyze" ]
 tap_ok $? "--analyze of the written plan predicts the same iteration ($iter_search / $iter_analyze)"
 
+# a search on another node shape than the config's [cluster] (4 nodes x 1 L4: data parallelism
+# between nodes), written under a path longer than an INI line: the file's first lines name the
+# shape and hardware, --analyze with them predicts the search's time, without them it prices the
+# config's shape (and says so), and a shape that does not hold the plan's ranks is refused
+ONE="-o model.hidden=2048 -o model.heads=16 -o model.kv_heads=16 -o model.ffn_hidden=8192 -o model.layers=2
+ -o model.seq_len=512 -o train.global_batch=4 $AUTO"
+long="$tmp/$(printf 'd%.0s' $(seq 1 150))"
+mkdir -p "$long"
+# shellcheck disable=SC2086
+s4=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --nodes 4 --gpus-per-node 1 --hardware l4 --space megatron \
+    --out "$long/p.ini" 2>&1 | grep '^iteration: ')
+# shellcheck disable=SC2086
+a4=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --nodes 4 --gpus-per-node 1 \
+    --hardware l4 2>&1)
+# shellcheck disable=SC2086
+a1=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --hardware l4 2>&1)
+# shellcheck disable=SC2086
+"$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --nodes 2 --gpus-per-node 1 \
+    >/dev/null 2>"$tmp/err"; rc=$?
+[ -n "$s4" ] && [ "$s4" = "$(printf '%s\n' "$a4" | grep '^iteration: ')" ] &&
+    grep -q '^;   --nodes 4 --gpus-per-node 1 --hardware l4$' "$long/p.ini" && awk 'length($0) > 199 { exit 1 }' "$long/p.ini"
+ok_same=$?
+printf '%s\n' "$a4" | grep -q '^plan: .* 4 ranks (4 node(s) x 1), hardware l4' &&
+    printf '%s\n' "$a1" | grep -q '^plan: .* 4 ranks (1 node(s) x 4), hardware l4' &&
+    [ "$(printf '%s\n' "$a1" | grep '^iteration: ')" != "$s4" ] &&
+    [ $rc -eq 2 ] && grep -q 'the plan runs 4 ranks, but --nodes 2 x --gpus-per-node 1 = 2 devices' "$tmp/err"
+ok_shape=$?
+[ $ok_same -eq 0 ] && [ $ok_shape -eq 0 ]
+tap_ok $? "--out names the node shape and hardware; --analyze with them predicts the search's time ($s4), \
+without them prices [cluster]'s 1 x 4, a shape without the plan's ranks exits 2 (rc $rc)"
+
 "$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --json >"$tmp/s.json" 2>"$tmp/err"; rc=$?
 "$PLAN" "$TINY" --analyze "$tmp/p.ini" --json >"$tmp/a.json"
 js=$(grep -o '"iteration_seconds": [^,]*' "$tmp/s.json"); ja=$(grep -o '"iteration_seconds": [^,]*' "$tmp/a.json")
@@ -120,20 +151,23 @@ tap_ok $? "an unknown --space exits 2 naming the allowed ones"
 tap_ok $? "GPT-3 22B on one L4 without offloading: exit 3, the closest plan and its shortfall"
 [ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
 
+# (-np 4 under a checkpoint path longer than an INI line: the saved file names no path)
 for np in 2 4; do
-    rm -rf "$tmp/ck$np"
+    ck="$tmp/ck$np"
+    [ $np -eq 4 ] && ck="$long/ck$np"
+    rm -rf "$ck"
     out=$(timeout 120 mpirun --oversubscribe -np $np "$TRAIN" "$TINY" $AUTO -o train.steps=3 -o data.val_interval=0 \
-          -o checkpoint.dir="$tmp/ck$np" </dev/null 2>&1); rc=$?
+          -o checkpoint.dir="$ck" </dev/null 2>&1); rc=$?
     [ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'mode = auto' && printf '%s' "$out" | grep -q 'iteration  *3/' &&
-        [ -s "$tmp/ck$np/plan.ini" ] && grep -q "^dp = $np\$" "$tmp/ck$np/plan.ini"
+        [ -s "$ck/plan.ini" ] && grep -q "^dp = $np\$" "$ck/plan.ini"
     tap_ok $? "mist-train mode = auto under mpirun -np $np: plans dp = $np, trains 3 steps, saves plan.ini"
     [ $rc -eq 0 ] || tap_diag "$out"
 done
 
-"$PLAN" "$TINY" --analyze "$tmp/ck4/plan.ini" >/dev/null 2>&1 &&
-    timeout 120 mpirun --oversubscribe -np 4 "$TRAIN" "$TINY" -o plan.file="$tmp/ck4/plan.ini" -o train.steps=2 \
+"$PLAN" "$TINY" --analyze "$ck/plan.ini" >/dev/null 2>&1 &&
+    timeout 120 mpirun --oversubscribe -np 4 "$TRAIN" "$TINY" -o plan.file="$ck/plan.ini" -o train.steps=2 \
         -o data.val_interval=0 </dev/null >/dev/null 2>&1
-tap_ok $? "the saved plan.ini analyzes and trains again as a fixed plan file"
+tap_ok $? "the saved plan.ini (under a ${#ck}-character directory) analyzes and trains again as a fixed plan file"
 
 start=$(date +%s)
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$TRAIN" "$TINY" $AUTO -o cluster.device_memory=64KiB </dev/null 2>&1); rc=$?

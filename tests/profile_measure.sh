@@ -28,7 +28,7 @@ for s in 1x2 2x1 2x2; do
                                     ($4 * 1e6 - b < 1e-3 * (b + 1)) && (b - $4 * 1e6 < 1e-3 * (b + 1)) }
         END { exit !ok }' "$W/p.ini" && same=$((same + 1))
 done
-[ "$same" -eq 3 ] && grep -q '^; written by mist-profile: base cpu, 2 node(s) x 2 rank(s)' "$W/p.ini"
+[ "$same" -eq 3 ] && grep -q '^; written by mist-profile over base cpu, 2 node(s) x 2 rank(s)' "$W/p.ini"
 tap_ok $? "the file's [collective] 1x2, 2x1, 2x2 lines are the table's fits ($same of 3); a header says what was measured"
 
 # --json: the same measurements, the file's lines among them

@@ -277,6 +277,37 @@ int main(void) {
                q.coll_factor[COLL_REDUCE_SCATTER] == 1.2 && q.coll_factor[COLL_ALL_REDUCE] == 2.3 && q.h2d.k == 11e9 &&
                q.d2h.beta == 2e-5,
            "measured lines land in their shapes' cells (1x2, 2x2), factors and host lines too; 4x8 keeps the preset's");
+
+        // the file a 64-node x 8 job writes (27 shapes, a base named by a long path, the staged
+        // comm path's description) reads back: no line over the reader's 200 characters
+        ProfileMeasure big = {.nodes = 64, .per_node = 8, .have_factors = 1, .factor_rs = 1.1, .factor_ar = 2.1};
+        for (int n = 1; n <= 64; n *= 2)
+            for (int g = 1; g <= 8; g *= 2)
+                if (n * g > 1) {
+                    big.shape[big.num_shapes][0] = n, big.shape[big.num_shapes][1] = g;
+                    big.coll[big.num_shapes++].fit = (LinkFit){(double)(n * 100 + g) * 1e6, 1e-5};
+                }
+        big.h2d.fit = (LinkFit){11e9, 1e-5}, big.d2h.fit = (LinkFit){13e9, 2e-5};
+        char base[200], comm[200];
+        memset(base, 'b', 150), base[150] = 0;
+        snprintf(comm, sizeof comm, "staged through pinned host memory: not every rank has a GPU of its own (NCCL "
+                                    "needs one per rank), and more words than that");
+        HwProfile w;
+        profile_preset(&w, "l4");
+        profile_apply_measure(&w, &big);
+        size_t len = 0;
+        char *text = profile_measure_ini(&w, &big, "mist-profile", base, comm, &len);
+        char path[600];
+        snprintf(path, sizeof path, "%s/measured64.ini", tmpdir);
+        FILE *mf = fopen(path, "w");
+        int wrote = text && mf && fwrite(text, 1, len, mf) == len;
+        if (mf) fclose(mf);
+        HwProfile back;
+        int rc64 = wrote ? profile_load(&back, path, err, sizeof err) : -1;
+        LinkFit x = rc64 == 0 ? profile_coll_fit(&back, 64, 8) : (LinkFit){0, 0};
+        ok(rc64 == 0 && big.num_shapes == 27 && fabs(x.k / 6408e6 - 1) < 1e-6 && strstr(text, " 64x8"),
+           "a 64 x 8 job's measured profile (27 shapes, a 150-character base path) reads back (%s)", rc64 ? err : "ok");
+        free(text);
     }
 
     char cmd[600];
