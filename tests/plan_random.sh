@@ -10,7 +10,9 @@
 #   - the per-step losses equal the 1-rank run's of the same model within 1e-5
 #     relative (the plans differ from it only in the fp32 summation order);
 #   - every rank's measured arena peaks (device and host) equal the runtime's
-#     prediction and its stage's planned bytes (mist-plan --analyze), exactly.
+#     prediction and its stage's planned bytes (mist-plan --analyze), exactly;
+#   - its step-3 checkpoint resumes at 1 rank with steps 4-6 within 1e-5 of the
+#     plan's own (checkpoints hold whole tensors whatever the plan).
 # The fixed matrices of train_*.sh and plan_runtime_memory.sh cover each
 # feature; this samples their combinations.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
@@ -75,16 +77,26 @@ EOF
         -o stage.0.tp=1 -o stage.0.b="$gb"
     rc_ref=$?
     # shellcheck disable=SC2086
-    run "$ini" "$nr" "$id" $model_args $plan_args -o plan.stages=$s -o plan.G="$G"
+    run "$ini" "$nr" "$id" $model_args $plan_args -o plan.stages=$s -o plan.G="$G" -o checkpoint.interval=3 \
+        -o checkpoint.keep=2
     rc=$?
     ld=$(loss_diff "$W/$id.ref.jsonl" "$W/$id.jsonl")
+    # its step-3 checkpoint resumed at 1 rank: steps 4-6 as the plan trained them
+    mkdir -p "$W/$id.res.ck" && cp "$W/$id.ck/step_00000003.ckpt" "$W/$id.res.ck/" 2>/dev/null &&
+        echo step_00000003.ckpt >"$W/$id.res.ck/latest" && head -3 "$W/$id.jsonl" >"$W/$id.res.jsonl"
+    # shellcheck disable=SC2086
+    run "$ini" 1 "$id.res" $model_args -o plan.stages=1 -o plan.G=1 -o stage.0.layers="$layers" -o stage.0.dp=1 \
+        -o stage.0.tp=1 -o stage.0.b="$gb" -o checkpoint.resume=1
+    rc_res=$?
+    rd=$(loss_diff "$W/$id.jsonl" "$W/$id.res.jsonl")
     set -- $(peaks "$W/$id.json")
     exact=$5 ranks=$6
     [ $rc -eq 0 ] || tail -3 "$W/$id.out" | sed 's/^/#   train: /'
     [ $rc_ref -eq 0 ] || tail -3 "$W/$id.ref.out" | sed 's/^/#   1 rank: /'
-    [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
-        awk -v d="$ld" 'BEGIN { exit !(d <= 1e-5) }'
+    [ $rc_res -eq 0 ] || tail -3 "$W/$id.res.out" | sed 's/^/#   resumed: /'
+    [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
+        awk -v d="$ld" -v r="$rd" 'BEGIN { exit !(d <= 1e-5 && r <= 1e-5) }'
     tap_ok $? "$id: $model tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao:$stages), \
-$nr ranks: losses within $ld of 1 rank, peaks exact: $exact"
+$nr ranks: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 tap_end
