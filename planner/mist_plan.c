@@ -346,8 +346,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "mist-plan: %s\n", err);
             return 2;
         }
-    } else if (cfg.plan.mode == PLAN_FIXED) {
-        plan = cfg.plan.plan;
+    } else if (cfg.plan.mode == PLAN_FIXED || cfg.plan.file[0]) {
+        plan = cfg.plan.plan;  // a [plan] file wins over mode = auto, as in mist-train
     } else {
         fprintf(stderr,
                 "mist-plan: %s: [plan] mode = auto, but --analyze needs a fixed plan (hint: give a PLAN.ini after "

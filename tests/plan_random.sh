@@ -14,8 +14,9 @@
 #     prediction and its stage's planned bytes (mist-plan --analyze), exactly;
 #   - its step-3 checkpoint resumes at 1 rank with steps 4-6 within the same
 #     tolerance of the plan's own (checkpoints hold whole tensors whatever the plan).
-# The fixed matrices of train_*.sh and plan_runtime_memory.sh cover each
-# feature; this samples their combinations.
+# Then a few random searches (below) whose plans mist-train must run. The fixed
+# matrices of train_*.sh and plan_runtime_memory.sh cover each feature; this
+# samples their combinations.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, loss_diff, peaks
 TRAIN="$MIST_BUILDDIR/mist-train"
@@ -106,4 +107,46 @@ EOF
     tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao:$stages), \
 $nr ranks: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
+
+# Random searches (MIST_RANDOM_SEARCHES, default 3): mist-plan searches a random small cluster (1-2
+# nodes of 1, 2 or 4 ranks), hardware profile, space and device memory; mist-train runs the plan
+# file it writes (with [plan] mode = auto still set: the file wins, in mist-train and in
+# --analyze alike), and every rank's peaks equal the planner's. Nothing fitting (exit 3) must say
+# how close the nearest plan came.
+K=${MIST_RANDOM_SEARCHES:-3}
+awk -v seed="$SEED" -v n="$K" 'BEGIN {
+    srand(seed + 7919)
+    split("tiny tiny tiny-llama tiny-falcon", inis, " ")
+    split("cpu l4 h100-80g", hws, " ")
+    split("megatron zero ckpt offload full", spaces, " ")
+    split("0 0 3MiB 6MiB", mems, " ")
+    for (i = 0; i < n; i++) {
+        nodes = 1 + int(rand() * 2); gpn = 2 ^ int(rand() * 3)
+        printf "s%02d %s %d %d %d %d %s %s %s\n", i, inis[1 + int(rand() * 4)], 1 + int(rand() * 6), nodes, gpn,
+            nodes * gpn * (1 + int(rand() * 4)), hws[1 + int(rand() * 3)], spaces[1 + int(rand() * 5)],
+            mems[1 + int(rand() * 4)]
+    }
+}' >"$W/searches"
+while read -r id base layers nodes gpn gb hw space mem; do
+    ini=$MIST_SRCDIR/examples/$base.ini
+    args="-o model.layers=$layers -o train.global_batch=$gb -o cluster.device_memory=$mem -o plan.mode=auto"
+    what="$id: $base L=$layers gb=$gb on $nodes x $gpn, $hw, space $space, device memory ${mem}"
+    # shellcheck disable=SC2086
+    "$MIST_BUILDDIR/mist-plan" "$ini" $args --nodes "$nodes" --gpus-per-node "$gpn" --hardware "$hw" --space "$space" \
+        --out "$W/$id.plan.ini" >"$W/$id.search" 2>&1
+    rc_s=$?
+    if [ $rc_s -eq 3 ]; then
+        grep -q 'short by' "$W/$id.search"
+        tap_ok $? "$what: nothing fits (exit 3), and the message says by how much"
+        continue
+    fi
+    # shellcheck disable=SC2086
+    run "$ini" $((nodes * gpn)) "$id" $args -o plan.file="$W/$id.plan.ini"
+    rc=$?
+    set -- $(peaks "$W/$id.json")
+    [ $rc -eq 0 ] || tail -3 "$W/$id.out" | sed 's/^/#   train: /'
+    [ $rc_s -eq 0 ] && [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" -eq $((nodes * gpn)) ]
+    tap_ok $? "$what: mist-train runs the plan mist-plan wrote ($(grep -c '^\[stage' "$W/$id.plan.ini") stage(s)), \
+peaks exact: $5 (search exit $rc_s, train exit $rc)"
+done <"$W/searches"
 tap_end
