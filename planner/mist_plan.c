@@ -123,16 +123,14 @@ static int write_plan_file(const Plan *plan, const SearchOptions *so, const char
         return 2;
     }
     // The node shape and profile it was priced on (--analyze needs both to predict the same), in
-    // lines that stay under the INI reader's 200 characters whatever the paths: no path here,
-    // and a profile named by a long path goes on a line of its own.
-    int short_hw = strlen(hw_arg) <= 40;
+    // lines that stay under the INI reader's 200 characters: no path of the plan file itself,
+    // and a profile's only when it is short (mist_ini_comment_name).
+    const char *hw = mist_ini_comment_name(hw_arg);
     fprintf(f, "; written by mist-plan: the fastest plan found for %d node(s) x %d GPU(s)\n", so->nodes,
             so->gpus_per_node);
-    if (strlen(hw_arg) <= 180) fprintf(f, "; hardware: %s\n", hw_arg);
-    else fprintf(f, "; hardware: a profile file (its path is too long to name here)\n");
+    fprintf(f, "; hardware: %s\n", hw);
     fprintf(f, "; train: mist-train CONFIG -o plan.file=THIS_FILE; predict: mist-plan CONFIG --analyze THIS_FILE\n");
-    fprintf(f, ";   --nodes %d --gpus-per-node %d --hardware %s\n", so->nodes, so->gpus_per_node,
-            short_hw ? hw_arg : "(the hardware above)");
+    fprintf(f, ";   --nodes %d --gpus-per-node %d --hardware %s\n", so->nodes, so->gpus_per_node, hw);
     plan_write_ini(plan, f);
     int rc = fclose(f) == 0 && text ? mist_write_file_atomic(path, text, len, err, sizeof err) : -1;
     if (rc) fprintf(stderr, "mist-plan: --out %s: writing the plan failed: %s\n", path, text ? err : "out of memory");

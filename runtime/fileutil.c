@@ -157,3 +157,7 @@ int mist_write_file_atomic(const char *path, const void *data, size_t bytes, cha
     }
     return mist_fsync_parent(path, err, errlen);
 }
+
+const char *mist_ini_comment_name(const char *name) {
+    return strlen(name) <= 120 ? name : "(a file whose path is too long to name here)";
+}

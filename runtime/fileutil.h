@@ -20,5 +20,9 @@ int mist_write_file_atomic(const char *path, const void *data, size_t bytes, cha
 // Whether PATH can be written (before long work whose result goes there): 0, or -1
 // with err (a directory, no write permission on the file or its directory).
 int mist_output_check(const char *path, char *err, size_t errlen);
+// NAME itself, or a placeholder when it is longer than 120 characters: for a name (a
+// profile file's path) in a comment line of an INI file mist writes, whose readers refuse
+// lines over 200 characters (inih).
+const char *mist_ini_comment_name(const char *name);
 
 #endif

@@ -282,7 +282,7 @@ static int plan_on_rank0(MistConfig *cfg, int nodes, int gpus_per_node, int save
             // no path in the file: its lines must stay under the INI reader's 200 characters
             fprintf(m, "; the plan mist-train chose ([plan] mode = auto) for %d rank(s) (%d node(s) x %d)\n",
                     nodes * gpus_per_node, nodes, gpus_per_node);
-            if (strlen(hw.name) <= 180) fprintf(m, "; hardware: %s\n", hw.name);
+            fprintf(m, "; hardware: %s\n", mist_ini_comment_name(hw.name));
             fprintf(m, "; reuse it: -o plan.file=THIS_FILE\n");
             plan_write_ini(plan, m);
             fclose(m);

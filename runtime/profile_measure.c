@@ -9,6 +9,7 @@
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/profile_measure.h"
+#include "runtime/fileutil.h"  // mist_ini_comment_name
 
 // the ranges profile files accept (planner/profile.c: link_fit)
 #define K_MIN 1e6   // bytes/s (0.001 GB/s)
@@ -288,8 +289,8 @@ char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const cha
     if (!f) return NULL;
     // Comment lines stay under the INI reader's 200 characters (planner/profile.c refuses longer
     // ones): a long base path is not named, and the measured shapes wrap (a 64-node job has 27).
-    fprintf(f, "; written by %s over base %s, %d node(s) x %d rank(s)\n", who,
-            strlen(base) <= 120 ? base : "(a profile file whose path is too long to name here)", m->nodes, m->per_node);
+    fprintf(f, "; written by %s over base %s, %d node(s) x %d rank(s)\n", who, mist_ini_comment_name(base), m->nodes,
+            m->per_node);
     fprintf(f, "; collectives on %.180s\n", comm);
     fprintf(f, "; measured: [host] h2d, d2h%s; [collective]", m->have_factors ? ", reduce_scatter_factor, all_reduce_factor" : "");
     for (int i = 0; i < m->num_shapes; i++)
