@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -37,7 +37,7 @@
 #include <time.h>
 
 #include "planner/cost.h"
-#include "planner/profile.h"
+#include "core/profile.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 typedef struct Backend Backend;
 typedef struct BackendStream BackendStream;  // in-order queue of work

@@ -5,7 +5,7 @@
 // below, which evaluate that same op list with numbers, so the two can never
 // disagree about a parameter or an activation.
 //
-// Families (runtime/config.h ModelConfig):
+// Families (core/schema.h ModelConfig):
 //   GPT   LayerNorm (weight+bias), GELU-tanh MLP of width F, learned positions,
 //         biases on every linear when bias=1, tied or untied LM head.
 //   Llama RMSNorm (weight only), SwiGLU MLP (fc_w rows = [gate | up], 2F x h),
@@ -59,7 +59,7 @@
 #ifndef MIST_MODEL_H
 #define MIST_MODEL_H
 #include <stdint.h>
-#include "runtime/config.h"
+#include "core/schema.h"
 
 typedef enum { PART_PRE = 0, PART_BLOCK = 1, PART_POST = 2 } ModelPart;
 
@@ -77,15 +77,6 @@ typedef struct {
 int model_params(const ModelConfig *m, ModelPart part, ParamSpec *out, int max);
 // whole model, exact (GPT-2 small tied: 124,439,808)
 int64_t model_param_count(const ModelConfig *m);
-
-// The model a configuration with only [model] family, layers, hidden, heads,
-// vocab and seq_len describes: the family's switches (GPT: LayerNorm, GELU,
-// learned positions, biases, tied; Llama: RMSNorm, SwiGLU, rotary, untied),
-// kv_heads = heads, ffn_hidden = model_default_ffn, rope_theta 10000, norm_eps
-// 1e-5 (Llama 1e-6), init_std 0.02 (models/model_family.c).
-ModelConfig model_family_config(ModelFamily family, int layers, int hidden, int heads, int vocab, int seq_len);
-// The MLP width a configuration gets when it does not set ffn_hidden.
-int model_default_ffn(ActKind activation, int hidden);
 
 // 1 when tensor parallelism of degree tp can shard the model as the runtime does:
 // each rank holds heads/tp query heads, kv_heads/tp kv heads, ffn_hidden/tp MLP columns

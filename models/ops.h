@@ -26,7 +26,7 @@
 #define MIST_MODEL_OPS_H
 #include <stdio.h>
 #include "models/model.h"
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 typedef enum {
     MOP_EMBEDDING, MOP_NORM, MOP_MATMUL, MOP_MATMUL_GELU, MOP_ATTENTION, MOP_ROTARY,

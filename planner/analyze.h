@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "planner/cost.h"
-#include "planner/plan.h"
-#include "planner/profile.h"
-#include "runtime/config.h"
+#include "core/plan.h"
+#include "core/profile.h"
+#include "core/schema.h"
 
 typedef struct {
     int first_layer, last_layer;  // inclusive block indices

@@ -9,7 +9,7 @@
 #include "models/model.h"
 #include "models/ops.h"
 #include "planner/cost.h"
-#include "planner/expr_node.h"
+#include "expr/expr_node.h"
 
 const char *const stage_sym_names[STAGE_SYMS] = {"b",  "dp", "tp", "ws", "gs", "os", "ckpt",
                                                   "wo", "go", "oo", "ao", "G",  "p",  "L"};

@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "models/model.h"
-#include "planner/expr.h"
+#include "expr/expr.h"
 #include "planner/optable.h"
-#include "planner/profile.h"
-#include "runtime/config.h"
+#include "core/profile.h"
+#include "core/schema.h"
 
 // ---- the symbols of a stage configuration (names as registered in ExprCtx)
 typedef enum {

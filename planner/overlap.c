@@ -11,7 +11,7 @@
 // f[A][s] = |A| (one shared engine) it is sum(x).
 //
 // The scalar form below is the reference; the symbolic form is one node of
-// the expression engine (ex_overlap, planner/expr.h) whose kernel runs the
+// the expression engine (ex_overlap, expr/expr.h) whose kernel runs the
 // same operations in the same order, so the two agree bitwise.
 #include <math.h>
 #include "planner/cost.h"

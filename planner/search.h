@@ -17,9 +17,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "planner/optable.h"
-#include "planner/plan.h"
-#include "planner/profile.h"
-#include "runtime/config.h"
+#include "core/plan.h"
+#include "core/profile.h"
+#include "core/schema.h"
 
 // What the executor can run. mist-plan searches without limits; mist-train
 // passes what its runtime executes today (runtime/train.h), and the limits

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 #include "runtime/fileutil.h"
 
 enum {  // index into op_names

@@ -18,8 +18,8 @@
 #define MIST_CHECKPOINT_H
 #include <stddef.h>
 #include <stdint.h>
-#include "kernels/dtype.h"
-#include "runtime/config.h"
+#include "core/dtype.h"
+#include "core/schema.h"
 
 #define CKPT_MAGIC "MISTCKPT"
 #define CKPT_VERSION 1

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 typedef struct CommGroup CommGroup;      // opaque: a set of ranks with its own context
 typedef struct CommRequest CommRequest;  // opaque: one operation in flight

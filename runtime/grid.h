@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "planner/plan.h"
+#include "core/plan.h"
 
 struct CommBackend;
 struct CommGroup;

@@ -40,7 +40,7 @@
 #include "kernels/backend.h"
 #include "models/model.h"
 #include "runtime/arena.h"
-#include "runtime/config.h"
+#include "core/schema.h"
 #include "runtime/optimizer.h"
 #include "runtime/tp_shard.h"
 #include "runtime/zero.h"

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/backend.h"
-#include "runtime/config.h"
+#include "core/schema.h"
 
 // One parameter tensor inside the flat buffers (offsets and counts in elements).
 typedef struct {

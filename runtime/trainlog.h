@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "runtime/config.h"
+#include "core/schema.h"
 
 typedef struct {
     int64_t iteration;          // 1-based iteration just finished

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "runtime/config_keys.h"
-#include "runtime/config_load.h"
+#include "core/config_keys.h"
+#include "core/config_load.h"
 #include "tests/tap.h"
 
 static char tmpdir[256];

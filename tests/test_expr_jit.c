@@ -1,4 +1,4 @@
-// The stage programs as machine code (planner/expr_jit.c): the same
+// The stage programs as machine code (expr/expr_jit.c): the same
 // bits as the block kernels and as expr_eval. Random expressions built to
 // produce every instruction kind the machine code runs (each counted, and
 // required), evaluated on special values (signed zeros, infinities, NaN,
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr.h"
-#include "planner/expr_program_internal.h"  // expr_jit_set_enabled, the program's code
+#include "expr/expr.h"
+#include "expr/expr_program_internal.h"  // expr_jit_set_enabled, the program's code
 #include "tests/tap.h"
 #include "tests/seeded_rng.h"
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr.h"
-#include "planner/expr_program_internal.h"  // expr_block_set_windows
+#include "expr/expr.h"
+#include "expr/expr_program_internal.h"  // expr_block_set_windows
 #include "tests/tap.h"
 #include "tests/seeded_rng.h"
 

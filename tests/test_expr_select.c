@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr.h"
+#include "expr/expr.h"
 #include "tests/tap.h"
 #include "tests/seeded_rng.h"
 

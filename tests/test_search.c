@@ -21,7 +21,7 @@
 #include "planner/analyze.h"
 #include "planner/cost.h"
 #include "planner/search.h"
-#include "runtime/config_load.h"
+#include "core/config_load.h"
 #include "tests/tap.h"
 
 static const char *srcdir(void) {

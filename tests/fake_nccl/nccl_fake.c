@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 #include "nccl.h"
 
 struct ncclComm {

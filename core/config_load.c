@@ -12,9 +12,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include "runtime/config_keys.h"
-#include "runtime/config_load.h"
-#include "models/model.h"
+#include "core/config_keys.h"
+#include "core/config_load.h"
+#include "core/schema.h"
 
 // Where a value came from: > 0 a line of the file, < 0 override number
 // -(i+1), 0 the default.
@@ -485,7 +485,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->log.interval = 1;
 }
 
-// The family decides the switches the file did not set (models/model_family.c);
+// The family decides the switches the file did not set (core/model_family.c);
 // an unset ffn_hidden follows the activation actually chosen.
 static void apply_family_defaults(Loader *ld, MistConfig *cfg) {
     ModelConfig *m = &cfg->model;

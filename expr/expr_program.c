@@ -25,7 +25,7 @@
 // of uniform symbols that lasts more than one block; a block whose set is new
 // and seen once (a search's blocks that straddle two groups of rows) runs the
 // plain program.
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr_node.h"
-#include "planner/expr_program_internal.h"
+#include "expr/expr_node.h"
+#include "expr/expr_program_internal.h"
 
 // Where a hoisted value goes in the variant's code: field 0 k, 1 k1, 2 k2;
 // PATCH_PRODUCT: k = value * the instruction's k (y * k + z with y hoisted

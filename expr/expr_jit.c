@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr_program_internal.h"
+#include "expr/expr_program_internal.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #include <sys/mman.h>

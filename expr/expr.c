@@ -1,6 +1,6 @@
 // Expression contexts: the hash-consed node arena, the simplifying
 // constructors, scalar evaluation and printing (contract in expr.h).
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr_node.h"
+#include "expr/expr_node.h"
 
 struct ExprCtx {
     ExprNode *nodes;  // (num_nodes,) children before parents
@@ -30,7 +30,7 @@ struct ExprCtx {
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "planner/expr.c: ");
+    fprintf(stderr, "expr/expr.c: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);

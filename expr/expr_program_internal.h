@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "planner/expr_node.h"
+#include "expr/expr_node.h"
 
 #ifndef EXPR_BLOCK
 #define EXPR_BLOCK 64  // candidates per block: 512 B per register; measured best of 64/128/256

@@ -1,13 +1,13 @@
-// The run configuration: everything model.ini (plus -o overrides) says.
+// The run configuration schema: everything model.ini (plus -o overrides) says.
 // Rank 0 parses and validates it, then broadcasts the struct as plain bytes,
 // so it holds no pointers: strings are fixed-size arrays.
-#ifndef MIST_CONFIG_H
-#define MIST_CONFIG_H
+#ifndef MIST_SCHEMA_H
+#define MIST_SCHEMA_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "planner/plan.h"
-#include "planner/profile.h"
+#include "core/plan.h"
+#include "core/profile.h"
 
 #define MIST_PATH_MAX 256
 #define MIST_NAME_MAX 64
@@ -109,5 +109,15 @@ typedef struct {
     CheckpointConfig checkpoint;
     LogConfig log;
 } MistConfig;
+
+
+// The model a configuration with only [model] family, layers, hidden, heads,
+// vocab and seq_len describes: the family's switches (GPT: LayerNorm, GELU,
+// learned positions, biases, tied; Llama: RMSNorm, SwiGLU, rotary, untied),
+// kv_heads = heads, ffn_hidden = model_default_ffn, rope_theta 10000, norm_eps
+// 1e-5 (Llama 1e-6), init_std 0.02 (core/model_family.c).
+ModelConfig model_family_config(ModelFamily family, int layers, int hidden, int heads, int vocab, int seq_len);
+// The MLP width a configuration gets when it does not set ffn_hidden.
+int model_default_ffn(ActKind activation, int hidden);
 
 #endif

@@ -16,8 +16,8 @@
 #include "planner/search.h"
 #include "planner/search_compare.h"
 #include "planner/optable.h"
-#include "planner/profile.h"
-#include "runtime/config_load.h"
+#include "core/profile.h"
+#include "core/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"  // launch_check_env
 

@@ -9,18 +9,18 @@
 // the message once, every rank finalizes and exits 2); errors only one rank
 // sees abort the whole job, so no rank waits forever for a partner.
 #ifdef HAVE_CONFIG_H
-#include <config.h>  // the build's config (PACKAGE_VERSION), not runtime/config.h
+#include <config.h>  // the build's config (PACKAGE_VERSION), not core/schema.h
 #endif
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "planner/analyze.h"
-#include "planner/profile.h"
+#include "core/profile.h"
 #include "planner/search.h"
 #include "runtime/comm_mpi.h"
-#include "runtime/config.h"
-#include "runtime/config_load.h"
+#include "core/schema.h"
+#include "core/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"

@@ -3,13 +3,13 @@
 // process, no MPI launch needed).
 //   mist-calibrate CONFIG.ini [--b LIST] [--tp LIST] [--iters N] [--out FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 1 runtime failure (no memory, cannot write), 2 usage or config error.
-#include <config.h>  // the build's config (HAVE_CUDA), not runtime/config.h
+#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/backend.h"
 #include "runtime/calibrate.h"
-#include "runtime/config_load.h"
+#include "core/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"
 

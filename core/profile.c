@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "planner/profile.h"
+#include "core/profile.h"
 
 #define GiB 1073741824.0
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "runtime/config.h"
+#include "core/schema.h"
 
 #define MIST_EXIT_CONFIG 2
 

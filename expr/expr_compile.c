@@ -19,7 +19,7 @@
 // and one subtraction per level. A register is reused as soon
 // as the last instruction reading it has run, which keeps the block's
 // working set in L1/L2 cache even for programs of thousands of instructions.
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/expr_node.h"
-#include "planner/expr_program_internal.h"
+#include "expr/expr_node.h"
+#include "expr/expr_program_internal.h"
 
 static int is_leaf(const ExprNode *n) { return n->op == EXPR_OP_NUM || n->op == EXPR_OP_SYM; }
 
@@ -168,7 +168,7 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     Expr top = -1;
     for (int k = 0; k < n_outputs; k++) {
         if (outputs[k] < 0 || (size_t)outputs[k] >= total) {
-            fprintf(stderr, "planner/expr_compile.c: expr_compile: output %d has handle %d, "
+            fprintf(stderr, "expr/expr_compile.c: expr_compile: output %d has handle %d, "
                             "not a node of this context (%zu nodes)\n", k, (int)outputs[k], total);
             abort();
         }

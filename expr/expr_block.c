@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-#include "planner/expr_program_internal.h"
+#include "expr/expr_program_internal.h"
 
 // ---- evaluation of one block
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "planner/expr.h"
+#include "expr/expr.h"
 
 typedef enum {
     EXPR_OP_NUM = 0,  // constant: value
