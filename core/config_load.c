@@ -14,28 +14,9 @@
 #include <sys/stat.h>
 #include "core/config_keys.h"
 #include "core/config_load.h"
+#include "core/config_loader.h"
+#include "core/plan_file.h"
 #include "core/schema.h"
-
-// Where a value came from: > 0 a line of the file, < 0 override number
-// -(i+1), 0 the default.
-typedef struct {
-    const char *path;                  // the file being read
-    char dir[MIST_PATH_MAX];           // its directory, for relative paths
-    const char *const *overrides;
-    int key_origin[128];               // per config_keys index (non-stage keys)
-    int stage_origin[MIST_MAX_STAGES][16];  // per [stage.N] key
-    int stage_section_line[MIST_MAX_STAGES];  // line of the [stage.N] header, 0 = absent
-    int model_section_line;            // line of the [model] header, 0 = absent
-    int line;                          // line being parsed
-    int long_line;                     // first line longer than inih's limit
-    int max_line;                      // that limit in characters (without newline and NUL)
-    int indented;                      // the line being parsed is indented text (inih continues the value above)
-    int nul_line;                      // first line holding a NUL byte (the text after it would be lost)
-    FILE *file;
-    char *err;
-    size_t errlen;
-    int failed;
-} Loader;
 
 // ---------------------------------------------------------------- messages
 
@@ -49,8 +30,7 @@ static void origin_text(const Loader *ld, int origin, char *out, size_t len) {
         snprintf(out, len, "%s", ld->path);
 }
 
-static int fail(Loader *ld, int origin, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(Loader *ld, int origin, const char *fmt, ...) {
+int loader_fail(Loader *ld, int origin, const char *fmt, ...) {
     if (ld->failed) return MIST_EXIT_CONFIG;  // the first error is the one reported
     char where[MIST_PATH_MAX + 64];
     origin_text(ld, origin, where, sizeof where);
@@ -220,41 +200,43 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
     case KEY_INT: {
         long long v;
         if (parse_int(value, &v))
-            return fail(ld, origin, "[%s] %s = %s: not an integer; allowed: integers in %s. Hint: %s",
-                        section, k->name, value, int_range(k, allowed, sizeof allowed), k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: not an integer; allowed: integers in %s. Hint: %s",
+                               section, k->name, value, int_range(k, allowed, sizeof allowed), k->hint);
         if (v < k->min || v > k->max)
-            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: %s. Hint: %s", section, k->name,
-                        value, int_range(k, allowed, sizeof allowed), k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: out of range; allowed: %s. Hint: %s", section, k->name,
+                               value, int_range(k, allowed, sizeof allowed), k->hint);
         store_int(field, k->size, v);
         return 0;
     }
     case KEY_FLOAT: {
         double v;
         if (parse_float(value, &v))
-            return fail(ld, origin, "[%s] %s = %s: not a number; allowed: numbers in [%g, %g]. Hint: %s", section,
-                        k->name, value, k->min, k->max, k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: not a number; allowed: numbers in [%g, %g]. Hint: %s",
+                               section, k->name, value, k->min, k->max, k->hint);
         if (v < k->min || v > k->max)
-            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: [%g, %g]. Hint: %s", section, k->name,
-                        value, k->min, k->max, k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: out of range; allowed: [%g, %g]. Hint: %s", section, k->name,
+                               value, k->min, k->max, k->hint);
         *(double *)field = v;
         return 0;
     }
     case KEY_BYTES: {
         double v;
         if (parse_bytes(value, &v))
-            return fail(ld, origin, "[%s] %s = %s: not a size; allowed: %s. Hint: %s", section, k->name, value,
-                        type_name(k->type), k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: not a size; allowed: %s. Hint: %s", section, k->name, value,
+                               type_name(k->type), k->hint);
         if (v > k->max)
-            return fail(ld, origin, "[%s] %s = %s: out of range; allowed: 0..%g bytes. Hint: %s", section, k->name,
-                        value, k->max, k->hint);
+            return loader_fail(ld, origin, "[%s] %s = %s: out of range; allowed: 0..%g bytes. Hint: %s", section,
+                               k->name, value, k->max, k->hint);
         *(int64_t *)field = (int64_t)v;
         return 0;
     }
     case KEY_BOOL: {
         int v;
         if (parse_bool(value, &v))
-            return fail(ld, origin, "[%s] %s = %s: not a boolean; allowed: true|false (also yes|no, on|off, 1|0). "
-                        "Hint: %s", section, k->name, value, k->hint);
+            return loader_fail(ld, origin,
+                               "[%s] %s = %s: not a boolean; allowed: true|false (also yes|no, on|off, 1|0). "
+                               "Hint: %s",
+                               section, k->name, value, k->hint);
         *(int *)field = v;
         return 0;
     }
@@ -269,8 +251,8 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
         while (k->names[n]) n++;
         suggest(value, k->names, n, did, sizeof did);
         list_enum(k->names, allowed, sizeof allowed);
-        return fail(ld, origin, "[%s] %s = %s: unknown value%s; allowed: %s. Hint: %s", section, k->name, value, did,
-                    allowed, k->hint);
+        return loader_fail(ld, origin, "[%s] %s = %s: unknown value%s; allowed: %s. Hint: %s", section, k->name, value,
+                           did, allowed, k->hint);
     }
     case KEY_STRING:
     case KEY_PATH: {
@@ -280,9 +262,9 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
         int bad = as_path ? resolve_path(ld, value, origin, buf, sizeof buf)
                                       : (snprintf(buf, sizeof buf, "%s", value) >= (int)sizeof buf ? -1 : 0);
         if (bad || strlen(buf) >= k->size)
-            return fail(ld, origin, "[%s] %s = %s: too long; allowed: up to %zu characters (with the INI's "
-                        "directory in front for relative paths). Hint: use a shorter or absolute path",
-                        section, k->name, value, k->size - 1);
+            return loader_fail(ld, origin, "[%s] %s = %s: too long; allowed: up to %zu characters (with the INI's "
+                               "directory in front for relative paths). Hint: use a shorter or absolute path",
+                               section, k->name, value, k->size - 1);
         memcpy(field, buf, strlen(buf) + 1);
         return 0;
     }
@@ -301,7 +283,7 @@ static int stage_index(const char *section) {
     return v >= MIST_MAX_STAGES ? -2 : (int)v;
 }
 
-static int key_slot_in_stage(int key) {  // position of a stage key among the stage keys
+int loader_stage_slot(int key) {  // position of a stage key among the stage keys
     int slot = 0;
     for (int i = 0; i < key; i++) slot += !strcmp(config_keys[i].section, "stage");
     return slot;
@@ -311,8 +293,8 @@ static int key_slot_in_stage(int key) {  // position of a stage key among the st
 static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *name, const char *value, int origin) {
     int st = stage_index(section);
     if (st == -2)
-        return fail(ld, origin, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number "
-                    "stages from 0 in pipeline order", section, MIST_MAX_STAGES - 1);
+        return loader_fail(ld, origin, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number "
+                           "stages from 0 in pipeline order", section, MIST_MAX_STAGES - 1);
     if (!section[0]) {  // a key above the first [section] header
         int k = -1;
         for (int i = 0; i < config_num_keys && k < 0; i++)
@@ -320,8 +302,8 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
         char hint[96] = "put it under its section";
         if (k >= 0) snprintf(hint, sizeof hint, "'%s' belongs in [%s]", name, !strcmp(config_keys[k].section, "stage") ?
                              "stage.N" : config_keys[k].section);
-        return fail(ld, origin, "%s = %s comes before any [section]; allowed: keys inside [model], [train], ... "
-                    "sections. Hint: %s", name, value, hint);
+        return loader_fail(ld, origin, "%s = %s comes before any [section]; allowed: keys inside [model], [train], ... "
+                           "sections. Hint: %s", name, value, hint);
     }
     const char *table_section = st >= 0 ? "stage" : section;
     int known_section = 0;
@@ -329,8 +311,8 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
     if (!known_section || !strcmp(section, "stage")) {
         char did[96];
         suggest(section, section_names, 8, did, sizeof did);
-        return fail(ld, origin, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], "
-                    "[stage.N], [checkpoint], [log]. Hint: see docs/config.md", section, did);
+        return loader_fail(ld, origin, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], "
+                           "[stage.N], [checkpoint], [log]. Hint: see docs/config.md", section, did);
     }
     int k = config_key_find(table_section, name);
     if (k < 0) {
@@ -341,22 +323,25 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
         char did[96], keys[512];
         suggest(name, names, n, did, sizeof did);
         list_keys(table_section, keys, sizeof keys);
-        return fail(ld, origin, "[%s] unknown key '%s'%s; allowed in [%s]: %s. Hint: see docs/config.md", section,
-                    name, did, section, keys);
+        return loader_fail(ld, origin, "[%s] unknown key '%s'%s; allowed in [%s]: %s. Hint: see docs/config.md",
+                           section, name, did, section, keys);
     }
-    int *slot = st >= 0 ? &ld->stage_origin[st][key_slot_in_stage(k)] : &ld->key_origin[k];
+    int *slot = st >= 0 ? &ld->stage_origin[st][loader_stage_slot(k)] : &ld->key_origin[k];
     if (origin > 0 && *slot > 0 && ld->indented)  // inih hands an indented line over as more of the value above
-        return fail(ld, origin, "an indented line continues the value of [%s] %s (line %d); allowed: one 'key = "
-                    "value' per line. Hint: remove the indentation or join the lines", section, name, *slot);
+        return loader_fail(ld, origin, "an indented line continues the value of [%s] %s (line %d); allowed: one 'key = "
+                           "value' per line. Hint: remove the indentation or join the lines", section, name, *slot);
     if (origin > 0 && *slot > 0)
-        return fail(ld, origin, "[%s] %s is set twice (first at line %d); allowed: one value per key. Hint: delete "
-                    "one of the two lines", section, name, *slot);
+        return loader_fail(ld, origin,
+                           "[%s] %s is set twice (first at line %d); allowed: one value per key. Hint: delete "
+                           "one of the two lines",
+                           section, name, *slot);
     *slot = origin;
     const char *hash = strchr(value, '#');
     if (origin > 0 && hash && hash > value && isspace((unsigned char)hash[-1]))
-        return fail(ld, origin, "[%s] %s = %s: a comment after a value; allowed: inline comments start with ';' "
-                    "(a '#' comment only at the start of a line). Hint: write '%.*s ; ...'", section, name, value,
-                    (int)(hash - value - 1), value);
+        return loader_fail(ld, origin,
+                           "[%s] %s = %s: a comment after a value; allowed: inline comments start with ';' "
+                           "(a '#' comment only at the start of a line). Hint: write '%.*s ; ...'",
+                           section, name, value, (int)(hash - value - 1), value);
     void *base = st >= 0 ? (void *)&cfg->plan.plan.stage[st] : (void *)cfg;
     return set_value(ld, &config_keys[k], base, section, value, origin);
 }
@@ -385,9 +370,9 @@ static void on_section_header(Loader *ld, const char *line) {
     const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
     if (!close) {  // report it here: inih would only say so after parsing the rest under no section
         if (!ld->failed)
-            fail(ld, ld->line, "cannot parse this line: a section header needs its closing ']'; allowed: "
-                 "'[section]', 'key = value', or a comment starting with ; or #. Hint: write [%.*s]",
-                 (int)strcspn(open + 1, " \t\r\n;#"), open + 1);
+            loader_fail(ld, ld->line, "cannot parse this line: a section header needs its closing ']'; allowed: "
+                        "'[section]', 'key = value', or a comment starting with ; or #. Hint: write [%.*s]",
+                        (int)strcspn(open + 1, " \t\r\n;#"), open + 1);
         return;
     }
     char name[128];
@@ -397,14 +382,18 @@ static void on_section_header(Loader *ld, const char *line) {
     if (!strcmp(name, "model") && !ld->model_section_line) ld->model_section_line = ld->line;
     if (!section_known(name) && !ld->failed) {
         if (st == -2) {
-            fail(ld, ld->line, "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number stages "
-                 "from 0 in pipeline order", name, MIST_MAX_STAGES - 1);
+            loader_fail(ld, ld->line,
+                        "[%s]: bad stage section name; allowed: [stage.0] .. [stage.%d]. Hint: number stages "
+                        "from 0 in pipeline order",
+                        name, MIST_MAX_STAGES - 1);
             return;
         }
         char did[96];
         suggest(name, section_names, 8, did, sizeof did);
-        fail(ld, ld->line, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], [stage.N], "
-             "[checkpoint], [log]. Hint: see docs/config.md", name, did);
+        loader_fail(ld, ld->line,
+                    "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], [stage.N], "
+                    "[checkpoint], [log]. Hint: see docs/config.md",
+                    name, did);
     }
 }
 
@@ -504,42 +493,50 @@ static void apply_family_defaults(Loader *ld, MistConfig *cfg) {
 
 // ---------------------------------------------------------------- validation
 
-static int origin_of(const Loader *ld, const char *section, const char *name) {
+int loader_origin(const Loader *ld, const char *section, const char *name) {
     int k = config_key_find(section, name);
     return k >= 0 ? ld->key_origin[k] : 0;
 }
 
-static int stage_origin_of(const Loader *ld, int s, const char *name) {
+int loader_stage_origin(const Loader *ld, int s, const char *name) {
     if (!ld) return 0;
     int k = config_key_find("stage", name);
-    int o = ld->stage_origin[s][key_slot_in_stage(k)];
+    int o = ld->stage_origin[s][loader_stage_slot(k)];
     return o ? o : ld->stage_section_line[s];
 }
 
 static int check_model(Loader *ld, const ModelConfig *m) {
     if (m->hidden % m->heads)
-        return fail(ld, origin_of(ld, "model", "heads"), "[model] heads = %d: must divide hidden (%d); allowed: a "
-                    "divisor of %d. Hint: head size = hidden / heads, usually 64 or 128", m->heads, m->hidden, m->hidden);
+        return loader_fail(ld, loader_origin(ld, "model", "heads"),
+                           "[model] heads = %d: must divide hidden (%d); allowed: a "
+                           "divisor of %d. Hint: head size = hidden / heads, usually 64 or 128",
+                           m->heads, m->hidden, m->hidden);
     if (m->kv_heads > m->heads || m->heads % m->kv_heads)
-        return fail(ld, origin_of(ld, "model", "kv_heads"), "[model] kv_heads = %d: must divide heads (%d); allowed: "
-                    "a divisor of %d. Hint: kv_heads = heads is multi-head attention, 1 is multi-query",
-                    m->kv_heads, m->heads, m->heads);
+        return loader_fail(ld, loader_origin(ld, "model", "kv_heads"),
+                           "[model] kv_heads = %d: must divide heads (%d); allowed: "
+                           "a divisor of %d. Hint: kv_heads = heads is multi-head attention, 1 is multi-query",
+                           m->kv_heads, m->heads, m->heads);
     int hs = m->hidden / m->heads;
     if (m->position == POS_ROTARY && hs % 2)
-        return fail(ld, origin_of(ld, "model", "heads"), "[model] heads = %d: rotary positions need an even head size, "
-                    "got hidden/heads = %d; allowed: heads giving an even head size. Hint: change heads or hidden",
-                    m->heads, hs);
+        return loader_fail(
+            ld, loader_origin(ld, "model", "heads"),
+            "[model] heads = %d: rotary positions need an even head size, "
+            "got hidden/heads = %d; allowed: heads giving an even head size. Hint: change heads or hidden",
+            m->heads, hs);
     if (m->position == POS_LEARNED && m->seq_len > 1 << 17)
-        return fail(ld, origin_of(ld, "model", "seq_len"), "[model] seq_len = %d: learned positions need a table of "
-                    "seq_len rows; allowed: up to 131072 with position = learned. Hint: use position = rotary",
-                    m->seq_len);
+        return loader_fail(ld, loader_origin(ld, "model", "seq_len"),
+                           "[model] seq_len = %d: learned positions need a table of "
+                           "seq_len rows; allowed: up to 131072 with position = learned. Hint: use position = rotary",
+                           m->seq_len);
     return 0;
 }
 
 static int check_train(Loader *ld, const TrainConfig *t) {
     if (t->min_lr > t->lr)
-        return fail(ld, origin_of(ld, "train", "min_lr"), "[train] min_lr = %g: larger than lr (%g); allowed: 0..lr. "
-                    "Hint: the schedule decays from lr down to min_lr", t->min_lr, t->lr);
+        return loader_fail(ld, loader_origin(ld, "train", "min_lr"),
+                           "[train] min_lr = %g: larger than lr (%g); allowed: 0..lr. "
+                           "Hint: the schedule decays from lr down to min_lr",
+                           t->min_lr, t->lr);
     return 0;
 }
 
@@ -548,11 +545,11 @@ static int check_train(Loader *ld, const TrainConfig *t) {
 static int check_required(Loader *ld) {
     static const char *const required[] = {"layers", "hidden", "heads", "vocab", "seq_len"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!origin_of(ld, "model", required[i])) {
+        if (!loader_origin(ld, "model", required[i])) {
             const KeySpec *k = &config_keys[config_key_find("model", required[i])];
-            return fail(ld, ld->model_section_line, "[model] %s is missing; allowed: an integer %.0f..%.0f "
-                        "(required: layers, hidden, heads, vocab and seq_len give the model's shape). Hint: add "
-                        "'%s = ...' to [model] (%s)", required[i], k->min, k->max, required[i], k->hint);
+            return loader_fail(ld, ld->model_section_line, "[model] %s is missing; allowed: an integer %.0f..%.0f "
+                               "(required: layers, hidden, heads, vocab and seq_len give the model's shape). Hint: add "
+                               "'%s = ...' to [model] (%s)", required[i], k->min, k->max, required[i], k->hint);
         }
     return 0;
 }
@@ -571,121 +568,28 @@ static int check_hardware(Loader *ld, const ClusterConfig *c) {
         const char *base = strrchr(c->hardware, '/');
         suggest(base ? base + 1 : c->hardware, hardware_presets, 6, did, sizeof did);
     }
-    return fail(ld, origin_of(ld, "cluster", "hardware"), "[cluster] hardware = %s: not a preset and no such profile "
-                "file%s; allowed: l4|a100-40g|a100-80g|h100-80g|h200|cpu or a readable profile file (relative to the "
-                "INI's directory). Hint: check the spelling or the path", c->hardware, did);
-}
-
-// The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
-static int check_plan(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_batch, int world_size) {
-    int G_origin = ld ? origin_of(ld, "plan", "G") : 0;
-    for (int s = 0; s < p->num_stages; s++) {
-        const StagePlan *st = &p->stage[s];
-        if (m->heads % st->tp)
-            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide heads (%d); allowed: a "
-                        "divisor of %d. Hint: each TP rank holds heads/tp heads", s, st->tp, m->heads, m->heads);
-        if (m->kv_heads % st->tp)
-            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide kv_heads (%d); allowed: a "
-                        "divisor of %d. Hint: lower tp or raise kv_heads", s, st->tp, m->kv_heads, m->kv_heads);
-        if (m->ffn_hidden % st->tp)
-            return fail(ld, stage_origin_of(ld, s, "tp"), "[stage.%d] tp = %d: must divide ffn_hidden (%d); allowed: "
-                        "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns", s, st->tp,
-                        m->ffn_hidden, m->ffn_hidden);
-        // vocab needs no check: a vocab-parallel embedding / LM head pads V up to a multiple of tp
-        if (st->ckpt > st->layers)
-            return fail(ld, stage_origin_of(ld, s, "ckpt"), "[stage.%d] ckpt = %d: more than the stage's %d layers; "
-                        "allowed: 0..%d. Hint: ckpt counts the blocks that recompute", s, st->ckpt, st->layers,
-                        st->layers);
-        const double ratios[4] = {st->wo, st->go, st->oo, st->ao};
-        const char *names[4] = {"wo", "go", "oo", "ao"};
-        for (int i = 0; i < 4; i++)
-            if (!(ratios[i] >= 0 && ratios[i] <= 1))
-                return fail(ld, stage_origin_of(ld, s, names[i]), "[stage.%d] %s = %g: offload ratio out of range; "
-                            "allowed: [0, 1]. Hint: the fraction kept in host memory", s, names[i], ratios[i]);
-        int64_t per_iter = (int64_t)st->b * st->dp * p->G;
-        if (per_iter != global_batch) {
-            int64_t dpG = (int64_t)st->dp * p->G;
-            char hint[160];
-            if (global_batch % dpG == 0)
-                snprintf(hint, sizeof hint, "set b = %lld", (long long)(global_batch / dpG));
-            else
-                snprintf(hint, sizeof hint, "dp * G = %lld does not divide global_batch; change dp or G so that it "
-                         "does", (long long)dpG);
-            return fail(ld, stage_origin_of(ld, s, "b"), "[stage.%d] b * dp * G = %d * %d * %d = %lld, but [train] "
-                        "global_batch = %lld; allowed: b * dp * G = global_batch in every stage. Hint: %s", s, st->b,
-                        st->dp, p->G, (long long)per_iter, (long long)global_batch, hint);
-        }
-    }
-    int sum = 0;
-    for (int s = 0; s < p->num_stages; s++) sum += p->stage[s].layers;
-    if (sum != m->layers)
-        return fail(ld, p->num_stages ? stage_origin_of(ld, p->num_stages - 1, "layers") : G_origin,
-                    "[stage.%d] layers = %d: the stages' layers add up to %d, but [model] layers = %d; allowed: "
-                    "the [stage.N] layers must sum to the model's layers. Hint: adjust the layers of one stage by %d",
-                    p->num_stages - 1, p->num_stages ? p->stage[p->num_stages - 1].layers : 0, sum, m->layers,
-                    m->layers - sum);
-    int64_t wide = 0;  // in 64 bits: the int sum of plan_world_size could overflow here
-    for (int s = 0; s < p->num_stages; s++) wide += (int64_t)p->stage[s].dp * p->stage[s].tp;
-    if (wide > MIST_MAX_RANKS)
-        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "[plan] stages = %d: the plan needs %lld ranks (sum "
-                    "of dp*tp); allowed: at most %d. Hint: lower dp or tp", p->num_stages, (long long)wide,
-                    MIST_MAX_RANKS);
-    int ranks = plan_world_size(p);
-    if (world_size > 0 && ranks != world_size) {
-        char meshes[256];
-        size_t used = 0;
-        meshes[0] = '\0';
-        for (int s = 0; s < p->num_stages && used + 32 < sizeof meshes; s++)
-            used += (size_t)snprintf(meshes + used, sizeof meshes - used, "%s%dx%d", s ? " + " : "", p->stage[s].dp,
-                                     p->stage[s].tp);
-        return fail(ld, ld ? origin_of(ld, "plan", "stages") : 0, "[plan] stages = %d: the plan needs %d ranks (dp x "
-                    "tp per stage: %s) but the job has %d; allowed: sum of dp*tp = the rank count. Hint: start it with "
-                    "mpirun -np %d, or change dp/tp", p->num_stages, ranks, meshes, world_size, ranks);
-    }
-    return 0;
-}
-
-// Every stage 0..stages-1 needs its section; none beyond.
-static int check_stage_sections(Loader *ld, const Plan *p) {
-    for (int s = 0; s < MIST_MAX_STAGES; s++) {
-        if (s < p->num_stages && !ld->stage_section_line[s]) {
-            int has_override = 0;
-            for (int k = 0; k < 16; k++) has_override |= ld->stage_origin[s][k] != 0;
-            if (!has_override)
-                return fail(ld, origin_of(ld, "plan", "stages"), "[plan] stages = %d but [stage.%d] is missing; "
-                            "allowed: one [stage.N] section for each N in 0..%d. Hint: add [stage.%d] with layers, dp, "
-                            "tp, b", p->num_stages, s, p->num_stages - 1, s);
-        }
-        if (s < p->num_stages && !ld->stage_origin[s][key_slot_in_stage(config_key_find("stage", "layers"))])
-            return fail(ld, ld->stage_section_line[s] ? ld->stage_section_line[s] : origin_of(ld, "plan", "stages"),
-                        "[stage.%d] layers is missing; allowed: an integer 1..4096 (required in every stage). Hint: "
-                        "the stages' layers must add up to [model] layers", s);
-        for (int k = 0; s >= p->num_stages && k < 16; k++)
-            if (ld->stage_origin[s][k] < 0)
-                return fail(ld, ld->stage_origin[s][k], "[stage.%d] is beyond [plan] stages = %d; allowed: "
-                            "stage.0 .. stage.%d. Hint: also override plan.stages, or fix the stage number", s,
-                            p->num_stages, p->num_stages - 1);
-        if (s >= p->num_stages && ld->stage_section_line[s])
-            return fail(ld, ld->stage_section_line[s], "[stage.%d] is beyond [plan] stages = %d; allowed: [stage.0] "
-                        ".. [stage.%d]. Hint: raise [plan] stages or delete the section", s, p->num_stages,
-                        p->num_stages - 1);
-    }
-    return 0;
+    return loader_fail(
+        ld, loader_origin(ld, "cluster", "hardware"),
+        "[cluster] hardware = %s: not a preset and no such profile "
+        "file%s; allowed: l4|a100-40g|a100-80g|h100-80g|h200|cpu or a readable profile file (relative to the "
+        "INI's directory). Hint: check the spelling or the path",
+        c->hardware, did);
 }
 
 // ---------------------------------------------------------------- loading
 
-static int open_file(Loader *ld, const char *path) {
+int loader_open(Loader *ld, const char *path) {
     ld->path = path;
     ld->file = fopen(path, "r");
     if (!ld->file)
-        return fail(ld, 0, "cannot open the configuration: %s. Hint: check the path (e.g. examples/tiny.ini)",
-                    strerror(errno));
+        return loader_fail(ld, 0, "cannot open the configuration: %s. Hint: check the path (e.g. examples/tiny.ini)",
+                           strerror(errno));
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         fclose(ld->file);
         ld->file = NULL;
-        return fail(ld, 0, "cannot read the configuration: it is a directory. Hint: name the INI file inside it");
+        return loader_fail(ld, 0,
+                           "cannot read the configuration: it is a directory. Hint: name the INI file inside it");
     }
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(ld->dir, sizeof ld->dir, "%.*s", (int)(slash - path), path);
@@ -693,24 +597,26 @@ static int open_file(Loader *ld, const char *path) {
     return 0;
 }
 
-static int parse_file(Loader *ld, MistConfig *cfg) {
+int loader_parse(Loader *ld, MistConfig *cfg) {
     void *ctx[2] = {ld, cfg};
     int rc = ini_parse_stream(counting_reader, ld, on_key_value, ctx);
     fclose(ld->file);
     ld->file = NULL;
     if (ld->nul_line) {  // the text after the NUL was lost: it, not what that caused, is the error
         ld->failed = 0;
-        return fail(ld, ld->nul_line, "a NUL byte in this line; allowed: text. Hint: the file may be binary or "
-                    "damaged; save it as plain text");
+        return loader_fail(ld, ld->nul_line, "a NUL byte in this line; allowed: text. Hint: the file may be binary or "
+                           "damaged; save it as plain text");
     }
     if (ld->failed) return MIST_EXIT_CONFIG;
     if (ld->long_line)
-        return fail(ld, ld->long_line, "line longer than %d characters; allowed: up to %d. Hint: shorten the value "
-                    "(use a shorter path)", ld->max_line, ld->max_line);
+        return loader_fail(ld, ld->long_line,
+                           "line longer than %d characters; allowed: up to %d. Hint: shorten the value "
+                           "(use a shorter path)",
+                           ld->max_line, ld->max_line);
     if (rc > 0)
-        return fail(ld, rc, "cannot parse this line; allowed: '[section]', 'key = value', or a comment starting "
-                    "with ; or #. Hint: check for a missing '=' or ']'");
-    if (rc < 0) return fail(ld, 0, "reading the configuration failed (out of memory or I/O error)");
+        return loader_fail(ld, rc, "cannot parse this line; allowed: '[section]', 'key = value', or a comment starting "
+                           "with ; or #. Hint: check for a missing '=' or ']'");
+    if (rc < 0) return loader_fail(ld, 0, "reading the configuration failed (out of memory or I/O error)");
     return 0;
 }
 
@@ -718,12 +624,12 @@ static int apply_overrides(Loader *ld, MistConfig *cfg, const char *const *ov, i
     for (int i = 0; i < n; i++) {
         char buf[512];
         if (strlen(ov[i]) >= sizeof buf)  // never cut a value short: it could still parse, as another value
-            return fail(ld, -(i + 1), "longer than %d characters; allowed: up to %d. Hint: shorten the value",
-                        (int)sizeof buf - 1, (int)sizeof buf - 1);
+            return loader_fail(ld, -(i + 1), "longer than %d characters; allowed: up to %d. Hint: shorten the value",
+                               (int)sizeof buf - 1, (int)sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", ov[i]);
         char *eq = strchr(buf, '=');
         char *dot = eq ? memchr(buf, '.', (size_t)(eq - buf)) : NULL;
-        if (!eq || !dot) return fail(ld, -(i + 1), "expected SECTION.KEY=VALUE. Hint: e.g. -o train.steps=10");
+        if (!eq || !dot) return loader_fail(ld, -(i + 1), "expected SECTION.KEY=VALUE. Hint: e.g. -o train.steps=10");
         // the section may itself contain a dot ([stage.N]): the key follows the last dot before '='
         char *last = dot;
         for (char *q = dot; q < eq; q++)
@@ -746,9 +652,9 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     ld.overrides = overrides;
     if (errlen) err[0] = '\0';
     config_defaults(cfg);
-    if (open_file(&ld, path)) return MIST_EXIT_CONFIG;
+    if (loader_open(&ld, path)) return MIST_EXIT_CONFIG;
     snprintf(cfg->source, sizeof cfg->source, "%s", path);
-    if (parse_file(&ld, cfg)) return MIST_EXIT_CONFIG;
+    if (loader_parse(&ld, cfg)) return MIST_EXIT_CONFIG;
     if (apply_overrides(&ld, cfg, overrides, n_overrides)) return MIST_EXIT_CONFIG;
     if (check_required(&ld) || check_hardware(&ld, &cfg->cluster)) return MIST_EXIT_CONFIG;
     apply_family_defaults(&ld, cfg);
@@ -757,86 +663,15 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
         char perr[1024];
         if (plan_file_load_checked(&cfg->plan.plan, cfg->plan.file, &cfg->model, cfg->train.global_batch, world_size,
                                    perr, sizeof perr))
-            return fail(&ld, origin_of(&ld, "plan", "file"), "[plan] file = %s: %s", cfg->plan.file, perr);
+            return loader_fail(&ld, loader_origin(&ld, "plan", "file"), "[plan] file = %s: %s", cfg->plan.file, perr);
         return 0;
     }
     if (cfg->plan.mode == PLAN_FIXED) {
-        if (check_stage_sections(&ld, &cfg->plan.plan)) return MIST_EXIT_CONFIG;
-        if (check_plan(&ld, &cfg->plan.plan, &cfg->model, cfg->train.global_batch, world_size))
+        if (plan_check_stage_sections(&ld, &cfg->plan.plan)) return MIST_EXIT_CONFIG;
+        if (plan_check(&ld, &cfg->plan.plan, &cfg->model, cfg->train.global_batch, world_size))
             return MIST_EXIT_CONFIG;
     }
     return 0;
-}
-
-// A plan file's loader: its keys, stage sections and (m != NULL) the checks against the
-// model, with each message at the file's line.
-static int load_plan_file(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
-                          char *err, size_t errlen) {
-    static Loader ld;
-    static MistConfig tmp;
-    memset(&ld, 0, sizeof ld);
-    ld.err = err;
-    ld.errlen = errlen;
-    config_defaults(&tmp);
-    if (open_file(&ld, path) || parse_file(&ld, &tmp)) return MIST_EXIT_CONFIG;
-    for (int k = 0; k < config_num_keys; k++) {
-        const KeySpec *ks = &config_keys[k];
-        if (ld.key_origin[k] <= 0) continue;
-        int plan_key = !strcmp(ks->section, "plan") && (!strcmp(ks->name, "G") || !strcmp(ks->name, "stages") ||
-                                                        !strcmp(ks->name, "mode"));
-        if (!plan_key && strcmp(ks->section, "stage"))  // anything else would be silently ignored
-            return fail(&ld, ld.key_origin[k], "[%s] %s: a plan file holds only [plan] G, stages (and mode = fixed) "
-                        "and [stage.N]; allowed: those keys. Hint: move it to the main configuration", ks->section,
-                        ks->name);
-    }
-    // plan_write_ini writes mode = fixed; without the line the mode keeps its default (auto), which is fine
-    if (tmp.plan.mode != PLAN_FIXED && ld.key_origin[config_key_find("plan", "mode")] > 0)
-        return fail(&ld, origin_of(&ld, "plan", "mode"), "[plan] mode = auto: a plan file is a fixed plan; "
-                    "allowed: fixed (or no mode line). Hint: delete the line");
-    if (check_stage_sections(&ld, &tmp.plan.plan)) return MIST_EXIT_CONFIG;
-    if (m && check_plan(&ld, &tmp.plan.plan, m, global_batch, world_size)) return MIST_EXIT_CONFIG;
-    *plan = tmp.plan.plan;
-    return 0;
-}
-
-int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
-    return load_plan_file(plan, path, NULL, 0, 0, err, errlen);
-}
-
-int plan_file_load_checked(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
-                           char *err, size_t errlen) {
-    return load_plan_file(plan, path, m, global_batch, world_size, err, errlen);
-}
-
-int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, int world_size, const char *where,
-                  char *err, size_t errlen) {
-    static Loader ld;
-    memset(&ld, 0, sizeof ld);
-    ld.err = err;
-    ld.errlen = errlen;
-    ld.path = where ? where : "plan";
-    if (plan->num_stages < 1 || plan->num_stages > MIST_MAX_STAGES)
-        return fail(&ld, 0, "stages = %d; allowed: 1..%d. Hint: set [plan] stages", plan->num_stages, MIST_MAX_STAGES);
-    for (int s = 0; s < plan->num_stages; s++) {
-        const StagePlan *st = &plan->stage[s];
-        if (st->layers < 1 || st->dp < 1 || st->tp < 1 || st->b < 1 || st->zero < 0 || st->zero > 3 || st->ckpt < 0)
-            return fail(&ld, 0, "[stage.%d] layers=%d dp=%d tp=%d b=%d zero=%d ckpt=%d; allowed: layers, dp, tp, b "
-                        ">= 1, zero 0..3, ckpt >= 0. Hint: fix [stage.%d]", s, st->layers, st->dp, st->tp, st->b,
-                        st->zero, st->ckpt, s);
-    }
-    return check_plan(&ld, plan, m, global_batch, world_size);
-}
-
-// ---------------------------------------------------------------- writing
-
-void plan_write_ini(const Plan *plan, FILE *f) {
-    fprintf(f, "[plan]\nmode = fixed\nG = %d\nstages = %d\n", plan->G, plan->num_stages);
-    for (int s = 0; s < plan->num_stages; s++) {
-        const StagePlan *st = &plan->stage[s];
-        fprintf(f, "\n[stage.%d]\nlayers = %d\ndp = %d\ntp = %d\nb = %d\nzero = %d\nckpt = %d\n", s, st->layers,
-                st->dp, st->tp, st->b, st->zero, st->ckpt);
-        fprintf(f, "wo = %.17g\ngo = %.17g\noo = %.17g\nao = %.17g\n", st->wo, st->go, st->oo, st->ao);
-    }
 }
 
 const char *config_family_name(ModelFamily f) { return f == FAMILY_LLAMA ? "llama" : "gpt"; }
@@ -880,13 +715,7 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
     }
     fprintf(f, "  plan       fixed%s%s: G %d, %d stage(s), %d ranks\n", cfg->plan.file[0] ? " from " : "",
             cfg->plan.file, p->G, p->num_stages, plan_world_size(p));
-    fprintf(f, "    %5s  %6s  %4s  %4s  %4s  %4s  %4s  %5s %5s %5s %5s\n", "stage", "layers", "dp", "tp", "b", "zero",
-            "ckpt", "wo", "go", "oo", "ao");
-    for (int s = 0; s < p->num_stages; s++) {
-        const StagePlan *st = &p->stage[s];
-        fprintf(f, "    %5d  %6d  %4d  %4d  %4d  %4d  %4d  %5.3g %5.3g %5.3g %5.3g\n", s, st->layers, st->dp, st->tp,
-                st->b, st->zero, st->ckpt, st->wo, st->go, st->oo, st->ao);
-    }
+    plan_print_stages(p, f);
 }
 
 int config_profile(const MistConfig *cfg, HwProfile *out, char *err, size_t errlen) {

@@ -6,7 +6,15 @@
 #define MIST_PLAN_H
 
 #define MIST_MAX_STAGES 64
+// [stage.N] keys a stage may have (config_keys.c has 10): room for the knobs to come
+#define MIST_MAX_STAGE_KEYS 32
 
+// The carrier of one stage's knobs: the config reader, plan files, the cost
+// model (StageConfig, planner/cost.h), the search's rows and the runtime's
+// layout all take a stage by this struct. A new per-stage knob is a field
+// here plus a [stage.N] row in core/config_keys.c (which gives it its key,
+// range, plan-file line and summary column) and, when the cost model sees
+// it, a symbol row in planner/cost.h (docs/architecture.md has the recipe).
 typedef struct {
     int layers;   // transformer blocks in this stage (consecutive)
     int dp;       // data-parallel degree of the stage's mesh

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "core/config_keys.h"
 #include "core/config_load.h"
+#include "core/plan_file.h"
 #include "tests/tap.h"
 
 static char tmpdir[256];

@@ -22,6 +22,7 @@
 #include "planner/cost.h"
 #include "planner/search.h"
 #include "core/config_load.h"
+#include "core/plan_file.h"
 #include "tests/tap.h"
 
 static const char *srcdir(void) {

@@ -18,6 +18,7 @@
 #include "planner/optable.h"
 #include "core/profile.h"
 #include "core/config_load.h"
+#include "core/plan_file.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"  // launch_check_env
 

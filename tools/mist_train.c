@@ -21,6 +21,7 @@
 #include "runtime/comm_mpi.h"
 #include "core/schema.h"
 #include "core/config_load.h"
+#include "core/plan_file.h"
 #include "runtime/fileutil.h"
 #include "runtime/grid.h"
 #include "runtime/launch.h"

@@ -1,0 +1,311 @@
+// Plan files (see plan_file.h): read with the loader of config_load.c
+// (core/config_loader.h), checked against the model, written and printed.
+// Every per-stage key is a [stage.N] row of config_keys.c: reading, range
+// checks, writing and printing go over those rows, never over the fields by
+// name.
+#include <string.h>
+#include "core/config_keys.h"
+#include "core/config_load.h"
+#include "core/config_loader.h"
+#include "core/plan_file.h"
+
+// ---------------------------------------------------------------- the [stage.N] rows
+
+static int is_stage_key(const KeySpec *k) { return !strcmp(k->section, "stage"); }
+
+// The value of [stage.N] key k in st: KEY_FLOAT keys are doubles, the others ints.
+static double stage_value(const StagePlan *st, const KeySpec *k) {
+    const char *field = (const char *)st + k->offset;
+    return k->type == KEY_FLOAT ? *(const double *)field : *(const int *)field;
+}
+
+// The largest value of int key k (an enum: its last name).
+static double stage_int_max(const KeySpec *k) {
+    if (k->type != KEY_ENUM) return k->max;
+    int n = 0;
+    while (k->names[n]) n++;
+    return n - 1;
+}
+
+// A computed plan's ints (plan_validate): each at least its key's minimum, and at most its
+// maximum where the range is a handful of levels (zero 0..3, a switch 0..1). The wider maxima
+// (layers, dp, tp, b, ckpt: 1024 and up) bound what a plan file may say, not what a plan may
+// need: a computed b = global_batch / (dp G) may pass 2^20, and plan_check bounds the rest (the
+// layers' sum, the ranks dp*tp, ckpt <= layers).
+enum { STAGE_LEVELS_MAX = 16 };
+static int stage_int_bounded(const KeySpec *k) { return stage_int_max(k) - k->min < STAGE_LEVELS_MAX; }
+
+static int stage_ints_ok(const StagePlan *st) {
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (!is_stage_key(k) || k->type == KEY_FLOAT) continue;
+        double v = stage_value(st, k);
+        if (v < k->min || (stage_int_bounded(k) && v > stage_int_max(k))) return 0;
+    }
+    return 1;
+}
+
+// "layers=4 dp=0 ..." and "layers, dp, tp, b >= 1, zero 0..3, ckpt >= 0": neighbours with the
+// same rule share it
+static void stage_ints_text(const StagePlan *st, char *values, size_t vlen, char *allowed, size_t alen) {
+    size_t vu = 0, au = 0;
+    char rule[64], next_rule[64] = "";
+    values[0] = allowed[0] = '\0';
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (!is_stage_key(k) || k->type == KEY_FLOAT) continue;
+        if (vu < vlen)
+            vu += (size_t)snprintf(values + vu, vlen - vu, "%s%s=%d", vu ? " " : "", k->name, (int)stage_value(st, k));
+        if (stage_int_bounded(k)) snprintf(rule, sizeof rule, "%g..%g", k->min, stage_int_max(k));
+        else snprintf(rule, sizeof rule, ">= %g", k->min);
+        next_rule[0] = '\0';  // the rule of the next int key, if any
+        for (int j = i + 1; j < config_num_keys && !next_rule[0]; j++) {
+            const KeySpec *n = &config_keys[j];
+            if (!is_stage_key(n) || n->type == KEY_FLOAT) continue;
+            if (stage_int_bounded(n)) snprintf(next_rule, sizeof next_rule, "%g..%g", n->min, stage_int_max(n));
+            else snprintf(next_rule, sizeof next_rule, ">= %g", n->min);
+        }
+        if (au < alen)
+            au += (size_t)snprintf(allowed + au, alen - au, "%s%s%s%s", au ? ", " : "", k->name,
+                                   strcmp(rule, next_rule) ? " " : "", strcmp(rule, next_rule) ? rule : "");
+    }
+}
+
+// The first real-valued knob of st outside its key's range (NaN included), or NULL.
+static const KeySpec *stage_real_out_of_range(const StagePlan *st) {
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (!is_stage_key(k) || k->type != KEY_FLOAT) continue;
+        double v = stage_value(st, k);
+        if (!(v >= k->min && v <= k->max)) return k;
+    }
+    return NULL;
+}
+
+// ---------------------------------------------------------------- checks
+
+// The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
+int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_batch, int world_size) {
+    int G_origin = ld ? loader_origin(ld, "plan", "G") : 0;
+    for (int s = 0; s < p->num_stages; s++) {
+        const StagePlan *st = &p->stage[s];
+        if (m->heads % st->tp)
+            return loader_fail(ld, loader_stage_origin(ld, s, "tp"),
+                               "[stage.%d] tp = %d: must divide heads (%d); allowed: a "
+                               "divisor of %d. Hint: each TP rank holds heads/tp heads",
+                               s, st->tp, m->heads, m->heads);
+        if (m->kv_heads % st->tp)
+            return loader_fail(ld, loader_stage_origin(ld, s, "tp"),
+                               "[stage.%d] tp = %d: must divide kv_heads (%d); allowed: a "
+                               "divisor of %d. Hint: lower tp or raise kv_heads",
+                               s, st->tp, m->kv_heads, m->kv_heads);
+        if (m->ffn_hidden % st->tp)
+            return loader_fail(ld, loader_stage_origin(ld, s, "tp"),
+                               "[stage.%d] tp = %d: must divide ffn_hidden (%d); allowed: "
+                               "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns",
+                               s, st->tp, m->ffn_hidden, m->ffn_hidden);
+        // vocab needs no check: a vocab-parallel embedding / LM head pads V up to a multiple of tp
+        if (st->ckpt > st->layers)
+            return loader_fail(ld, loader_stage_origin(ld, s, "ckpt"),
+                               "[stage.%d] ckpt = %d: more than the stage's %d layers; "
+                               "allowed: 0..%d. Hint: ckpt counts the blocks that recompute",
+                               s, st->ckpt, st->layers, st->layers);
+        // the real-valued knobs are the offload ratios (their keys give the range; a real knob of
+        // another kind would word its message from its key's hint)
+        const KeySpec *bad = stage_real_out_of_range(st);
+        if (bad)
+            return loader_fail(ld, loader_stage_origin(ld, s, bad->name), "[stage.%d] %s = %g: offload ratio out of "
+                               "range; allowed: [%g, %g]. Hint: the fraction kept in host memory", s, bad->name,
+                               stage_value(st, bad), bad->min, bad->max);
+        int64_t per_iter = (int64_t)st->b * st->dp * p->G;
+        if (per_iter != global_batch) {
+            int64_t dpG = (int64_t)st->dp * p->G;
+            char hint[160];
+            if (global_batch % dpG == 0)
+                snprintf(hint, sizeof hint, "set b = %lld", (long long)(global_batch / dpG));
+            else
+                snprintf(hint, sizeof hint, "dp * G = %lld does not divide global_batch; change dp or G so that it "
+                         "does", (long long)dpG);
+            return loader_fail(ld, loader_stage_origin(ld, s, "b"),
+                               "[stage.%d] b * dp * G = %d * %d * %d = %lld, but [train] "
+                               "global_batch = %lld; allowed: b * dp * G = global_batch in every stage. Hint: %s",
+                               s, st->b, st->dp, p->G, (long long)per_iter, (long long)global_batch, hint);
+        }
+    }
+    int sum = 0;
+    for (int s = 0; s < p->num_stages; s++) sum += p->stage[s].layers;
+    if (sum != m->layers)
+        return loader_fail(
+            ld, p->num_stages ? loader_stage_origin(ld, p->num_stages - 1, "layers") : G_origin,
+            "[stage.%d] layers = %d: the stages' layers add up to %d, but [model] layers = %d; allowed: "
+            "the [stage.N] layers must sum to the model's layers. Hint: adjust the layers of one stage by %d",
+            p->num_stages - 1, p->num_stages ? p->stage[p->num_stages - 1].layers : 0, sum, m->layers, m->layers - sum);
+    int64_t wide = 0;  // in 64 bits: the int sum of plan_world_size could overflow here
+    for (int s = 0; s < p->num_stages; s++) wide += (int64_t)p->stage[s].dp * p->stage[s].tp;
+    if (wide > MIST_MAX_RANKS)
+        return loader_fail(ld, ld ? loader_origin(ld, "plan", "stages") : 0,
+                           "[plan] stages = %d: the plan needs %lld ranks (sum "
+                           "of dp*tp); allowed: at most %d. Hint: lower dp or tp",
+                           p->num_stages, (long long)wide, MIST_MAX_RANKS);
+    int ranks = plan_world_size(p);
+    if (world_size > 0 && ranks != world_size) {
+        char meshes[256];
+        size_t used = 0;
+        meshes[0] = '\0';
+        for (int s = 0; s < p->num_stages && used + 32 < sizeof meshes; s++)
+            used += (size_t)snprintf(meshes + used, sizeof meshes - used, "%s%dx%d", s ? " + " : "", p->stage[s].dp,
+                                     p->stage[s].tp);
+        return loader_fail(
+            ld, ld ? loader_origin(ld, "plan", "stages") : 0,
+            "[plan] stages = %d: the plan needs %d ranks (dp x "
+            "tp per stage: %s) but the job has %d; allowed: sum of dp*tp = the rank count. Hint: start it with "
+            "mpirun -np %d, or change dp/tp",
+            p->num_stages, ranks, meshes, world_size, ranks);
+    }
+    return 0;
+}
+
+// Every stage 0..stages-1 needs its section; none beyond.
+int plan_check_stage_sections(Loader *ld, const Plan *p) {
+    for (int s = 0; s < MIST_MAX_STAGES; s++) {
+        if (s < p->num_stages && !ld->stage_section_line[s]) {
+            int has_override = 0;
+            for (int k = 0; k < MIST_MAX_STAGE_KEYS; k++) has_override |= ld->stage_origin[s][k] != 0;
+            if (!has_override)
+                return loader_fail(
+                    ld, loader_origin(ld, "plan", "stages"),
+                    "[plan] stages = %d but [stage.%d] is missing; "
+                    "allowed: one [stage.N] section for each N in 0..%d. Hint: add [stage.%d] with layers, dp, "
+                    "tp, b",
+                    p->num_stages, s, p->num_stages - 1, s);
+        }
+        if (s < p->num_stages && !ld->stage_origin[s][loader_stage_slot(config_key_find("stage", "layers"))])
+            return loader_fail(
+                ld, ld->stage_section_line[s] ? ld->stage_section_line[s] : loader_origin(ld, "plan", "stages"),
+                "[stage.%d] layers is missing; allowed: an integer 1..4096 (required in every stage). Hint: "
+                "the stages' layers must add up to [model] layers",
+                s);
+        for (int k = 0; s >= p->num_stages && k < MIST_MAX_STAGE_KEYS; k++)
+            if (ld->stage_origin[s][k] < 0)
+                return loader_fail(ld, ld->stage_origin[s][k], "[stage.%d] is beyond [plan] stages = %d; allowed: "
+                                   "stage.0 .. stage.%d. Hint: also override plan.stages, or fix the stage number", s,
+                                   p->num_stages, p->num_stages - 1);
+        if (s >= p->num_stages && ld->stage_section_line[s])
+            return loader_fail(ld, ld->stage_section_line[s],
+                               "[stage.%d] is beyond [plan] stages = %d; allowed: [stage.0] "
+                               ".. [stage.%d]. Hint: raise [plan] stages or delete the section",
+                               s, p->num_stages, p->num_stages - 1);
+    }
+    return 0;
+}
+
+// A plan file's loader: its keys, stage sections and (m != NULL) the checks against the
+// model, with each message at the file's line.
+static int load_plan_file(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
+                          char *err, size_t errlen) {
+    static Loader ld;
+    static MistConfig tmp;
+    memset(&ld, 0, sizeof ld);
+    ld.err = err;
+    ld.errlen = errlen;
+    config_defaults(&tmp);
+    if (loader_open(&ld, path) || loader_parse(&ld, &tmp)) return MIST_EXIT_CONFIG;
+    for (int k = 0; k < config_num_keys; k++) {
+        const KeySpec *ks = &config_keys[k];
+        if (ld.key_origin[k] <= 0) continue;
+        int plan_key = !strcmp(ks->section, "plan") && (!strcmp(ks->name, "G") || !strcmp(ks->name, "stages") ||
+                                                        !strcmp(ks->name, "mode"));
+        if (!plan_key && strcmp(ks->section, "stage"))  // anything else would be silently ignored
+            return loader_fail(&ld, ld.key_origin[k],
+                               "[%s] %s: a plan file holds only [plan] G, stages (and mode = fixed) "
+                               "and [stage.N]; allowed: those keys. Hint: move it to the main configuration",
+                               ks->section, ks->name);
+    }
+    // plan_write_ini writes mode = fixed; without the line the mode keeps its default (auto), which is fine
+    if (tmp.plan.mode != PLAN_FIXED && ld.key_origin[config_key_find("plan", "mode")] > 0)
+        return loader_fail(&ld, loader_origin(&ld, "plan", "mode"), "[plan] mode = auto: a plan file is a fixed plan; "
+                           "allowed: fixed (or no mode line). Hint: delete the line");
+    if (plan_check_stage_sections(&ld, &tmp.plan.plan)) return MIST_EXIT_CONFIG;
+    if (m && plan_check(&ld, &tmp.plan.plan, m, global_batch, world_size)) return MIST_EXIT_CONFIG;
+    *plan = tmp.plan.plan;
+    return 0;
+}
+
+int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen) {
+    return load_plan_file(plan, path, NULL, 0, 0, err, errlen);
+}
+
+int plan_file_load_checked(Plan *plan, const char *path, const ModelConfig *m, int64_t global_batch, int world_size,
+                           char *err, size_t errlen) {
+    return load_plan_file(plan, path, m, global_batch, world_size, err, errlen);
+}
+
+int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, int world_size, const char *where,
+                  char *err, size_t errlen) {
+    static Loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.err = err;
+    ld.errlen = errlen;
+    ld.path = where ? where : "plan";
+    if (plan->num_stages < 1 || plan->num_stages > MIST_MAX_STAGES)
+        return loader_fail(&ld, 0, "stages = %d; allowed: 1..%d. Hint: set [plan] stages", plan->num_stages,
+                           MIST_MAX_STAGES);
+    for (int s = 0; s < plan->num_stages; s++)
+        if (!stage_ints_ok(&plan->stage[s])) {
+            char values[256], allowed[256];
+            stage_ints_text(&plan->stage[s], values, sizeof values, allowed, sizeof allowed);
+            return loader_fail(&ld, 0, "[stage.%d] %s; allowed: %s. Hint: fix [stage.%d]", s, values, allowed, s);
+        }
+    return plan_check(&ld, plan, m, global_batch, world_size);
+}
+
+// ---------------------------------------------------------------- writing and printing
+
+void plan_write_ini(const Plan *plan, FILE *f) {
+    fprintf(f, "[plan]\nmode = fixed\nG = %d\nstages = %d\n", plan->G, plan->num_stages);
+    for (int s = 0; s < plan->num_stages; s++) {
+        fprintf(f, "\n[stage.%d]\n", s);
+        for (int i = 0; i < config_num_keys; i++) {
+            const KeySpec *k = &config_keys[i];
+            if (!is_stage_key(k)) continue;
+            double v = stage_value(&plan->stage[s], k);
+            if (k->type == KEY_FLOAT) fprintf(f, "%s = %.17g\n", k->name, v);  // 17 digits: read back exactly
+            else if (k->type == KEY_ENUM) fprintf(f, "%s = %s\n", k->name, k->names[(int)v]);
+            else if (k->type == KEY_BOOL) fprintf(f, "%s = %s\n", k->name, v ? "true" : "false");
+            else fprintf(f, "%s = %d\n", k->name, (int)v);
+        }
+    }
+}
+
+// Columns right-aligned under their key: ints at least 4 wide, two spaces apart; reals %5.3g,
+// one space between neighbouring reals (the offload ratios read as one group).
+void plan_print_stages(const Plan *p, FILE *f) {
+    fprintf(f, "    %5s", "stage");
+    int prev_real = 0;
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (!is_stage_key(k)) continue;
+        int real = k->type == KEY_FLOAT, width = (int)strlen(k->name);
+        if (width < 4 + real) width = 4 + real;
+        fprintf(f, "%s%*s", real && prev_real ? " " : "  ", width, k->name);
+        prev_real = real;
+    }
+    fprintf(f, "\n");
+    for (int s = 0; s < p->num_stages; s++) {
+        fprintf(f, "    %5d", s);
+        prev_real = 0;
+        for (int i = 0; i < config_num_keys; i++) {
+            const KeySpec *k = &config_keys[i];
+            if (!is_stage_key(k)) continue;
+            int real = k->type == KEY_FLOAT, width = (int)strlen(k->name);
+            if (width < 4 + real) width = 4 + real;
+            double v = stage_value(&p->stage[s], k);
+            fprintf(f, "%s", real && prev_real ? " " : "  ");
+            if (real) fprintf(f, "%*.3g", width, v);
+            else if (k->type == KEY_ENUM) fprintf(f, "%*s", width, k->names[(int)v]);
+            else fprintf(f, "%*d", width, (int)v);
+            prev_real = real;
+        }
+        fprintf(f, "\n");
+    }
+}
