@@ -64,34 +64,35 @@ static double frand(void) {  // xorshift64, uniform in [0, 1)
 }
 
 static void put_config(double *cols[STAGE_SYMS], size_t i, const StageConfig *c) {
-    double v[STAGE_SYMS] = {c->b, c->dp, c->tp, c->zero >= 3, c->zero >= 2, c->zero >= 1, c->ckpt,
-                            c->wo, c->go, c->oo, c->ao, c->G, c->p, c->layers};
+    double v[STAGE_SYMS];
+    stage_sym_values(c, v);
     for (int s = 0; s < STAGE_SYMS; s++) cols[s][i] = v[s];
 }
 
 static StageConfig get_config(double *cols[STAGE_SYMS], size_t j, int zero) {
-    StageConfig c = {(int)cols[SYM_L][j], (int)cols[SYM_B][j], (int)cols[SYM_DP][j], (int)cols[SYM_TP][j],
-                     zero, (int)cols[SYM_CKPT][j], (int)cols[SYM_G][j], (int)cols[SYM_P][j],
-                     cols[SYM_WO][j], cols[SYM_GO][j], cols[SYM_OO][j], cols[SYM_AO][j]};
+    StageConfig c = {{.layers = (int)cols[SYM_L][j], .b = (int)cols[SYM_B][j], .dp = (int)cols[SYM_DP][j],
+                      .tp = (int)cols[SYM_TP][j], .zero = zero, .ckpt = (int)cols[SYM_CKPT][j], .wo = cols[SYM_WO][j],
+                      .go = cols[SYM_GO][j], .oo = cols[SYM_OO][j], .ao = cols[SYM_AO][j]},
+                     (int)cols[SYM_G][j], (int)cols[SYM_P][j]};
     return c;
 }
 
 // random candidates of pattern sp, every symbol varying: cols[s][i]
 static void fill_random(const StagePattern *sp, size_t n, double *cols[STAGE_SYMS]) {
     for (size_t i = 0; i < n; i++) {
-        StageConfig c;
-        c.layers = 1 + (int)(frand() * 48);
-        c.b = 1 << (int)(frand() * 4);
-        c.dp = 1 << (int)(frand() * 6);
-        c.tp = 1 << (int)(frand() * 4);
-        c.zero = sp->zero;
-        c.ckpt = (int)(frand() * (c.layers + 1));
+        StageConfig c = {0};
+        c.plan.layers = 1 + (int)(frand() * 48);
+        c.plan.b = 1 << (int)(frand() * 4);
+        c.plan.dp = 1 << (int)(frand() * 6);
+        c.plan.tp = 1 << (int)(frand() * 4);
+        c.plan.zero = sp->zero;
+        c.plan.ckpt = (int)(frand() * (c.plan.layers + 1));
         c.G = 1 + (int)(frand() * 256);
         c.p = (int)(frand() * (c.G < 4 ? c.G : 4));
-        c.wo = sp->wo ? 1 - frand() : 0;
-        c.go = sp->go ? 1 - frand() : 0;
-        c.oo = sp->oo ? 1 - frand() : 0;
-        c.ao = sp->ao ? 1 - frand() : 0;
+        c.plan.wo = sp->wo ? 1 - frand() : 0;
+        c.plan.go = sp->go ? 1 - frand() : 0;
+        c.plan.oo = sp->oo ? 1 - frand() : 0;
+        c.plan.ao = sp->ao ? 1 - frand() : 0;
         put_config(cols, i, &c);
     }
 }
@@ -107,27 +108,27 @@ static size_t fill_search(const StagePattern *sp, size_t n, double *cols[STAGE_S
     const int steps = ratios == 1 ? 8 : 4, bits = ratios == 1 ? 3 : 2, grid = 1 << (bits * ratios);
     while (i < n) {
         StageConfig c = {0};
-        c.layers = 1 + (int)(frand() * 48);
-        c.dp = 1 << (int)(frand() * 6);
-        c.tp = 1 << (int)(frand() * 4);
-        c.zero = sp->zero;
+        c.plan.layers = 1 + (int)(frand() * 48);
+        c.plan.dp = 1 << (int)(frand() * 6);
+        c.plan.tp = 1 << (int)(frand() * 4);
+        c.plan.zero = sp->zero;
         c.G = 1 + (int)(frand() * 256);
         c.p = (int)(frand() * (c.G < 4 ? c.G : 4));
-        size_t size = (size_t)4 * (c.layers + 1) * grid;
+        size_t size = (size_t)4 * (c.plan.layers + 1) * grid;
         if (i + size > cap) break;
         starts[nb++] = i;
         for (int bi = 0; bi < 4; bi++)
-            for (int ck = 0; ck <= c.layers; ck++)
+            for (int ck = 0; ck <= c.plan.layers; ck++)
                 for (int g = 0; g < grid; g++) {
-                    c.b = 1 << bi;
-                    c.ckpt = ck;
+                    c.plan.b = 1 << bi;
+                    c.plan.ckpt = ck;
                     // digit d of g (base steps) is the d-th enabled ratio's step
                     int d = 0;
                     double r[4] = {0, 0, 0, 0};
                     const int on[4] = {sp->wo, sp->go, sp->oo, sp->ao};
                     for (int q = 0; q < 4; q++)
                         if (on[q]) r[q] = (double)(((g >> (bits * d++)) & (steps - 1)) + 1) / steps;
-                    c.wo = r[0], c.go = r[1], c.oo = r[2], c.ao = r[3];
+                    c.plan.wo = r[0], c.plan.go = r[1], c.plan.oo = r[2], c.plan.ao = r[3];
                     put_config(cols, i++, &c);
                 }
     }

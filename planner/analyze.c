@@ -88,8 +88,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
         st->first_layer = plan_first_layer(plan, i);
         st->last_layer = st->first_layer + st->sp.layers - 1;
         st->p = S - i - 1 < plan->G - 1 ? S - i - 1 : plan->G - 1;
-        StageConfig c = {st->sp.layers, st->sp.b, st->sp.dp, st->sp.tp, st->sp.zero, st->sp.ckpt, plan->G, st->p,
-                         st->sp.wo, st->sp.go, st->sp.oo, st->sp.ao};
+        StageConfig c = {st->sp, plan->G, st->p};
         stage_eval_scalar(&models[has_pre][has_post], &c, st->out);
         double peak = fmax(st->out[ST_PEAK_FWD], st->out[ST_PEAK_BWD]);
         st->peak = (int64_t)ceil(peak);

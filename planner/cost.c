@@ -11,8 +11,11 @@
 #include "planner/cost.h"
 #include "expr/expr_node.h"
 
-const char *const stage_sym_names[STAGE_SYMS] = {"b",  "dp", "tp", "ws", "gs", "os", "ckpt",
-                                                  "wo", "go", "oo", "ao", "G",  "p",  "L"};
+const char *const stage_sym_names[STAGE_SYMS] = {
+#define STAGE_SYM_NAME(sym, name, value) name,
+    STAGE_SYM_TABLE(STAGE_SYM_NAME, _)
+#undef STAGE_SYM_NAME
+};
 
 const char *const stage_output_names[ST_OUTPUTS] = {
     "t_stable_seconds", "t_delta_seconds", "peak_bytes_fwd", "peak_bytes_bwd", "weights",     "grads",
@@ -420,7 +423,7 @@ double model_flops_per_iteration(const MistConfig *cfg) {
 // ---- stage model assembly and evaluation
 
 StagePattern stage_pattern_of(const StageConfig *c) {
-    StagePattern p = {c->zero, c->wo != 0, c->go != 0, c->oo != 0, c->ao != 0};
+    StagePattern p = {c->plan.zero, c->plan.wo != 0, c->plan.go != 0, c->plan.oo != 0, c->plan.ao != 0};
     return p;
 }
 
@@ -559,26 +562,9 @@ void stage_model_free(StageModel *sm) {
     memset(sm, 0, sizeof *sm);
 }
 
-static void config_values(const StageConfig *c, double v[STAGE_SYMS]) {
-    v[SYM_B] = c->b;
-    v[SYM_DP] = c->dp;
-    v[SYM_TP] = c->tp;
-    v[SYM_WS] = c->zero >= 3;
-    v[SYM_GS] = c->zero >= 2;
-    v[SYM_OS] = c->zero >= 1;
-    v[SYM_CKPT] = c->ckpt;
-    v[SYM_WO] = c->wo;
-    v[SYM_GO] = c->go;
-    v[SYM_OO] = c->oo;
-    v[SYM_AO] = c->ao;
-    v[SYM_G] = c->G;
-    v[SYM_P] = c->p;
-    v[SYM_L] = c->layers;
-}
-
 void stage_eval_scalar(const StageModel *sm, const StageConfig *c, double out[ST_OUTPUTS]) {
     double v[STAGE_SYMS];
-    config_values(c, v);
+    stage_sym_values(c, v);
     int n = expr_num_syms(sm->ctx);
     double *values = calloc((size_t)n, sizeof *values);
     for (int i = 0; i < STAGE_SYMS; i++) values[sm->sym[i]] = v[i];

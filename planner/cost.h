@@ -19,26 +19,50 @@
 #include "core/profile.h"
 #include "core/schema.h"
 
-// ---- the symbols of a stage configuration (names as registered in ExprCtx)
+// ---- a stage's configuration as the model sees it: the stage's knobs (the
+// carrier StagePlan, core/plan.h) and what the pipeline adds
+typedef struct {
+    StagePlan plan;  // layers, mesh, micro-batch, ZeRO, ckpt, offload ratios
+    int G;           // micro-batches per iteration
+    int p;           // extra micro-batches in flight, min(S - i - 1, G - 1)
+} StageConfig;
+
+// The symbols of a stage configuration, one row each: X(enum, name as
+// registered in ExprCtx, its value for StageConfig *c). The enum, the names
+// (stage_sym_names) and the values (stage_sym_values: scalar evaluation and
+// the search's batch rows) all come from these rows, so a knob the model
+// sees is a field in StagePlan and one row here.
+#define STAGE_SYM_TABLE(X, c)                                                                             \
+    X(SYM_B, "b", (c)->plan.b)            /* micro-batch size per DP rank */                              \
+    X(SYM_DP, "dp", (c)->plan.dp)                                                                         \
+    X(SYM_TP, "tp", (c)->plan.tp)                                                                         \
+    X(SYM_WS, "ws", (c)->plan.zero >= 3)  /* 1 when weights are sharded over dp (ZeRO-3) */               \
+    X(SYM_GS, "gs", (c)->plan.zero >= 2)  /* 1 when grads are sharded (ZeRO-2, 3) */                      \
+    X(SYM_OS, "os", (c)->plan.zero >= 1)  /* 1 when optimizer state is sharded (ZeRO-1, 2, 3) */          \
+    X(SYM_CKPT, "ckpt", (c)->plan.ckpt)   /* checkpointed blocks (the last ckpt of the stage) */          \
+    X(SYM_WO, "wo", (c)->plan.wo)         /* "wo", "go", "oo", "ao": offload ratios in [0, 1] */          \
+    X(SYM_GO, "go", (c)->plan.go)                                                                         \
+    X(SYM_OO, "oo", (c)->plan.oo)                                                                         \
+    X(SYM_AO, "ao", (c)->plan.ao)                                                                         \
+    X(SYM_G, "G", (c)->G)                 /* micro-batches per iteration */                               \
+    X(SYM_P, "p", (c)->p)                 /* extra micro-batches in flight, min(S - i - 1, G - 1) */      \
+    X(SYM_L, "L", (c)->plan.layers)       /* blocks in the stage */
+
 typedef enum {
-    SYM_B,     // "b": micro-batch size per DP rank
-    SYM_DP,    // "dp"
-    SYM_TP,    // "tp"
-    SYM_WS,    // "ws": 1 when weights are sharded over dp (ZeRO-3)
-    SYM_GS,    // "gs": 1 when grads are sharded (ZeRO-2, 3)
-    SYM_OS,    // "os": 1 when optimizer state is sharded (ZeRO-1, 2, 3)
-    SYM_CKPT,  // "ckpt": checkpointed blocks (the last ckpt of the stage)
-    SYM_WO,    // "wo", "go", "oo", "ao": offload ratios in [0, 1]
-    SYM_GO,
-    SYM_OO,
-    SYM_AO,
-    SYM_G,      // "G": micro-batches per iteration
-    SYM_P,      // "p": extra micro-batches in flight, min(S - i - 1, G - 1)
-    SYM_L,      // "L": blocks in the stage
+#define STAGE_SYM_ENUM(sym, name, value) sym,
+    STAGE_SYM_TABLE(STAGE_SYM_ENUM, _)
+#undef STAGE_SYM_ENUM
     STAGE_SYMS
 } StageSym;
 
 extern const char *const stage_sym_names[STAGE_SYMS];
+
+// The value of every stage symbol for configuration c.
+static inline void stage_sym_values(const StageConfig *c, double v[STAGE_SYMS]) {
+#define STAGE_SYM_VALUE(sym, name, value) v[sym] = (double)(value);
+    STAGE_SYM_TABLE(STAGE_SYM_VALUE, c)
+#undef STAGE_SYM_VALUE
+}
 
 // ---- outputs of a stage model (all per rank of the stage)
 typedef enum {
@@ -65,12 +89,6 @@ typedef enum {
 } StageOutput;
 
 extern const char *const stage_output_names[ST_OUTPUTS];
-
-// One stage's configuration, as the model's symbols see it.
-typedef struct {
-    int layers, b, dp, tp, zero, ckpt, G, p;
-    double wo, go, oo, ao;
-} StageConfig;
 
 // Per-part symbolic quantities the model description provides: cost.c copies
 // the op list of models/ops.h (model_build) with s and eb fixed for the

@@ -27,7 +27,7 @@ static void tiny_config(MistConfig *c, Precision prec) {
 }
 
 static StageConfig stage(int L, int b, int dp, int tp, int zero, int ckpt, int G, int p) {
-    StageConfig s = {L, b, dp, tp, zero, ckpt, G, p, 0, 0, 0, 0};
+    StageConfig s = {{.layers = L, .dp = dp, .tp = tp, .b = b, .zero = zero, .ckpt = ckpt}, G, p};
     return s;
 }
 
@@ -148,7 +148,7 @@ static void test_zero(const MistConfig *cfg, const HwProfile *hw) {
     ok(states(&m, stage(L, 2, dp, 1, 2, 0, 1, 0)) == want2, "ZeRO-2 over dp=3: W padded, G and O shards");
     // offload moves floor(ratio * n) elements of each part's stored state to the host
     StageConfig off = stage(L, 2, dp, 1, 3, 0, 1, 0);
-    off.wo = 0.3, off.oo = 0.7;
+    off.plan.wo = 0.3, off.plan.oo = 0.7;
     double o[ST_OUTPUTS], wdev = 0, odev = 0, host = 0;
     stage_eval_scalar(&m, &off, o);
     for (int i = 0; i < 3; i++) {
@@ -286,10 +286,11 @@ static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
         for (int step = 0; step <= 4; step++) {
             sc = stage(L, b, 2, 1, 1, 1, 4, 1);
             double r = step / 4.0;
-            if (which[k] == SYM_WO) sc.wo = r, sc.go = r;  // weights offload with grads (their buffers move together)
-            if (which[k] == SYM_GO) sc.go = r;
-            if (which[k] == SYM_OO) sc.oo = r;
-            if (which[k] == SYM_AO) sc.ao = r;
+            // weights offload with grads (their buffers move together)
+            if (which[k] == SYM_WO) sc.plan.wo = r, sc.plan.go = r;
+            if (which[k] == SYM_GO) sc.plan.go = r;
+            if (which[k] == SYM_OO) sc.plan.oo = r;
+            if (which[k] == SYM_AO) sc.plan.ao = r;
             stage_eval_scalar(&m, &sc, o);
             double dev = o[ST_WEIGHTS] + o[ST_GRADS] + o[ST_OPTIMIZER] + o[ST_ACTIVATIONS];
             if (step > 0 && !(dev < prev)) mono = 0;
@@ -356,7 +357,7 @@ static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
     stage_eval_scalar(&m, &sc, o);
     double want = states + io + L * (X + R) + fmax(fmax(X + S, D), fmax(H, H + D));
     ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want, "peak by hand, no checkpointing: %.0f bytes", want);
-    sc.ckpt = 2;
+    sc.plan.ckpt = 2;
     stage_eval_scalar(&m, &sc, o);
     want = states + io + L * X + fmax(fmax(X + S + R, D + R + S), fmax(H, H + D));
     ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want, "peak by hand, every block checkpointed: %.0f bytes", want);
@@ -424,20 +425,20 @@ static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
         unsigned seed = 11 + variant;
         for (int i = 0; i < N; i++) {
             StageConfig *c = &cs[i];
-            c->layers = 1 + (int)(frand(&seed) * 4);
-            c->b = 1 << (int)(frand(&seed) * 3);
-            c->dp = 1 << (int)(frand(&seed) * 5);
-            c->tp = 1 << (int)(frand(&seed) * 4);
-            c->zero = (int)(frand(&seed) * 4);
-            c->ckpt = (int)(frand(&seed) * (c->layers + 1));
+            c->plan.layers = 1 + (int)(frand(&seed) * 4);
+            c->plan.b = 1 << (int)(frand(&seed) * 3);
+            c->plan.dp = 1 << (int)(frand(&seed) * 5);
+            c->plan.tp = 1 << (int)(frand(&seed) * 4);
+            c->plan.zero = (int)(frand(&seed) * 4);
+            c->plan.ckpt = (int)(frand(&seed) * (c->plan.layers + 1));
             c->G = 1 + (int)(frand(&seed) * 8);
             c->p = (int)(frand(&seed) * c->G);
-            c->wo = frand(&seed) < 0.5 ? 0 : frand(&seed);
-            c->go = frand(&seed) < 0.5 ? 0 : frand(&seed);
-            c->oo = frand(&seed) < 0.5 ? 0 : frand(&seed);
-            c->ao = frand(&seed) < 0.5 ? 0 : frand(&seed);
-            double v[STAGE_SYMS] = {c->b, c->dp, c->tp, c->zero >= 3, c->zero >= 2, c->zero >= 1, c->ckpt,
-                                    c->wo, c->go, c->oo, c->ao, c->G, c->p, c->layers};
+            c->plan.wo = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->plan.go = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->plan.oo = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->plan.ao = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            double v[STAGE_SYMS];
+            stage_sym_values(c, v);
             for (int s = 0; s < STAGE_SYMS; s++) col[s][i] = v[s];
         }
         const double *cols[STAGE_SYMS];
@@ -488,22 +489,22 @@ static void test_specialised(const MistConfig *cfg, const HwProfile *hw) {
             unsigned seed = 101 + pat + 64 * variant;
             for (int i = 0; i < N; i++) {
                 StageConfig *c = &cs[i];
-                c->layers = 1 + (int)(frand(&seed) * 4);
-                c->b = 1 << (int)(frand(&seed) * 3);
-                c->dp = 1 << (int)(frand(&seed) * 5);
-                c->tp = 1 << (int)(frand(&seed) * 4);
-                c->zero = sp.zero;
-                c->ckpt = (int)(frand(&seed) * (c->layers + 1));
+                c->plan.layers = 1 + (int)(frand(&seed) * 4);
+                c->plan.b = 1 << (int)(frand(&seed) * 3);
+                c->plan.dp = 1 << (int)(frand(&seed) * 5);
+                c->plan.tp = 1 << (int)(frand(&seed) * 4);
+                c->plan.zero = sp.zero;
+                c->plan.ckpt = (int)(frand(&seed) * (c->plan.layers + 1));
                 c->G = 1 + (int)(frand(&seed) * 8);
                 c->p = (int)(frand(&seed) * c->G);
                 // a nonzero ratio in (0, 1]
-                c->wo = sp.wo ? 1 - frand(&seed) : 0;
-                c->go = sp.go ? 1 - frand(&seed) : 0;
-                c->oo = sp.oo ? 1 - frand(&seed) : 0;
-                c->ao = sp.ao ? 1 - frand(&seed) : 0;
+                c->plan.wo = sp.wo ? 1 - frand(&seed) : 0;
+                c->plan.go = sp.go ? 1 - frand(&seed) : 0;
+                c->plan.oo = sp.oo ? 1 - frand(&seed) : 0;
+                c->plan.ao = sp.ao ? 1 - frand(&seed) : 0;
                 if (!stage_pattern_has(&sp, c)) fails++;
-                double v[STAGE_SYMS] = {c->b, c->dp, c->tp, c->zero >= 3, c->zero >= 2, c->zero >= 1, c->ckpt,
-                                        c->wo, c->go, c->oo, c->ao, c->G, c->p, c->layers};
+                double v[STAGE_SYMS];
+                stage_sym_values(c, v);
                 for (int s = 0; s < STAGE_SYMS; s++) col[s][i] = v[s];
             }
             const double *cols[STAGE_SYMS];

@@ -104,13 +104,13 @@ static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, C
                     for (int g = 0; g <= e->wg; g++)
                         for (int o = 0; o <= e->oa; o++)
                             for (int q = 0; q <= e->oa; q++) {
-                                StageConfig sc = {l, b, dp, tp, z, c, G, p, (double)a / e->wg, (double)g / e->wg,
-                                                  (double)o / e->oa, (double)q / e->oa};
+                                StageConfig sc = {{l, dp, tp, b, z, c, (double)a / e->wg, (double)g / e->wg,
+                                                   (double)o / e->oa, (double)q / e->oa}, G, p};
                                 double out[ST_OUTPUTS];
                                 stage_eval_scalar(&e->model[kind], &sc, out);
                                 if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
                                 v[cnt++] = (Choice){out[ST_T], out[ST_D], fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]),
-                                                    out[ST_HOST], {l, dp, tp, b, z, c, sc.wo, sc.go, sc.oo, sc.ao}};
+                                                    out[ST_HOST], sc.plan};
                             }
     }
     *out = v;
@@ -201,13 +201,14 @@ static void test_exhaustive(void) {
             return;
         }
     // the peak of the plainest plan (one stage, dp over everything, nothing saved) scales the capacities
-    StageConfig plain = {cfg.model.layers, 2, 2, 1, 0, 0, 1, 0, 0, 0, 0, 0};
+    StageConfig plain = {{.layers = cfg.model.layers, .dp = 2, .tp = 1, .b = 2}, 1, 0};
     double out[ST_OUTPUTS];
     stage_eval_scalar(&e.model[3], &plain, out);
     double base = fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]);
     // and the host bytes of the same plan with every ratio offloaded scale the host capacities
     // (0: the profile's, which does not bind here); the host cases need offloading and limit it
-    StageConfig all_off = {cfg.model.layers, 2, 2, 1, 0, 0, 1, 0, 1, 1, 1, 1};
+    StageConfig all_off = {{.layers = cfg.model.layers, .dp = 2, .tp = 1, .b = 2, .wo = 1, .go = 1, .oo = 1, .ao = 1},
+                           1, 0};
     stage_eval_scalar(&e.model[3], &all_off, out);
     double hbase = out[ST_HOST];
     const struct { double dev, host; } fractions[] = {{4.0, 0}, {0.8, 0}, {0.55, 0}, {0.4, 0}, {0.05, 0},
@@ -312,30 +313,30 @@ static void test_properties(void) {
     int bad[4] = {0, 0, 0, 0}, steps[4] = {0, 0, 0, 0}, trials = 1200;
     const double tol = 1e-12;
     for (int it = 0; it < trials; it++) {
-        StageConfig c;
-        c.layers = 1 + (int)(frand() * 12);
-        c.b = 1 << (int)(frand() * 3);
-        c.dp = 1 << (int)(frand() * 4);
-        c.tp = 1 << (int)(frand() * 3);
-        c.zero = (int)(frand() * 4);
-        c.ckpt = (int)(frand() * (c.layers + 1));
+        StageConfig c = {0};
+        c.plan.layers = 1 + (int)(frand() * 12);
+        c.plan.b = 1 << (int)(frand() * 3);
+        c.plan.dp = 1 << (int)(frand() * 4);
+        c.plan.tp = 1 << (int)(frand() * 3);
+        c.plan.zero = (int)(frand() * 4);
+        c.plan.ckpt = (int)(frand() * (c.plan.layers + 1));
         c.G = 1 + (int)(frand() * 16);
         c.p = (int)(frand() * 4);
         if (c.p > c.G - 1) c.p = c.G - 1;
-        c.wo = (int)(frand() * 5) / 4.0, c.go = (int)(frand() * 5) / 4.0;
-        c.oo = (int)(frand() * 9) / 8.0, c.ao = (int)(frand() * 9) / 8.0;
+        c.plan.wo = (int)(frand() * 5) / 4.0, c.plan.go = (int)(frand() * 5) / 4.0;
+        c.plan.oo = (int)(frand() * 9) / 8.0, c.plan.ao = (int)(frand() * 9) / 8.0;
         int kind = (int)(frand() * 4), prop = it % 4, r = (int)(frand() * 4);
-        if (prop == 1) c.wo = c.go = c.oo = c.ao = 0;
+        if (prop == 1) c.plan.wo = c.plan.go = c.plan.oo = c.plan.ao = 0;
         StageConfig u = c;
-        double *ratio[4] = {&u.wo, &u.go, &u.oo, &u.ao}, step = r < 2 ? 0.25 : 0.125;
+        double *ratio[4] = {&u.plan.wo, &u.plan.go, &u.plan.oo, &u.plan.ao}, step = r < 2 ? 0.25 : 0.125;
         if (prop == 0 || prop == 2) {
             if (prop == 2 && *ratio[r] == 0) *ratio[r] = step;  // stay inside the pattern
             if (prop == 2) c = u;
             if (*ratio[r] + step > 1) continue;
             *ratio[r] += step;
         } else if (prop == 1) {
-            if (c.ckpt == c.layers) continue;
-            u.ckpt++;
+            if (c.plan.ckpt == c.plan.layers) continue;
+            u.plan.ckpt++;
         } else {
             if (c.p + 1 > c.G - 1) continue;
             u.p++;
@@ -355,8 +356,9 @@ static void test_properties(void) {
         if (fail) {
             bad[prop]++;
             diag("P%d (l %d b %d %dx%d z%d c%d G%d p%d wo %g go %g oo %g ao %g kind %d): t %.9g -> %.9g, d %.6g -> "
-                 "%.6g, peak %.0f -> %.0f", prop + 1, c.layers, c.b, c.dp, c.tp, c.zero, c.ckpt, c.G, c.p, c.wo, c.go,
-                 c.oo, c.ao, kind, a[ST_T], b[ST_T], a[ST_D], b[ST_D], pa, pb);
+                 "%.6g, peak %.0f -> %.0f", prop + 1, c.plan.layers, c.plan.b, c.plan.dp, c.plan.tp, c.plan.zero,
+                 c.plan.ckpt, c.G, c.p, c.plan.wo, c.plan.go, c.plan.oo, c.plan.ao, kind, a[ST_T], b[ST_T], a[ST_D],
+                 b[ST_D], pa, pb);
         }
     }
     ok(!bad[0], "P1: t and t + d nondecreasing in each offload ratio (%d of %d steps violate)", bad[0], steps[0]);
