@@ -126,100 +126,170 @@ typedef struct {
     SavedProblem saved;
 } Best;
 
-// Search one combination; improves *best and s->incumbent. 0 or -1 (s->err).
-static int combo_search(Search *s, const Combo *c, Best *best) {
-    int S = c->S, G = c->G, L = s->L;
-    if (s->rules.uniform) {  // one configuration for every stage
-        StagePlan sp;
-        double T = INFINITY;
-        int rc = uniform_search(s, S, G, &c->mesh[0], &sp, &T);
-        if (rc < 0) return -1;
-        if (rc > 0 && T < s->incumbent) {
-            s->incumbent = T;
-            best->found = 1;
-            best->T = T;
-            best->plan.G = G;
-            best->plan.num_stages = S;
-            for (int i = 0; i < S; i++) best->plan.stage[i] = sp;
-            saved_free(&best->saved);  // nothing to confirm: no inter-stage problem
-        }
-        return 0;
+// A uniform space's combination: one configuration for every stage (search_uniform.c). 0 or -1.
+static int combo_search_uniform(Search *s, const Combo *c, Best *best) {
+    StagePlan sp;
+    double T = INFINITY;
+    int rc = uniform_search(s, c->S, c->G, &c->mesh[0], &sp, &T);
+    if (rc < 0) return -1;
+    if (rc > 0 && T < s->incumbent) {
+        s->incumbent = T;
+        best->found = 1;
+        best->T = T;
+        best->plan.G = c->G;
+        best->plan.num_stages = c->S;
+        for (int i = 0; i < c->S; i++) best->plan.stage[i] = sp;
+        saved_free(&best->saved);  // nothing to confirm: no inter-stage problem
     }
-    int kinds[3], nk = kinds_of(S, kinds);
-    int plist[KINDS][MIST_MAX_STAGES], np[KINDS] = {0};
+    return 0;
+}
+
+// The in-flight counts the stages of each kind take, each once, ascending: plist[kind][0..np[kind]).
+typedef struct {
+    int p[KINDS][MIST_MAX_STAGES], n[KINDS];
+} InFlight;
+
+static void inflight_lists(int S, int G, InFlight *f) {
+    memset(f->n, 0, sizeof f->n);
     for (int i = 0; i < S; i++) {
         int k = stage_kind(i, S), p = stage_p(i, S, G), seen = 0;
-        for (int j = 0; j < np[k]; j++) seen |= plist[k][j] == p;
-        if (!seen) plist[k][np[k]++] = p;
+        for (int j = 0; j < f->n[k]; j++) seen |= f->p[k][j] == p;
+        if (!seen) f->p[k][f->n[k]++] = p;
     }
     for (int k = 0; k < KINDS; k++)  // ascending
-        for (int a = 1; a < np[k]; a++)
-            for (int b = a; b > 0 && plist[k][b - 1] > plist[k][b]; b--) {
-                int tmp = plist[k][b];
-                plist[k][b] = plist[k][b - 1], plist[k][b - 1] = tmp;
+        for (int a = 1; a < f->n[k]; a++)
+            for (int b = a; b > 0 && f->p[k][b - 1] > f->p[k][b]; b--) {
+                int tmp = f->p[k][b];
+                f->p[k][b] = f->p[k][b - 1], f->p[k][b - 1] = tmp;
             }
-    int lo, hi, lhi[KINDS] = {0};
+}
+
+// the index of stage i's in-flight count in its kind's list
+static int inflight_index(const InFlight *f, int i, int S, int G) {
+    int k = stage_kind(i, S), p = stage_p(i, S, G), pi = 0;
+    while (f->p[k][pi] != p) pi++;
+    return pi;
+}
+
+// The layer counts worth searching: lhi[kind] caps each kind's (t_min(l) grows with l: the cap is
+// the last l with G * t_min(l) under the incumbent), *hi the largest cap, *lo what the other
+// stages leave (L - (S - 1) * hi); *tau the least t per block over the kinds and layer counts the
+// stages may take, so the other stages of a stage with l blocks sum to at least tau * (L - l).
+// 1: some split fits under the bound; 0: none; -1: error.
+static int layer_range(Search *s, const Combo *c, const int *kinds, int nk, int *lo, int *hi, int lhi[KINDS],
+                       double *tau) {
+    int S = c->S, G = c->G, L = s->L, top = 0;
     static _Thread_local double tmin[KINDS][4097];  // t_min(l) per kind (full space); one per search thread
-    if (s->rules.uniform) {
-        lo = hi = L / S;
-        for (int q = 0; q < nk; q++) lhi[kinds[q]] = hi;
-    } else {
-        int top = 0;
-        for (int q = 0; q < nk; q++) {
-            // t_min(l) grows with l: the layer cap is the last l with G * t_min(l) under the incumbent
-            if (stage_t_lower_bounds(s, kinds[q], 1, L - S + 1, G, c->mesh, c->nmesh, tmin[kinds[q]]) != 0) return -1;
-            int cap = 0;
-            for (int l = 1; l <= L - S + 1; l++)
-                if (G * tmin[kinds[q]][l] <= s->incumbent * (1 + 1e-12)) cap = l;
-            lhi[kinds[q]] = cap;
-            if (cap > top) top = cap;
-        }
-        hi = top;
-        lo = L - (S - 1) * hi;
-        if (lo < 1) lo = 1;
-        if (hi < lo || (long)S * hi < L) return 0;  // no split fits under the bound
+    for (int q = 0; q < nk; q++) {
+        if (stage_t_lower_bounds(s, kinds[q], 1, L - S + 1, G, c->mesh, c->nmesh, tmin[kinds[q]]) != 0) return -1;
+        int cap = 0;
+        for (int l = 1; l <= L - S + 1; l++)
+            if (G * tmin[kinds[q]][l] <= s->incumbent * (1 + 1e-12)) cap = l;
+        lhi[kinds[q]] = cap;
+        if (cap > top) top = cap;
     }
-    // tau: the least t per block over the kinds and layer counts the stages may take, so the
-    // other stages of a stage with l blocks sum to at least tau * (L - l)
-    double tau = INFINITY;
-    if (S > 1 && !s->rules.uniform)
+    *hi = top;
+    *lo = L - (S - 1) * top;
+    if (*lo < 1) *lo = 1;
+    if (*hi < *lo || (long)S * *hi < L) return 0;  // no split fits under the bound
+    *tau = INFINITY;
+    if (S > 1)
         for (int q = 0; q < nk; q++)
-            for (int l = lo; l <= lhi[kinds[q]]; l++) tau = fmin(tau, tmin[kinds[q]][l] / l);
-    if (isinf(tau)) tau = 0;
-    int O = hi - lo + 1;
-    // fronts[kind][pi][o]
-    Front *fronts = calloc((size_t)KINDS * MIST_MAX_STAGES * O, sizeof *fronts);
+            for (int l = *lo; l <= lhi[kinds[q]]; l++) *tau = fmin(*tau, tmin[kinds[q]][l] / l);
+    if (isinf(*tau)) *tau = 0;
+    return 1;
+}
+
+// The frontiers of one combination: fronts[(kind * MIST_MAX_STAGES + in-flight index) * O + layer option]
+typedef struct {
+    int O, lo;         // layer options lo .. lo + O - 1
+    Front *fronts;
+} Fronts;
+
+static Front *front_at(const Fronts *fr, int k, int pi, int o) {
+    return &fr->fronts[((size_t)k * MIST_MAX_STAGES + pi) * fr->O + o];
+}
+
+// Every kind's candidates (search_stage.c) and their Pareto frontiers. 0 or -1.
+static int combo_frontiers(Search *s, const Combo *c, const int *kinds, int nk, const int lhi[KINDS],
+                           const InFlight *inf, CandList *lists, Fronts *fr) {
+    for (int q = 0; q < nk; q++) {
+        int k = kinds[q];
+        if (lhi[k] < fr->lo) continue;
+        int nl = lhi[k] - fr->lo + 1, np = inf->n[k];
+        for (int j = 0; j < nl * np; j++) lists[j].n = 0;
+        if (stage_candidates(s, k, fr->lo, lhi[k], c->G, c->mesh, c->nmesh, inf->p[k], np, lists) != 0) return -1;
+        for (int li = 0; li < nl; li++)
+            for (int pi = 0; pi < np; pi++)
+                if (front_build(s, &lists[li * np + pi], front_at(fr, k, pi, li)) != 0) return -1;
+    }
+    return 0;
+}
+
+// The inter-stage problem kept for the lp_solve confirmation: a copy of its frontiers. 0 or -1.
+static int saved_keep(Search *s, SavedProblem *sv, const MilpProblem *prob, const MilpFrontier *mf) {
+    int S = prob->stages, O = prob->noptions;
+    saved_free(sv);
+    size_t total = 0;
+    for (int j = 0; j < S * O; j++) total += (size_t)mf[j].npoints;
+    sv->f = malloc((size_t)S * O * sizeof *sv->f);
+    sv->opts = malloc((size_t)O * sizeof *sv->opts);
+    sv->vals = malloc((2 * total + 1) * sizeof *sv->vals);
+    if (!sv->f || !sv->opts || !sv->vals) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    memcpy(sv->opts, prob->option_layers, (size_t)O * sizeof *sv->opts);
+    double *v = sv->vals;
+    for (int j = 0; j < S * O; j++) {
+        int n = mf[j].npoints;
+        if (n > 0) {  // an empty frontier has no arrays: memcpy from NULL is undefined even for 0 bytes
+            memcpy(v, mf[j].t, (size_t)n * sizeof *v);
+            memcpy(v + n, mf[j].d, (size_t)n * sizeof *v);
+        }
+        sv->f[j] = (MilpFrontier){n, v, v + n};
+        v += 2 * n;
+    }
+    sv->p = *prob;
+    sv->p.option_layers = sv->opts;
+    sv->p.frontier = sv->f;
+    return 0;
+}
+
+// Search one combination; improves *best and s->incumbent. 0 or -1 (s->err).
+static int combo_search(Search *s, const Combo *c, Best *best) {
+    if (s->rules.uniform) return combo_search_uniform(s, c, best);
+    int S = c->S, G = c->G;
+    int kinds[3], nk = kinds_of(S, kinds);
+    InFlight inf;
+    inflight_lists(S, G, &inf);
+    int lo, hi, lhi[KINDS] = {0};
+    double tau;
+    int some = layer_range(s, c, kinds, nk, &lo, &hi, lhi, &tau);
+    if (some <= 0) return some;
+    Fronts fr = {hi - lo + 1, lo, NULL};
+    int O = fr.O;
+    fr.fronts = calloc((size_t)KINDS * MIST_MAX_STAGES * O, sizeof *fr.fronts);
     // (layer counts, in-flight counts) candidate lists of one kind
     CandList *lists = calloc((size_t)O * MIST_MAX_STAGES, sizeof *lists);
     MilpFrontier *mf = calloc((size_t)S * O, sizeof *mf);
     int *opts = malloc((size_t)O * sizeof *opts);
     int rc = -1;
-    if (!fronts || !mf || !opts || !lists) {
+    if (!fr.fronts || !mf || !opts || !lists) {
         snprintf(s->err, sizeof s->err, "out of memory");
         goto done;
     }
-#define FRONT(k, pi, o) fronts[((size_t)(k) * MIST_MAX_STAGES + (pi)) * O + (o)]
     for (int o = 0; o < O; o++) opts[o] = lo + o;
     s->tau = tau;
-    for (int q = 0; q < nk; q++) {
-        int k = kinds[q];
-        if (lhi[k] < lo) continue;
-        int nl = lhi[k] - lo + 1;
-        for (int j = 0; j < nl * np[k]; j++) lists[j].n = 0;
-        if (stage_candidates(s, k, lo, lhi[k], G, c->mesh, c->nmesh, plist[k], np[k], lists) != 0) goto done;
-        for (int li = 0; li < nl; li++)
-            for (int pi = 0; pi < np[k]; pi++)
-                if (front_build(s, &lists[li * np[k] + pi], &FRONT(k, pi, li)) != 0) goto done;
-    }
+    if (combo_frontiers(s, c, kinds, nk, lhi, &inf, lists, &fr) != 0) goto done;
     for (int i = 0; i < S; i++) {
-        int k = stage_kind(i, S), p = stage_p(i, S, G), pi = 0;
-        while (plist[k][pi] != p) pi++;
+        int k = stage_kind(i, S), pi = inflight_index(&inf, i, S, G);
         for (int o = 0; o < O; o++) {
-            const Front *f = &FRONT(k, pi, o);
+            const Front *f = front_at(&fr, k, pi, o);
             mf[i * O + o] = (MilpFrontier){f->n, f->t, f->d};
         }
     }
-    MilpProblem prob = {S, L, G, O, opts, mf, 0, 0};
+    MilpProblem prob = {S, s->L, G, O, opts, mf, 0, 0};
     MilpSolution sol;
     double t0 = search_now();
     MilpStatus st = milp_solve_dp(&prob, &sol);
@@ -239,58 +309,25 @@ static int combo_search(Search *s, const Combo *c, Best *best) {
         pl->G = G;
         pl->num_stages = S;
         for (int i = 0; i < S; i++) {
-            int k = stage_kind(i, S), p = stage_p(i, S, G), pi = 0;
-            while (plist[k][pi] != p) pi++;
-            const Cand *cd = &FRONT(k, pi, sol.option[i]).c[sol.point[i]];
-            const Mesh *me = &c->mesh[cd->mesh];
-            StagePlan *sp = &pl->stage[i];
-            sp->layers = sol.layers[i];
-            sp->dp = me->dp;
-            sp->tp = me->tp;
-            sp->b = (int)(s->B / ((int64_t)G * me->dp));
-            sp->zero = cd->zero;
-            sp->ckpt = cd->ckpt;
-            sp->wo = space_ratio_wg(&s->rules, cd->wo_q);
-            sp->go = space_ratio_wg(&s->rules, cd->go_q);
-            sp->oo = space_ratio_oa(&s->rules, cd->oo_q);
-            sp->ao = space_ratio_oa(&s->rules, cd->ao_q);
+            const Front *f = front_at(&fr, stage_kind(i, S), inflight_index(&inf, i, S, G), sol.option[i]);
+            pl->stage[i] = cand_unpack(&f->c[sol.point[i]], c->mesh, &s->rules, sol.layers[i], s->B, G);
         }
-        // keep the problem for the lp_solve confirmation
-        SavedProblem *sv = &best->saved;
-        saved_free(sv);
-        size_t total = 0;
-        for (int j = 0; j < S * O; j++) total += (size_t)mf[j].npoints;
-        sv->f = malloc((size_t)S * O * sizeof *sv->f);
-        sv->opts = malloc((size_t)O * sizeof *sv->opts);
-        sv->vals = malloc((2 * total + 1) * sizeof *sv->vals);
-        if (!sv->f || !sv->opts || !sv->vals) {
-            snprintf(s->err, sizeof s->err, "out of memory");
-            goto done;
-        }
-        memcpy(sv->opts, opts, (size_t)O * sizeof *opts);
-        double *v = sv->vals;
-        for (int j = 0; j < S * O; j++) {
-            int n = mf[j].npoints;
-            if (n > 0) {  // an empty frontier has no arrays: memcpy from NULL is undefined even for 0 bytes
-                memcpy(v, mf[j].t, (size_t)n * sizeof *v);
-                memcpy(v + n, mf[j].d, (size_t)n * sizeof *v);
-            }
-            sv->f[j] = (MilpFrontier){n, v, v + n};
-            v += 2 * n;
-        }
-        sv->p = prob;
-        sv->p.option_layers = sv->opts;
-        sv->p.frontier = sv->f;
+        if (saved_keep(s, &best->saved, &prob, mf) != 0) goto done;
     }
     rc = 0;
 done:
-    if (fronts)
-        for (size_t j = 0; j < (size_t)KINDS * MIST_MAX_STAGES * O; j++) front_free(&fronts[j]);
+    if (fr.fronts)
+        for (size_t j = 0; j < (size_t)KINDS * MIST_MAX_STAGES * O; j++) front_free(&fr.fronts[j]);
     if (lists)
         for (size_t j = 0; j < (size_t)O * MIST_MAX_STAGES; j++) cand_free(&lists[j]);
-    free(lists), free(fronts), free(mf), free(opts);
+    free(lists), free(fr.fronts), free(mf), free(opts);
     return rc;
-#undef FRONT
+}
+
+// A stage of l blocks on mesh me at ZeRO level z with ckpt, each ratio of offload pattern mask at 1.
+static StagePlan least_memory_stage(int l, const Mesh *me, int b, int z, int ckpt, int mask) {
+    return (StagePlan){.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = ckpt, .wo = mask & 1,
+                       .go = (mask >> 1) & 1, .oo = (mask >> 2) & 1, .ao = (mask >> 3) & 1};
 }
 
 // Nothing fits: per (S, G, mesh), a balanced split with every stage at its
@@ -327,8 +364,8 @@ static int closest_plan(Search *s, SearchResult *r) {
                         for (int mask = 0; mask < (s->rules.offload ? 16 : 1); mask++) {
                             StageModel *m = stage_model_get(s, stage_kind(i, S), z, mask);
                             if (!m || search_reserve(s, 1) != 0) return -1;
-                            search_set_row(s, 0, &meshes[mi], (int)(s->B / per), z, ck, mask & 1, (mask >> 1) & 1,
-                                           (mask >> 2) & 1, (mask >> 3) & 1, G, stage_p(i, S, G), l);
+                            StagePlan sp = least_memory_stage(l, &meshes[mi], (int)(s->B / per), z, ck, mask);
+                            search_set_row(s, 0, &sp, G, stage_p(i, S, G));
                             search_eval(s, m, 1, EVAL_PEAKS);
                             int64_t dev = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0])) -
                                           s->capacity;
@@ -338,9 +375,7 @@ static int closest_plan(Search *s, SearchResult *r) {
                             if (worse < stage_short) stage_short = worse, best_z = z, best_mask = mask, best_host = host > dev;
                         }
                     }
-                    pl.stage[i] = (StagePlan){l, meshes[mi].dp, meshes[mi].tp, (int)(s->B / per), best_z, ck,
-                                              best_mask & 1, (best_mask >> 1) & 1, (best_mask >> 2) & 1,
-                                              (best_mask >> 3) & 1};
+                    pl.stage[i] = least_memory_stage(l, &meshes[mi], (int)(s->B / per), best_z, ck, best_mask);
                     if (stage_short > worst) worst = stage_short, worst_stage = i, worst_host = best_host;
                 }
                 if (worst < best_short) {
@@ -730,74 +765,4 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     search_models_free(&s);
     stats->seconds = search_now() - s.t_start;
     return best.found ? 0 : 3;
-}
-
-void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f) {
-    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %d thread(s) (%s; machine code %s), %.3f s wall\n",
-            search_space_name(o->space), o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, expr_simd_name(),
-            expr_machine_code_name(), s->seconds);
-    fprintf(f, "  candidates evaluated %lld (%lld fit; %lld timed) in %lld batches, %.3f s evaluating, %lld stage "
-               "models compiled in %.3f s\n",
-            s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds, s->models_built,
-            s->model_seconds);
-    fprintf(f, "  combinations (stages, G, meshes) %lld, searched %lld, the rest bounded out\n", s->combos,
-            s->combos_searched);
-    fprintf(f, "  frontiers %lld, %lld points (mean %.1f, largest %d)\n", s->frontiers, s->frontier_points,
-            s->frontiers ? (double)s->frontier_points / s->frontiers : 0.0, s->frontier_max_points);
-    fprintf(f, "  inter-stage solves: %lld by the label-setting DP (%.3f ms)", s->dp_solves, 1e3 * s->dp_seconds);
-    if (s->lp_solves)
-        fprintf(f, ", %lld lp_solve MILP confirmation (%.3f ms): %s\n", s->lp_solves, 1e3 * s->lp_seconds,
-                s->lp_agrees > 0 ? "same optimum" : "DISAGREES");
-    else
-        fprintf(f, "\n");
-}
-
-void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f) {
-    fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"threads\": %d, \"simd\": \"%s\", "
-               "\"machine_code\": \"%s\", \"seconds\": %.6g, ",
-            search_space_name(o->space), o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, expr_simd_name(),
-            expr_machine_code_name(), s->seconds);
-    fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"time_evaluations\": %lld, \"batches\": %lld, "
-               "\"eval_seconds\": %.6g, ",
-            s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds);
-    fprintf(f, "\"models_built\": %lld, \"model_seconds\": %.6g, \"combinations\": %lld, "
-               "\"combinations_searched\": %lld, ",
-            s->models_built, s->model_seconds, s->combos, s->combos_searched);
-    fprintf(f, "\"frontiers\": %lld, \"frontier_points\": %lld, \"frontier_max_points\": %d, ", s->frontiers,
-            s->frontier_points, s->frontier_max_points);
-    fprintf(f, "\"dp_solves\": %lld, \"dp_seconds\": %.6g, \"lp_solves\": %lld, \"lp_seconds\": %.6g, "
-               "\"lp_agrees\": %s",
-            s->dp_solves, s->dp_seconds, s->lp_solves, s->lp_seconds,
-            s->lp_agrees < 0 ? "null" : s->lp_agrees ? "true" : "false");
-}
-
-void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) {
-    if (r->states_bytes > 0)
-        fprintf(f, "no plan can fit: the model's states alone (%lld parameters x weight, gradient and optimizer "
-                   "bytes) need %.2f GiB, more than all devices and hosts hold together (%.2f GiB: %d ranks x "
-                   "(%.2f GiB device + %.2f GiB host)); the search was skipped.\n",
-                (long long)model_param_count(&cfg->model), r->states_bytes / 1073741824.0,
-                r->cluster_bytes / 1073741824.0, r->ranks,
-                r->capacity / 1073741824.0, r->host_capacity / 1073741824.0);
-    if (!r->have_closest) {
-        fprintf(f, "no plan in the space fits in %lld bytes per device, and no layout could be evaluated\n",
-                (long long)r->capacity);
-        return;
-    }
-    const Plan *p = &r->closest;
-    const StagePlan *w = &p->stage[r->closest_stage];
-    char host[96] = "";
-    if (r->host_capacity > 0) snprintf(host, sizeof host, " and %.2f GiB of host memory per rank", r->host_capacity / 1073741824.0);
-    fprintf(f, "no plan fits in %.2f GiB per device%s. Closest: %d stage(s), G = %d, stage %d (%d layers, mesh %dx%d, "
-               "b %d, zero %d, ckpt %d, offload %.2g/%.2g/%.2g/%.2g) is short by %lld bytes (%.2f GiB) of %s memory.\n",
-            r->capacity / 1073741824.0, host, p->num_stages, p->G, r->closest_stage, w->layers, w->dp, w->tp, w->b,
-            w->zero, w->ckpt, w->wo, w->go, w->oo, w->ao, (long long)r->shortfall, r->shortfall / 1073741824.0,
-            r->closest_host ? "host" : "device");
-    if (r->closest_host)
-        fprintf(f, "hint: more nodes (sharded states spread over more ranks and hosts), nodes with "
-                   "more host memory ([cluster] host_memory says what they have), a smaller global batch or sequence "
-                   "(%d)\n", cfg->model.seq_len);
-    else
-        fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
-                   "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
 }

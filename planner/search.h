@@ -5,9 +5,12 @@
 //                   --space allows, the offload grid, the runtime's limits
 //   search_stage.c  intra-stage: one batched evaluation per class of
 //                   candidates, the memory filter, the (t, d) Pareto frontier
+//   search_cand.c   a packed candidate <-> the stage plan (StagePlan) it is
+//   search_uniform.c  the uniform spaces: one configuration for every stage
 //   search.c        the outer loop over (stages, G, meshes) with bounds, the
 //                   inter-stage solve (label-setting DP, confirmed by lp_solve),
-//                   the closest plan when nothing fits, the statistics
+//                   the closest plan when nothing fits
+//   search_report.c the statistics and the "nothing fits" explanation
 //
 // How it works and why each pruning is safe: docs/plan-search.md.
 #ifndef MIST_SEARCH_H

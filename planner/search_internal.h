@@ -1,4 +1,5 @@
-// Shared state of the plan search (search.c, search_space.c, search_stage.c).
+// Shared state of the plan search (search.c, search_space.c, search_stage.c,
+// search_cand.c, search_uniform.c).
 // Not part of the public interface: see planner/search.h.
 #ifndef MIST_SEARCH_INTERNAL_H
 #define MIST_SEARCH_INTERNAL_H
@@ -133,15 +134,36 @@ int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const M
 // out[(l - lo) * np + k] receives those with l blocks that fit at plist[k].
 int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *meshes, int nmesh, const int *plist,
                      int np, CandList *out);
-// Write row i of the batch columns.
-void search_set_row(Search *s, size_t i, const Mesh *me, int b, int zero, int ckpt, double wo, double go, double oo,
-                    double ao, int G, int p, int l);
+// Write row i of the batch columns: stage plan sp with G micro-batches and p more in flight
+// (every stage symbol from its row in planner/cost.h). Inline: the search writes millions of
+// rows, and inlined the copies of sp fold into the column stores.
+static inline void search_set_row(Search *s, size_t i, const StagePlan *sp, int G, int p) {
+    const StageConfig c = {*sp, G, p};
+#define SEARCH_SYM_COLUMN(sym, name, value) s->cols[sym][i] = (double)(value);
+    STAGE_SYM_TABLE(SEARCH_SYM_COLUMN, &c)
+#undef SEARCH_SYM_COLUMN
+}
+void search_models_free(Search *s);
+
+// ---- search_cand.c: a candidate (Cand) and the stage plan it stands for, converted only here
+// The offload ratios of grid steps q (wo, go, oo, ao) on the rules' grid (inline: set per row).
+static inline void stage_set_offload_steps(StagePlan *sp, const SpaceRules *R, const unsigned char q[4]) {
+    sp->wo = space_ratio_wg(R, q[0]);
+    sp->go = space_ratio_wg(R, q[1]);
+    sp->oo = space_ratio_oa(R, q[2]);
+    sp->ao = space_ratio_oa(R, q[3]);
+}
+// The candidate of stage plan sp on mesh index `mesh` of the combination's list, with time t, d
+// (sp's offload ratios are steps of the rules' grid).
+Cand cand_pack(const StagePlan *sp, int mesh, const SpaceRules *R, double t, double d);
+// The stage plan of candidate c with `layers` blocks: its mesh from meshes, b = B / (G dp).
+StagePlan cand_unpack(const Cand *c, const Mesh *meshes, const SpaceRules *R, int layers, int64_t B, int G);
 int cand_push(CandList *c, const Cand *x);
+void cand_free(CandList *c);
+
 // ---- search_uniform.c
 // Best configuration shared by all S stages of L/S blocks on mesh me (uniform spaces) that is
 // faster than both the incumbent and *best_T: 1 (best_sp, best_T updated), 0 none, -1 error.
 int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T);
-void cand_free(CandList *c);
-void search_models_free(Search *s);
 
 #endif

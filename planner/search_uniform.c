@@ -24,6 +24,13 @@ typedef struct {
 
 static int fits_row(const Search *s, size_t i) { return search_row_fits(s, i); }
 
+// Every stage's plan: l blocks on mesh me, b, ZeRO level z, ckpt, offload grid steps q (NULL: none).
+static StagePlan uniform_plan(const Search *s, int l, const Mesh *me, int b, int z, int ckpt, const unsigned char *q) {
+    StagePlan sp = {.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = ckpt};
+    if (q) stage_set_offload_steps(&sp, &s->rules, q);
+    return sp;
+}
+
 int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T) {
     const SpaceRules *R = &s->rules;
     int l = s->L / S, kinds[3], pk[3], nk;
@@ -53,7 +60,10 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
         for (int k = 0; k < nk; k++) {
             StageModel *m = stage_model_get(s, kinds[k], z, 0);
             if (!m || search_reserve(s, (size_t)nc) != 0) goto fail;
-            for (int ci = 0; ci < nc; ci++) search_set_row(s, ci, me, b, z, copt[ci], 0, 0, 0, 0, G, pk[k], l);
+            for (int ci = 0; ci < nc; ci++) {
+                StagePlan sp = uniform_plan(s, l, me, b, z, copt[ci], NULL);
+                search_set_row(s, ci, &sp, G, pk[k]);
+            }
             search_eval(s, m, (size_t)nc, EVAL_BOTH);
             for (int ci = 0; ci < nc; ci++) {
                 tz[ci * 6 + k * 2] = s->outs[ST_T][ci];
@@ -71,7 +81,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
             double T = pipeline_1f1b_seconds(S, G, t, d);
             if (T < s->incumbent && T < *best_T) {
                 *best_T = T;
-                *best_sp = (StagePlan){l, me->dp, me->tp, b, z, copt[ci], 0, 0, 0, 0};
+                *best_sp = uniform_plan(s, l, me, b, z, copt[ci], NULL);
                 found = 1;
             }
         }
@@ -95,9 +105,8 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
                 StageModel *m = stage_model_get(s, kinds[k], z, mask);
                 if (!m || search_reserve(s, n) != 0) goto fail;
                 for (size_t i = 0; i < n; i++) {
-                    const unsigned char *q = s->grid[mask][rows[i].g];
-                    search_set_row(s, i, me, b, z, copt[rows[i].ci], space_ratio_wg(R, q[0]), space_ratio_wg(R, q[1]),
-                                   space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3]), G, pk[k], l);
+                    StagePlan sp = uniform_plan(s, l, me, b, z, copt[rows[i].ci], s->grid[mask][rows[i].g]);
+                    search_set_row(s, i, &sp, G, pk[k]);
                 }
                 // memory first; the times only of the rows that fit (moved to the front)
                 search_eval(s, m, n, EVAL_PEAKS);
@@ -125,10 +134,8 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
                 for (int j = 0; j < S; j++) t[j] = rows[i].t[kind_of_stage[j]], d[j] = rows[i].d[kind_of_stage[j]];
                 double T = pipeline_1f1b_seconds(S, G, t, d);
                 if (T < s->incumbent && T < *best_T) {
-                    const unsigned char *q = s->grid[mask][rows[i].g];
                     *best_T = T;
-                    *best_sp = (StagePlan){l, me->dp, me->tp, b, z, copt[rows[i].ci], space_ratio_wg(R, q[0]),
-                                           space_ratio_wg(R, q[1]), space_ratio_oa(R, q[2]), space_ratio_oa(R, q[3])};
+                    *best_sp = uniform_plan(s, l, me, b, z, copt[rows[i].ci], s->grid[mask][rows[i].g]);
                     found = 1;
                 }
             }
