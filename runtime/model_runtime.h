@@ -175,11 +175,12 @@ void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, in
 // Reads the parameter layout from models/model.h and checks what this runtime
 // supports. 0, or 2 with err (config error). Unsharded, nothing offloaded.
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen);
-// The same for dp rank `dp_rank` of a stage with ZeRO level `zero` and
-// offload fractions wo, go, oo, ao of weights, grads, optimizer state and
-// saved activations.
-int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
-                      double wo, double go, double oo, double ao, char *err, size_t errlen);
+// The same for dp rank `dp_rank` of stage plan sp: its micro-batch b, ckpt,
+// dp, ZeRO level and offload fractions wo, go, oo, ao of weights, grads,
+// optimizer state and saved activations. (sp's layers and tp are not read:
+// the blocks come from mr_set_pipeline, tensor parallelism from mr_layout_tp.)
+int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, int dp_rank, char *err,
+                      size_t errlen);
 // Re-runs the layout of r (after mr_layout_sharded, before mr_plan_memory) for
 // tensor-parallel rank tp_rank of tp: this rank's shard of every parameter,
 // its heads / MLP units / vocabulary range. 0, or 2 with err.

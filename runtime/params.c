@@ -74,21 +74,24 @@ void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, in
 }
 
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
-    return mr_layout_sharded(r, m, B, ckpt, dp, 0, 0, 0.0, 0.0, 0.0, 0.0, err, errlen);
+    const StagePlan sp = {.layers = m->layers, .dp = dp, .tp = 1, .b = B, .ckpt = ckpt};
+    return mr_layout_sharded(r, m, &sp, 0, err, errlen);
 }
 
-static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero, double wo,
-                  double go, double oo, double ao, int tp, int tp_rank, char *err, size_t errlen);
+static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, int dp_rank, int tp, int tp_rank,
+                  char *err, size_t errlen);
 
-int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero,
-                      double wo, double go, double oo, double ao, char *err, size_t errlen) {
-    return layout(r, m, B, ckpt, dp, dp_rank, zero, wo, go, oo, ao, 1, 0, err, errlen);
+int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, int dp_rank, char *err,
+                      size_t errlen) {
+    return layout(r, m, sp, dp_rank, 1, 0, err, errlen);
 }
 
 int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen) {
     ModelConfig m = r->m;
-    int B = r->B, ckpt = r->ckpt, dp = r->dp, dp_rank = r->dp_rank, zero = r->zero;
-    double wo = r->wo, go = r->go, oo = r->oo, ao = r->ao;
+    // the stage's knobs as the layout kept them (layers: the pipeline's; tp: the argument)
+    const StagePlan sp = {.layers = r->L, .dp = r->dp, .tp = tp, .b = r->B, .zero = r->zero, .ckpt = r->ckpt,
+                          .wo = r->wo, .go = r->go, .oo = r->oo, .ao = r->ao};
+    int dp_rank = r->dp_rank;
     free(r->units);
     free(r->unit_first_tensor);
     free(r->blk);
@@ -100,11 +103,13 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
                  m.ffn_hidden);
         return 2;
     }
-    return layout(r, &m, B, ckpt, dp, dp_rank, zero, wo, go, oo, ao, tp, tp_rank, err, errlen);
+    return layout(r, &m, &sp, dp_rank, tp, tp_rank, err, errlen);
 }
 
-static int layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, int dp_rank, int zero, double wo,
-                  double go, double oo, double ao, int tp, int tp_rank, char *err, size_t errlen) {
+static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, int dp_rank, int tp, int tp_rank,
+                  char *err, size_t errlen) {
+    int B = sp->b, ckpt = sp->ckpt, dp = sp->dp, zero = sp->zero;
+    double wo = sp->wo, go = sp->go, oo = sp->oo, ao = sp->ao;
     MrPipeline pipe = r->pipe;  // the one field set before the layout (kept by mr_layout_tp's relayout too)
     memset(r, 0, sizeof *r);
     if (pipe.stages < 1) pipe = (MrPipeline){0, 1, 0, m->layers, 1};

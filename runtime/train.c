@@ -218,8 +218,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     static ModelRuntime model;  // large (parameter table): not on the stack
     ModelRuntime *r = &model;
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
-    rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
-                           sp->ao, err, sizeof err);
+    rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
     if (!rc && tp > 1 && !be->supports_op(be, OP_VOCAB_PARALLEL)) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
