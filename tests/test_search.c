@@ -104,8 +104,9 @@ static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, C
                     for (int g = 0; g <= e->wg; g++)
                         for (int o = 0; o <= e->oa; o++)
                             for (int q = 0; q <= e->oa; q++) {
-                                StageConfig sc = {{l, dp, tp, b, z, c, (double)a / e->wg, (double)g / e->wg,
-                                                   (double)o / e->oa, (double)q / e->oa}, G, p};
+                                StageConfig sc = {{.layers = l, .dp = dp, .tp = tp, .b = b, .zero = z, .ckpt = c,
+                                                   .wo = (double)a / e->wg, .go = (double)g / e->wg,
+                                                   .oo = (double)o / e->oa, .ao = (double)q / e->oa}, G, p};
                                 double out[ST_OUTPUTS];
                                 stage_eval_scalar(&e->model[kind], &sc, out);
                                 if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
