@@ -82,6 +82,14 @@ static const KeySpec *stage_real_out_of_range(const StagePlan *st) {
     return NULL;
 }
 
+int stage_plan_equal(const StagePlan *a, const StagePlan *b) {
+    for (int i = 0; i < config_num_keys; i++) {
+        const KeySpec *k = &config_keys[i];
+        if (is_stage_key(k) && memcmp((const char *)a + k->offset, (const char *)b + k->offset, k->size)) return 0;
+    }
+    return 1;
+}
+
 // ---------------------------------------------------------------- checks
 
 // The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
@@ -277,34 +285,40 @@ void plan_write_ini(const Plan *plan, FILE *f) {
     }
 }
 
-// Columns right-aligned under their key: ints at least 4 wide, two spaces apart; reals %5.3g,
-// one space between neighbouring reals (the offload ratios read as one group).
+// A [stage.N] key's column, right-aligned under its name: ints at least 4 wide and two spaces
+// apart, reals %5.3g with one space between neighbouring reals (the offload ratios read as one
+// group). prev: the key of the column before (NULL: the stage number's).
+static int column_width(const KeySpec *k) {
+    int width = (int)strlen(k->name), least = k->type == KEY_FLOAT ? 5 : 4;
+    return width < least ? least : width;
+}
+
+static const char *column_gap(const KeySpec *k, const KeySpec *prev) {
+    return k->type == KEY_FLOAT && prev && prev->type == KEY_FLOAT ? " " : "  ";
+}
+
 void plan_print_stages(const Plan *p, FILE *f) {
+    const KeySpec *prev = NULL;
     fprintf(f, "    %5s", "stage");
-    int prev_real = 0;
     for (int i = 0; i < config_num_keys; i++) {
         const KeySpec *k = &config_keys[i];
         if (!is_stage_key(k)) continue;
-        int real = k->type == KEY_FLOAT, width = (int)strlen(k->name);
-        if (width < 4 + real) width = 4 + real;
-        fprintf(f, "%s%*s", real && prev_real ? " " : "  ", width, k->name);
-        prev_real = real;
+        fprintf(f, "%s%*s", column_gap(k, prev), column_width(k), k->name);
+        prev = k;
     }
     fprintf(f, "\n");
     for (int s = 0; s < p->num_stages; s++) {
         fprintf(f, "    %5d", s);
-        prev_real = 0;
+        prev = NULL;
         for (int i = 0; i < config_num_keys; i++) {
             const KeySpec *k = &config_keys[i];
             if (!is_stage_key(k)) continue;
-            int real = k->type == KEY_FLOAT, width = (int)strlen(k->name);
-            if (width < 4 + real) width = 4 + real;
             double v = stage_value(&p->stage[s], k);
-            fprintf(f, "%s", real && prev_real ? " " : "  ");
-            if (real) fprintf(f, "%*.3g", width, v);
-            else if (k->type == KEY_ENUM) fprintf(f, "%*s", width, k->names[(int)v]);
-            else fprintf(f, "%*d", width, (int)v);
-            prev_real = real;
+            fprintf(f, "%s", column_gap(k, prev));
+            if (k->type == KEY_FLOAT) fprintf(f, "%*.3g", column_width(k), v);
+            else if (k->type == KEY_ENUM) fprintf(f, "%*s", column_width(k), k->names[(int)v]);
+            else fprintf(f, "%*d", column_width(k), (int)v);
+            prev = k;
         }
         fprintf(f, "\n");
     }

@@ -29,6 +29,10 @@ int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, 
 // The plan as [plan] + [stage.N] sections that plan_file_load() reads back.
 void plan_write_ini(const Plan *plan, FILE *f);
 
+// Whether two stage plans hold the same value, bit for bit, in every [stage.N] knob
+// (memcmp would also compare the struct's padding, which an int knob may add).
+int stage_plan_equal(const StagePlan *a, const StagePlan *b);
+
 // The stages as a table, one row per stage and one column per [stage.N] key (the
 // configuration summary's plan lines).
 void plan_print_stages(const Plan *plan, FILE *f);

@@ -164,7 +164,7 @@ static void test_plan_file(void) {
     int rc = plan_file_load(&back, path, err, sizeof err);
     ok(rc == 0, "plan_write_ini output loads back (%s)", rc ? err : "ok");
     int same = back.G == plan.G && back.num_stages == plan.num_stages;
-    for (int s = 0; s < 3; s++) same = same && !memcmp(&back.stage[s], &plan.stage[s], sizeof plan.stage[s]);
+    for (int s = 0; s < 3; s++) same = same && stage_plan_equal(&back.stage[s], &plan.stage[s]);
     ok(same, "the round trip keeps every field bit for bit (1/3 included)");
 
     ModelConfig m;

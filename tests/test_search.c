@@ -179,7 +179,7 @@ static double exhaustive(Exhaustive *e) {
 static int same_plan(const Plan *a, const Plan *b) {
     if (a->num_stages != b->num_stages || a->G != b->G) return 0;
     for (int i = 0; i < a->num_stages; i++)
-        if (memcmp(&a->stage[i], &b->stage[i], sizeof a->stage[i])) return 0;
+        if (!stage_plan_equal(&a->stage[i], &b->stage[i])) return 0;
     return 1;
 }
 
