@@ -45,6 +45,12 @@ static int stage_ints_ok(const StagePlan *st) {
     return 1;
 }
 
+// what int key k allows a computed plan: "0..3" or ">= 1"
+static void stage_int_rule(const KeySpec *k, char *out, size_t len) {
+    if (stage_int_bounded(k)) snprintf(out, len, "%g..%g", k->min, stage_int_max(k));
+    else snprintf(out, len, ">= %g", k->min);
+}
+
 // "layers=4 dp=0 ..." and "layers, dp, tp, b >= 1, zero 0..3, ckpt >= 0": neighbours with the
 // same rule share it
 static void stage_ints_text(const StagePlan *st, char *values, size_t vlen, char *allowed, size_t alen) {
@@ -56,15 +62,11 @@ static void stage_ints_text(const StagePlan *st, char *values, size_t vlen, char
         if (!is_stage_key(k) || k->type == KEY_FLOAT) continue;
         if (vu < vlen)
             vu += (size_t)snprintf(values + vu, vlen - vu, "%s%s=%d", vu ? " " : "", k->name, (int)stage_value(st, k));
-        if (stage_int_bounded(k)) snprintf(rule, sizeof rule, "%g..%g", k->min, stage_int_max(k));
-        else snprintf(rule, sizeof rule, ">= %g", k->min);
+        stage_int_rule(k, rule, sizeof rule);
         next_rule[0] = '\0';  // the rule of the next int key, if any
-        for (int j = i + 1; j < config_num_keys && !next_rule[0]; j++) {
-            const KeySpec *n = &config_keys[j];
-            if (!is_stage_key(n) || n->type == KEY_FLOAT) continue;
-            if (stage_int_bounded(n)) snprintf(next_rule, sizeof next_rule, "%g..%g", n->min, stage_int_max(n));
-            else snprintf(next_rule, sizeof next_rule, ">= %g", n->min);
-        }
+        for (int j = i + 1; j < config_num_keys && !next_rule[0]; j++)
+            if (is_stage_key(&config_keys[j]) && config_keys[j].type != KEY_FLOAT)
+                stage_int_rule(&config_keys[j], next_rule, sizeof next_rule);
         if (au < alen)
             au += (size_t)snprintf(allowed + au, alen - au, "%s%s%s%s", au ? ", " : "", k->name,
                                    strcmp(rule, next_rule) ? " " : "", strcmp(rule, next_rule) ? rule : "");
