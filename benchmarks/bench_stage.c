@@ -317,8 +317,7 @@ int main(int argc, char **argv) {
         if (w->both_evals_per_s > 0) specialised++, met += w->both_evals_per_s >= 1e7;
     }
     printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
-           "1 thread, best of %d, %s, machine code %s\n", ST_OUTPUTS, n, repeat, expr_simd_name(),
-           expr_machine_code_name());
+           "1 thread, best of %d, %s\n", ST_OUTPUTS, n, repeat, expr_simd_name());
     printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %14s %9s\n", "pattern", "stage", "batches",
            "calls", "instructions", "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general", "t,d ins",
            "t,d evals/s", "peak ins", "peak evals/s", "t,d+peak ev/s", "!=split");
@@ -345,8 +344,8 @@ int main(int argc, char **argv) {
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"l4\",\n"
                "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"simd\": \"%s\",\n"
-               "  \"machine_code\": \"%s\",\n  \"rows\": [\n",
-            ST_OUTPUTS, n, repeat, expr_simd_name(), expr_machine_code_name());
+               "  \"rows\": [\n",
+            ST_OUTPUTS, n, repeat, expr_simd_name());
     for (int r = 0; r < rows; r++)
         fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"batches\": \"%s\", \"calls\": %d, "
                    "\"candidates\": %zu, \"instructions\": %d, \"registers\": %d, \"seconds\": %.6f, "

@@ -143,7 +143,4 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
 // windows on AVX-512, the rest on AVX2), "avx2", or "baseline" (the
 // compiler's default target). The results are the same bits on each.
 const char *expr_simd_name(void);
-// the instruction set of the stage programs' machine code built now: "avx512",
-// "avx2" or "none" (MIST_NO_JIT=1, or neither on this CPU)
-const char *expr_machine_code_name(void);
 #endif

@@ -418,8 +418,6 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         else p->outs[k] = (Output){OUT_FROM_OPERAND, reg_of[outputs[k]], 0.0};
     }
     compute_deps(p);
-    atomic_init(&p->jit.jit, NULL);
-    atomic_init(&p->jit.blocks, 0);
     for (int v = 0; v < EXPR_VARIANTS; v++) atomic_init(&p->variants[v], NULL);
     free(ra.free_regs);
     free(order);

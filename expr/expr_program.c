@@ -53,8 +53,6 @@ struct Variant {
     uint64_t *scalar_deps;  // the uniform symbols each depends on
     int num_scalar;
     Instr *code;            // the per-candidate rest, constants patched per block
-    ExprJitSlot jit;        // code as machine code, built once it has run a while
-    unsigned char *picked;  // selects whose branch is picked per block (the block kernels run them)
     int num_code, num_regs;
     Patch *patch;
     uint64_t *patch_deps;   // the uniform symbols each patched value depends on
@@ -69,8 +67,6 @@ static void variant_free(Variant *v) {
     free(v->scalar_deps);
     free(v->patch_deps);
     free(v->code);
-    expr_jit_free(atomic_load(&v->jit.jit));
-    free(v->picked);
     free(v->patch);
     free(v->outs);
     free(v);
@@ -80,7 +76,6 @@ void expr_program_free(ExprProgram *p) {
     if (!p) return;
     for (int v = 0; v < EXPR_VARIANTS; v++) variant_free(atomic_load(&p->variants[v]));
     free(p->code);
-    expr_jit_free(atomic_load(&p->jit.jit));
     free(p->outs);
     free(p->used_syms);
     free(p->sym_pos);
@@ -248,11 +243,6 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         if (v->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].operand >= 0)
             v->outs[k].operand = reg_of[v->outs[k].operand];
     v->num_regs = ra.num_regs;
-    v->picked = xcalloc((size_t)v->num_code + 1, 1);
-    for (int q = 0; q < v->num_patch; q++)
-        if (v->patch[q].field == PATCH_BRANCH) v->picked[v->patch[q].instr] = 1;
-    atomic_init(&v->jit.jit, NULL);
-    atomic_init(&v->jit.blocks, 0);
     free(ra.free_regs);
     free(reg_of);
     free(pinned);
@@ -347,8 +337,6 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     const Variant *current = NULL;  // the variant whose values val and work hold
     uint64_t prev_mask = 0;         // the previous block's uniform set
     Variant *private_variant = NULL;
-    // machine code, like the variants, is state that evaluation builds (a block count, then the code)
-    ExprJitSlot *plain_jit = &((ExprProgram *)p)->jit;
     for (size_t base = 0; base < n; base += B) {
         size_t m = n - base < B ? n - base : B;
         if (m == B) {
@@ -377,8 +365,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             lasting = uniform_mask_at(p, sym_columns, base + B, n - base - B < B ? n - base - B : B) == mask;
         prev_mask = mask;
         if (!lasting) {
-            expr_jit_run_block(expr_jit_slot_get(plain_jit, p->code, p->num_code, NULL), p->code, p->num_code, regs,
-                               syms, m);
+            expr_run_block(p->code, p->num_code, regs, syms, m);
             write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
             continue;
         }
@@ -443,8 +430,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             }
             current = v;
         }
-        expr_jit_run_block(expr_jit_slot_get(&((Variant *)v)->jit, v->code, v->num_code, v->picked), work, v->num_code,
-                           regs, syms, m);
+        expr_run_block(work, v->num_code, regs, syms, m);
         write_outputs(v->outs, p->num_outs, regs, syms, val, out_columns, base, m);
     }
     variant_free(private_variant);
