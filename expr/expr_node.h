@@ -51,8 +51,7 @@ typedef struct {
     // the same factors as the batched loops pick them: by_others[i][k] is
     // f[A][i] for A = {i} and the other inputs in k (bit m: the m-th input
     // other than i), +inf for k = 0 (input i alone: its scaled work is inf,
-    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0). Eight
-    // entries: one AVX-512 register each.
+    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0).
     double by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
     double inv_by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
 } ExprOverlapTable;

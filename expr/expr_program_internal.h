@@ -88,27 +88,6 @@ static inline double expr_steps1(const ExprStepTable *s, double x, double tail) 
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
 // pads a short block); a short block runs a half or a quarter of the lanes.
 void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
-// The instruction sets the overlap windows' kernels target, in order
-enum { EXPR_SIMD_NONE = 0, EXPR_SIMD_AVX2 = 1, EXPR_SIMD_AVX512 = 2 };
-// the best of them, at most cap, that this CPU has; with env, MIST_NO_AVX512=1
-// rules AVX-512 out
-static inline int expr_simd_best(int cap, int env) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    const char *no = env ? getenv("MIST_NO_AVX512") : NULL;
-    if (cap >= EXPR_SIMD_AVX512 && __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1")))
-        return EXPR_SIMD_AVX512;
-    if (cap >= EXPR_SIMD_AVX2 && __builtin_cpu_supports("avx2")) return EXPR_SIMD_AVX2;
-#endif
-    (void)cap, (void)env;
-    return EXPR_SIMD_NONE;
-}
-// The overlap windows' kernel: AVX-512 where the CPU has it (the default,
-// unless MIST_NO_AVX512=1), else AVX2, else the portable loops (NONE); the
-// same bits each way. expr_block_set_windows picks one (the best the CPU has
-// at or below kind) and returns the previous one. For tests and benchmarks.
-int expr_block_set_windows(int kind);
-
 // The hoisted instructions that depend on a uniform symbol in `changed` (or
 // on none): instruction i reads the slots of val its operands name and writes
 // val[slot[i]]; deps[i] is the set of uniform symbols it depends on.
