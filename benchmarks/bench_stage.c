@@ -1,4 +1,4 @@
-// Batched evaluation speed of the real stage model (planner/cost.h): every
+// Batched evaluation speed of the real stage model (planner/stage_model.h): every
 // time and memory output of one pipeline stage of GPT-3 22B (h 6144, 48
 // layers, 64 heads, ffn 24576, vocab 50304, seq 2048, bf16) on the l4
 // profile, the general model and models specialised to a ZeRO / offload
@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "core/profile.h"
 
 static double now_s(void) {
