@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "models/model_flops.h"
 #include "planner/analyze.h"
 #include "planner/stage_model.h"
 #include "planner/search_compare.h"

@@ -220,22 +220,6 @@ static int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, 
     return 0;
 }
 
-// ---- model FLOPs, Megatron convention: 2 FLOPs per multiply-add, every
-// matmul incl. the full s x s scores and the LM head, backward = 2x forward,
-// so 3x the forward matmul FLOPs per token. For a GPT with a 4h MLP this is
-// 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) per iteration.
-double model_flops_per_iteration(const MistConfig *cfg) {
-    const ModelConfig *m = &cfg->model;
-    double s = m->seq_len, h = m->hidden, hd = h / m->heads, F = m->ffn_hidden, V = m->vocab;
-    double kv = m->kv_heads > 0 ? m->kv_heads : m->heads;
-    double qkv = 2 * h * (m->heads + 2 * kv) * hd;     // per token
-    double attn = 2 * 2 * s * h;                       // QK^T + PV per token (full s x s)
-    double proj = 2 * h * h;
-    double mlp = (m->activation == ACT_SWIGLU ? 3 : 2) * 2 * h * F;
-    double per_token_fwd = m->layers * (qkv + attn + proj + mlp) + 2 * h * V;
-    return 3.0 * per_token_fwd * s * (double)cfg->train.global_batch;
-}
-
 // ---- stage model assembly and evaluation
 
 StagePattern stage_pattern_of(const StageConfig *c) {

@@ -152,8 +152,6 @@ double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d);
 // master copy and Adam's m, v; fp32 training: 4 + 4 + 8).
 void cost_state_bytes(Precision precision, int *param, int *grad, int *optimizer);
 
-// model FLOPs (Megatron convention, DESIGN.md §6): per iteration
-double model_flops_per_iteration(const MistConfig *cfg);
 // the dtype whose peak the matmuls run at: [train] precision's
 ComputeDtype compute_dtype_of(const MistConfig *cfg);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/model_flops.h"
 #include "models/ops.h"
 #include "planner/cost_terms.h"  // overlap_seconds, overlap_expr
 #include "planner/stage_model.h"
