@@ -1,5 +1,7 @@
-// Node layout of an expression context, shared by the builder (expr.c) and
-// the compiler of flat programs (expr_compile.c) and their block kernels (expr_block.c). Not a public API.
+// Node layout of an expression context, shared by the builder (expr.c), its
+// scalar evaluation and printing (expr_eval.c, expr_print.c), the compiler of
+// flat programs (expr_compile.c) and their block kernels (expr_block.c). Not
+// a public API.
 #ifndef MIST_EXPR_NODE_H
 #define MIST_EXPR_NODE_H
 #include <math.h>
@@ -59,6 +61,11 @@ typedef struct {
 // the context's overlap tables (a node's value indexes them); valid until the next constructor call
 const ExprOverlapTable *expr_ctx_overlap_tables(const ExprCtx *ctx);
 
+// Abort with "expr: " and the message (a caller's mistake, a corrupt node,
+// out of memory); expr_check_handle does so unless e is a node of ctx.
+__attribute__((noreturn, format(printf, 1, 2))) void expr_die(const char *fmt, ...);
+void expr_check_handle(const ExprCtx *ctx, Expr e, const char *who);
+
 // The scalar semantics of every operator. Builder folding, expr_eval and the
 // batched loops all use exactly these expressions, so results agree bitwise.
 static inline double expr_max2(double a, double b) { return a > b ? a : b; }
@@ -106,6 +113,15 @@ static inline __attribute__((always_inline)) double expr_overlap_n(const ExprOve
 #pragma GCC unroll 4
     for (int s = 0; s < n; s++) total += x[s];
     return total;
+}
+
+// the window over the n inputs of t (any n up to the maximum)
+static inline double expr_overlap_apply(const ExprOverlapTable *t, const double in[EXPR_OVERLAP_MAX]) {
+    switch (t->n) {
+    case 2: return expr_overlap_n(t, 2, in);
+    case 3: return expr_overlap_n(t, 3, in);
+    default: return expr_overlap_n(t, 4, in);
+    }
 }
 
 // ceil and floor, bitwise equal to C's, written so that loops over them
