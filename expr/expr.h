@@ -139,11 +139,8 @@ int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
 // few microseconds beyond its candidates.
 void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                        double *const *out_columns, size_t n);
-// The instruction set the batched loops run on this CPU: "avx512" (overlap
-// windows on AVX-512, the rest on AVX2), "avx2", or "baseline" (the
-// compiler's default target). The results are the same bits on each.
+// The instruction set the batched loops run on this CPU: "avx2" or
+// "baseline" (the compiler's default target). The results are the same bits
+// on each.
 const char *expr_simd_name(void);
-// the instruction set of the stage programs' machine code built now: "avx512",
-// "avx2" or "none" (MIST_NO_JIT=1, or neither on this CPU)
-const char *expr_machine_code_name(void);
 #endif

@@ -98,7 +98,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 
 // value_at[l] for tp = 2^l; larger tp uses the last level
 static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {

@@ -14,7 +14,7 @@
 // the expression engine (ex_overlap, expr/expr.h) whose kernel runs the
 // same operations in the same order, so the two agree bitwise.
 #include <math.h>
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 
 // A stream whose remaining work is below this counts as finished (the
 // engine's threshold: the scalar and the symbolic rule agree on it).

@@ -11,9 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 out=$("$PLAN" --help 2>&1); rc=$?
-[ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- '--analyze' && printf '%s' "$out" | grep -q -- '--json' &&
-    printf '%s' "$out" | grep -q 'MIST_NO_AVX512=1' && printf '%s' "$out" | grep -q 'MIST_NO_JIT=1'
-tap_ok $? "--help prints the usage (options, the environment) and exits 0"
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- '--analyze' && printf '%s' "$out" | grep -q -- '--json'
+tap_ok $? "--help prints the usage and exits 0"
 
 out=$("$PLAN" "$TINY" --analyze 2>&1); rc=$?
 [ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^iteration: ' && printf '%s' "$out" | grep -q 'MFU' &&

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/model_flops.h"
 #include "models/ops.h"
-#include "planner/cost.h"
+#include "planner/cost_terms.h"  // overlap_seconds, overlap_expr
+#include "planner/stage_model.h"
 #include "planner/optable.h"
 #include "tests/tap.h"
 

@@ -1,7 +1,6 @@
 // The overlap node (ex_overlap, the interference rule of DESIGN.md §4):
 // folding and hash-consing, scalar evaluation against the rule written out,
-// and the compiled program (every form of the batched window: the portable
-// loops, and AVX2's and AVX-512's where the CPU has them) bitwise against
+// and the compiled program (the batched window's loops) bitwise against
 // expr_eval.
 // Random inputs use a fresh seed each run (printed); MIST_TEST_SEED=N repeats one.
 #include <math.h>
@@ -10,7 +9,6 @@
 #include <string.h>
 
 #include "expr/expr.h"
-#include "expr/expr_program_internal.h"  // expr_block_set_windows
 #include "tests/tap.h"
 #include "tests/seeded_rng.h"
 
@@ -105,36 +103,25 @@ static void test_overlap(void) {
     const size_t n = 64 * 6 + 13;
     double *col[4], *out[4], row[4];
     for (int i = 0; i < 4; i++) col[i] = malloc(n * sizeof(double)), out[i] = malloc(n * sizeof(double));
-    // every form of the batched window: the portable loops, AVX2's and AVX-512's where the CPU has them
-    const int best = expr_block_set_windows(EXPR_SIMD_AVX512);  // the default, put back after
-    const int top = expr_block_set_windows(EXPR_SIMD_AVX512);   // the best this CPU has
-    const char *forms = top == EXPR_SIMD_AVX512 ? "portable, AVX2 and AVX-512 loops"
-                        : top == EXPR_SIMD_AVX2 ? "portable and AVX2 loops; this CPU has no AVX-512"
-                                                   : "portable loops; this CPU has neither AVX2 nor AVX-512";
     int mismatches = 0;
-    for (int form = 0; form <= top; form++) {
-        expr_block_set_windows(form);
-        for (int pass = 0; pass < 4; pass++) {
-            for (size_t j = 0; j < n; j++)
-                for (int i = 0; i < 4; i++) {
-                    // pass 1: c, n uniform per block; pass 2: all uniform per block; pass 3: a tail of 13
-                    int uniform = (pass == 1 && i < 2) || pass == 2;
-                    col[i][j] = uniform && j % 64 ? col[i][j - 1] : random_work(i ? col[rng_int(i)][j] : 0.0);
-                }
-            size_t m = pass == 3 ? 13 : n;
-            expr_program_eval(p, (const double *const *)col, out, m);
-            for (size_t j = 0; j < m; j++) {
-                for (int i = 0; i < 4; i++) row[i] = col[i][j];
-                for (int o = 0; o < 4; o++)
-                    if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
-                        diag("overlap form %d pass %d out %d cand %zu: program %.17g scalar %.17g", form, pass, o, j,
-                             out[o][j], expr_eval(x, outs[o], row));
+    for (int pass = 0; pass < 4; pass++) {
+        for (size_t j = 0; j < n; j++)
+            for (int i = 0; i < 4; i++) {
+                // pass 1: c, n uniform per block; pass 2: all uniform per block; pass 3: a tail of 13
+                int uniform = (pass == 1 && i < 2) || pass == 2;
+                col[i][j] = uniform && j % 64 ? col[i][j - 1] : random_work(i ? col[rng_int(i)][j] : 0.0);
             }
+        size_t m = pass == 3 ? 13 : n;
+        expr_program_eval(p, (const double *const *)col, out, m);
+        for (size_t j = 0; j < m; j++) {
+            for (int i = 0; i < 4; i++) row[i] = col[i][j];
+            for (int o = 0; o < 4; o++)
+                if (!same_double(out[o][j], expr_eval(x, outs[o], row)) && mismatches++ < 5)
+                    diag("overlap pass %d out %d cand %zu: program %.17g scalar %.17g", pass, o, j, out[o][j],
+                         expr_eval(x, outs[o], row));
         }
     }
-    expr_block_set_windows(best);
-    ok(mismatches == 0, "compiled overlap == expr_eval bitwise (per candidate, hoisted, tail; %s; %d differ)", forms,
-       mismatches);
+    ok(mismatches == 0, "compiled overlap == expr_eval bitwise (per candidate, hoisted, tail; %d differ)", mismatches);
     expr_program_free(p);
     for (int i = 0; i < 4; i++) free(col[i]), free(out[i]);
 
@@ -164,17 +151,13 @@ static void test_overlap(void) {
     }
     for (int o = 0; o < 2; o++) out[o] = malloc(nb * sizeof(double));
     mismatches = 0;
-    for (int form = 0; form <= top; form++) {
-        expr_block_set_windows(form);
-        expr_program_eval(p, (const double *const *)col, out, nb);
-        for (size_t j = 0; j < nb; j++) {
-            for (int i = 0; i < 4; i++) row[i] = col[i][j];
-            double vt[4] = {row[0], row[1], 0, row[3]};
-            mismatches += !same_double(out[0][j], overlap_reference(f, row)) + !same_double(out[1][j], overlap_reference(g, vt));
-        }
+    expr_program_eval(p, (const double *const *)col, out, nb);
+    for (size_t j = 0; j < nb; j++) {
+        for (int i = 0; i < 4; i++) row[i] = col[i][j];
+        double vt[4] = {row[0], row[1], 0, row[3]};
+        mismatches += !same_double(out[0][j], overlap_reference(f, row)) + !same_double(out[1][j], overlap_reference(g, vt));
     }
-    expr_block_set_windows(best);
-    ok(mismatches == 0, "streams busy by their bounds: compiled == the rule written out, bitwise (%s; %d differ)", forms,
+    ok(mismatches == 0, "streams busy by their bounds: compiled == the rule written out, bitwise (%d differ)",
        mismatches);
     expr_program_free(p);
     for (int i = 0; i < 4; i++) free(col[i]);
@@ -202,19 +185,15 @@ static void test_overlap(void) {
         int wrong = 0;
         double rowv[2] = {a, b};
         wrong += !same_double(expr_eval(e, eo[0], rowv), a);
-        for (int form = 0; form <= top; form++) {
-            expr_block_set_windows(form);
-            expr_program_eval(ep, ecols, eouts, NE);
-            for (int j = 0; j < NE; j++) {
-                double rj[2] = {ca[j], cb[j]};
-                double w0 = j % 2 ? expr_eval(e, eo[0], rj) : a, w1 = j % 2 ? expr_eval(e, eo[1], rj) : a;
-                wrong += !same_double(o0[j], w0) + !same_double(o1[j], w1);
-            }
+        expr_program_eval(ep, ecols, eouts, NE);
+        for (int j = 0; j < NE; j++) {
+            double rj[2] = {ca[j], cb[j]};
+            double w0 = j % 2 ? expr_eval(e, eo[0], rj) : a, w1 = j % 2 ? expr_eval(e, eo[1], rj) : a;
+            wrong += !same_double(o0[j], w0) + !same_double(o1[j], w1);
         }
-        expr_block_set_windows(best);
         ok(b - a == EXPR_OVERLAP_EPS && wrong == 0,
            "a leftover of exactly EXPR_OVERLAP_EPS is dropped: window(%.17g, %.17g) = %.17g, per candidate "
-           "among random ones, in every form (%s; %d wrong)", a, b, a, forms, wrong);
+           "among random ones, compiled and scalar (%d wrong)", a, b, a, wrong);
         expr_program_free(ep);
         expr_ctx_free(e);
     }
