@@ -61,7 +61,7 @@ static double micro_batch_loss_sum(Run *run) {
     float *h_losses = arena_ptr(&r->h_losses), *all = arena_ptr(&r->h_gather);
     be->copy_d2h(be, h_losses, arena_ptr(&r->t_losses), N * sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
-    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(h_losses, all, N, MIST_F32, run->grid->dp));
+    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(run->comm, h_losses, all, N, MIST_F32, run->grid->dp));
     else memcpy(all, h_losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)r->dp * N; i++) sum += all[i];
@@ -230,7 +230,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // A layout error can hit some stages only; the others would wait for them
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
-    commCheck(comm, comm->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
+    commCheck(comm, comm->all_reduce(comm, &worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
     if (worst) {
         if (rc && grid->dp_index == 0 && grid->tp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
@@ -239,7 +239,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     if (mr_plan_memory(r, be, err, sizeof err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
         // the other stages may have planned theirs and would wait for this one at the first exchange
-        if (S > 1) comm->abort(1, "memory plan failed");
+        if (S > 1) comm->abort(comm, 1, "memory plan failed");
         mr_free(r);
         be->destroy(be);
         return 1;
@@ -330,7 +330,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         if (!whole) {
             fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
                     full.Pp);
-            comm->abort(1, "out of memory");
+            comm->abort(comm, 1, "out of memory");
         }
         whole_ct = ckpt_tensors(&full, whole);
     }
@@ -410,13 +410,13 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     long long hang_at = 0;
     const char *hang = getenv("MIST_FAULT_HANG");
     if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) != 2) hang_rank = -1;
-    comm->set_timeout(cfg->cluster.comm_timeout);
+    comm->set_timeout(comm, cfg->cluster.comm_timeout);
     stop_signal_install();
     char context[64];
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
-        comm->set_context(context);
+        comm->set_context(comm, context);
         if (rank == hang_rank && it + 1 == hang_at)
             for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
         run.dl = dl;
@@ -466,7 +466,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             zero_flush(r);
             run.dl = vdl, run.what = "val";
             snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
-            comm->set_context(context);
+            comm->set_context(comm, context);
             stats.val_loss = pipe_eval(&pipe, val_batches, &train_data) / ((double)val_batches * dp * r->B * r->T);
             run.dl = dl, run.what = "train";
             stats.has_val = 1;
@@ -476,7 +476,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
         int stop = stop_signal_pending();
-        commCheck(comm, comm->all_reduce(&stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
+        commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
                          it + 1 == tc->steps || stop)) {
             st.step = it + 1;
@@ -487,7 +487,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             int crc = 0;
             // gathering the state and rank 0's write of a large model can
             // legitimately keep the others waiting longer than comm_timeout
-            comm->set_timeout(0);
+            comm->set_timeout(comm, 0);
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
@@ -497,10 +497,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                                             S > 1 ? full.num_tensors : r->num_tensors, err, sizeof err);
             if (crc) {
                 fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, err);
-                comm->abort(1, "checkpoint error");
+                comm->abort(comm, 1, "checkpoint error");
             }
-            commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
-            comm->set_timeout(cfg->cluster.comm_timeout);
+            commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
+            comm->set_timeout(comm, cfg->cluster.comm_timeout);
         }
         if (stop && it + 1 < tc->steps) {
             if (root)
@@ -538,7 +538,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,
                            (int64_t)arena_peak_bytes(&r->host)};
         RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
-        commCheck(comm, comm->all_gather(&mine, all, sizeof mine, MIST_U8, grid->world));
+        commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
         if (root) {
             char a[32], b2[32];
             trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);

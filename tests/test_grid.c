@@ -109,12 +109,12 @@ static int layout_matches(const PlanSpec *p, const Table *T, int r, const Grid *
 
 // Members of a group (world ranks, in group order) must be exactly `want`.
 static int members_match(const CommBackend *C, CommGroup *grp, const int *want, int nwant, const char *what) {
-    int n = C->group_size(grp), got[64];
+    int n = C->group_size(C, grp), got[64];
     if (n != nwant) {
         fprintf(stderr, "rank %d: %s group has %d ranks, want %d\n", me, what, n, nwant);
         return 0;
     }
-    commCheck(C, C->all_gather(&me, got, 1, MIST_I32, grp));
+    commCheck(C, C->all_gather(C, &me, got, 1, MIST_I32, grp));
     for (int i = 0; i < n; i++)
         if (got[i] != want[i]) {
             fprintf(stderr, "rank %d: %s group member %d is rank %d, want %d\n", me, what, i, got[i], want[i]);
@@ -138,7 +138,7 @@ static void test_built_grid(const PlanSpec *p, const CommBackend *C) {
     int s = T.stage[me], dp_members[64], tp_members[64];
     for (int d = 0; d < p->dp[s]; d++) dp_members[d] = find(&T, s, d, T.t[me]);
     for (int t = 0; t < p->tp[s]; t++) tp_members[t] = find(&T, s, T.d[me], t);
-    check(C->group_rank(g.dp) == T.d[me] && C->group_rank(g.tp) == T.t[me] && C->group_rank(g.world) == me,
+    check(C->group_rank(C, g.dp) == T.d[me] && C->group_rank(C, g.tp) == T.t[me] && C->group_rank(C, g.world) == me,
           "%s: group ranks are the dp/tp/world indices", p->name);
     check(members_match(C, g.dp, dp_members, p->dp[s], "dp"), "%s: dp group members", p->name);
     check(members_match(C, g.tp, tp_members, p->tp[s], "tp"), "%s: tp group members", p->name);
