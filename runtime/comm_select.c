@@ -28,7 +28,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     memset(out, 0, sizeof *out);
     out->path = COMM_PATH_MPI;
     out->comm = mpi;
-    int on_host = !strcmp(be->name, "cpu");
+    int on_host = be->device_memory_is_host;  // MPI reads it: no staging, no NCCL
     const char *force = getenv("MIST_COMM_STAGED");  // launch_check_env / train validate the value
     int force_staged = force && !strcmp(force, "1");
     int nccl = 0;

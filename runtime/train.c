@@ -174,7 +174,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         fprintf(stderr, "mist-train: rank %d: cannot start the %s backend: %s\n", rank, grid->device, err);
         return 1;
     }
-    int on_host = !strcmp(be->name, "cpu");
+    int on_host = be->device_memory_is_host;
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
     // host bounce buffers (runtime/comm_select.h). The pipeline's messages and
@@ -207,7 +207,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
     int head_size = cfg->model.hidden / cfg->model.heads;
-    if (!on_host && head_size != 64 && head_size != 128) {
+    if (!be->supports_op(be, &(BackendOpShape){.op = OP_ATTENTION, .HS = head_size})) {
         if (root)
             fprintf(stderr, "mist-train: %s: [model] hidden / heads = %d / %d = %d: the CUDA backend's attention "
                     "supports head sizes 64 and 128; allowed: 64, 128. Hint: change heads, or MIST_DEVICE=cpu\n",
@@ -221,7 +221,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
-    if (!rc && tp > 1 && !be->supports_op(be, OP_VOCAB_PARALLEL)) {
+    if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
                  "parallelism", grid->stage, tp, be->name);
