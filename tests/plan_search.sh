@@ -84,7 +84,7 @@ for sp in megatron zero ckpt offload full; do
     t=$("$PLAN" "$TINY" $AUTO --nodes 1 --gpus-per-node 4 --space $sp --json 2>/dev/null |
         grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
     [ -n "$t" ] || { ok_spaces=1; tap_diag "space $sp: no plan"; continue; }
-    if [ -n "$prev" ] && ! awk -v a="$t" -v b="$prev" 'BEGIN{exit !(a <= b * (1 + 1e-12))}'; then
+    if [ -n "$prev" ] && ! num_ok 'a <= b * (1 + 1e-12)' a="$t" b="$prev"; then
         ok_spaces=1; tap_diag "space $sp: $t s is slower than the smaller space's $prev s"
     fi
     prev=$t
@@ -111,10 +111,13 @@ topmfu=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"mfu": [^,]*' | head 
 sed 's/.*"compare": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
 alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --space offload --json 2>/dev/null |
     sed 's/"stages": \[.*//' | grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
-awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" '
-    { match($0, /"iteration_seconds": [^,]*/); t = substr($0, RSTART + 21, RLENGTH - 21) + 0
-      match($0, /"speedup_over_megatron": [^,]*/); s = substr($0, RSTART + 25, RLENGTH - 25) + 0
-      match($0, /"mfu": [^,]*/); mfu = substr($0, RSTART + 7, RLENGTH - 7) + 0
+awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
+    BEGIN { if (top !~ num_re || topmfu !~ num_re || alone !~ num_re) bad = " plan/offload times not numbers" }
+    { match($0, /"iteration_seconds": [^,]*/); t = substr($0, RSTART + 21, RLENGTH - 21)
+      match($0, /"speedup_over_megatron": [^,]*/); s = substr($0, RSTART + 25, RLENGTH - 25)
+      match($0, /"mfu": [^,]*/); mfu = substr($0, RSTART + 7, RLENGTH - 7)
+      if (t !~ num_re || s !~ num_re || mfu !~ num_re) bad = bad " row " n + 1 " has a field that is not a number"
+      t += 0; s += 0; mfu += 0
       n++; if (n == 1) m = t
       if (n > 1 && t > prev * (1 + 1e-12)) bad = bad " rises at row " n
       if (s < m / t * (1 - 1e-5) || s > m / t * (1 + 1e-5)) bad = bad " speedup of row " n
