@@ -1,4 +1,4 @@
-// Symbolic expressions of a stage configuration (DESIGN.md §4): time and
+// Symbolic expressions of a stage configuration (docs/design.md §4): time and
 // memory are written once as expressions of symbols (b, s, h, tp, dp, zero
 // flags, ckpt, offload ratios, ...) and evaluated in batch over many
 // candidate configurations.
@@ -83,7 +83,7 @@ Expr ex_floor(ExprCtx *ctx, Expr a);
 Expr ex_select(ExprCtx *ctx, Expr cond, Expr a, Expr b);  // cond > 0 ? a : b
 Expr ex_sum(ExprCtx *ctx, const Expr *terms, int n);      // terms[0] + ... (0 if n == 0)
 
-// The overlap (interference) rule of DESIGN.md §4 as one node: how long a
+// The overlap (interference) rule of docs/design.md §4 as one node: how long a
 // window takes in which up to EXPR_OVERLAP_MAX streams with work in[i]
 // seconds run at once, each slowed by the others. A stream whose work is at
 // most EXPR_OVERLAP_EPS counts as idle (0). While the set A of busy streams

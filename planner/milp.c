@@ -1,4 +1,4 @@
-// The inter-stage MILP (DESIGN.md §7) on lp_solve's C API.
+// The inter-stage MILP (docs/design.md §7) on lp_solve's C API.
 //
 // Variables (all >= 0), for the (stage i, option o) pairs that can be part of some
 // split of L (the others are left out, see layer_options_alive):

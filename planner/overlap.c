@@ -1,4 +1,4 @@
-// The overlap (interference) rule of DESIGN.md §4: how long a window takes in
+// The overlap (interference) rule of docs/design.md §4: how long a window takes in
 // which compute (C), collectives (N), host->device (H2D) and device->host
 // (D2H) work run at once, each slowed by the others.
 //

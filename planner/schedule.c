@@ -1,4 +1,4 @@
-// Stage time (DESIGN.md §4): the per-block overlap schedule with its first /
+// Stage time (docs/design.md §4): the per-block overlap schedule with its first /
 // last micro-batch phases, stage steady time t and extra d, and the 1F1B
 // pipeline total.
 //

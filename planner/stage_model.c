@@ -1,5 +1,5 @@
 // The stage model (planner/stage_model.h): the model's parts from models/ as
-// symbolic expressions of a stage configuration (DESIGN.md §4), a stage's
+// symbolic expressions of a stage configuration (docs/design.md §4), a stage's
 // times and memory assembled from them, compiled, and evaluated. The terms it
 // is built from are in cost_terms.c, phases and stage times in schedule.c,
 // memory in memory.c, the interference rule in overlap.c.

@@ -1,4 +1,4 @@
-// The stage model (DESIGN.md §4-§5): the time and memory of one pipeline
+// The stage model (docs/design.md §4-§5): the time and memory of one pipeline
 // stage as symbolic expressions of its configuration, compiled so the search
 // can evaluate hundreds of thousands of candidates in one batched pass, or
 // evaluated one configuration at a time (mist-plan --analyze).

@@ -1,4 +1,4 @@
-// The overlap node (ex_overlap, the interference rule of DESIGN.md §4):
+// The overlap node (ex_overlap, the interference rule of docs/design.md §4):
 // folding and hash-consing, scalar evaluation against the rule written out,
 // and the compiled program (the batched window's loops) bitwise against
 // expr_eval.

@@ -40,7 +40,7 @@ int main(void) {
     }
     ok(profile_load(&p, "no-such-gpu", err, sizeof err) != 0 && strstr(err, "no-such-gpu"), "unknown name is an error naming it");
 
-    // published numbers (DESIGN.md §4, §6)
+    // published numbers (docs/design.md §4, §6)
     profile_preset(&p, "l4");
     ok(near(p.peak_flops[DT_BF16], 121e12, 0, 1e-12, "l4 peak"), "l4 dense bf16 peak is 121 TFLOP/s");
     ok(near(p.coll[0][3].k, 4.6832 * GiB, 0, 1e-12, "l4 1x8 k"), "l4 one node 8 GPUs: k = 4.6832 GiB/s");
