@@ -20,6 +20,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "models/model.h"
 #include "planner/analyze.h"
 #include "planner/milp.h"
 #include "planner/pareto.h"

@@ -4,7 +4,7 @@
 #ifndef MIST_SEARCH_INTERNAL_H
 #define MIST_SEARCH_INTERNAL_H
 
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "planner/search.h"
 
 #define SEARCH_MAX_MESHES 16
@@ -135,7 +135,7 @@ int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const M
 int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *meshes, int nmesh, const int *plist,
                      int np, CandList *out);
 // Write row i of the batch columns: stage plan sp with G micro-batches and p more in flight
-// (every stage symbol from its row in planner/cost.h). Inline: the search writes millions of
+// (every stage symbol from its row in planner/stage_model.h). Inline: the search writes millions of
 // rows, and inlined the copies of sp fold into the column stores.
 static inline void search_set_row(Search *s, size_t i, const StagePlan *sp, int G, int p) {
     const StageConfig c = {*sp, G, p};

@@ -61,7 +61,7 @@ static double micro_batch_loss_sum(Run *run) {
     float *h_losses = arena_ptr(&r->h_losses), *all = arena_ptr(&r->h_gather);
     be->copy_d2h(be, h_losses, arena_ptr(&r->t_losses), N * sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
-    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(h_losses, all, N, MIST_F32, run->grid->dp));
+    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(run->comm, h_losses, all, N, MIST_F32, run->grid->dp));
     else memcpy(all, h_losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)r->dp * N; i++) sum += all[i];
@@ -174,7 +174,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         fprintf(stderr, "mist-train: rank %d: cannot start the %s backend: %s\n", rank, grid->device, err);
         return 1;
     }
-    int on_host = !strcmp(be->name, "cpu");
+    int on_host = be->device_memory_is_host;
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
     // host bounce buffers (runtime/comm_select.h). The pipeline's messages and
@@ -207,7 +207,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
     int head_size = cfg->model.hidden / cfg->model.heads;
-    if (!on_host && head_size != 64 && head_size != 128) {
+    if (!be->supports_op(be, &(BackendOpShape){.op = OP_ATTENTION, .HS = head_size})) {
         if (root)
             fprintf(stderr, "mist-train: %s: [model] hidden / heads = %d / %d = %d: the CUDA backend's attention "
                     "supports head sizes 64 and 128; allowed: 64, 128. Hint: change heads, or MIST_DEVICE=cpu\n",
@@ -220,7 +220,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
     rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
-    if (!rc && tp > 1 && !be->supports_op(be, OP_VOCAB_PARALLEL)) {
+    if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
                  "parallelism", grid->stage, tp, be->name);
@@ -229,7 +229,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // A layout error can hit some stages only; the others would wait for them
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
-    commCheck(comm, comm->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
+    commCheck(comm, comm->all_reduce(comm, &worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
     if (worst) {
         if (rc && grid->dp_index == 0 && grid->tp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         be->destroy(be);
@@ -238,7 +238,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     if (mr_plan_memory(r, be, err, sizeof err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
         // the other stages may have planned theirs and would wait for this one at the first exchange
-        if (S > 1) comm->abort(1, "memory plan failed");
+        if (S > 1) comm->abort(comm, 1, "memory plan failed");
         mr_free(r);
         be->destroy(be);
         return 1;
@@ -329,7 +329,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         if (!whole) {
             fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
                     full.Pp);
-            comm->abort(1, "out of memory");
+            comm->abort(comm, 1, "out of memory");
         }
         whole_ct = ckpt_tensors(&full, whole);
     }
@@ -409,13 +409,13 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     long long hang_at = 0;
     const char *hang = getenv("MIST_FAULT_HANG");
     if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) != 2) hang_rank = -1;
-    comm->set_timeout(cfg->cluster.comm_timeout);
+    comm->set_timeout(comm, cfg->cluster.comm_timeout);
     stop_signal_install();
     char context[64];
     for (int64_t it = start; it < tc->steps; it++) {
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
-        comm->set_context(context);
+        comm->set_context(comm, context);
         if (rank == hang_rank && it + 1 == hang_at)
             for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
         run.dl = dl;
@@ -465,7 +465,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             zero_flush(r);
             run.dl = vdl, run.what = "val";
             snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
-            comm->set_context(context);
+            comm->set_context(comm, context);
             stats.val_loss = pipe_eval(&pipe, val_batches, &train_data) / ((double)val_batches * dp * r->B * r->T);
             run.dl = dl, run.what = "train";
             stats.has_val = 1;
@@ -475,7 +475,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
         int stop = stop_signal_pending();
-        commCheck(comm, comm->all_reduce(&stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
+        commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
                          it + 1 == tc->steps || stop)) {
             st.step = it + 1;
@@ -486,7 +486,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             int crc = 0;
             // gathering the state and rank 0's write of a large model can
             // legitimately keep the others waiting longer than comm_timeout
-            comm->set_timeout(0);
+            comm->set_timeout(comm, 0);
             zero_flush(r);
             zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
             // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
@@ -496,10 +496,10 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
                                             S > 1 ? full.num_tensors : r->num_tensors, err, sizeof err);
             if (crc) {
                 fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, err);
-                comm->abort(1, "checkpoint error");
+                comm->abort(comm, 1, "checkpoint error");
             }
-            commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
-            comm->set_timeout(cfg->cluster.comm_timeout);
+            commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
+            comm->set_timeout(comm, cfg->cluster.comm_timeout);
         }
         if (stop && it + 1 < tc->steps) {
             if (root)
@@ -537,7 +537,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,
                            (int64_t)arena_peak_bytes(&r->host)};
         RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
-        commCheck(comm, comm->all_gather(&mine, all, sizeof mine, MIST_U8, grid->world));
+        commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
         if (root) {
             char a[32], b2[32];
             trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);

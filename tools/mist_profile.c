@@ -149,12 +149,12 @@ int main(int argc, char **argv) {
     if (!rc && root && a.json && mist_output_check(a.json, err, sizeof err)) rc = 2;
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;
-    commCheck(mpi, mpi->group_world(&world));
+    commCheck(mpi, mpi->group_world(mpi, &world));
     int worst = rc;
-    commCheck(mpi, mpi->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, world));
+    commCheck(mpi, mpi->all_reduce(mpi, &worst, &worst, 1, MIST_I32, COMM_MAX, world));
     if (worst) {
         if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
-        mpi->group_free(world);
+        mpi->group_free(mpi, world);
         launch_finalize();
         return worst;
     }
@@ -188,8 +188,8 @@ int main(int argc, char **argv) {
         free(text);
         fflush(stdout);
     }
-    commCheck(mpi, mpi->all_reduce(&rc, &rc, 1, MIST_I32, COMM_MAX, world));
-    mpi->group_free(world);
+    commCheck(mpi, mpi->all_reduce(mpi, &rc, &rc, 1, MIST_I32, COMM_MAX, world));
+    mpi->group_free(mpi, world);
     launch_finalize();
     return rc;
 }
