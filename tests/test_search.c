@@ -405,13 +405,18 @@ static void test_split_models(void) {
                 }
                 for (int i = 0; i < N; i++) {
                     int l = 1 + (int)(frand() * 12), G = 1 + (int)(frand() * 16);
-                    double v[STAGE_SYMS] = {1 << (int)(frand() * 3), 1 << (int)(frand() * 4), 1 << (int)(frand() * 3),
-                                            z >= 3, z >= 2, z >= 1, (int)(frand() * (l + 1)),
-                                            pat.wo ? (1 + (int)(frand() * 4)) / 4.0 : 0,
-                                            pat.go ? (1 + (int)(frand() * 4)) / 4.0 : 0,
-                                            pat.oo ? (1 + (int)(frand() * 8)) / 8.0 : 0,
-                                            pat.ao ? (1 + (int)(frand() * 8)) / 8.0 : 0, G,
-                                            (int)(frand() * (G < 4 ? G : 4)), l};
+                    StageConfig c = {{.layers = l, .zero = z}, G, 0};
+                    c.plan.b = 1 << (int)(frand() * 3);
+                    c.plan.dp = 1 << (int)(frand() * 4);
+                    c.plan.tp = 1 << (int)(frand() * 3);
+                    c.plan.ckpt = (int)(frand() * (l + 1));
+                    c.plan.wo = pat.wo ? (1 + (int)(frand() * 4)) / 4.0 : 0;
+                    c.plan.go = pat.go ? (1 + (int)(frand() * 4)) / 4.0 : 0;
+                    c.plan.oo = pat.oo ? (1 + (int)(frand() * 8)) / 8.0 : 0;
+                    c.plan.ao = pat.ao ? (1 + (int)(frand() * 8)) / 8.0 : 0;
+                    c.p = (int)(frand() * (G < 4 ? G : 4));
+                    double v[STAGE_SYMS];
+                    stage_sym_values(&c, v);
                     for (int q = 0; q < STAGE_SYMS; q++) col[q][i] = v[q];
                 }
                 const double *cols[STAGE_SYMS];
