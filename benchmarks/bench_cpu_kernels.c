@@ -6,7 +6,7 @@
 // FLOP counts (2 per multiply-add):
 //   matmul  forward 2*N*C*OC, backward 4*N*C*OC (dinp and dweight)
 //   attention forward 4*B*NH*T^2*HS, backward 8*B*NH*T^2*HS: the full T x T
-//   score matrix (Megatron convention, DESIGN.md 6), although the causal
+//   score matrix (Megatron convention, docs/design.md §6), although the causal
 //   kernel only does about half of it, and backward = 2 x forward.
 //
 // usage: bench_cpu_kernels [--quick] [--json PATH]   (threads: OMP_NUM_THREADS)

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "benchmarks/bench_model_ini.h"
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "planner/search_compare.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-// Batched evaluation speed of the real stage model (planner/cost.h): every
+// Batched evaluation speed of the real stage model (planner/stage_model.h): every
 // time and memory output of one pipeline stage of GPT-3 22B (h 6144, 48
 // layers, 64 heads, ffn 24576, vocab 50304, seq 2048, bf16) on the l4
 // profile, the general model and models specialised to a ZeRO / offload
@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "core/profile.h"
 
 static double now_s(void) {
@@ -168,157 +168,183 @@ static double time_batches(const StageModel *m, double *cols[STAGE_SYMS], double
     return best;
 }
 
-int main(int argc, char **argv) {
-    size_t n = 1000000;
-    int repeat = 3;
-    const char *json_path = "benchmarks/bench_stage.json";
+// What every row shares: the model, the profile, the general models and the candidate buffers.
+typedef struct {
+    size_t n, cap;       // candidates per row; buffer length (search batches overshoot n by at most one)
+    int repeat;
+    MistConfig cfg;
+    HwProfile hw;
+    StageModelBase *base;
+    StageModel general[2];                  // the general model of a middle and a last stage
+    size_t *starts;                         // (cap + 1,) batch starts
+    double *cols[STAGE_SYMS];               // (cap,) per stage symbol
+    double *outs[ST_OUTPUTS];               // (cap,) per output
+    double *split_outs[4];                  // (cap,) t, d, peak fwd, peak bwd of the split programs
+} Bench;
+
+// (pattern, stage kind): row 0 = the general model
+static const StagePattern pats[] = {
+    {0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {2, 0, 0, 0, 0}, {3, 0, 0, 0, 0}, {3, 1, 0, 0, 0},
+    {2, 0, 1, 1, 0}, {1, 0, 0, 0, 1}, {3, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {3, 1, 1, 1, 1},
+};
+enum { NPAT = sizeof pats / sizeof pats[0] };
+// the last two patterns: a last stage (post part: final norm, LM head, loss)
+
+// 0, or 2 after printing the usage
+static int parse_args(int argc, char **argv, size_t *n, int *repeat, const char **json_path) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--candidates") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        if (!strcmp(argv[i], "--candidates") && i + 1 < argc) *n = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) *repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) *json_path = argv[++i];
         else {
             fprintf(stderr, "bench_stage: unknown argument '%s'; usage: bench_stage [--candidates N] [--repeat R] "
                             "[--json PATH]\n", argv[i]);
             return 2;
         }
     }
-    if (n < 1 || repeat < 1) {
+    if (*n < 1 || *repeat < 1) {
         fprintf(stderr, "bench_stage: --candidates and --repeat must be >= 1\n");
         return 2;
     }
-    MistConfig cfg;
-    gpt3_22b(&cfg);
-    HwProfile hw;
-    if (profile_preset(&hw, "l4") != 0) {
+    return 0;
+}
+
+// the model, the profile, the buffers and the general models; 0 or 1 after a message
+static int bench_setup(Bench *b) {
+    gpt3_22b(&b->cfg);
+    if (profile_preset(&b->hw, "l4") != 0) {
         fprintf(stderr, "bench_stage: no l4 profile preset\n");
         return 1;
     }
-
-    // (pattern, stage kind): row 0 = the general model
-    static const StagePattern pats[] = {
-        {0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {2, 0, 0, 0, 0}, {3, 0, 0, 0, 0}, {3, 1, 0, 0, 0},
-        {2, 0, 1, 1, 0}, {1, 0, 0, 0, 1}, {3, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {3, 1, 1, 1, 1},
-    };
-    enum { NPAT = sizeof pats / sizeof pats[0] };
-    // the last two patterns: a last stage (post part: final norm, LM head, loss)
-    const int per_kind = NPAT + 1, rows = 2 * per_kind;
-    Row *row = calloc((size_t)rows, sizeof *row);
     // search batches overshoot n by at most one batch: 4 * 49 * 256 candidates
-    size_t cap = n + (size_t)4 * 49 * 256;
-    size_t *starts = malloc((cap + 1) * sizeof *starts);
-    double *cols[STAGE_SYMS], *outs[ST_OUTPUTS];
-    int alloc_ok = row && starts;
-    for (int s = 0; s < STAGE_SYMS; s++) alloc_ok &= (cols[s] = malloc(cap * sizeof(double))) != NULL;
-    for (int k = 0; k < ST_OUTPUTS; k++) alloc_ok &= (outs[k] = malloc(cap * sizeof(double))) != NULL;
+    b->cap = b->n + (size_t)4 * 49 * 256;
+    size_t cap = b->cap;
+    b->starts = malloc((cap + 1) * sizeof *b->starts);
+    int alloc_ok = b->starts != NULL;
+    for (int s = 0; s < STAGE_SYMS; s++) alloc_ok &= (b->cols[s] = malloc(cap * sizeof(double))) != NULL;
+    for (int k = 0; k < ST_OUTPUTS; k++) alloc_ok &= (b->outs[k] = malloc(cap * sizeof(double))) != NULL;
+    for (int q = 0; q < 4; q++) alloc_ok &= (b->split_outs[q] = malloc(cap * sizeof(double))) != NULL;
     if (!alloc_ok) {
         fprintf(stderr, "bench_stage: out of memory for %zu candidates\n", cap);
         return 1;
     }
-
-    double *split_outs[4];
-    for (int q = 0; q < 4; q++) alloc_ok &= (split_outs[q] = malloc(cap * sizeof(double))) != NULL;
-    if (!alloc_ok) {
-        fprintf(stderr, "bench_stage: out of memory for %zu candidates\n", cap);
-        return 1;
-    }
-    StageModel general[2];
     char err[512];
-    StageModelBase *base = stage_model_base_new(&cfg, err, sizeof err);
-    if (!base) {
+    b->base = stage_model_base_new(&b->cfg, err, sizeof err);
+    if (!b->base) {
         fprintf(stderr, "bench_stage: %s\n", err);
         return 1;
     }
     for (int last = 0; last < 2; last++)
-        if (stage_model_build(&general[last], &cfg, &hw, NULL, 0, last, err, sizeof err) != 0) {
+        if (stage_model_build(&b->general[last], &b->cfg, &b->hw, NULL, 0, last, err, sizeof err) != 0) {
             fprintf(stderr, "bench_stage: %s\n", err);
             return 1;
         }
+    return 0;
+}
 
-    int total_mismatches = 0;
-    for (int r = 0; r < rows; r++) {
-        Row *w = &row[r];
-        int search = r >= per_kind, pr = r % per_kind;
-        int is_general = pr == 0;
-        const StagePattern *sp = is_general ? &pats[NPAT - 1] : &pats[pr - 1];
-        int last = pr >= NPAT - 1;  // the two final patterns run on the last stage
-        w->stage = last ? "last" : "middle";
-        w->batches = search ? "search" : "random";
-        StageModel own, *m = &own;
-        if (is_general) {
-            m = &general[0];
-            snprintf(w->pattern, sizeof w->pattern, "general");
-        } else {
-            stage_pattern_name(sp, w->pattern, sizeof w->pattern);
-            if (stage_model_build_pattern(&own, &cfg, &hw, NULL, 0, last, sp, err, sizeof err) != 0) {
-                fprintf(stderr, "bench_stage: %s\n", err);
-                return 1;
-            }
-        }
-        int nb = 1;
-        size_t count = n;
-        if (search) count = fill_search(sp, n, cols, cap, starts, &nb);
-        else fill_random(sp, n, cols), starts[0] = 0, starts[1] = n;
-        double best = time_batches(m, cols, outs, starts, nb, repeat);
-        if (!is_general) {
-            // the split programs: times alone, peaks alone, each bitwise equal to the whole program
-            StageModel split;
-            if (stage_model_build_from(&split, base, &hw, NULL, 0, last, sp, STAGE_BUILD_SPLIT, err, sizeof err)) {
-                fprintf(stderr, "bench_stage: %s\n", err);
-                return 1;
-            }
-            double *time_outs[ST_OUTPUTS] = {0}, *peak_outs[ST_OUTPUTS] = {0};
-            time_outs[ST_T] = split_outs[0], time_outs[ST_D] = split_outs[1];
-            peak_outs[ST_PEAK_FWD] = split_outs[2], peak_outs[ST_PEAK_BWD] = split_outs[3];
-            w->time_evals_per_s = count / time_batches(&split, cols, time_outs, starts, nb, repeat);
-            w->peak_evals_per_s = count / time_batches(&split, cols, peak_outs, starts, nb, repeat);
-            w->time_instructions = expr_program_num_instructions(split.prog_time);
-            w->peak_instructions = expr_program_num_instructions(split.prog_peaks);
-            const int which[4] = {ST_T, ST_D, ST_PEAK_FWD, ST_PEAK_BWD};
-            for (int q = 0; q < 4; q++)
-                for (size_t j = 0; j < count; j++)
-                    w->split_mismatches += memcmp(&split_outs[q][j], &outs[which[q]][j], sizeof(double)) != 0;
-            stage_model_free(&split);
-        }
-        // a sample: bitwise against this model's tree walk, 1e-12 against the general model's
-        size_t sample = count < 1000 ? count : 1000;
-        for (size_t i = 0; i < sample; i++) {
-            size_t j = i * (count / sample) + (size_t)(frand() * (count / sample));
-            StageConfig c = get_config(cols, j, sp->zero);
-            double own_o[ST_OUTPUTS], gen_o[ST_OUTPUTS];
-            stage_eval_scalar(m, &c, own_o);
-            stage_eval_scalar(&general[last], &c, gen_o);
-            for (int k = 0; k < ST_OUTPUTS; k++) {
-                if (memcmp(&own_o[k], &outs[k][j], sizeof(double)) != 0) w->bitwise_mismatches++;
-                // d = (first fwd + last bwd) - (other fwd + other bwd): a difference of terms the
-                // size of t, so its rounding is relative to t
-                double scale = fabs(gen_o[k]) + (k == ST_D ? fabs(gen_o[ST_T]) : 0.0);
-                if (!(fabs(gen_o[k] - outs[k][j]) <= 1e-12 * scale)) w->general_mismatches++;
-            }
-        }
-        total_mismatches += w->bitwise_mismatches + w->general_mismatches + w->split_mismatches;
-        w->instructions = expr_program_num_instructions(m->prog);
-        w->registers = expr_program_num_registers(m->prog);
-        w->calls = nb;
-        w->candidates = count;
-        w->seconds = best;
-        w->evals_per_s = count / best;
-        w->ns_per_eval = 1e9 * best / count;
-        if (!is_general) stage_model_free(&own);
+static void bench_free(Bench *b) {
+    for (int last = 0; last < 2; last++) stage_model_free(&b->general[last]);
+    stage_model_base_free(b->base);
+    for (int q = 0; q < 4; q++) free(b->split_outs[q]);
+    for (int s = 0; s < STAGE_SYMS; s++) free(b->cols[s]);
+    for (int k = 0; k < ST_OUTPUTS; k++) free(b->outs[k]);
+    free(b->starts);
+}
+
+// the split programs: times alone, peaks alone, each bitwise equal to the whole program; 0 or 1
+static int measure_split(Bench *b, Row *w, const StagePattern *sp, int last, size_t count, int nb) {
+    char err[512];
+    double **cols = b->cols, **outs = b->outs, **split_outs = b->split_outs;
+    size_t *starts = b->starts;
+    int repeat = b->repeat;
+    StageModel split;
+    if (stage_model_build_from(&split, b->base, &b->hw, NULL, 0, last, sp, STAGE_BUILD_SPLIT, err, sizeof err)) {
+        fprintf(stderr, "bench_stage: %s\n", err);
+        return 1;
     }
+    double *time_outs[ST_OUTPUTS] = {0}, *peak_outs[ST_OUTPUTS] = {0};
+    time_outs[ST_T] = split_outs[0], time_outs[ST_D] = split_outs[1];
+    peak_outs[ST_PEAK_FWD] = split_outs[2], peak_outs[ST_PEAK_BWD] = split_outs[3];
+    w->time_evals_per_s = count / time_batches(&split, cols, time_outs, starts, nb, repeat);
+    w->peak_evals_per_s = count / time_batches(&split, cols, peak_outs, starts, nb, repeat);
+    w->time_instructions = expr_program_num_instructions(split.prog_time);
+    w->peak_instructions = expr_program_num_instructions(split.prog_peaks);
+    const int which[4] = {ST_T, ST_D, ST_PEAK_FWD, ST_PEAK_BWD};
+    for (int q = 0; q < 4; q++)
+        for (size_t j = 0; j < count; j++)
+            w->split_mismatches += memcmp(&split_outs[q][j], &outs[which[q]][j], sizeof(double)) != 0;
+    stage_model_free(&split);
+    return 0;
+}
 
+// a sample: bitwise against this model's tree walk, 1e-12 against the general model's
+static void check_sample(Bench *b, Row *w, const StageModel *m, const StagePattern *sp, int last, size_t count) {
+    double **cols = b->cols, **outs = b->outs;
+    size_t sample = count < 1000 ? count : 1000;
+    for (size_t i = 0; i < sample; i++) {
+        size_t j = i * (count / sample) + (size_t)(frand() * (count / sample));
+        StageConfig c = get_config(cols, j, sp->zero);
+        double own_o[ST_OUTPUTS], gen_o[ST_OUTPUTS];
+        stage_eval_scalar(m, &c, own_o);
+        stage_eval_scalar(&b->general[last], &c, gen_o);
+        for (int k = 0; k < ST_OUTPUTS; k++) {
+            if (memcmp(&own_o[k], &outs[k][j], sizeof(double)) != 0) w->bitwise_mismatches++;
+            // d = (first fwd + last bwd) - (other fwd + other bwd): a difference of terms the
+            // size of t, so its rounding is relative to t
+            double scale = fabs(gen_o[k]) + (k == ST_D ? fabs(gen_o[ST_T]) : 0.0);
+            if (!(fabs(gen_o[k] - outs[k][j]) <= 1e-12 * scale)) w->general_mismatches++;
+        }
+    }
+}
+
+// Row r: its model (general, or specialised to its pattern), its candidates
+// (random or search-shaped), their best time, the split programs and the
+// checks. 0 or 1 after a message.
+static int run_row(Bench *b, Row *w, int r, int per_kind) {
+    int search = r >= per_kind, pr = r % per_kind;
+    int is_general = pr == 0;
+    const StagePattern *sp = is_general ? &pats[NPAT - 1] : &pats[pr - 1];
+    int last = pr >= NPAT - 1;  // the two final patterns run on the last stage
+    w->stage = last ? "last" : "middle";
+    w->batches = search ? "search" : "random";
+    char err[512];
+    StageModel own, *m = &own;
+    if (is_general) {
+        m = &b->general[0];
+        snprintf(w->pattern, sizeof w->pattern, "general");
+    } else {
+        stage_pattern_name(sp, w->pattern, sizeof w->pattern);
+        if (stage_model_build_pattern(&own, &b->cfg, &b->hw, NULL, 0, last, sp, err, sizeof err) != 0) {
+            fprintf(stderr, "bench_stage: %s\n", err);
+            return 1;
+        }
+    }
+    int nb = 1;
+    size_t count = b->n;
+    if (search) count = fill_search(sp, b->n, b->cols, b->cap, b->starts, &nb);
+    else fill_random(sp, b->n, b->cols), b->starts[0] = 0, b->starts[1] = b->n;
+    double best = time_batches(m, b->cols, b->outs, b->starts, nb, b->repeat);
+    if (!is_general && measure_split(b, w, sp, last, count, nb) != 0) return 1;
+    check_sample(b, w, m, sp, last, count);
+    w->instructions = expr_program_num_instructions(m->prog);
+    w->registers = expr_program_num_registers(m->prog);
+    w->calls = nb;
+    w->candidates = count;
+    w->seconds = best;
+    w->evals_per_s = count / best;
+    w->ns_per_eval = 1e9 * best / count;
+    if (!is_general) stage_model_free(&own);
+    return 0;
+}
+
+static void print_table(const Row *row, int rows, size_t n, int repeat) {
     // The search runs the two split programs over the same candidates: its rate for a whole
     // stage (times and memory) is 1 / (1/t,d + 1/peaks), the figure the 10 M/s target is about.
     int met = 0, specialised = 0;
-    for (int r = 0; r < rows; r++) {
-        Row *w = &row[r];
-        w->both_evals_per_s = w->time_evals_per_s > 0 && w->peak_evals_per_s > 0
-                                  ? 1.0 / (1.0 / w->time_evals_per_s + 1.0 / w->peak_evals_per_s)
-                                  : 0.0;
-        if (w->both_evals_per_s > 0) specialised++, met += w->both_evals_per_s >= 1e7;
-    }
+    for (int r = 0; r < rows; r++)
+        if (row[r].both_evals_per_s > 0) specialised++, met += row[r].both_evals_per_s >= 1e7;
     printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
-           "1 thread, best of %d, %s, machine code %s\n", ST_OUTPUTS, n, repeat, expr_simd_name(),
-           expr_machine_code_name());
+           "1 thread, best of %d, %s\n", ST_OUTPUTS, n, repeat, expr_simd_name());
     printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %14s %9s\n", "pattern", "stage", "batches",
            "calls", "instructions", "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general", "t,d ins",
            "t,d evals/s", "peak ins", "peak evals/s", "t,d+peak ev/s", "!=split");
@@ -337,7 +363,10 @@ int main(int argc, char **argv) {
             first = 0;
         }
     if (met < specialised) printf("\n");
+}
 
+// 0, or 1 when the file cannot be written
+static int write_json(const char *json_path, const Row *row, int rows, size_t n, int repeat) {
     FILE *f = fopen(json_path, "w");
     if (!f) {
         fprintf(stderr, "bench_stage: cannot write %s\n", json_path);
@@ -345,8 +374,8 @@ int main(int argc, char **argv) {
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"l4\",\n"
                "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"simd\": \"%s\",\n"
-               "  \"machine_code\": \"%s\",\n  \"rows\": [\n",
-            ST_OUTPUTS, n, repeat, expr_simd_name(), expr_machine_code_name());
+               "  \"rows\": [\n",
+            ST_OUTPUTS, n, repeat, expr_simd_name());
     for (int r = 0; r < rows; r++)
         fprintf(f, "    {\"pattern\": \"%s\", \"stage\": \"%s\", \"batches\": \"%s\", \"calls\": %d, "
                    "\"candidates\": %zu, \"instructions\": %d, \"registers\": %d, \"seconds\": %.6f, "
@@ -362,13 +391,34 @@ int main(int argc, char **argv) {
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("wrote %s\n", json_path);
+    return 0;
+}
 
-    for (int last = 0; last < 2; last++) stage_model_free(&general[last]);
-    stage_model_base_free(base);
-    for (int q = 0; q < 4; q++) free(split_outs[q]);
-    for (int s = 0; s < STAGE_SYMS; s++) free(cols[s]);
-    for (int k = 0; k < ST_OUTPUTS; k++) free(outs[k]);
-    free(starts);
+int main(int argc, char **argv) {
+    static Bench b;
+    b.n = 1000000;
+    b.repeat = 3;
+    const char *json_path = "benchmarks/bench_stage.json";
+    if (parse_args(argc, argv, &b.n, &b.repeat, &json_path) != 0) return 2;
+    if (bench_setup(&b) != 0) return 1;
+    const int per_kind = NPAT + 1, rows = 2 * per_kind;
+    Row *row = calloc((size_t)rows, sizeof *row);
+    if (!row) {
+        fprintf(stderr, "bench_stage: out of memory for %zu candidates\n", b.cap);
+        return 1;
+    }
+    int total_mismatches = 0;
+    for (int r = 0; r < rows; r++) {
+        Row *w = &row[r];
+        if (run_row(&b, w, r, per_kind) != 0) return 1;
+        total_mismatches += w->bitwise_mismatches + w->general_mismatches + w->split_mismatches;
+        w->both_evals_per_s = w->time_evals_per_s > 0 && w->peak_evals_per_s > 0
+                                  ? 1.0 / (1.0 / w->time_evals_per_s + 1.0 / w->peak_evals_per_s)
+                                  : 0.0;
+    }
+    print_table(row, rows, b.n, b.repeat);
+    if (write_json(json_path, row, rows, b.n, b.repeat) != 0) return 1;
+    bench_free(&b);
     free(row);
     return total_mismatches ? 1 : 0;
 }

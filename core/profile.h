@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-// The four streams that can run at once on a device (DESIGN.md §4):
+// The four streams that can run at once on a device (docs/design.md §4):
 // compute, GPU<->GPU collectives, host->device copies, device->host copies.
 typedef enum { STREAM_C = 0, STREAM_N = 1, STREAM_H2D = 2, STREAM_D2H = 3, STREAM_COUNT = 4 } Stream;
 #define STREAM_MASK(s) (1u << (s))

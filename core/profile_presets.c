@@ -1,5 +1,5 @@
 // Built-in hardware presets. Sources, per field, in the comments:
-// - l4, a100-*: the fits published with the Mist artifact (DESIGN.md §4),
+// - l4, a100-*: the fits published with the Mist artifact (docs/design.md §4),
 //   whose bandwidths are in GiB/s (2^30 bytes/s); converted to bytes/s here.
 // - h100-80g, h200: vendor datasheets (SXM parts) until mist-profile measures
 //   them; link numbers are datasheet bandwidth times a typical NCCL bus

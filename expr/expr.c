@@ -1,5 +1,6 @@
-// Expression contexts: the hash-consed node arena, the simplifying
-// constructors, scalar evaluation and printing (contract in expr.h).
+// Expression contexts: the hash-consed node arena, declared bounds and the
+// simplifying constructors (contract in expr.h). Scalar evaluation is in
+// expr_eval.c, printing in expr_print.c.
 #include "expr/expr.h"
 
 #include <math.h>
@@ -27,10 +28,10 @@ struct ExprCtx {
     int num_tables, cap_tables;
 };
 
-static void die(const char *fmt, ...) {
+void expr_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "expr/expr.c: ");
+    fprintf(stderr, "expr: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -39,13 +40,13 @@ static void die(const char *fmt, ...) {
 
 static void *xrealloc(void *p, size_t bytes) {
     void *q = realloc(p, bytes);
-    if (!q) die("out of memory growing the expression arena to %zu bytes", bytes);
+    if (!q) expr_die("out of memory growing the expression arena to %zu bytes", bytes);
     return q;
 }
 
 ExprCtx *expr_ctx_new(void) {
     ExprCtx *x = calloc(1, sizeof *x);
-    if (!x) die("out of memory allocating an expression context");
+    if (!x) expr_die("out of memory allocating an expression context");
     x->table_cap = 1024;
     x->table = xrealloc(NULL, x->table_cap * sizeof *x->table);
     for (size_t i = 0; i < x->table_cap; i++) x->table[i] = EXPR_NONE;
@@ -67,7 +68,7 @@ void expr_ctx_free(ExprCtx *x) {
 
 ExprCtx *expr_ctx_clone(const ExprCtx *src) {
     ExprCtx *x = calloc(1, sizeof *x);
-    if (!x) die("out of memory cloning an expression context");
+    if (!x) expr_die("out of memory cloning an expression context");
     *x = *src;
     x->nodes = xrealloc(NULL, (x->cap_nodes ? x->cap_nodes : 1) * sizeof *x->nodes);
     memcpy(x->nodes, src->nodes, src->num_nodes * sizeof *x->nodes);
@@ -205,7 +206,7 @@ static Expr intern(ExprCtx *x, ExprNode n) {
         if (node_equal(&x->nodes[x->table[slot]], &n)) return x->table[slot];
         slot = (slot + 1) & mask;
     }
-    if (x->num_nodes >= (size_t)INT32_MAX) die("more than 2^31 expression nodes");
+    if (x->num_nodes >= (size_t)INT32_MAX) expr_die("more than 2^31 expression nodes");
     if (x->num_nodes == x->cap_nodes) {
         x->cap_nodes = x->cap_nodes ? 2 * x->cap_nodes : 256;
         x->nodes = xrealloc(x->nodes, x->cap_nodes * sizeof *x->nodes);
@@ -232,9 +233,9 @@ static ExprNode make_node(ExprOp op, Expr a, Expr b, Expr c) {
     return n;
 }
 
-static void check_handle(const ExprCtx *x, Expr e, const char *who) {
+void expr_check_handle(const ExprCtx *x, Expr e, const char *who) {
     if (e < 0 || (size_t)e >= x->num_nodes)
-        die("%s: operand handle %d is not a node of this context (it has %zu nodes); "
+        expr_die("%s: operand handle %d is not a node of this context (it has %zu nodes); "
             "hint: an earlier constructor or lookup returned EXPR_NONE",
             who, (int)e, x->num_nodes);
 }
@@ -254,7 +255,7 @@ int expr_sym_index(ExprCtx *x, const char *name) {
 }
 
 Expr ex_sym(ExprCtx *x, const char *name) {
-    if (!name || !*name) die("ex_sym: empty symbol name");
+    if (!name || !*name) expr_die("ex_sym: empty symbol name");
     int i = expr_sym_index(x, name);
     if (i >= 0) return x->sym_nodes[i];
     if (x->num_syms == x->cap_syms) {
@@ -273,15 +274,15 @@ Expr ex_sym(ExprCtx *x, const char *name) {
 
 void expr_sym_set_bounds(ExprCtx *x, const char *name, double lo, int positive) {
     int i = expr_sym_index(x, name);
-    if (i < 0) die("expr_sym_set_bounds: no symbol '%s' in this context; hint: create it with ex_sym first", name);
-    if (isnan(lo)) die("expr_sym_set_bounds: symbol '%s': the lower bound is NaN", name);
+    if (i < 0) expr_die("expr_sym_set_bounds: no symbol '%s' in this context; hint: create it with ex_sym first", name);
+    if (isnan(lo)) expr_die("expr_sym_set_bounds: symbol '%s': the lower bound is NaN", name);
     Expr e = x->sym_nodes[i];
     x->lo[e] = lo;
     x->pos[e] = positive || lo > 0;
 }
 
 double expr_lower_bound(const ExprCtx *x, Expr e, int *positive) {
-    check_handle(x, e, "expr_lower_bound");
+    expr_check_handle(x, e, "expr_lower_bound");
     if (positive) *positive = x->pos[e];
     return x->lo[e];
 }
@@ -391,8 +392,8 @@ static Expr merge_like_terms(ExprCtx *x, Expr a, Expr b) {
 }
 
 Expr ex_add(ExprCtx *x, Expr a, Expr b) {
-    check_handle(x, a, "ex_add");
-    check_handle(x, b, "ex_add");
+    expr_check_handle(x, a, "ex_add");
+    expr_check_handle(x, b, "ex_add");
     if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) + num_of(x, b));
     order_operands(x, &a, &b);
     if (is_num_value(x, b, 0.0)) return a;  // x + 0 = x (x + -0 = x exactly; x + +0 differs only for x = -0)
@@ -418,8 +419,8 @@ Expr ex_add(ExprCtx *x, Expr a, Expr b) {
 }
 
 Expr ex_sub(ExprCtx *x, Expr a, Expr b) {
-    check_handle(x, a, "ex_sub");
-    check_handle(x, b, "ex_sub");
+    expr_check_handle(x, a, "ex_sub");
+    expr_check_handle(x, b, "ex_sub");
     if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) - num_of(x, b));
     if (a == b) return ex_num(x, 0.0);                          // finite values: x - x = 0
     if (is_num(x, b)) return ex_add(x, a, ex_num(x, -num_of(x, b)));  // IEEE: x - c == x + (-c)
@@ -427,8 +428,8 @@ Expr ex_sub(ExprCtx *x, Expr a, Expr b) {
 }
 
 Expr ex_mul(ExprCtx *x, Expr a, Expr b) {
-    check_handle(x, a, "ex_mul");
-    check_handle(x, b, "ex_mul");
+    expr_check_handle(x, a, "ex_mul");
+    expr_check_handle(x, b, "ex_mul");
     if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) * num_of(x, b));
     order_operands(x, &a, &b);
     if (is_num_value(x, b, 1.0)) return a;
@@ -452,8 +453,8 @@ Expr ex_mul(ExprCtx *x, Expr a, Expr b) {
 }
 
 Expr ex_div(ExprCtx *x, Expr a, Expr b) {
-    check_handle(x, a, "ex_div");
-    check_handle(x, b, "ex_div");
+    expr_check_handle(x, a, "ex_div");
+    expr_check_handle(x, b, "ex_div");
     if (is_num(x, a) && is_num(x, b)) return ex_num(x, num_of(x, a) / num_of(x, b));
     if (is_num_value(x, b, 1.0)) return a;
     if (is_num_value(x, a, 0.0)) return ex_num(x, 0.0);  // finite, nonzero divisors: 0 / x = 0
@@ -461,8 +462,8 @@ Expr ex_div(ExprCtx *x, Expr a, Expr b) {
 }
 
 static Expr minmax(ExprCtx *x, ExprOp op, Expr a, Expr b, const char *who) {
-    check_handle(x, a, who);
-    check_handle(x, b, who);
+    expr_check_handle(x, a, who);
+    expr_check_handle(x, b, who);
     double (*f)(double, double) = op == EXPR_OP_MAX ? expr_max2 : expr_min2;
     if (is_num(x, a) && is_num(x, b)) return ex_num(x, f(num_of(x, a), num_of(x, b)));
     if (a == b) return a;
@@ -485,7 +486,7 @@ Expr ex_max(ExprCtx *x, Expr a, Expr b) { return minmax(x, EXPR_OP_MAX, a, b, "e
 Expr ex_min(ExprCtx *x, Expr a, Expr b) { return minmax(x, EXPR_OP_MIN, a, b, "ex_min"); }
 
 static Expr rounding(ExprCtx *x, ExprOp op, Expr a, const char *who) {
-    check_handle(x, a, who);
+    expr_check_handle(x, a, who);
     if (is_num(x, a)) return ex_num(x, op == EXPR_OP_CEIL ? expr_ceil1(num_of(x, a)) : expr_floor1(num_of(x, a)));
     // a ceil or floor is already an integer: rounding it again changes nothing
     if (x->nodes[a].op == EXPR_OP_CEIL || x->nodes[a].op == EXPR_OP_FLOOR) return a;
@@ -496,9 +497,9 @@ Expr ex_ceil(ExprCtx *x, Expr a) { return rounding(x, EXPR_OP_CEIL, a, "ex_ceil"
 Expr ex_floor(ExprCtx *x, Expr a) { return rounding(x, EXPR_OP_FLOOR, a, "ex_floor"); }
 
 Expr ex_select(ExprCtx *x, Expr cond, Expr a, Expr b) {
-    check_handle(x, cond, "ex_select");
-    check_handle(x, a, "ex_select");
-    check_handle(x, b, "ex_select");
+    expr_check_handle(x, cond, "ex_select");
+    expr_check_handle(x, a, "ex_select");
+    expr_check_handle(x, b, "ex_select");
     if (is_num(x, cond)) return expr_select3(num_of(x, cond), 1.0, 0.0) > 0 ? a : b;
     if (a == b) return a;
     if (x->pos[cond]) return a;  // positive for every value the symbols may take
@@ -527,15 +528,6 @@ static int overlap_table_index(ExprCtx *x, const ExprOverlapTable *t) {
     return x->num_tables++;
 }
 
-// the window over the n inputs of t (any n up to the maximum)
-static double overlap_apply(const ExprOverlapTable *t, const double in[EXPR_OVERLAP_MAX]) {
-    switch (t->n) {
-    case 2: return expr_overlap_n(t, 2, in);
-    case 3: return expr_overlap_n(t, 3, in);
-    default: return expr_overlap_n(t, 4, in);
-    }
-}
-
 Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERLAP_MAX],
                 const Expr in[EXPR_OVERLAP_MAX]) {
     // the streams that may be busy, in order; an idle constant never enters a busy set
@@ -543,7 +535,7 @@ Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERL
     Expr kept[EXPR_OVERLAP_MAX] = {EXPR_NONE, EXPR_NONE, EXPR_NONE, EXPR_NONE};
     for (int s = 0; s < EXPR_OVERLAP_MAX; s++) {
         if (in[s] == EXPR_NONE) continue;
-        check_handle(x, in[s], "ex_overlap");
+        expr_check_handle(x, in[s], "ex_overlap");
         if (is_num(x, in[s]) && !(num_of(x, in[s]) > EXPR_OVERLAP_EPS)) continue;
         all_const &= is_num(x, in[s]);
         stream[n] = s;
@@ -568,7 +560,7 @@ Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERL
                 if ((A >> j) & 1) global |= 1 << stream[j];
             double f = factor[global][stream[i]];
             if (!(f > 0) || !isfinite(f))
-                die("ex_overlap: slowdown factor[%d][%d] = %g; allowed: finite and > 0", global, stream[i], f);
+                expr_die("ex_overlap: slowdown factor[%d][%d] = %g; allowed: finite and > 0", global, stream[i], f);
             t.f[A][i] = f;
         }
     for (int i = 0; i < n; i++)
@@ -584,7 +576,7 @@ Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERL
     if (all_const) {
         double v[EXPR_OVERLAP_MAX] = {0, 0, 0, 0};
         for (int i = 0; i < n; i++) v[i] = num_of(x, kept[i]);
-        return ex_num(x, overlap_apply(&t, v));
+        return ex_num(x, expr_overlap_apply(&t, v));
     }
     ExprNode nd = make_node(EXPR_OP_OVERLAP, kept[0], kept[1], kept[2]);
     nd.d = kept[3];
@@ -595,188 +587,7 @@ Expr ex_overlap(ExprCtx *x, const double factor[EXPR_OVERLAP_SUBSETS][EXPR_OVERL
 Expr ex_sum(ExprCtx *x, const Expr *terms, int n) {
     if (n <= 0) return ex_num(x, 0.0);
     Expr s = terms[0];
-    check_handle(x, s, "ex_sum");
+    expr_check_handle(x, s, "ex_sum");
     for (int i = 1; i < n; i++) s = ex_add(x, s, terms[i]);
     return s;
-}
-
-// ---- scalar evaluation
-
-// value of one node given the values of its operands
-static double apply(const ExprNode *n, const double *val, const double *sym_values) {
-    switch ((ExprOp)n->op) {
-    case EXPR_OP_NUM: return n->value;
-    case EXPR_OP_SYM: return sym_values[n->a];
-    case EXPR_OP_ADD: return val[n->a] + val[n->b];
-    case EXPR_OP_SUB: return val[n->a] - val[n->b];
-    case EXPR_OP_MUL: return val[n->a] * val[n->b];
-    case EXPR_OP_DIV: return val[n->a] / val[n->b];
-    case EXPR_OP_MAX: return expr_max2(val[n->a], val[n->b]);
-    case EXPR_OP_MIN: return expr_min2(val[n->a], val[n->b]);
-    case EXPR_OP_CEIL: return expr_ceil1(val[n->a]);
-    case EXPR_OP_FLOOR: return expr_floor1(val[n->a]);
-    case EXPR_OP_SELECT: return expr_select3(val[n->a], val[n->b], val[n->c]);
-    case EXPR_OP_OVERLAP: break;  // needs the context's table: overlap_value
-    case EXPR_OP_COUNT: break;
-    }
-    die("corrupt node with op %d", (int)n->op);
-    return 0.0;
-}
-
-static double overlap_value(const ExprCtx *x, const ExprNode *n, const double *val) {
-    Expr in[EXPR_OVERLAP_MAX] = {n->a, n->b, n->c, n->d};
-    double v[EXPR_OVERLAP_MAX] = {0, 0, 0, 0};
-    for (int i = 0; i < EXPR_OVERLAP_MAX; i++)
-        if (in[i] != EXPR_NONE) v[i] = val[in[i]];
-    return overlap_apply(&x->tables[(int)n->value], v);
-}
-
-double expr_eval(ExprCtx *x, Expr e, const double *sym_values) {
-    check_handle(x, e, "expr_eval");
-    // children have smaller handles: mark what e reaches walking down, then
-    // evaluate the marked nodes walking up, each once (shared nodes too)
-    size_t n = (size_t)e + 1;
-    unsigned char *needed = calloc(n, 1);
-    double *val = malloc(n * sizeof *val);
-    if (!needed || !val) die("out of memory evaluating an expression of %zu nodes", n);
-    needed[e] = 1;
-    for (Expr i = e; i >= 0; i--) {
-        if (!needed[i]) continue;
-        const ExprNode *nd = &x->nodes[i];
-        if (nd->op == EXPR_OP_NUM || nd->op == EXPR_OP_SYM) continue;
-        needed[nd->a] = 1;
-        if (nd->b != EXPR_NONE) needed[nd->b] = 1;
-        if (nd->c != EXPR_NONE) needed[nd->c] = 1;
-        if (nd->d != EXPR_NONE) needed[nd->d] = 1;
-    }
-    for (Expr i = 0; i <= e; i++) {
-        if (!needed[i]) continue;
-        const ExprNode *nd = &x->nodes[i];
-        val[i] = nd->op == EXPR_OP_OVERLAP ? overlap_value(x, nd, val) : apply(nd, val, sym_values);
-    }
-    double r = val[e];
-    free(needed);
-    free(val);
-    return r;
-}
-
-// ---- printing
-
-typedef struct {
-    char *buf;
-    size_t len, pos;  // pos counts every character, also those past the buffer
-} Printer;
-
-static void put(Printer *p, const char *s) {
-    for (; *s; s++, p->pos++)
-        if (p->len && p->pos + 1 < p->len) p->buf[p->pos] = *s;
-}
-
-// shortest decimal form that reads back as the same double
-static void put_number(Printer *p, double v) {
-    char tmp[40];
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(tmp, sizeof tmp, "%.*g", digits, v);
-        if (strtod(tmp, NULL) == v) break;
-    }
-    if (v < 0 || (v == 0 && signbit(v))) {
-        put(p, "(");
-        put(p, tmp);
-        put(p, ")");
-    } else {
-        put(p, tmp);
-    }
-}
-
-// precedence: 1 sums, 2 products, 3 atoms (numbers, symbols, calls)
-static int precedence(const ExprCtx *x, Expr e) {
-    switch ((ExprOp)x->nodes[e].op) {
-    case EXPR_OP_ADD:
-    case EXPR_OP_SUB: return 1;
-    case EXPR_OP_MUL:
-    case EXPR_OP_DIV: return 2;
-    default: return 3;
-    }
-}
-
-static void print_node(const ExprCtx *x, Printer *p, Expr e, int min_prec) {
-    const ExprNode *n = &x->nodes[e];
-    int prec = precedence(x, e);
-    int paren = prec < min_prec;
-    if (paren) put(p, "(");
-    switch ((ExprOp)n->op) {
-    case EXPR_OP_NUM: put_number(p, n->value); break;
-    case EXPR_OP_SYM: put(p, x->sym_names[n->a]); break;
-    case EXPR_OP_ADD:
-        print_node(x, p, n->a, 1);
-        if (is_num(x, n->b) && num_of(x, n->b) < 0) {  // y + (-3) reads as y - 3
-            put(p, " - ");
-            put_number(p, -num_of(x, n->b));
-        } else {
-            put(p, " + ");
-            print_node(x, p, n->b, 2);  // a + (b + c) keeps its parentheses (rounding order)
-        }
-        break;
-    case EXPR_OP_SUB:
-        print_node(x, p, n->a, 1);
-        put(p, " - ");
-        print_node(x, p, n->b, 2);  // a - (b + c) keeps its parentheses
-        break;
-    case EXPR_OP_MUL:
-        print_node(x, p, n->a, 2);
-        put(p, " * ");
-        print_node(x, p, n->b, 3);
-        break;
-    case EXPR_OP_DIV:
-        print_node(x, p, n->a, 2);
-        put(p, " / ");
-        print_node(x, p, n->b, 3);
-        break;
-    case EXPR_OP_MAX:
-    case EXPR_OP_MIN:
-        put(p, n->op == EXPR_OP_MAX ? "max(" : "min(");
-        print_node(x, p, n->a, 1);
-        put(p, ", ");
-        print_node(x, p, n->b, 1);
-        put(p, ")");
-        break;
-    case EXPR_OP_CEIL:
-    case EXPR_OP_FLOOR:
-        put(p, n->op == EXPR_OP_CEIL ? "ceil(" : "floor(");
-        print_node(x, p, n->a, 1);
-        put(p, ")");
-        break;
-    case EXPR_OP_SELECT:
-        put(p, "select(");
-        print_node(x, p, n->a, 1);
-        put(p, ", ");
-        print_node(x, p, n->b, 1);
-        put(p, ", ");
-        print_node(x, p, n->c, 1);
-        put(p, ")");
-        break;
-    case EXPR_OP_OVERLAP: {
-        // overlap#k(x, y, ...): the window rule under table k of the context
-        char head[32];
-        snprintf(head, sizeof head, "overlap#%d(", (int)n->value);
-        put(p, head);
-        Expr in[EXPR_OVERLAP_MAX] = {n->a, n->b, n->c, n->d};
-        for (int i = 0; i < EXPR_OVERLAP_MAX && in[i] != EXPR_NONE; i++) {
-            if (i) put(p, ", ");
-            print_node(x, p, in[i], 1);
-        }
-        put(p, ")");
-        break;
-    }
-    case EXPR_OP_COUNT: die("corrupt node with op %d", (int)n->op);
-    }
-    if (paren) put(p, ")");
-}
-
-int expr_print(ExprCtx *x, Expr e, char *buf, size_t len) {
-    check_handle(x, e, "expr_print");
-    Printer p = {buf, len, 0};
-    print_node(x, &p, e, 1);
-    if (len) buf[p.pos < len ? p.pos : len - 1] = '\0';
-    return (int)p.pos;
 }

@@ -1,4 +1,4 @@
-// Symbolic expressions of a stage configuration (DESIGN.md §4): time and
+// Symbolic expressions of a stage configuration (docs/design.md §4): time and
 // memory are written once as expressions of symbols (b, s, h, tp, dp, zero
 // flags, ckpt, offload ratios, ...) and evaluated in batch over many
 // candidate configurations.
@@ -83,7 +83,7 @@ Expr ex_floor(ExprCtx *ctx, Expr a);
 Expr ex_select(ExprCtx *ctx, Expr cond, Expr a, Expr b);  // cond > 0 ? a : b
 Expr ex_sum(ExprCtx *ctx, const Expr *terms, int n);      // terms[0] + ... (0 if n == 0)
 
-// The overlap (interference) rule of DESIGN.md §4 as one node: how long a
+// The overlap (interference) rule of docs/design.md §4 as one node: how long a
 // window takes in which up to EXPR_OVERLAP_MAX streams with work in[i]
 // seconds run at once, each slowed by the others. A stream whose work is at
 // most EXPR_OVERLAP_EPS counts as idle (0). While the set A of busy streams
@@ -139,11 +139,8 @@ int expr_program_num_syms(const ExprProgram *p);  // symbol columns it reads
 // few microseconds beyond its candidates.
 void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
                        double *const *out_columns, size_t n);
-// The instruction set the batched loops run on this CPU: "avx512" (overlap
-// windows on AVX-512, the rest on AVX2), "avx2", or "baseline" (the
-// compiler's default target). The results are the same bits on each.
+// The instruction set the batched loops run on this CPU: "avx2" or
+// "baseline" (the compiler's default target). The results are the same bits
+// on each.
 const char *expr_simd_name(void);
-// the instruction set of the stage programs' machine code built now: "avx512",
-// "avx2" or "none" (MIST_NO_JIT=1, or neither on this CPU)
-const char *expr_machine_code_name(void);
 #endif

@@ -1,18 +1,12 @@
 // The block kernels of the flat programs (expr_compile.c compiles them):
 // each instruction is one loop over EXPR_BLOCK candidates with a constant
 // trip count, compiled per instruction set so that it runs as SIMD code; the
-// overlap window is restructured so that it vectorises too (overlap_lanes),
-// and has an AVX-512 form where the CPU has it (overlap_lanes_avx512).
+// overlap window is restructured so that it vectorises too (overlap_lanes).
 // The hoisted scalar pass evaluates the same C expressions one value at a
 // time, so both agree bitwise with expr_eval.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define EXPR_AVX512 1
-#include <immintrin.h>
-#endif
-
 #include "expr/expr_program_internal.h"
 
 // ---- evaluation of one block
@@ -150,210 +144,12 @@ static inline __attribute__((always_inline)) void steps_lanes(const ExprStepTabl
     }
 _Static_assert(EXPR_STEPS_MAX == 7, "STEPS_CASES covers 2 .. 7 thresholds");
 
-#ifdef EXPR_AVX512
-// The same window with AVX-512, eight candidates per vector (CPUs that have
-// it; expr_block_set_avx512). The other inputs' busy flags of a stream form
-// one 3-bit index per lane, so its factor and the factor's reciprocal are one
-// permute each of an 8-entry table held in a register (by_others,
-// inv_by_others) instead of a tree of selects; mask registers take the
-// selects. The operations on every value are overlap_lanes' in the same
-// order (no contraction: fp-contract=off), so the results are the same bits.
-// Each step runs two vectors: a window's rounds are one long chain of
-// dependent operations per vector (compare, permute, multiply, a min over the
-// streams, the update), and two independent chains side by side keep the
-// vector units busy (4-stream window 6.5 -> 5.2 ns per candidate, 3-stream
-// 3.6 -> 3.3 on this project's AMD EPYC; four vectors spill and lose).
-#define AVX512_FN __attribute__((target("avx512f"), optimize("O3", "fp-contract=off")))
-static inline __attribute__((always_inline)) AVX512_FN void overlap_lanes_avx512(
-    const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
-    const double *const in[EXPR_OVERLAP_MAX]) {
-    __m512d f8[EXPR_OVERLAP_MAX], r8[EXPR_OVERLAP_MAX];  // by_others, inv_by_others: 8 entries each
-#pragma GCC unroll 4
-    for (int s = 0; s < n; s++) f8[s] = _mm512_loadu_pd(&t->by_others[s][0]), r8[s] = _mm512_loadu_pd(&t->inv_by_others[s][0]);
-    const __m512d eps = _mm512_set1_pd(EXPR_OVERLAP_EPS), inf = _mm512_set1_pd(INFINITY);
-    const int all = (1 << (n - 1)) - 1;  // every other input busy
-    enum { V = 2 };  // vectors per step
-    for (int j = 0; j < lanes; j += 8 * V) {
-        __m512d xs[V][EXPR_OVERLAP_MAX], total[V];
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++) {
-            total[v] = _mm512_setzero_pd();
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                __m512d x = _mm512_loadu_pd(in[s] + j + 8 * v);
-                xs[v][s] = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x, eps, _CMP_GT_OQ), x);
-            }
-        }
-#pragma GCC unroll 4
-        for (int round = 0; round < n - 1; round++) {
-            const int known = round == 0 && all_busy;  // the first busy set is all n
-#pragma GCC unroll 2
-            for (int v = 0; v < V; v++) {
-                __mmask8 busy[EXPR_OVERLAP_MAX];
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++)
-                    busy[s] = known ? (__mmask8)0xff : _mm512_cmp_pd_mask(xs[v][s], eps, _CMP_GT_OQ);
-                __m512d f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX], y[EXPR_OVERLAP_MAX], w = inf;
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) {
-                    if (known) {
-                        f[s] = _mm512_set1_pd(t->by_others[s][all]), r[s] = _mm512_set1_pd(t->inv_by_others[s][all]);
-                    } else {
-                        // the other inputs' flags, in order, as the index of by_others[s]
-                        __m512i k = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                        for (int m = 0, o = 0; o < n; o++)
-                            if (o != s) k = _mm512_mask_or_epi64(k, busy[o], k, _mm512_set1_epi64(1 << m++));
-                        f[s] = _mm512_permutexvar_pd(k, f8[s]), r[s] = _mm512_permutexvar_pd(k, r8[s]);
-                    }
-                    y[s] = _mm512_mul_pd(xs[v][s], f[s]);
-                    w = _mm512_mask_min_pd(w, busy[s], w, y[s]);  // w < y ? w : y, as expr_min2
-                }
-                w = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(w, inf, _CMP_LT_OQ), w);
-                total[v] = _mm512_add_pd(total[v], w);
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) {
-                    __m512d rest = _mm512_sub_pd(xs[v][s], _mm512_mul_pd(w, r[s]));
-                    __mmask8 left = _mm512_cmp_pd_mask(_mm512_sub_pd(y[s], w), eps, _CMP_GT_OQ);
-                    xs[v][s] = _mm512_mask_mov_pd(xs[v][s], busy[s], _mm512_maskz_mov_pd(left, rest));
-                }
-            }
-        }
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++) {
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) total[v] = _mm512_add_pd(total[v], xs[v][s]);
-            _mm512_storeu_pd(d + j + 8 * v, total[v]);
-        }
-    }
-}
-_Static_assert(B / 4 % 16 == 0, "the AVX-512 window runs whole pairs of vectors of 8 lanes");
-
-// one out-of-line function per kernel and window size (run_lanes' clones call them)
-#define OVERLAP_KERNEL_N(isa_, attr_, n_)                                                                        \
-    static attr_ void overlap##n_##_##isa_(const ExprOverlapTable *t, int lanes, double *d,                      \
-                                           const double *const in[EXPR_OVERLAP_MAX]) {                           \
-        if (t->all_busy) overlap_lanes_##isa_(t, n_, 1, lanes, d, in);                                           \
-        else overlap_lanes_##isa_(t, n_, 0, lanes, d, in);                                                       \
-    }
-OVERLAP_KERNEL_N(avx512, AVX512_FN, 2)
-OVERLAP_KERNEL_N(avx512, AVX512_FN, 3)
-OVERLAP_KERNEL_N(avx512, AVX512_FN, 4)
-
-// The same window with AVX2, four candidates per vector (CPUs without
-// AVX-512). AVX2 has no permute by a per-lane index over eight doubles, so
-// the factors are overlap_lanes' tree of selects on the other streams' busy
-// flags, each select one vblendvpd (the portable loops' bit masks take three
-// operations per select where the compiler does not see the blend); two
-// vectors per step, as on AVX-512. The same operations on every value in the
-// same order: the same bits. Its loops have overlap_lanes_avx512's shape, not
-// its code: the masks are vectors here and mask registers there, and the
-// factors a tree here and a permute there.
-#define AVX2_FN __attribute__((target("avx2"), optimize("O3", "fp-contract=off")))
-static inline __attribute__((always_inline)) AVX2_FN void overlap_lanes_avx2(
-    const ExprOverlapTable *t, const int n, const int all_busy, const int lanes, double *restrict d,
-    const double *const in[EXPR_OVERLAP_MAX]) {
-    const __m256d eps = _mm256_set1_pd(EXPR_OVERLAP_EPS), inf = _mm256_set1_pd(INFINITY);
-    const __m256d every = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
-    const int all = (1 << (n - 1)) - 1;  // every other input busy
-    enum { V = 2 };  // vectors per step
-    for (int j = 0; j < lanes; j += 4 * V) {
-        __m256d xs[V][EXPR_OVERLAP_MAX], total[V];
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++) {
-            total[v] = _mm256_setzero_pd();
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) {
-                __m256d x = _mm256_loadu_pd(in[s] + j + 4 * v);
-                xs[v][s] = _mm256_and_pd(_mm256_cmp_pd(x, eps, _CMP_GT_OQ), x);
-            }
-        }
-#pragma GCC unroll 4
-        for (int round = 0; round < n - 1; round++) {
-            const int known = round == 0 && all_busy;  // the first busy set is all n
-#pragma GCC unroll 2
-            for (int v = 0; v < V; v++) {
-                __m256d busy[EXPR_OVERLAP_MAX];
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) busy[s] = known ? every : _mm256_cmp_pd(xs[v][s], eps, _CMP_GT_OQ);
-                __m256d f[EXPR_OVERLAP_MAX], r[EXPR_OVERLAP_MAX], y[EXPR_OVERLAP_MAX], w = inf;
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) {
-                    if (known) {
-                        f[s] = _mm256_set1_pd(t->by_others[s][all]), r[s] = _mm256_set1_pd(t->inv_by_others[s][all]);
-                    } else {
-                        __m256d leaf[EXPR_OVERLAP_SUBSETS / 2], rleaf[EXPR_OVERLAP_SUBSETS / 2];
-#pragma GCC unroll 8
-                        for (int k = 0; k < 1 << (n - 1); k++)
-                            leaf[k] = _mm256_set1_pd(t->by_others[s][k]), rleaf[k] = _mm256_set1_pd(t->inv_by_others[s][k]);
-#pragma GCC unroll 4
-                        for (int m = 0, o = 0; o < n; o++) {
-                            if (o == s) continue;
-#pragma GCC unroll 8
-                            for (int k = 0; k < 1 << (n - 2 - m); k++) {
-                                leaf[k] = _mm256_blendv_pd(leaf[2 * k], leaf[2 * k + 1], busy[o]);
-                                rleaf[k] = _mm256_blendv_pd(rleaf[2 * k], rleaf[2 * k + 1], busy[o]);
-                            }
-                            m++;
-                        }
-                        f[s] = leaf[0], r[s] = rleaf[0];
-                    }
-                    y[s] = _mm256_mul_pd(xs[v][s], f[s]);
-                    w = _mm256_blendv_pd(w, _mm256_min_pd(w, y[s]), busy[s]);  // w < y ? w : y, as expr_min2
-                }
-                w = _mm256_and_pd(_mm256_cmp_pd(w, inf, _CMP_LT_OQ), w);
-                total[v] = _mm256_add_pd(total[v], w);
-#pragma GCC unroll 4
-                for (int s = 0; s < n; s++) {
-                    __m256d rest = _mm256_sub_pd(xs[v][s], _mm256_mul_pd(w, r[s]));
-                    __m256d left = _mm256_cmp_pd(_mm256_sub_pd(y[s], w), eps, _CMP_GT_OQ);
-                    xs[v][s] = _mm256_blendv_pd(xs[v][s], _mm256_and_pd(left, rest), busy[s]);
-                }
-            }
-        }
-#pragma GCC unroll 2
-        for (int v = 0; v < V; v++) {
-#pragma GCC unroll 4
-            for (int s = 0; s < n; s++) total[v] = _mm256_add_pd(total[v], xs[v][s]);
-            _mm256_storeu_pd(d + j + 4 * v, total[v]);
-        }
-    }
-}
-_Static_assert(B / 4 % 8 == 0, "the AVX2 window runs whole pairs of vectors of 4 lanes");
-OVERLAP_KERNEL_N(avx2, AVX2_FN, 2)
-OVERLAP_KERNEL_N(avx2, AVX2_FN, 3)
-OVERLAP_KERNEL_N(avx2, AVX2_FN, 4)
-
-// which window kernel runs: AVX-512 where the CPU has it and MIST_NO_AVX512 is
-// not 1, else AVX2 where it has that, else the portable loops (the same
-// results: MIST_NO_AVX512=1 is a way to check that on a whole search; the
-// programs check the variable's value at start, launch_check_env). Set at
-// load time and by expr_block_set_windows.
-static int windows;
-__attribute__((constructor)) static void detect_windows(void) { windows = expr_simd_best(EXPR_SIMD_AVX512, 1); }
-int expr_block_set_windows(int kind) {
-    int had = windows;
-    windows = expr_simd_best(kind, 0);
-    return had;
-}
-#define OVERLAP_SIMD(n_)                                    \
-    if (windows == EXPR_SIMD_AVX512) {                      \
-        overlap##n_##_avx512(in->tbl, lanes, d, src);       \
-        break;                                              \
-    }                                                       \
-    if (windows == EXPR_SIMD_AVX2) {                        \
-        overlap##n_##_avx2(in->tbl, lanes, d, src);         \
-        break;                                              \
-    }
-#else
-int expr_block_set_windows(int kind) { return EXPR_SIMD_NONE; }
-#define OVERLAP_SIMD(n_)
-#endif
-
+// The loops' instruction set: run_lanes' AVX2 clone where the CPU has AVX2
+// (target_clones picks it at load time), else the compiler's default target.
 const char *expr_simd_name(void) {
-#ifdef EXPR_AVX512
-    if (windows == EXPR_SIMD_AVX512) return "avx512";  // the windows; the other loops are the avx2 clone's
-    if (expr_simd_best(EXPR_SIMD_AVX2, 0) == EXPR_SIMD_AVX2) return "avx2";
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) return "avx2";
 #endif
     return "baseline";
 }
@@ -403,21 +199,18 @@ static inline __attribute__((always_inline)) void run_lanes(const Instr *code, i
         case PI_FILL: LOOP2(k); break;
         case PI_OVERLAP2: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, a, a};
-            OVERLAP_SIMD(2)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 2, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 2, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP3: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, a};
-            OVERLAP_SIMD(3)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 3, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 3, 0, lanes, d, src);
             break;
         }
         case PI_OVERLAP4: {
             const double *const src[EXPR_OVERLAP_MAX] = {a, b, c, e};
-            OVERLAP_SIMD(4)
             if (in->tbl->all_busy) overlap_lanes(in->tbl, 4, 1, lanes, d, src);
             else overlap_lanes(in->tbl, 4, 0, lanes, d, src);
             break;

@@ -162,8 +162,25 @@ static int steps_chain(const ExprNode *nodes, const int32_t *uses, const unsigne
     return 1;
 }
 
-ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
-    const ExprNode *ctx_nodes = expr_ctx_nodes(ctx);
+// The compiler's working state over the nodes up to the last output (n of them).
+typedef struct {
+    const ExprNode *nodes;        // the context's nodes, select chains by level rewritten (a copy)
+    size_t n;
+    int32_t *uses;                // how many instructions read node i (0 = not needed)
+    unsigned char *needed;        // node i is computed for the outputs
+    unsigned char *pinned;        // node i is an output: its register is never given back
+    unsigned char *fused;         // node i is computed inside the instruction of its only reader
+    unsigned char *fuse_kind;     // what node i absorbs: 1 y*k + z (product a), 2 z + y*k (product b),
+                                  // 3 max(y*k, z*c), 4 (x + y) + z (sum a), 5 z + (x + y) (sum b)
+    int32_t *reg_of;              // the register holding node i's value
+    Expr *order;                  // the needed non-leaf nodes in evaluation order (schedule)
+    int32_t num_order;
+    RegAlloc ra;
+    ExprProgram *p;
+} Compiler;
+
+// the highest output handle; a handle that is not a node of ctx aborts
+static Expr check_outputs(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
     size_t total = expr_ctx_num_nodes(ctx);
     Expr top = -1;
     for (int k = 0; k < n_outputs; k++) {
@@ -174,32 +191,38 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         }
         if (outputs[k] > top) top = outputs[k];
     }
-    size_t n = (size_t)(top + 1);
-    // uses[i]: how many instructions read node i (0 = not needed); pinned: an output
-    int32_t *uses = xcalloc(n, sizeof *uses);
-    unsigned char *needed = xcalloc(n, 1), *pinned = xcalloc(n, 1), *fused = xcalloc(n, 1);
-    int32_t *reg_of = xmalloc((n ? n : 1) * sizeof *reg_of);
-    for (int k = 0; k < n_outputs; k++) pinned[outputs[k]] = 1;
-    // select chains by level become one instruction each: rewrite their heads
-    // in a copy of the nodes, then count again what is read
-    count_uses(ctx_nodes, top, outputs, n_outputs, needed, uses);
+    return top;
+}
+
+// Select chains by level become one instruction each: their heads are
+// rewritten in a copy of the nodes (returned), their tables go to *steps_out,
+// then what is read is counted again.
+static ExprNode *rewrite_step_chains(Compiler *c, const ExprNode *ctx_nodes, const Expr *outputs, int n_outputs,
+                                     ExprStepTable **steps_out) {
+    const size_t n = c->n;
+    const Expr top = (Expr)n - 1;
+    count_uses(ctx_nodes, top, outputs, n_outputs, c->needed, c->uses);
     ExprNode *nodes = xmalloc(n * sizeof *nodes);
     memcpy(nodes, ctx_nodes, n * sizeof *nodes);
     ExprStepTable *steps = xmalloc(n * sizeof *steps);
     int num_steps = 0;
     for (Expr i = 0; i <= top; i++) {
         Expr x, tail;
-        if (!needed[i] || !steps_chain(ctx_nodes, uses, pinned, i, &steps[num_steps], &x, &tail)) continue;
+        if (!c->needed[i] || !steps_chain(ctx_nodes, c->uses, c->pinned, i, &steps[num_steps], &x, &tail)) continue;
         nodes[i] = (ExprNode){STEPS_OP, x, tail, EXPR_NONE, EXPR_NONE, (double)num_steps++};
     }
     ExprStepTable *fit = realloc(steps, (size_t)(num_steps ? num_steps : 1) * sizeof *steps);
     if (fit) steps = fit;  // (shrinking: keeping the larger block is fine too)
-    memset(needed, 0, n);
-    memset(uses, 0, n * sizeof *uses);
-    count_uses(nodes, top, outputs, n_outputs, needed, uses);
+    memset(c->needed, 0, n);
+    memset(c->uses, 0, n * sizeof *c->uses);
+    count_uses(nodes, top, outputs, n_outputs, c->needed, c->uses);
+    *steps_out = steps;
+    return nodes;
+}
 
-    ExprProgram *p = xcalloc(1, sizeof *p);
-    p->steps = steps;
+// the symbols the program reads, and the context's overlap tables its windows index
+static void program_symbols_and_tables(ExprProgram *p, ExprCtx *ctx, const ExprNode *nodes, const unsigned char *needed,
+                                       Expr top) {
     p->num_syms = expr_num_syms(ctx);
     p->used_syms = xmalloc((size_t)p->num_syms * sizeof *p->used_syms);
     p->sym_pos = xmalloc((size_t)p->num_syms * sizeof *p->sym_pos);
@@ -210,42 +233,47 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
             p->used_syms[p->num_used_syms++] = nodes[i].a;
         }
     // sorted by symbol index: symbols are created in index order, so already ascending
-    size_t cap = 5 * n + 4;  // each node gives at most 1 instruction + 4 fills
     size_t num_tables = 0;
     for (Expr i = 0; i <= top; i++)
         if (nodes[i].op == EXPR_OP_OVERLAP && (size_t)nodes[i].value + 1 > num_tables) num_tables = (size_t)nodes[i].value + 1;
     p->tables = xmalloc(num_tables * sizeof *p->tables);
     if (num_tables) memcpy(p->tables, expr_ctx_overlap_tables(ctx), num_tables * sizeof *p->tables);
-    p->code = xmalloc(cap * sizeof *p->code);
-    RegAlloc ra = {xmalloc((cap + 1) * sizeof(int32_t)), 0, 0};
-    int32_t num_order;
-    Expr *order = schedule(nodes, top, outputs, n_outputs, needed, &num_order);
+}
 
-    // a select's condition y + k read by nothing else is tested inside the
-    // select as y + k > 0: the same sum, one instruction less
-    for (int32_t oi = 0; oi < num_order; oi++) {
-        const ExprNode *nd = &nodes[order[oi]];
+// a select's condition y + k read by nothing else is tested inside the
+// select as y + k > 0: the same sum, one instruction less
+static void fuse_select_conditions(Compiler *cp) {
+    const ExprNode *nodes = cp->nodes;
+    const int32_t *uses = cp->uses;
+    const unsigned char *pinned = cp->pinned;
+    for (int32_t oi = 0; oi < cp->num_order; oi++) {
+        const ExprNode *nd = &nodes[cp->order[oi]];
         if (nd->op != EXPR_OP_SELECT) continue;
         Expr c = nd->a;
         if (nodes[c].op == EXPR_OP_ADD && nodes[nodes[c].b].op == EXPR_OP_NUM && nodes[nodes[c].a].op != EXPR_OP_NUM &&
             uses[c] == 1 && !pinned[c])
-            fused[c] = 1;
+            cp->fused[c] = 1;
         // likewise p - q with both branches computed: p - q > 0 exactly when p > q
         // (a difference of doubles is 0 only for equal ones and keeps its sign;
         // infinities and NaN answer the same both ways), so the select tests p > q
         if (nodes[c].op == EXPR_OP_SUB && nodes[nodes[c].a].op != EXPR_OP_NUM && nodes[nodes[c].b].op != EXPR_OP_NUM &&
             nodes[nd->b].op != EXPR_OP_NUM && nodes[nd->c].op != EXPR_OP_NUM && uses[c] == 1 && !pinned[c])
-            fused[c] = 1;
+            cp->fused[c] = 1;
     }
+}
 
-    // a product y * k read only by a sum or a max goes into that instruction:
-    // y * k + z, y * k + c and max(y * k, z * c) (each product rounded on its
-    // own as in expr_eval: no fused multiply-add)
+// a product y * k read only by a sum or a max goes into that instruction:
+// y * k + z, y * k + c and max(y * k, z * c) (each product rounded on its
+// own as in expr_eval: no fused multiply-add)
+static void fuse_scaled_products(Compiler *c) {
+    const ExprNode *nodes = c->nodes;
+    const int32_t *uses = c->uses;
+    const unsigned char *pinned = c->pinned;
+    unsigned char *fused = c->fused, *fuse_kind = c->fuse_kind;
     #define SCALED(e) (nodes[e].op == EXPR_OP_MUL && nodes[nodes[e].b].op == EXPR_OP_NUM && \
                        nodes[nodes[e].a].op != EXPR_OP_NUM && uses[e] == 1 && !pinned[e] && !fused[e])
-    unsigned char *fuse_kind = xcalloc(n, 1);  // 1: y*k + z (product a), 2: z + y*k (product b), 3: max
-    for (int32_t oi = 0; oi < num_order; oi++) {
-        Expr i = order[oi];
+    for (int32_t oi = 0; oi < c->num_order; oi++) {
+        Expr i = c->order[oi];
         const ExprNode *nd = &nodes[i];
         if (fused[i]) continue;  // a select's condition, computed inside the select
         if (nd->op == EXPR_OP_ADD && nd->a != nd->b) {
@@ -256,12 +284,19 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         }
     }
     #undef SCALED
-    // a sum read only by another sum goes into it: (x + y) + z, one instruction
-    // (the same two roundings in the same order)
+}
+
+// a sum read only by another sum goes into it: (x + y) + z, one instruction
+// (the same two roundings in the same order)
+static void fuse_nested_sums(Compiler *c) {
+    const ExprNode *nodes = c->nodes;
+    const int32_t *uses = c->uses;
+    const unsigned char *pinned = c->pinned;
+    unsigned char *fused = c->fused, *fuse_kind = c->fuse_kind;
     #define PLAIN_SUM(e) (nodes[e].op == EXPR_OP_ADD && uses[e] == 1 && !pinned[e] && !fused[e] && !fuse_kind[e] && \
                           nodes[nodes[e].a].op != EXPR_OP_NUM && nodes[nodes[e].b].op != EXPR_OP_NUM)
-    for (int32_t oi = 0; oi < num_order; oi++) {
-        Expr i = order[oi];
+    for (int32_t oi = 0; oi < c->num_order; oi++) {
+        Expr i = c->order[oi];
         const ExprNode *nd = &nodes[i];
         if (fused[i] || fuse_kind[i] || nd->op != EXPR_OP_ADD || nd->a == nd->b) continue;
         if (nodes[nd->a].op == EXPR_OP_NUM || nodes[nd->b].op == EXPR_OP_NUM) continue;
@@ -269,166 +304,210 @@ ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
         else if (PLAIN_SUM(nd->b)) fused[nd->b] = 1, fuse_kind[i] = 5;
     }
     #undef PLAIN_SUM
+}
 
-    for (int32_t oi = 0; oi < num_order; oi++) {
-        Expr i = order[oi];
-        if (fused[i]) continue;
-        if (fuse_kind[i] >= 4) {  // (x + y) + z
-            const ExprNode *nd = &nodes[i];
-            Expr sum = fuse_kind[i] == 4 ? nd->a : nd->b, other = fuse_kind[i] == 4 ? nd->b : nd->a;
-            Expr src[3] = {nodes[sum].a, nodes[sum].b, other};
-            Instr in = {PI_ADD3, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
-            int32_t *fld[3] = {&in.a, &in.b, &in.c};
-            for (int j = 0; j < 3; j++) {
-                const ExprNode *sn = &nodes[src[j]];
-                *fld[j] = sn->op == EXPR_OP_SYM ? -sn->a - 1 : reg_of[src[j]];
-            }
-            in.dst = reg_take(&ra);
-            reg_of[i] = in.dst;
-            p->code[p->num_code++] = in;
-            for (int j = 0; j < 3; j++) {
-                const ExprNode *sn = &nodes[src[j]];
-                if (sn->op == EXPR_OP_SYM) continue;
-                if (--uses[src[j]] == 0 && !pinned[src[j]]) reg_give(&ra, reg_of[src[j]]);
-            }
-            continue;
+// operand encoding of node e: its symbol column or its register
+static int32_t operand_of(const Compiler *c, Expr e) {
+    const ExprNode *sn = &c->nodes[e];
+    return sn->op == EXPR_OP_SYM ? -sn->a - 1 : c->reg_of[e];
+}
+
+// node e has been read once more: its register goes back after its last reader
+static void release(Compiler *c, Expr e) {
+    const ExprNode *sn = &c->nodes[e];
+    if (sn->op == EXPR_OP_NUM || sn->op == EXPR_OP_SYM) return;
+    if (--c->uses[e] == 0 && !c->pinned[e]) reg_give(&c->ra, c->reg_of[e]);
+}
+
+// append in as node i's instruction; the destination is taken before the
+// operands are released, so it never aliases them
+static void emit(Compiler *c, Expr i, Instr in) {
+    in.dst = reg_take(&c->ra);
+    c->reg_of[i] = in.dst;
+    c->p->code[c->p->num_code++] = in;
+}
+
+// (x + y) + z: node i with the sum it absorbed (fuse_kind 4 or 5)
+static void emit_add3(Compiler *c, Expr i) {
+    const ExprNode *nodes = c->nodes, *nd = &nodes[i];
+    Expr sum = c->fuse_kind[i] == 4 ? nd->a : nd->b, other = c->fuse_kind[i] == 4 ? nd->b : nd->a;
+    Expr src[3] = {nodes[sum].a, nodes[sum].b, other};
+    Instr in = {PI_ADD3, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
+    int32_t *fld[3] = {&in.a, &in.b, &in.c};
+    for (int j = 0; j < 3; j++) *fld[j] = operand_of(c, src[j]);
+    emit(c, i, in);
+    for (int j = 0; j < 3; j++) release(c, src[j]);
+}
+
+// y * k + z, y * k + c or max(y * k, z * c): node i with the products it absorbed (fuse_kind 1 to 3)
+static void emit_scaled(Compiler *c, Expr i) {
+    const ExprNode *nodes = c->nodes, *nd = &nodes[i];
+    int kind = c->fuse_kind[i];
+    Expr prod = kind == 2 ? nd->b : nd->a, other = kind == 2 ? nd->a : nd->b;
+    Expr src[2] = {nodes[prod].a, kind == 3 ? nodes[other].a : other};
+    Instr in = {PI_MULADD_K, 0, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0, NULL, NULL};
+    int nsrc = 2;
+    if (kind == 3) in.op = PI_MAXMUL_KK, in.k1 = nodes[nodes[other].b].value;
+    else if (nodes[other].op == EXPR_OP_NUM) in.op = PI_MULADD_KK, in.k1 = nodes[other].value, nsrc = 1;
+    int32_t *fld[2] = {&in.a, &in.b};
+    for (int j = 0; j < nsrc; j++) *fld[j] = operand_of(c, src[j]);
+    emit(c, i, in);
+    for (int j = 0; j < nsrc; j++) release(c, src[j]);
+}
+
+// The instruction of a binary node with one constant operand (two are folded
+// away by the builder): the constant goes into k.
+static void pick_constant_form(Instr *in, const ExprNode *nd, const int is_const[4], const int32_t enc[4], double kv) {
+    int kb = is_const[1];
+    in->k = kv;
+    in->a = kb ? enc[0] : enc[1];
+    switch ((ExprOp)nd->op) {
+    case EXPR_OP_ADD: in->op = PI_ADD_K; break;  // k + a == a + k exactly
+    case EXPR_OP_MUL: in->op = PI_MUL_K; break;
+    case EXPR_OP_MAX: in->op = kb ? PI_MAX_K : PI_K_MAX; break;  // operand order kept: signed zeros
+    case EXPR_OP_MIN: in->op = kb ? PI_MIN_K : PI_K_MIN; break;
+    case EXPR_OP_SUB: in->op = kb ? PI_SUB_K : PI_K_SUB; break;
+    case EXPR_OP_DIV:
+        in->op = kb ? PI_DIV_K : PI_K_DIV;
+        // x / 2^n == x * 2^-n bitwise (both round the same exact value)
+        // and a multiply is several times cheaper than a divide
+        if (kb && kv != 0 && isfinite(kv) && isnormal(1.0 / kv)) {
+            int ex;
+            if (fabs(frexp(kv, &ex)) == 0.5) in->op = PI_MUL_K, in->k = 1.0 / kv;
         }
-        if (fuse_kind[i]) {
-            const ExprNode *nd = &nodes[i];
-            Expr prod = fuse_kind[i] == 2 ? nd->b : nd->a, other = fuse_kind[i] == 2 ? nd->a : nd->b;
-            Expr src[2] = {nodes[prod].a, fuse_kind[i] == 3 ? nodes[other].a : other};
-            Instr in = {PI_MULADD_K, 0, 0, 0, 0, 0, nodes[nodes[prod].b].value, 0.0, 0.0, NULL, NULL};
-            int nsrc = 2;
-            if (fuse_kind[i] == 3) in.op = PI_MAXMUL_KK, in.k1 = nodes[nodes[other].b].value;
-            else if (nodes[other].op == EXPR_OP_NUM) in.op = PI_MULADD_KK, in.k1 = nodes[other].value, nsrc = 1;
-            int32_t *fld[2] = {&in.a, &in.b};
-            for (int j = 0; j < nsrc; j++) {
-                const ExprNode *sn = &nodes[src[j]];
-                *fld[j] = sn->op == EXPR_OP_SYM ? -sn->a - 1 : reg_of[src[j]];
-            }
-            in.dst = reg_take(&ra);
-            reg_of[i] = in.dst;
-            p->code[p->num_code++] = in;
-            for (int j = 0; j < nsrc; j++) {
-                const ExprNode *sn = &nodes[src[j]];
-                if (sn->op == EXPR_OP_NUM || sn->op == EXPR_OP_SYM) continue;
-                if (--uses[src[j]] == 0 && !pinned[src[j]]) reg_give(&ra, reg_of[src[j]]);
-            }
-            continue;
-        }
-        const ExprNode *nd = &nodes[i];
-        Expr src[4] = {nd->a, nd->b, nd->c, nd->d};
-        double cond_offset = 0.0;
-        int sel_gt = nd->op == EXPR_OP_SELECT && fused[src[0]] && nodes[src[0]].op == EXPR_OP_SUB;
-        if (sel_gt) {  // p - q > 0 as p > q: operands p, then the branches, q fourth
-            src[3] = nodes[src[0]].b;
-            src[0] = nodes[src[0]].a;
-        } else if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
-            cond_offset = nodes[nodes[src[0]].b].value;
-            src[0] = nodes[src[0]].a;
-        }
-        const ExprOverlapTable *tbl = nd->op == EXPR_OP_OVERLAP ? &p->tables[(int)nd->value] : NULL;
-        int nsrc = tbl ? tbl->n : nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
-        if (nd->op == STEPS_OP) nsrc = nd->b == EXPR_NONE ? 1 : 2;
-        if (sel_gt) nsrc = 4;
-        int32_t enc[4] = {0, 0, 0, 0};
-        int is_const[4] = {0, 0, 0, 0};
-        for (int j = 0; j < nsrc; j++) {
-            const ExprNode *s = &nodes[src[j]];
-            if (s->op == EXPR_OP_NUM) is_const[j] = 1;
-            else enc[j] = s->op == EXPR_OP_SYM ? -s->a - 1 : reg_of[src[j]];
-        }
-        Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl, NULL};
-        int fill_needed[4] = {0, 0, 0, 0};
-        if (sel_gt) {
-            in.op = PI_SEL_GT;  // no operand is a constant (the fusion's condition)
-        } else if (nd->op == STEPS_OP) {
-            // x and a tail are never constants (steps_chain)
-            in.op = nd->b == EXPR_NONE ? PI_STEPS : PI_STEPS_X;
-            in.steps = &p->steps[(int)nd->value];
-        } else if (tbl) {
-            // constant inputs (rare: the builder drops idle ones) go through fills
-            in.op = PI_OVERLAP2 + (tbl->n - 2);
-            for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
-        } else if (nd->op == EXPR_OP_SELECT) {
-            // the condition is never constant (the builder picks the branch)
-            in.k = cond_offset;
-            if (is_const[1]) in.k1 = nodes[src[1]].value;
-            if (is_const[2]) in.k2 = nodes[src[2]].value;
-            in.op = is_const[1] ? (is_const[2] ? PI_SEL_KK : PI_SEL_KX) : is_const[2] ? PI_SEL_XK : PI_SELECT;
-            fill_needed[0] = is_const[0];
-        } else if (nsrc == 2 && (is_const[0] || is_const[1])) {
-            // one constant operand (two are folded away by the builder)
-            int kb = is_const[1];
-            double kv = nodes[src[kb ? 1 : 0]].value;
-            in.k = kv;
-            in.a = kb ? enc[0] : enc[1];
-            switch ((ExprOp)nd->op) {
-            case EXPR_OP_ADD: in.op = PI_ADD_K; break;  // k + a == a + k exactly
-            case EXPR_OP_MUL: in.op = PI_MUL_K; break;
-            case EXPR_OP_MAX: in.op = kb ? PI_MAX_K : PI_K_MAX; break;  // operand order kept: signed zeros
-            case EXPR_OP_MIN: in.op = kb ? PI_MIN_K : PI_K_MIN; break;
-            case EXPR_OP_SUB: in.op = kb ? PI_SUB_K : PI_K_SUB; break;
-            case EXPR_OP_DIV:
-                in.op = kb ? PI_DIV_K : PI_K_DIV;
-                // x / 2^n == x * 2^-n bitwise (both round the same exact value)
-                // and a multiply is several times cheaper than a divide
-                if (kb && kv != 0 && isfinite(kv) && isnormal(1.0 / kv)) {
-                    int ex;
-                    if (fabs(frexp(kv, &ex)) == 0.5) in.op = PI_MUL_K, in.k = 1.0 / kv;
-                }
-                break;
-            default: abort();
-            }
-        } else {
-            static const int32_t plain[EXPR_OP_COUNT] = {
-                [EXPR_OP_ADD] = PI_ADD, [EXPR_OP_SUB] = PI_SUB, [EXPR_OP_MUL] = PI_MUL,
-                [EXPR_OP_DIV] = PI_DIV, [EXPR_OP_MAX] = PI_MAX, [EXPR_OP_MIN] = PI_MIN,
-                [EXPR_OP_CEIL] = PI_CEIL, [EXPR_OP_FLOOR] = PI_FLOOR};
-            in.op = plain[nd->op];
-            for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
-        }
-        // constants that no instruction variant absorbs go through a filled register
-        int32_t fill_regs[4] = {-1, -1, -1, -1};
-        int32_t *fld[4] = {&in.a, &in.b, &in.c, &in.e};
-        for (int j = 0; j < nsrc; j++) {
-            if (!fill_needed[j]) continue;
-            fill_regs[j] = reg_take(&ra);
-            p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, 0, nodes[src[j]].value, 0.0, 0.0, NULL, NULL};
-            *fld[j] = fill_regs[j];
-        }
-        // the destination is taken before operands are released: it never aliases them
-        in.dst = reg_take(&ra);
-        reg_of[i] = in.dst;
-        p->code[p->num_code++] = in;
-        for (int j = 0; j < nsrc; j++) {
-            if (fill_regs[j] >= 0) reg_give(&ra, fill_regs[j]);
-            const ExprNode *s = &nodes[src[j]];
-            if (s->op == EXPR_OP_NUM || s->op == EXPR_OP_SYM) continue;
-            if (--uses[src[j]] == 0 && !pinned[src[j]]) reg_give(&ra, reg_of[src[j]]);
-        }
+        break;
+    default: abort();
     }
-    p->num_regs = ra.num_regs;
+}
+
+// Node i as one instruction of its own kind (a select, a window, a chain by
+// level, an operation with or without a constant operand); constants that no
+// instruction form absorbs go through filled registers first.
+static void emit_node(Compiler *c, Expr i) {
+    const ExprNode *nodes = c->nodes, *nd = &nodes[i];
+    const unsigned char *fused = c->fused;
+    ExprProgram *p = c->p;
+    Expr src[4] = {nd->a, nd->b, nd->c, nd->d};
+    double cond_offset = 0.0;
+    int sel_gt = nd->op == EXPR_OP_SELECT && fused[src[0]] && nodes[src[0]].op == EXPR_OP_SUB;
+    if (sel_gt) {  // p - q > 0 as p > q: operands p, then the branches, q fourth
+        src[3] = nodes[src[0]].b;
+        src[0] = nodes[src[0]].a;
+    } else if (nd->op == EXPR_OP_SELECT && fused[src[0]]) {
+        cond_offset = nodes[nodes[src[0]].b].value;
+        src[0] = nodes[src[0]].a;
+    }
+    const ExprOverlapTable *tbl = nd->op == EXPR_OP_OVERLAP ? &p->tables[(int)nd->value] : NULL;
+    int nsrc = tbl ? tbl->n : nd->op == EXPR_OP_SELECT ? 3 : (nd->op == EXPR_OP_CEIL || nd->op == EXPR_OP_FLOOR) ? 1 : 2;
+    if (nd->op == STEPS_OP) nsrc = nd->b == EXPR_NONE ? 1 : 2;
+    if (sel_gt) nsrc = 4;
+    int32_t enc[4] = {0, 0, 0, 0};
+    int is_const[4] = {0, 0, 0, 0};
+    for (int j = 0; j < nsrc; j++) {
+        if (nodes[src[j]].op == EXPR_OP_NUM) is_const[j] = 1;
+        else enc[j] = operand_of(c, src[j]);
+    }
+    Instr in = {0, 0, enc[0], enc[1], enc[2], enc[3], 0.0, 0.0, 0.0, tbl, NULL};
+    int fill_needed[4] = {0, 0, 0, 0};
+    if (sel_gt) {
+        in.op = PI_SEL_GT;  // no operand is a constant (the fusion's condition)
+    } else if (nd->op == STEPS_OP) {
+        // x and a tail are never constants (steps_chain)
+        in.op = nd->b == EXPR_NONE ? PI_STEPS : PI_STEPS_X;
+        in.steps = &p->steps[(int)nd->value];
+    } else if (tbl) {
+        // constant inputs (rare: the builder drops idle ones) go through fills
+        in.op = PI_OVERLAP2 + (tbl->n - 2);
+        for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
+    } else if (nd->op == EXPR_OP_SELECT) {
+        // the condition is never constant (the builder picks the branch)
+        in.k = cond_offset;
+        if (is_const[1]) in.k1 = nodes[src[1]].value;
+        if (is_const[2]) in.k2 = nodes[src[2]].value;
+        in.op = is_const[1] ? (is_const[2] ? PI_SEL_KK : PI_SEL_KX) : is_const[2] ? PI_SEL_XK : PI_SELECT;
+        fill_needed[0] = is_const[0];
+    } else if (nsrc == 2 && (is_const[0] || is_const[1])) {
+        pick_constant_form(&in, nd, is_const, enc, nodes[src[is_const[1] ? 1 : 0]].value);
+    } else {
+        static const int32_t plain[EXPR_OP_COUNT] = {
+            [EXPR_OP_ADD] = PI_ADD, [EXPR_OP_SUB] = PI_SUB, [EXPR_OP_MUL] = PI_MUL,
+            [EXPR_OP_DIV] = PI_DIV, [EXPR_OP_MAX] = PI_MAX, [EXPR_OP_MIN] = PI_MIN,
+            [EXPR_OP_CEIL] = PI_CEIL, [EXPR_OP_FLOOR] = PI_FLOOR};
+        in.op = plain[nd->op];
+        for (int j = 0; j < nsrc; j++) fill_needed[j] = is_const[j];
+    }
+    // constants that no instruction variant absorbs go through a filled register
+    int32_t fill_regs[4] = {-1, -1, -1, -1};
+    int32_t *fld[4] = {&in.a, &in.b, &in.c, &in.e};
+    for (int j = 0; j < nsrc; j++) {
+        if (!fill_needed[j]) continue;
+        fill_regs[j] = reg_take(&c->ra);
+        p->code[p->num_code++] = (Instr){PI_FILL, fill_regs[j], 0, 0, 0, 0, nodes[src[j]].value, 0.0, 0.0, NULL, NULL};
+        *fld[j] = fill_regs[j];
+    }
+    emit(c, i, in);
+    for (int j = 0; j < nsrc; j++) {
+        if (fill_regs[j] >= 0) reg_give(&c->ra, fill_regs[j]);
+        release(c, src[j]);
+    }
+}
+
+// where each output is read from: a register, a symbol column or a constant
+static void program_outputs(ExprProgram *p, const Compiler *c, const Expr *outputs, int n_outputs) {
     p->num_outs = n_outputs;
     p->outs = xmalloc((size_t)n_outputs * sizeof *p->outs);
     for (int k = 0; k < n_outputs; k++) {
-        const ExprNode *o = &nodes[outputs[k]];
+        const ExprNode *o = &c->nodes[outputs[k]];
         if (o->op == EXPR_OP_NUM) p->outs[k] = (Output){OUT_CONST, 0, o->value};
         else if (o->op == EXPR_OP_SYM) p->outs[k] = (Output){OUT_FROM_OPERAND, -o->a - 1, 0.0};
-        else p->outs[k] = (Output){OUT_FROM_OPERAND, reg_of[outputs[k]], 0.0};
+        else p->outs[k] = (Output){OUT_FROM_OPERAND, c->reg_of[outputs[k]], 0.0};
     }
+}
+
+ExprProgram *expr_compile(ExprCtx *ctx, const Expr *outputs, int n_outputs) {
+    const Expr top = check_outputs(ctx, outputs, n_outputs);
+    const size_t n = (size_t)(top + 1);
+    Compiler c = {0};
+    c.n = n;
+    c.uses = xcalloc(n, sizeof *c.uses);
+    c.needed = xcalloc(n, 1), c.pinned = xcalloc(n, 1), c.fused = xcalloc(n, 1);
+    c.reg_of = xmalloc((n ? n : 1) * sizeof *c.reg_of);
+    for (int k = 0; k < n_outputs; k++) c.pinned[outputs[k]] = 1;
+    ExprStepTable *steps;
+    ExprNode *nodes = rewrite_step_chains(&c, expr_ctx_nodes(ctx), outputs, n_outputs, &steps);
+    c.nodes = nodes;
+
+    ExprProgram *p = c.p = xcalloc(1, sizeof *p);
+    p->steps = steps;
+    program_symbols_and_tables(p, ctx, nodes, c.needed, top);
+    size_t cap = 5 * n + 4;  // each node gives at most 1 instruction + 4 fills
+    p->code = xmalloc(cap * sizeof *p->code);
+    c.ra = (RegAlloc){xmalloc((cap + 1) * sizeof(int32_t)), 0, 0};
+    c.order = schedule(nodes, top, outputs, n_outputs, c.needed, &c.num_order);
+
+    c.fuse_kind = xcalloc(n, 1);
+    fuse_select_conditions(&c);
+    fuse_scaled_products(&c);
+    fuse_nested_sums(&c);
+    for (int32_t oi = 0; oi < c.num_order; oi++) {
+        Expr i = c.order[oi];
+        if (c.fused[i]) continue;
+        if (c.fuse_kind[i] >= 4) emit_add3(&c, i);
+        else if (c.fuse_kind[i]) emit_scaled(&c, i);
+        else emit_node(&c, i);
+    }
+    p->num_regs = c.ra.num_regs;
+    program_outputs(p, &c, outputs, n_outputs);
     compute_deps(p);
-    atomic_init(&p->jit.jit, NULL);
-    atomic_init(&p->jit.blocks, 0);
     for (int v = 0; v < EXPR_VARIANTS; v++) atomic_init(&p->variants[v], NULL);
-    free(ra.free_regs);
-    free(order);
-    free(uses);
-    free(needed);
-    free(pinned);
-    free(fused);
-    free(fuse_kind);
-    free(reg_of);
+    free(c.ra.free_regs);
+    free(c.order);
+    free(c.uses);
+    free(c.needed);
+    free(c.pinned);
+    free(c.fused);
+    free(c.fuse_kind);
+    free(c.reg_of);
     free(nodes);
     return p;
 }

@@ -1,5 +1,7 @@
-// Node layout of an expression context, shared by the builder (expr.c) and
-// the compiler of flat programs (expr_compile.c) and their block kernels (expr_block.c). Not a public API.
+// Node layout of an expression context, shared by the builder (expr.c), its
+// scalar evaluation and printing (expr_eval.c, expr_print.c), the compiler of
+// flat programs (expr_compile.c) and their block kernels (expr_block.c). Not
+// a public API.
 #ifndef MIST_EXPR_NODE_H
 #define MIST_EXPR_NODE_H
 #include <math.h>
@@ -51,14 +53,18 @@ typedef struct {
     // the same factors as the batched loops pick them: by_others[i][k] is
     // f[A][i] for A = {i} and the other inputs in k (bit m: the m-th input
     // other than i), +inf for k = 0 (input i alone: its scaled work is inf,
-    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0). Eight
-    // entries: one AVX-512 register each.
+    // so no window); inv_by_others = 1.0 / by_others (0 for k = 0).
     double by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
     double inv_by_others[EXPR_OVERLAP_MAX][EXPR_OVERLAP_SUBSETS / 2];
 } ExprOverlapTable;
 
 // the context's overlap tables (a node's value indexes them); valid until the next constructor call
 const ExprOverlapTable *expr_ctx_overlap_tables(const ExprCtx *ctx);
+
+// Abort with "expr: " and the message (a caller's mistake, a corrupt node,
+// out of memory); expr_check_handle does so unless e is a node of ctx.
+__attribute__((noreturn, format(printf, 1, 2))) void expr_die(const char *fmt, ...);
+void expr_check_handle(const ExprCtx *ctx, Expr e, const char *who);
 
 // The scalar semantics of every operator. Builder folding, expr_eval and the
 // batched loops all use exactly these expressions, so results agree bitwise.
@@ -107,6 +113,15 @@ static inline __attribute__((always_inline)) double expr_overlap_n(const ExprOve
 #pragma GCC unroll 4
     for (int s = 0; s < n; s++) total += x[s];
     return total;
+}
+
+// the window over the n inputs of t (any n up to the maximum)
+static inline double expr_overlap_apply(const ExprOverlapTable *t, const double in[EXPR_OVERLAP_MAX]) {
+    switch (t->n) {
+    case 2: return expr_overlap_n(t, 2, in);
+    case 3: return expr_overlap_n(t, 3, in);
+    default: return expr_overlap_n(t, 4, in);
+    }
 }
 
 // ceil and floor, bitwise equal to C's, written so that loops over them

@@ -53,8 +53,6 @@ struct Variant {
     uint64_t *scalar_deps;  // the uniform symbols each depends on
     int num_scalar;
     Instr *code;            // the per-candidate rest, constants patched per block
-    ExprJitSlot jit;        // code as machine code, built once it has run a while
-    unsigned char *picked;  // selects whose branch is picked per block (the block kernels run them)
     int num_code, num_regs;
     Patch *patch;
     uint64_t *patch_deps;   // the uniform symbols each patched value depends on
@@ -69,8 +67,6 @@ static void variant_free(Variant *v) {
     free(v->scalar_deps);
     free(v->patch_deps);
     free(v->code);
-    expr_jit_free(atomic_load(&v->jit.jit));
-    free(v->picked);
     free(v->patch);
     free(v->outs);
     free(v);
@@ -80,7 +76,6 @@ void expr_program_free(ExprProgram *p) {
     if (!p) return;
     for (int v = 0; v < EXPR_VARIANTS; v++) variant_free(atomic_load(&p->variants[v]));
     free(p->code);
-    expr_jit_free(atomic_load(&p->jit.jit));
     free(p->outs);
     free(p->used_syms);
     free(p->sym_pos);
@@ -96,107 +91,101 @@ int expr_program_num_syms(const ExprProgram *p) { return p->num_syms; }
 
 // ---- hoisting variants
 
-// The instructions of p that depend only on the uniform symbols in mask
-// become scalar instructions over value slots; the others are copied with
-// hoisted operands turned into constants (patched per block) and registers
-// allocated anew for the shorter program.
-static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
-    const int nc = p->num_code;
-    Variant *v = xcalloc(1, sizeof *v);
-    v->mask = mask;
-    v->scalar = xmalloc((size_t)nc * sizeof *v->scalar);
-    v->scalar_slot = xmalloc((size_t)nc * sizeof *v->scalar_slot);
-    v->code = xmalloc(((size_t)5 * nc + 1) * sizeof *v->code);  // each may need up to 4 fills
-    v->patch = xmalloc(((size_t)4 * nc + 1) * sizeof *v->patch);
-    v->outs = xmalloc((size_t)p->num_outs * sizeof *v->outs);
+// A variant's build state. Value ids: instruction i's result is value i;
+// fills of hoisted values in the variant get ids nc, nc + 1, ...
+typedef struct {
+    const ExprProgram *p;
+    Variant *v;
+    uint64_t mask;           // the uniform symbols (used-symbol positions)
+    int nc;                  // instructions of p
+    int32_t *writer;         // register of p -> the instruction that last wrote it
+    unsigned char *hoisted;  // instruction i of p runs once per block, as a scalar
+    int32_t *val_of;         // (variant instr, operand) -> value id
+    int32_t *last_use;       // value id -> the last variant instr reading it
+    int32_t *def_val;        // variant instr -> the value it writes
+    int num_fills;
+} VariantBuild;
 
-    // value ids: instruction i's result is value i; fills of hoisted values
-    // in the variant get ids nc, nc + 1, ...
-    int32_t *writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *writer);
-    unsigned char *hoisted = xcalloc((size_t)nc, 1);
-    int32_t *val_of = xmalloc(((size_t)5 * nc + 1) * 4 * sizeof(int32_t));  // (variant instr, operand) -> value id
-    int32_t *last_use = xmalloc(((size_t)5 * nc + 1) * sizeof *last_use);   // value id -> variant instr
-    int32_t *def_val = xmalloc(((size_t)5 * nc + 1) * sizeof *def_val);    // variant instr -> value it writes
-    int num_fills = 0;
-    // slot of an operand that is hoisted, else -1
-    #define SLOT_OF(o) ((o) >= 0 ? (hoisted[writer[o]] ? writer[o] : -1) \
-                        : ((mask >> p->sym_pos[-(o) - 1]) & 1) ? nc + p->sym_pos[-(o) - 1] : -1)
-    for (int i = 0; i < nc; i++) {
-        const Instr *in = &p->code[i];
-        int32_t ops[4] = {in->a, in->b, in->c, in->e}, slots[4] = {-1, -1, -1, -1};
-        for (int j = 0; j < 4; j++)
-            if (op_reads(in->op, j)) slots[j] = SLOT_OF(ops[j]);
-        if ((p->deps[i] & ~mask) == 0) {  // every operand hoisted (or none): hoisted too
-            hoisted[i] = 1;
-            v->scalar[v->num_scalar] =
-                (ScalarInstr){in->op, slots[0], slots[1], slots[2], slots[3], in->k, in->k1, in->k2, in->tbl, in->steps};
-            v->scalar_slot[v->num_scalar++] = i;
-            writer[in->dst] = i;
-            continue;
-        }
-        Instr out = *in;
-        int npatch = 0;
-        Patch pt[4];
-        // a binary op with one hoisted operand becomes its constant form (both
-        // hoisted would have made the instruction hoisted)
-        if (in->op <= PI_MIN && (slots[0] >= 0 || slots[1] >= 0)) {
-            int kb = slots[1] >= 0;  // the constant is the right operand
-            static const int32_t right[] = {PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K, PI_MIN_K};
-            static const int32_t left[] = {PI_ADD_K, PI_K_SUB, PI_MUL_K, PI_K_DIV, PI_K_MAX, PI_K_MIN};
-            out.op = kb ? right[in->op] : left[in->op];  // k + a == a + k, k * a == a * k exactly
-            out.a = kb ? in->a : in->b;
-            pt[npatch++] = (Patch){0, 0, kb ? slots[1] : slots[0]};
-            slots[0] = slots[1] = -1;
-        }
-        // y * k + z with z hoisted: y * k + constant; with y hoisted: z + (y * k)
-        if (in->op == PI_MULADD_K && slots[1] >= 0 && slots[0] < 0) {
-            out.op = PI_MULADD_KK;
-            pt[npatch++] = (Patch){0, 1, slots[1]};
-            slots[1] = -1;
-        } else if (in->op == PI_MULADD_K && slots[0] >= 0 && slots[1] < 0) {
-            out.op = PI_ADD_K;  // k stays the multiplier in the variant's code
-            out.a = in->b;
-            pt[npatch++] = (Patch){0, PATCH_PRODUCT, slots[0]};
-            slots[0] = slots[1] = -1;
-        }
-        // a select's hoisted branch becomes a constant branch
-        if (in->op == PI_SELECT || in->op == PI_SEL_KX || in->op == PI_SEL_XK) {
-            int kb1 = !op_reads(in->op, 1) || slots[1] >= 0, kb2 = !op_reads(in->op, 2) || slots[2] >= 0;
-            if (slots[1] >= 0) pt[npatch++] = (Patch){0, 1, slots[1]}, slots[1] = -1;
-            if (slots[2] >= 0) pt[npatch++] = (Patch){0, 2, slots[2]}, slots[2] = -1;
-            out.op = kb1 ? (kb2 ? PI_SEL_KK : PI_SEL_KX) : kb2 ? PI_SEL_XK : PI_SELECT;
-            if (slots[0] >= 0) {  // the condition is hoisted: picked per block (after the branch patches)
-                pt[npatch++] = (Patch){0, PATCH_BRANCH, slots[0]};
-                slots[0] = -1;
-            }
-        }
-        // a hoisted operand left (a select's condition, an overlap's input) goes through a fill
-        int32_t *fld[4] = {&out.a, &out.b, &out.c, &out.e};
-        int32_t opval[4] = {-1, -1, -1, -1};
-        int branch_patched = npatch > 0 && pt[npatch - 1].field == PATCH_BRANCH;
-        for (int j = 0; j < 4; j++) {
-            if (!op_reads(out.op, j) || (j == 0 && branch_patched)) continue;
-            if (slots[j] >= 0) {
-                int fv = nc + num_fills++;
-                int fi = v->num_code++;
-                v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
-                def_val[fi] = fv;
-                for (int q = 0; q < 4; q++) val_of[4 * fi + q] = -1;
-                v->patch[v->num_patch++] = (Patch){fi, 0, slots[j]};
-                opval[j] = fv;
-                *fld[j] = 0;
-            } else if (*fld[j] >= 0) {
-                opval[j] = writer[*fld[j]];
-            }
-        }
-        int vi = v->num_code++;
-        for (int q = 0; q < npatch; q++) pt[q].instr = vi, v->patch[v->num_patch++] = pt[q];
-        v->code[vi] = out;
-        def_val[vi] = i;
-        for (int q = 0; q < 4; q++) val_of[4 * vi + q] = opval[q];
-        writer[in->dst] = i;
+// slot of an operand that is hoisted, else -1
+static int32_t slot_of(const VariantBuild *vb, int32_t o) {
+    const ExprProgram *p = vb->p;
+    if (o >= 0) return vb->hoisted[vb->writer[o]] ? vb->writer[o] : -1;
+    return ((vb->mask >> p->sym_pos[-o - 1]) & 1) ? vb->nc + p->sym_pos[-o - 1] : -1;
+}
+
+// Instruction i of p with some operands hoisted (slots[j] >= 0), copied into
+// the variant: hoisted operands become constants patched per block, through
+// the instruction's constant forms where it has one, else through fills.
+static void rewrite_instr(VariantBuild *vb, int i, int32_t slots[4]) {
+    const Instr *in = &vb->p->code[i];
+    Variant *v = vb->v;
+    Instr out = *in;
+    int npatch = 0;
+    Patch pt[4];
+    // a binary op with one hoisted operand becomes its constant form (both
+    // hoisted would have made the instruction hoisted)
+    if (in->op <= PI_MIN && (slots[0] >= 0 || slots[1] >= 0)) {
+        int kb = slots[1] >= 0;  // the constant is the right operand
+        static const int32_t right[] = {PI_ADD_K, PI_SUB_K, PI_MUL_K, PI_DIV_K, PI_MAX_K, PI_MIN_K};
+        static const int32_t left[] = {PI_ADD_K, PI_K_SUB, PI_MUL_K, PI_K_DIV, PI_K_MAX, PI_K_MIN};
+        out.op = kb ? right[in->op] : left[in->op];  // k + a == a + k, k * a == a * k exactly
+        out.a = kb ? in->a : in->b;
+        pt[npatch++] = (Patch){0, 0, kb ? slots[1] : slots[0]};
+        slots[0] = slots[1] = -1;
     }
-    #undef SLOT_OF
+    // y * k + z with z hoisted: y * k + constant; with y hoisted: z + (y * k)
+    if (in->op == PI_MULADD_K && slots[1] >= 0 && slots[0] < 0) {
+        out.op = PI_MULADD_KK;
+        pt[npatch++] = (Patch){0, 1, slots[1]};
+        slots[1] = -1;
+    } else if (in->op == PI_MULADD_K && slots[0] >= 0 && slots[1] < 0) {
+        out.op = PI_ADD_K;  // k stays the multiplier in the variant's code
+        out.a = in->b;
+        pt[npatch++] = (Patch){0, PATCH_PRODUCT, slots[0]};
+        slots[0] = slots[1] = -1;
+    }
+    // a select's hoisted branch becomes a constant branch
+    if (in->op == PI_SELECT || in->op == PI_SEL_KX || in->op == PI_SEL_XK) {
+        int kb1 = !op_reads(in->op, 1) || slots[1] >= 0, kb2 = !op_reads(in->op, 2) || slots[2] >= 0;
+        if (slots[1] >= 0) pt[npatch++] = (Patch){0, 1, slots[1]}, slots[1] = -1;
+        if (slots[2] >= 0) pt[npatch++] = (Patch){0, 2, slots[2]}, slots[2] = -1;
+        out.op = kb1 ? (kb2 ? PI_SEL_KK : PI_SEL_KX) : kb2 ? PI_SEL_XK : PI_SELECT;
+        if (slots[0] >= 0) {  // the condition is hoisted: picked per block (after the branch patches)
+            pt[npatch++] = (Patch){0, PATCH_BRANCH, slots[0]};
+            slots[0] = -1;
+        }
+    }
+    // a hoisted operand left (a select's condition, an overlap's input) goes through a fill
+    int32_t *fld[4] = {&out.a, &out.b, &out.c, &out.e};
+    int32_t opval[4] = {-1, -1, -1, -1};
+    int branch_patched = npatch > 0 && pt[npatch - 1].field == PATCH_BRANCH;
+    for (int j = 0; j < 4; j++) {
+        if (!op_reads(out.op, j) || (j == 0 && branch_patched)) continue;
+        if (slots[j] >= 0) {
+            int fv = vb->nc + vb->num_fills++;
+            int fi = v->num_code++;
+            v->code[fi] = (Instr){PI_FILL, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, NULL, NULL};
+            vb->def_val[fi] = fv;
+            for (int q = 0; q < 4; q++) vb->val_of[4 * fi + q] = -1;
+            v->patch[v->num_patch++] = (Patch){fi, 0, slots[j]};
+            opval[j] = fv;
+            *fld[j] = 0;
+        } else if (*fld[j] >= 0) {
+            opval[j] = vb->writer[*fld[j]];
+        }
+    }
+    int vi = v->num_code++;
+    for (int q = 0; q < npatch; q++) pt[q].instr = vi, v->patch[v->num_patch++] = pt[q];
+    v->code[vi] = out;
+    vb->def_val[vi] = i;
+    for (int q = 0; q < 4; q++) vb->val_of[4 * vi + q] = opval[q];
+}
+
+// the uniform symbols each hoisted instruction and each patched value depends on
+static void variant_deps(VariantBuild *vb) {
+    const ExprProgram *p = vb->p;
+    Variant *v = vb->v;
+    const int nc = vb->nc;
     v->scalar_deps = xmalloc(((size_t)v->num_scalar + 1) * sizeof *v->scalar_deps);
     for (int q = 0; q < v->num_scalar; q++) v->scalar_deps[q] = p->deps[v->scalar_slot[q]];
     v->patch_deps = xmalloc(((size_t)v->num_patch + 1) * sizeof *v->patch_deps);
@@ -208,21 +197,26 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         for (int r = q - 1; v->patch[q].field == PATCH_BRANCH && r >= 0 && v->patch[r].instr == v->patch[q].instr; r--)
             v->patch_deps[q] |= v->patch_deps[r];
     }
+}
 
-    // outputs: a value computed per candidate, hoisted, a symbol or a constant
-    int nvals = nc + num_fills;
+// Outputs (a value computed per candidate, hoisted, a symbol or a constant)
+// and registers: a linear scan over the variant's code, the destination taken
+// before the operands are released (never aliases them).
+static void variant_outputs_and_registers(VariantBuild *vb) {
+    const ExprProgram *p = vb->p;
+    Variant *v = vb->v;
+    int nvals = vb->nc + vb->num_fills;
     unsigned char *pinned = xcalloc((size_t)nvals, 1);
     for (int k = 0; k < p->num_outs; k++) {
         Output o = p->outs[k];
         if (o.kind == OUT_FROM_OPERAND && o.operand >= 0) {
-            int w = writer[o.operand];
-            if (hoisted[w]) o = (Output){OUT_SCALAR, w, 0.0};
+            int w = vb->writer[o.operand];
+            if (vb->hoisted[w]) o = (Output){OUT_SCALAR, w, 0.0};
             else pinned[w] = 1, o.operand = w;  // value id, a register below
         }
         v->outs[k] = o;
     }
-    // registers: linear scan over the variant's code, the destination taken
-    // before the operands are released (never aliases them)
+    int32_t *last_use = vb->last_use, *val_of = vb->val_of;
     for (int q = 0; q < nvals; q++) last_use[q] = -1;
     for (int vi = 0; vi < v->num_code; vi++)
         for (int q = 0; q < 4; q++)
@@ -234,7 +228,7 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         int32_t *fld[4] = {&in->a, &in->b, &in->c, &in->e};
         for (int q = 0; q < 4; q++)
             if (val_of[4 * vi + q] >= 0) *fld[q] = reg_of[val_of[4 * vi + q]];
-        int d = def_val[vi];
+        int d = vb->def_val[vi];
         in->dst = reg_of[d] = reg_take(&ra);
         for (int q = 0; q < 4; q++) {
             int u = val_of[4 * vi + q];
@@ -248,19 +242,52 @@ static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
         if (v->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].kind == OUT_FROM_OPERAND && p->outs[k].operand >= 0)
             v->outs[k].operand = reg_of[v->outs[k].operand];
     v->num_regs = ra.num_regs;
-    v->picked = xcalloc((size_t)v->num_code + 1, 1);
-    for (int q = 0; q < v->num_patch; q++)
-        if (v->patch[q].field == PATCH_BRANCH) v->picked[v->patch[q].instr] = 1;
-    atomic_init(&v->jit.jit, NULL);
-    atomic_init(&v->jit.blocks, 0);
     free(ra.free_regs);
     free(reg_of);
     free(pinned);
-    free(writer);
-    free(hoisted);
-    free(val_of);
-    free(last_use);
-    free(def_val);
+}
+
+// The instructions of p that depend only on the uniform symbols in mask
+// become scalar instructions over value slots; the others are copied with
+// hoisted operands turned into constants (patched per block) and registers
+// allocated anew for the shorter program.
+static Variant *variant_build(const ExprProgram *p, uint64_t mask) {
+    const int nc = p->num_code;
+    Variant *v = xcalloc(1, sizeof *v);
+    v->mask = mask;
+    v->scalar = xmalloc((size_t)nc * sizeof *v->scalar);
+    v->scalar_slot = xmalloc((size_t)nc * sizeof *v->scalar_slot);
+    v->code = xmalloc(((size_t)5 * nc + 1) * sizeof *v->code);  // each may need up to 4 fills
+    v->patch = xmalloc(((size_t)4 * nc + 1) * sizeof *v->patch);
+    v->outs = xmalloc((size_t)p->num_outs * sizeof *v->outs);
+    VariantBuild vb = {p, v, mask, nc, NULL, NULL, NULL, NULL, NULL, 0};
+    vb.writer = xmalloc(((size_t)p->num_regs + 1) * sizeof *vb.writer);
+    vb.hoisted = xcalloc((size_t)nc, 1);
+    vb.val_of = xmalloc(((size_t)5 * nc + 1) * 4 * sizeof(int32_t));
+    vb.last_use = xmalloc(((size_t)5 * nc + 1) * sizeof *vb.last_use);
+    vb.def_val = xmalloc(((size_t)5 * nc + 1) * sizeof *vb.def_val);
+    for (int i = 0; i < nc; i++) {
+        const Instr *in = &p->code[i];
+        int32_t ops[4] = {in->a, in->b, in->c, in->e}, slots[4] = {-1, -1, -1, -1};
+        for (int j = 0; j < 4; j++)
+            if (op_reads(in->op, j)) slots[j] = slot_of(&vb, ops[j]);
+        if ((p->deps[i] & ~mask) == 0) {  // every operand hoisted (or none): hoisted too
+            vb.hoisted[i] = 1;
+            v->scalar[v->num_scalar] =
+                (ScalarInstr){in->op, slots[0], slots[1], slots[2], slots[3], in->k, in->k1, in->k2, in->tbl, in->steps};
+            v->scalar_slot[v->num_scalar++] = i;
+        } else {
+            rewrite_instr(&vb, i, slots);
+        }
+        vb.writer[in->dst] = i;
+    }
+    variant_deps(&vb);
+    variant_outputs_and_registers(&vb);
+    free(vb.writer);
+    free(vb.hoisted);
+    free(vb.val_of);
+    free(vb.last_use);
+    free(vb.def_val);
     return v;
 }
 
@@ -347,8 +374,6 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
     const Variant *current = NULL;  // the variant whose values val and work hold
     uint64_t prev_mask = 0;         // the previous block's uniform set
     Variant *private_variant = NULL;
-    // machine code, like the variants, is state that evaluation builds (a block count, then the code)
-    ExprJitSlot *plain_jit = &((ExprProgram *)p)->jit;
     for (size_t base = 0; base < n; base += B) {
         size_t m = n - base < B ? n - base : B;
         if (m == B) {
@@ -377,8 +402,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             lasting = uniform_mask_at(p, sym_columns, base + B, n - base - B < B ? n - base - B : B) == mask;
         prev_mask = mask;
         if (!lasting) {
-            expr_jit_run_block(expr_jit_slot_get(plain_jit, p->code, p->num_code, NULL), p->code, p->num_code, regs,
-                               syms, m);
+            expr_run_block(p->code, p->num_code, regs, syms, m);
             write_outputs(p->outs, p->num_outs, regs, syms, val, out_columns, base, m);
             continue;
         }
@@ -443,8 +467,7 @@ void expr_program_eval(const ExprProgram *p, const double *const *sym_columns,
             }
             current = v;
         }
-        expr_jit_run_block(expr_jit_slot_get(&((Variant *)v)->jit, v->code, v->num_code, v->picked), work, v->num_code,
-                           regs, syms, m);
+        expr_run_block(work, v->num_code, regs, syms, m);
         write_outputs(v->outs, p->num_outs, regs, syms, val, out_columns, base, m);
     }
     variant_free(private_variant);

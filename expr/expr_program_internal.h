@@ -88,68 +88,11 @@ static inline double expr_steps1(const ExprStepTable *s, double x, double tail) 
 // regs[r * EXPR_BLOCK ...], symbol s is syms[s][0 .. EXPR_BLOCK) (the caller
 // pads a short block); a short block runs a half or a quarter of the lanes.
 void expr_run_block(const Instr *code, int num_code, double *regs, const double *const *syms, size_t m);
-// The instruction sets the planner's hand-written code targets, in order
-// (the overlap windows' kernels and the machine code both pick from them)
-enum { EXPR_SIMD_NONE = 0, EXPR_SIMD_AVX2 = 1, EXPR_SIMD_AVX512 = 2 };
-// the best of them, at most cap, that this CPU has; with env, MIST_NO_AVX512=1
-// rules AVX-512 out
-static inline int expr_simd_best(int cap, int env) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    const char *no = env ? getenv("MIST_NO_AVX512") : NULL;
-    if (cap >= EXPR_SIMD_AVX512 && __builtin_cpu_supports("avx512f") && !(no && !strcmp(no, "1")))
-        return EXPR_SIMD_AVX512;
-    if (cap >= EXPR_SIMD_AVX2 && __builtin_cpu_supports("avx2")) return EXPR_SIMD_AVX2;
-#endif
-    (void)cap, (void)env;
-    return EXPR_SIMD_NONE;
-}
-// The overlap windows' kernel: AVX-512 where the CPU has it (the default,
-// unless MIST_NO_AVX512=1), else AVX2, else the portable loops (NONE); the
-// same bits each way. expr_block_set_windows picks one (the best the CPU has
-// at or below kind) and returns the previous one. For tests and benchmarks.
-int expr_block_set_windows(int kind);
-
 // The hoisted instructions that depend on a uniform symbol in `changed` (or
 // on none): instruction i reads the slots of val its operands name and writes
 // val[slot[i]]; deps[i] is the set of uniform symbols it depends on.
 void expr_run_scalar(const ScalarInstr *scalar, const int32_t *slot, const uint64_t *deps, int n, double *val,
                      uint64_t changed);
-
-// Runs of instructions as machine code (expr_jit.c; AVX-512 or AVX2): built for a
-// code array where the CPU and the system allow it, else NULL. picked (NULL
-// or one flag per instruction): selects whose branch the evaluator picks per
-// block (rewritten into a copy or a fill; their first operand is not read):
-// the block kernels run those. expr_jit_run_block runs code (the array the
-// machine code was built for, or a copy with other constants) over one block
-// like expr_run_block, the same bits; with j NULL it is expr_run_block.
-typedef struct ExprJit ExprJit;
-ExprJit *expr_jit_build(const Instr *code, int num_code, const unsigned char *picked);
-void expr_jit_free(ExprJit *j);
-void expr_jit_run_block(const ExprJit *j, const Instr *code, int num_code, double *regs, const double *const *syms,
-                        size_t m);
-// runs of machine code in j (0 for NULL), and the instructions they cover
-int expr_jit_num_runs(const ExprJit *j, int *instructions);
-// The instruction set (EXPR_SIMD_*) of the machine code built from now on:
-// AVX-512 where the CPU has it and MIST_NO_AVX512 is not 1, else AVX2, else
-// none; none with MIST_NO_JIT=1. expr_jit_set_isa sets it (-1: that default;
-// else the best the CPU has at or below isa) and returns the previous one.
-// For tests and benchmarks.
-int expr_jit_set_isa(int isa);
-// Machine code is built for a code array once it has run this many blocks
-// (building costs about what some tens of blocks save, and most programs of a
-// search run fewer); expr_jit_set_after changes it (tests: 0, at the first
-// block) and returns the previous count.
-#define EXPR_JIT_AFTER 32
-int expr_jit_set_after(int blocks);
-// the machine code of a code array, built by the caller that counts the
-// EXPR_JIT_AFTER-th block of it (picked as for expr_jit_build; NULL until then,
-// and where none can be built)
-typedef struct {
-    _Atomic(ExprJit *) jit;
-    atomic_int blocks;
-} ExprJitSlot;
-const ExprJit *expr_jit_slot_get(ExprJitSlot *slot, const Instr *code, int num_code, const unsigned char *picked);
 
 // ---- what the compiler (expr_compile.c) and the evaluator (expr_program.c) share
 
@@ -180,7 +123,6 @@ struct ExprProgram {
     ExprOverlapTable *tables;  // the context's overlap tables at compile time (instructions point here)
     ExprStepTable *steps;      // the select chains' tables (PI_STEPS instructions point here)
     int hoistable;      // num_used_syms <= EXPR_MAX_HOIST
-    ExprJitSlot jit;    // code as machine code, built once it has run a while
     _Atomic(Variant *) variants[EXPR_VARIANTS];  // built on demand, shared by concurrent evaluations
 };
 

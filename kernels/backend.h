@@ -1,7 +1,8 @@
 // The backend interface: where memory lives, how work is ordered, and what
 // computes. A backend is a table of function pointers plus an opaque context
 // (the ggml split): `cpu` (kernels/cpu) and `cuda` (kernels/cuda) implement it,
-// and the runtime never asks which one it holds (it asks supports_op).
+// and the runtime never asks which one it holds: it asks supports_op with the
+// shape it would run an op at, and reads device_memory_is_host.
 //
 // Conventions for every op below:
 //  - `X` marks tensors stored in the backend's storage dtype `b->dtype`
@@ -39,11 +40,34 @@ typedef enum {
 
 typedef enum { NORM_OP_LAYERNORM = 0, NORM_OP_RMSNORM = 1 } NormOp;
 
+// What supports_op is asked: an op and the shape it would run at. A dimension
+// left 0 is not asked about (the caller does not know it yet, or the op has
+// none): the answer then holds for every value of it.
+typedef struct {
+    BackendOp op;
+    int B, T;         // batch, sequence
+    int NH, NKV, HS;  // query heads, key/value heads, head size
+} BackendOpShape;
+
+// Whether the op is defined at this shape at all, on any backend: rotary pairs
+// (i, i + HS/2) need an even head size; grouped-query attention maps query head h
+// to kv head h / (NH/NKV), so NKV must divide NH. Backends answer supports_op
+// with this and their own limits.
+static inline int backend_op_defined(const BackendOpShape *s) {
+    if (s->op < 0 || s->op >= OP_COUNT) return 0;
+    if ((s->op == OP_ROTARY || s->op == OP_ATTENTION) && s->NH > 0 && s->NKV > 0 && s->NH % s->NKV != 0) return 0;
+    return s->op != OP_ROTARY || s->HS % 2 == 0;
+}
+
 struct Backend {
     const char *name;   // "cpu" or "cuda"
     MistDtype dtype;    // storage dtype of params, grads and activations
     int device;         // device index (cuda), 0 on cpu
     void *ctx;          // backend-private state
+    // 1 when alloc_device returns host memory (the CPU backend, whose device is
+    // emulated: its memory is the accounted arena), which host libraries (MPI)
+    // read directly; 0 when device memory is the GPU's
+    int device_memory_is_host;
 
     // ---- memory: where it lives. Arenas call these once each at start. ----
     void *(*alloc_device)(Backend *b, size_t bytes);   // NULL on failure
@@ -80,7 +104,9 @@ struct Backend {
     void *(*native_stream)(Backend *b, BackendStream *s);
     float (*event_elapsed_ms)(Backend *b, BackendEvent *start, BackendEvent *end);
     void (*synchronize)(Backend *b);
-    int (*supports_op)(Backend *b, BackendOp op);
+    // 1 when the backend runs the op at this shape (its kernels' limits: the CUDA
+    // attention's head sizes, say), 0 when the caller must not call it
+    int (*supports_op)(Backend *b, const BackendOpShape *shape);
     void (*destroy)(Backend *b);
 
     // ---- ops ----
@@ -169,7 +195,7 @@ struct Backend {
 
     // ---- vocabulary-parallel forms (tensor parallelism): this rank holds rows
     // [v0, v0 + Vt) of wte and of the LM head, i.e. logits columns [v0, v0 + Vt).
-    // Only backends whose supports_op(OP_VOCAB_PARALLEL) is true fill these.
+    // Only backends whose supports_op answers OP_VOCAB_PARALLEL with 1 fill these.
     // out X(B,T,C) = (v0 <= token < v0 + Vt ? wte X(Vt,C)[token - v0] : 0) + wpe[t] (wpe may
     // be NULL); the sum over ranks is the full embedding.
     void (*embedding_forward_range)(Backend *b, BackendStream *s, void *out, const int32_t *tokens,

@@ -43,6 +43,12 @@ static double total(const ModelConfig *m, double sequences, int64_t s, int ckpt_
 
 double model_flops_train(const ModelConfig *m, double sequences, int64_t s) { return total(m, sequences, s, 0, 0); }
 
+double model_flops_per_iteration(const MistConfig *cfg) {
+    ModelConfig m = cfg->model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;  // unset: multi-head attention
+    return model_flops_train(&m, (double)cfg->train.global_batch, m.seq_len);
+}
+
 double model_flops_per_token(const ModelConfig *m, int64_t s) {
     double f = total(m, 1, s, 0, 0);
     return f < 0 ? f : f / (double)s;

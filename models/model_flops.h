@@ -16,6 +16,9 @@
 
 // forward + backward model FLOPs of `sequences` sequences of length s (tp = 1); -1 on a bad config
 double model_flops_train(const ModelConfig *m, double sequences, int64_t s);
+// the same for one iteration of a run: [train] global_batch sequences of [model] seq_len (MFU's
+// numerator in mist-plan --analyze, the search's comparison and the training log)
+double model_flops_per_iteration(const MistConfig *cfg);
 // the same per token
 double model_flops_per_token(const ModelConfig *m, int64_t s);
 // model FLOPs plus the recompute forward of `ckpt_blocks` checkpointed blocks

@@ -1,4 +1,4 @@
-// The op list of one model part with symbolic shapes (DESIGN.md §2, §4, §5).
+// The op list of one model part with symbolic shapes (docs/design.md §2, §4, §5).
 //
 // Symbols: "b" micro-batch, "s" sequence length, "tp" tensor-parallel degree,
 // "eb" bytes per storage element (2 bf16/fp16, 4 fp32). The hyper-parameters

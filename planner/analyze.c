@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/model_flops.h"
 #include "planner/analyze.h"
 
 int64_t host_capacity_per_rank(const MistConfig *cfg, const HwProfile *hw, int ranks_per_node) {

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "core/plan.h"
 #include "core/profile.h"
 #include "core/schema.h"

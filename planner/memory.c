@@ -1,4 +1,4 @@
-// Device and host memory of one stage, per rank (DESIGN.md §5), in closed
+// Device and host memory of one stage, per rank (docs/design.md §5), in closed
 // form. The arithmetic is the training runtime's, term for term: on the CPU
 // backend the peaks below equal the arena high-water marks mist-train
 // measures on every rank, for single stages at any tp and for every stage of
@@ -98,7 +98,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 
 // value_at[l] for tp = 2^l; larger tp uses the last level
 static Expr select_tp(ExprCtx *x, Expr tp, const Expr *value_at) {

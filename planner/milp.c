@@ -1,4 +1,4 @@
-// The inter-stage MILP (DESIGN.md §7) on lp_solve's C API.
+// The inter-stage MILP (docs/design.md §7) on lp_solve's C API.
 //
 // Variables (all >= 0), for the (stage i, option o) pairs that can be part of some
 // split of L (the others are left out, see layer_options_alive):
@@ -167,64 +167,47 @@ static MilpStatus milp_fail(MilpSolution *sol, MilpStatus st, double t0, const c
     return st;
 }
 
-MilpStatus milp_solve(const MilpProblem *p, MilpSolution *sol) {
-    double t0 = milp_now();
-    memset(sol, 0, sizeof *sol);
-    if (!milp_problem_check(p, sol->error, (int)sizeof sol->error)) return milp_fail(sol, MILP_ERROR, t0, NULL);
-    int S = p->stages, O = p->noptions;
+// The model's columns (1-based, as lp_solve numbers them): per alive (i, o)
+// l then its z's; then t_1..t_S, d_1..d_S, Tmax, Dmax.
+typedef struct {
+    int S, O;
+    unsigned char *alive;  // (S, O) layer_options_alive
+    int *lcol;             // (S, O) column of l[i][o], 1-based (0: not alive)
+    int tcol, dcol, tmaxcol, dmaxcol, ncols;
+    int maxrow;            // the longest row: the larger of S·O + 2 and one stage's points + 1
+} MilpColumns;
 
-    unsigned char *alive = malloc((size_t)S * (size_t)O);  // (S, O)
-    int *lcol = malloc((size_t)S * (size_t)O * sizeof *lcol);  // (S, O) column of l[i][o], 1-based
-    if (!alive || !lcol) {
-        free(alive);
-        free(lcol);
-        return milp_fail(sol, MILP_ERROR, t0, "milp: out of memory");
-    }
-    int nalive = layer_options_alive(p, alive);
-    if (nalive <= 0) {
-        free(alive);
-        free(lcol);
-        return milp_fail(sol, nalive < 0 ? MILP_ERROR : MILP_INFEASIBLE, t0,
-                         nalive < 0 ? "milp: out of memory" : NULL);
-    }
-
-    // columns: per alive (i, o) l then its z's; then t_1..t_S, d_1..d_S, Tmax, Dmax
-    // maxrow: the longest row, the larger of S·O + 2 and one stage's points + 1
+static void milp_columns_layout(const MilpProblem *p, MilpColumns *mc) {
+    int S = mc->S, O = mc->O;
     int ncols = 0, maxrow = S * O + 2;
     for (int i = 0; i < S; ++i) {
         int stage_points = 0;
         for (int o = 0; o < O; ++o) {
-            lcol[i * O + o] = 0;
-            if (!alive[i * O + o]) continue;
-            lcol[i * O + o] = ncols + 1;
+            mc->lcol[i * O + o] = 0;
+            if (!mc->alive[i * O + o]) continue;
+            mc->lcol[i * O + o] = ncols + 1;
             int np = p->frontier[i * O + o].npoints;
             ncols += 1 + np;
             stage_points += np;
         }
         if (stage_points + 1 > maxrow) maxrow = stage_points + 1;
     }
-    int tcol = ncols + 1, dcol = ncols + 1 + S, tmaxcol = ncols + 1 + 2 * S, dmaxcol = tmaxcol + 1;
-    ncols = dmaxcol;
+    mc->tcol = ncols + 1, mc->dcol = ncols + 1 + S, mc->tmaxcol = ncols + 1 + 2 * S, mc->dmaxcol = mc->tmaxcol + 1;
+    mc->ncols = mc->dmaxcol;
+    mc->maxrow = maxrow;
+}
 
-    lprec *lp = make_lp(0, ncols);
-    double *val = malloc((size_t)(maxrow + S) * sizeof *val);  // one row's coefficients
-    int *col = malloc((size_t)(maxrow + S) * sizeof *col);
-    if (!lp || !val || !col) {
-        if (lp) delete_lp(lp);
-        free(val);
-        free(col);
-        free(alive);
-        free(lcol);
-        return milp_fail(sol, MILP_ERROR, t0, "milp: lp_solve could not allocate the model");
-    }
-    set_verbose(lp, 1);  // CRITICAL only
-    set_minim(lp);
-
+// The objective and the rows of the header comment, in that order (val, col:
+// room for maxrow + S entries). 0 when lp_solve rejects one.
+static int milp_add_rows(lprec *lp, const MilpProblem *p, const MilpColumns *mc, double *val, int *col) {
+    const int S = mc->S, O = mc->O, tcol = mc->tcol, dcol = mc->dcol;
+    const unsigned char *alive = mc->alive;
+    const int *lcol = mc->lcol;
     // objective (G−1)·Tmax + Σ t_i + Dmax
     int n = 0;
     for (int i = 0; i < S; ++i) col[n] = tcol + i, val[n++] = 1.0;
-    col[n] = tmaxcol, val[n++] = (double)(p->microbatches - 1);
-    col[n] = dmaxcol, val[n++] = 1.0;
+    col[n] = mc->tmaxcol, val[n++] = (double)(p->microbatches - 1);
+    col[n] = mc->dmaxcol, val[n++] = 1.0;
     int ok = set_obj_fnex(lp, n, val, col);
 
     set_add_rowmode(lp, TRUE);
@@ -264,48 +247,112 @@ MilpStatus milp_solve(const MilpProblem *p, MilpSolution *sol) {
         }
     }
     for (int i = 0; i < S && ok; ++i) {  // Tmax − t_i >= 0
-        col[0] = tmaxcol, val[0] = 1.0;
+        col[0] = mc->tmaxcol, val[0] = 1.0;
         col[1] = tcol + i, val[1] = -1.0;
         ok = add_constraintex(lp, 2, val, col, GE, 0.0);
     }
     for (int i = 0; i < S && ok; ++i) {  // Dmax − d_i + Σ_{j<i} t_j >= 0
         n = 0;
-        col[n] = dmaxcol, val[n++] = 1.0;
+        col[n] = mc->dmaxcol, val[n++] = 1.0;
         col[n] = dcol + i, val[n++] = -1.0;
         for (int j = 0; j < i; ++j) col[n] = tcol + j, val[n++] = 1.0;
         ok = add_constraintex(lp, n, val, col, GE, 0.0);
     }
     set_add_rowmode(lp, FALSE);
+    return ok;
+}
+
+// Bounds and kinds of the columns, and with a cutoff the points and the row
+// it rules out. 0 when lp_solve rejects one.
+static int milp_set_bounds(lprec *lp, const MilpProblem *p, const MilpColumns *mc) {
+    const int S = mc->S, O = mc->O;
+    int ok = 1;
     // d_i may be negative (a stage that finishes early); the rest are >= 0 by default
-    for (int i = 0; i < S && ok; ++i) ok = set_unbounded(lp, dcol + i);
+    for (int i = 0; i < S && ok; ++i) ok = set_unbounded(lp, mc->dcol + i);
     for (int i = 0; i < S * O && ok; ++i) {
-        if (!alive[i]) continue;
-        ok = set_upbo(lp, lcol[i], 1.0);
+        if (!mc->alive[i]) continue;
+        ok = set_upbo(lp, mc->lcol[i], 1.0);
         for (int k = 0; k < p->frontier[i].npoints && ok; ++k) {
-            ok = set_binary(lp, lcol[i] + 1 + k, TRUE);
+            ok = set_binary(lp, mc->lcol[i] + 1 + k, TRUE);
             // T >= (G−1)·t_i + t_i + P_i + max(0, d_i − P_i) >= G·t_i + max(0, d_i):
             // a point above the cutoff by that bound cannot be in a better plan
             const MilpFrontier *f = &p->frontier[i];
             double lower = (double)p->microbatches * f->t[k] + fmax(0.0, f->d[k]);
-            if (ok && p->cutoff > 0 && lower > p->cutoff * (1 + 1e-12)) ok = set_upbo(lp, lcol[i] + 1 + k, 0.0);
+            if (ok && p->cutoff > 0 && lower > p->cutoff * (1 + 1e-12)) ok = set_upbo(lp, mc->lcol[i] + 1 + k, 0.0);
         }
     }
     if (ok && p->cutoff > 0) {  // (G−1)·Tmax + Σ t_i + Dmax <= cutoff (with a little slack)
         int ccol[MIST_MAX_STAGES + 2];
         double cval[MIST_MAX_STAGES + 2];
         int cn = 0;
-        for (int i = 0; i < S; ++i) ccol[cn] = tcol + i, cval[cn++] = 1.0;
-        ccol[cn] = tmaxcol, cval[cn++] = (double)(p->microbatches - 1);
-        ccol[cn] = dmaxcol, cval[cn++] = 1.0;
+        for (int i = 0; i < S; ++i) ccol[cn] = mc->tcol + i, cval[cn++] = 1.0;
+        ccol[cn] = mc->tmaxcol, cval[cn++] = (double)(p->microbatches - 1);
+        ccol[cn] = mc->dmaxcol, cval[cn++] = 1.0;
         ok = add_constraintex(lp, cn, cval, ccol, LE, p->cutoff * (1 + 1e-9) + 1e-12);
     }
+    return ok;
+}
+
+// The assignment lp_solve found: per stage the (o, k) with the largest z, kept
+// when it places all L layers (then sol is filled). 1 when it does.
+static int milp_read_assignment(lprec *lp, const MilpProblem *p, const MilpColumns *mc, MilpSolution *sol) {
+    const int S = mc->S, O = mc->O;
+    REAL *x = NULL;
+    int have = get_ptr_variables(lp, &x) && x;
+    for (int i = 0; i < S && have; ++i) {
+        double best = 0.5;
+        int bo = -1, bk = -1;
+        for (int o = 0; o < O; ++o) {
+            if (!mc->alive[i * O + o]) continue;
+            for (int k = 0; k < p->frontier[i * O + o].npoints; ++k) {
+                double v = x[mc->lcol[i * O + o] + k];  // x is 0-based: column c is x[c-1]
+                if (v > best) best = v, bo = o, bk = k;
+            }
+        }
+        if (bo < 0) have = 0;
+        else sol->option[i] = bo, sol->point[i] = bk;
+    }
+    if (have) {
+        int total = 0;
+        for (int i = 0; i < S; ++i) total += option_layers(p, sol->option[i]);
+        if (total != p->layers) have = 0;
+    }
+    if (have) {
+        sol->lp_objective = get_working_objective(lp);
+        milp_finish(p, sol);
+    }
+    return have;
+}
+
+// lp_solve's answer as a status (MILP_ERROR: an answer this code does not know)
+static MilpStatus milp_status_of(int ret) {
+    if (ret == OPTIMAL || ret == PRESOLVED) return MILP_OPTIMAL;
+    if (ret == SUBOPTIMAL) return MILP_SUBOPTIMAL;
+    if (ret == INFEASIBLE) return MILP_INFEASIBLE;
+    if (ret == USERABORT || ret == TIMEOUT) return MILP_TIMEOUT;  // SUBOPTIMAL if one was found
+    return MILP_ERROR;
+}
+
+// Build the model on lp, solve it and read the answer into sol. Returns the
+// status; on MILP_ERROR msg (msglen bytes) says why.
+static MilpStatus milp_build_and_solve(lprec *lp, const MilpProblem *p, const MilpColumns *mc, MilpSolution *sol,
+                                       double t0, char *msg, size_t msglen) {
+    double *val = malloc((size_t)(mc->maxrow + mc->S) * sizeof *val);  // one row's coefficients
+    int *col = malloc((size_t)(mc->maxrow + mc->S) * sizeof *col);
+    if (!val || !col) {
+        free(val);
+        free(col);
+        snprintf(msg, msglen, "milp: lp_solve could not allocate the model");
+        return MILP_ERROR;
+    }
+    set_verbose(lp, 1);  // CRITICAL only
+    set_minim(lp);
+    int ok = milp_add_rows(lp, p, mc, val, col) && milp_set_bounds(lp, p, mc);
     free(val);
     free(col);
     if (!ok) {
-        delete_lp(lp);
-        free(alive);
-        free(lcol);
-        return milp_fail(sol, MILP_ERROR, t0, "milp: lp_solve rejected a row or bound while building the model");
+        snprintf(msg, msglen, "milp: lp_solve rejected a row or bound while building the model");
+        return MILP_ERROR;
     }
 
     // Exactness: integrality to 1e-9 and (almost) no optimality gap, so the
@@ -321,55 +368,49 @@ MilpStatus milp_solve(const MilpProblem *p, MilpSolution *sol) {
 
     int ret = solve(lp);
     sol->nodes = (long long)get_total_nodes(lp);
-    MilpStatus st;
-    if (ret == OPTIMAL || ret == PRESOLVED) st = MILP_OPTIMAL;
-    else if (ret == SUBOPTIMAL) st = MILP_SUBOPTIMAL;
-    else if (ret == INFEASIBLE) st = MILP_INFEASIBLE;
-    else if (ret == USERABORT || ret == TIMEOUT) st = MILP_TIMEOUT;  // SUBOPTIMAL if one was found, below
-    else {
-        char msg[96];
-        snprintf(msg, sizeof msg, "milp: lp_solve solve() returned %d", ret);
-        delete_lp(lp);
-        free(alive);
-        free(lcol);
-        return milp_fail(sol, MILP_ERROR, t0, msg);
+    MilpStatus st = milp_status_of(ret);
+    if (st == MILP_ERROR) {
+        snprintf(msg, msglen, "milp: lp_solve solve() returned %d", ret);
+        return MILP_ERROR;
     }
     if (st == MILP_OPTIMAL || st == MILP_SUBOPTIMAL || st == MILP_TIMEOUT) {
-        REAL *x = NULL;
-        int have = get_ptr_variables(lp, &x) && x;
-        // read the assignment: per stage the (o, k) with the largest z
-        for (int i = 0; i < S && have; ++i) {
-            double best = 0.5;
-            int bo = -1, bk = -1;
-            for (int o = 0; o < O; ++o) {
-                if (!alive[i * O + o]) continue;
-                for (int k = 0; k < p->frontier[i * O + o].npoints; ++k) {
-                    double v = x[lcol[i * O + o] + k];  // x is 0-based: column c is x[c-1]
-                    if (v > best) best = v, bo = o, bk = k;
-                }
-            }
-            if (bo < 0) have = 0;
-            else sol->option[i] = bo, sol->point[i] = bk;
-        }
-        if (have) {
-            int total = 0;
-            for (int i = 0; i < S; ++i) total += option_layers(p, sol->option[i]);
-            if (total != p->layers) have = 0;
-        }
-        if (have) {
-            sol->lp_objective = get_working_objective(lp);
-            milp_finish(p, sol);
+        if (milp_read_assignment(lp, p, mc, sol)) {
             if (st == MILP_TIMEOUT) st = MILP_SUBOPTIMAL;
         } else if (st != MILP_TIMEOUT) {
-            delete_lp(lp);
-            free(alive);
-            free(lcol);
-            return milp_fail(sol, MILP_ERROR, t0, "milp: lp_solve returned no integral assignment");
+            snprintf(msg, msglen, "milp: lp_solve returned no integral assignment");
+            return MILP_ERROR;
         }
     }
-    delete_lp(lp);
-    free(alive);
-    free(lcol);
+    return st;
+}
+
+MilpStatus milp_solve(const MilpProblem *p, MilpSolution *sol) {
+    double t0 = milp_now();
+    memset(sol, 0, sizeof *sol);
+    if (!milp_problem_check(p, sol->error, (int)sizeof sol->error)) return milp_fail(sol, MILP_ERROR, t0, NULL);
+    MilpColumns mc = {p->stages, p->noptions, NULL, NULL, 0, 0, 0, 0, 0, 0};
+    mc.alive = malloc((size_t)mc.S * (size_t)mc.O);
+    mc.lcol = malloc((size_t)mc.S * (size_t)mc.O * sizeof *mc.lcol);
+    if (!mc.alive || !mc.lcol) {
+        free(mc.alive);
+        free(mc.lcol);
+        return milp_fail(sol, MILP_ERROR, t0, "milp: out of memory");
+    }
+    int nalive = layer_options_alive(p, mc.alive);
+    if (nalive <= 0) {
+        free(mc.alive);
+        free(mc.lcol);
+        return milp_fail(sol, nalive < 0 ? MILP_ERROR : MILP_INFEASIBLE, t0,
+                         nalive < 0 ? "milp: out of memory" : NULL);
+    }
+    milp_columns_layout(p, &mc);
+    lprec *lp = make_lp(0, mc.ncols);
+    char msg[128] = "milp: lp_solve could not allocate the model";
+    MilpStatus st = lp ? milp_build_and_solve(lp, p, &mc, sol, t0, msg, sizeof msg) : MILP_ERROR;
+    if (lp) delete_lp(lp);
+    free(mc.alive);
+    free(mc.lcol);
+    if (st == MILP_ERROR) return milp_fail(sol, MILP_ERROR, t0, msg);
     if (st == MILP_INFEASIBLE || st == MILP_TIMEOUT) return milp_fail(sol, st, t0, NULL);
     sol->status = st;
     sol->seconds = milp_now() - t0;

@@ -1,4 +1,4 @@
-// The overlap (interference) rule of DESIGN.md §4: how long a window takes in
+// The overlap (interference) rule of docs/design.md §4: how long a window takes in
 // which compute (C), collectives (N), host->device (H2D) and device->host
 // (D2H) work run at once, each slowed by the others.
 //
@@ -14,7 +14,7 @@
 // the expression engine (ex_overlap, expr/expr.h) whose kernel runs the
 // same operations in the same order, so the two agree bitwise.
 #include <math.h>
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 
 // A stream whose remaining work is below this counts as finished (the
 // engine's threshold: the scalar and the symbolic rule agree on it).

@@ -1,4 +1,4 @@
-// Stage time (DESIGN.md §4): the per-block overlap schedule with its first /
+// Stage time (docs/design.md §4): the per-block overlap schedule with its first /
 // last micro-batch phases, stage steady time t and extra d, and the 1F1B
 // pipeline total.
 //
@@ -23,7 +23,7 @@
 // Checkpointed blocks are the last ckpt of the stage: they save only their
 // input (smaller A_out / A_in) and recompute the forward in backward.
 #include <math.h>
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 
 double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d) {
     double tmax = 0, tsum = 0, extra = 0, before = 0;

@@ -20,6 +20,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "models/model.h"
 #include "planner/analyze.h"
 #include "planner/milp.h"
 #include "planner/pareto.h"
@@ -733,9 +734,9 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
 }
 
 void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE *f) {
-    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %d thread(s) (%s; machine code %s), %.3f s wall\n",
+    fprintf(f, "\nsearch: space %s, %d node(s) x %d GPU(s), %d thread(s) (%s), %.3f s wall\n",
             search_space_name(o->space), o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, expr_simd_name(),
-            expr_machine_code_name(), s->seconds);
+            s->seconds);
     fprintf(f, "  candidates evaluated %lld (%lld fit; %lld timed) in %lld batches, %.3f s evaluating, %lld stage "
                "models compiled in %.3f s\n",
             s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds, s->models_built,
@@ -754,9 +755,9 @@ void search_stats_print_text(const SearchStats *s, const SearchOptions *o, FILE 
 
 void search_stats_print_json(const SearchStats *s, const SearchOptions *o, FILE *f) {
     fprintf(f, "\"space\": \"%s\", \"nodes\": %d, \"gpus_per_node\": %d, \"threads\": %d, \"simd\": \"%s\", "
-               "\"machine_code\": \"%s\", \"seconds\": %.6g, ",
+               "\"seconds\": %.6g, ",
             search_space_name(o->space), o->nodes, o->gpus_per_node, o->threads > 1 ? o->threads : 1, expr_simd_name(),
-            expr_machine_code_name(), s->seconds);
+            s->seconds);
     fprintf(f, "\"candidates\": %lld, \"candidates_fit\": %lld, \"time_evaluations\": %lld, \"batches\": %lld, "
                "\"eval_seconds\": %.6g, ",
             s->candidates, s->candidates_fit, s->time_evaluations, s->classes, s->eval_seconds);

@@ -1,4 +1,4 @@
-// The plan search (DESIGN.md §3, §7): the fastest plan that fits, for a model,
+// The plan search (docs/design.md §3, §7): the fastest plan that fits, for a model,
 // a batch, a cluster of nodes x gpus_per_node devices and a hardware profile.
 //
 //   search_space.c  the discrete space: stage counts, meshes, G, what each

@@ -3,8 +3,9 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "models/model_flops.h"
 #include "planner/analyze.h"
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "planner/search_compare.h"
 
 int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,

@@ -3,7 +3,7 @@
 #ifndef MIST_SEARCH_INTERNAL_H
 #define MIST_SEARCH_INTERNAL_H
 
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "planner/search.h"
 
 #define SEARCH_MAX_MESHES 16

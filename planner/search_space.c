@@ -1,4 +1,4 @@
-// The discrete search space (DESIGN.md §3) and what each --space allows.
+// The discrete search space (docs/design.md §3) and what each --space allows.
 //
 //   megatron  DP x TP x PP with uniform stages: L/S blocks, one mesh and one
 //             set of memory savers on every stage (one set of run flags);

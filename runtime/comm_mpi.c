@@ -43,6 +43,8 @@ enum {
 };
 
 // ---- datatypes and reduction ops ------------------------------------------
+// MPI objects of the process (MPI is initialised once per process), made on
+// first use and shared by everything that talks MPI.
 
 static MPI_Datatype bf16_type = MPI_DATATYPE_NULL, f16_type = MPI_DATATYPE_NULL;
 static MPI_Op bf16_sum_op = MPI_OP_NULL, bf16_max_op = MPI_OP_NULL;
@@ -95,20 +97,30 @@ static MPI_Op mpi_op(MistDtype t, CommOp op) {
     return op == COMM_MAX ? MPI_MAX : MPI_SUM;
 }
 
+// ---- the backend's state: its request pool and hang detection ---------------
+
+typedef struct {
+    struct CommRequest pool[COMM_MAX_REQUESTS];
+    int pool_next;  // where the search for a free slot starts
+    pthread_mutex_t pool_lock;
+    double wait_timeout;     // seconds; 0 = wait forever
+    char wait_context[128];  // e.g. "step 120"
+} MpiContext;
+
+static MpiContext *mpi_ctx(const CommBackend *self) { return self->ctx; }
+
 // ---- request pool -----------------------------------------------------------
 
-static struct CommRequest pool[COMM_MAX_REQUESTS];
-static int pool_next;  // where the search for a free slot starts
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static CommRequest *req_take(const char *what, size_t count, MistDtype t, const CommGroup *g, int peer) {
+static CommRequest *req_take(const CommBackend *self, const char *what, size_t count, MistDtype t,
+                             const CommGroup *g, int peer) {
+    MpiContext *x = mpi_ctx(self);
     CommRequest *r = NULL;
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&x->pool_lock);
     for (int k = 0; k < COMM_MAX_REQUESTS && !r; k++) {
-        int i = (pool_next + k) % COMM_MAX_REQUESTS;
-        if (!pool[i].in_use) {
-            r = &pool[i];
-            pool_next = (i + 1) % COMM_MAX_REQUESTS;
+        int i = (x->pool_next + k) % COMM_MAX_REQUESTS;
+        if (!x->pool[i].in_use) {
+            r = &x->pool[i];
+            x->pool_next = (i + 1) % COMM_MAX_REQUESTS;
         }
     }
     if (r) {
@@ -117,20 +129,21 @@ static CommRequest *req_take(const char *what, size_t count, MistDtype t, const 
         r->what = what, r->count = count, r->dtype = t, r->peer = peer;
         r->group_rank = g ? g->rank : -1, r->group_size = g ? g->size : 0;
     }
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&x->pool_lock);
     return r;
 }
 
-static void req_release(CommRequest *r) {
-    pthread_mutex_lock(&pool_lock);
+static void req_release(const CommBackend *self, CommRequest *r) {
+    MpiContext *x = mpi_ctx(self);
+    pthread_mutex_lock(&x->pool_lock);
     r->in_use = 0;
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&x->pool_lock);
 }
 
 // Finishes a completed request: the deferred move, then back to the pool.
-static void req_finish(CommRequest *r) {
+static void req_finish(const CommBackend *self, CommRequest *r) {
     if (r->move_bytes) memmove(r->move_dst, r->move_src, r->move_bytes);
-    req_release(r);
+    req_release(self, r);
 }
 
 // ---- hang detection -----------------------------------------------------------
@@ -139,13 +152,14 @@ static void req_finish(CommRequest *r) {
 // wait forever, end the job and say which rank, which operation, on which
 // group, and where in training (the context the trainer last set).
 
-static double wait_timeout;        // seconds; 0 = wait forever
-static char wait_context[128];     // e.g. "step 120"
-static void mpi_abort(int exit_code, const char *message);
+static void mpi_abort(const CommBackend *self, int exit_code, const char *message);
 
-static void mpi_set_timeout(double seconds) { wait_timeout = seconds > 0 ? seconds : 0; }
-static void mpi_set_context(const char *context) {
-    snprintf(wait_context, sizeof wait_context, "%s", context ? context : "");
+static void mpi_set_timeout(const CommBackend *self, double seconds) {
+    mpi_ctx(self)->wait_timeout = seconds > 0 ? seconds : 0;
+}
+static void mpi_set_context(const CommBackend *self, const char *context) {
+    MpiContext *x = mpi_ctx(self);
+    snprintf(x->wait_context, sizeof x->wait_context, "%s", context ? context : "");
 }
 
 static double now_seconds(void) {
@@ -154,7 +168,8 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void report_hang(const CommRequest *r, double waited) {
+static void report_hang(const CommBackend *self, const CommRequest *r, double waited) {
+    const MpiContext *x = mpi_ctx(self);
     char peer[48] = "", elems[64] = "", msg[768];
     if (r->peer >= 0) snprintf(peer, sizeof peer, " with rank %d of the group", r->peer);
     if (strcmp(r->what, "barrier"))  // a barrier moves no elements
@@ -164,14 +179,15 @@ static void report_hang(const CommRequest *r, double waited) {
              "%.0f s. The other ranks of the group have not joined it: one may have died, be stuck, or be running a "
              "different operation (their own reports, if any, name theirs). Hint: [cluster] comm_timeout = %g s; "
              "raise it if one step can legitimately take longer, 0 turns the check off",
-             wait_context[0] ? wait_context : "", wait_context[0] ? ": " : "", r->what, elems, peer, r->group_size,
-             r->group_rank, waited, wait_timeout);
-    mpi_abort(4, msg);
+             x->wait_context, x->wait_context[0] ? ": " : "", r->what, elems, peer, r->group_size, r->group_rank,
+             waited, x->wait_timeout);
+    mpi_abort(self, 4, msg);
 }
 
-static int mpi_wait(CommRequest *r) {
+static int mpi_wait(const CommBackend *self, CommRequest *r) {
+    double timeout = mpi_ctx(self)->wait_timeout;
     int rc;
-    if (wait_timeout <= 0) {
+    if (timeout <= 0) {
         rc = MPI_Waitall(r->n, r->r, MPI_STATUSES_IGNORE);
     } else {
         // MPI_Testall drives progress like MPI_Waitall does; the clock is read
@@ -183,33 +199,33 @@ static int mpi_wait(CommRequest *r) {
             if (flag || rc != MPI_SUCCESS) break;
             if (polls % 256 == 0) {
                 double waited = now_seconds() - t0;
-                if (waited > wait_timeout) report_hang(r, waited);
+                if (waited > timeout) report_hang(self, r, waited);
             }
         }
     }
-    req_finish(r);
+    req_finish(self, r);
     return rc;
 }
 
-static int mpi_test(CommRequest *r, int *done) {
+static int mpi_test(const CommBackend *self, CommRequest *r, int *done) {
     int flag = 0;
     int rc = MPI_Testall(r->n, r->r, &flag, MPI_STATUSES_IGNORE);
     *done = flag || rc != MPI_SUCCESS;
-    if (*done) req_finish(r);
+    if (*done) req_finish(self, r);
     return rc;
 }
 
 // Blocking calls are the nonblocking ones plus a wait: one code path to test.
-static int wait_or_hand_back(int rc, CommRequest *r, CommRequest **out) {
+static int wait_or_hand_back(const CommBackend *self, int rc, CommRequest *r, CommRequest **out) {
     if (rc != MPI_SUCCESS) {
-        if (r) req_release(r);
+        if (r) req_release(self, r);
         return rc;
     }
     if (out) {
         *out = r;
         return 0;
     }
-    return mpi_wait(r);
+    return mpi_wait(self, r);
 }
 
 static int chunks_fit(size_t count) { return (count + CHUNK_ELEMS - 1) / CHUNK_ELEMS <= REQ_SLOTS; }
@@ -236,12 +252,12 @@ CommGroup *comm_mpi_group_from(MPI_Comm comm) {
 
 MPI_Comm comm_mpi_group_comm(const CommGroup *g) { return g->comm; }
 
-static int mpi_group_world(CommGroup **out) {
+static int mpi_group_world(const CommBackend *self, CommGroup **out) {
     *out = comm_mpi_group_from(MPI_COMM_WORLD);
     return *out ? 0 : ERR_NOMEM;
 }
 
-static int mpi_group_split(CommGroup *parent, int color, int key, CommGroup **out) {
+static int mpi_group_split(const CommBackend *self, CommGroup *parent, int color, int key, CommGroup **out) {
     MPI_Comm c;
     *out = NULL;
     int rc = MPI_Comm_split(parent->comm, color, key, &c);
@@ -254,23 +270,23 @@ static int mpi_group_split(CommGroup *parent, int color, int key, CommGroup **ou
     return 0;
 }
 
-static void mpi_group_free(CommGroup *g) {
+static void mpi_group_free(const CommBackend *self, CommGroup *g) {
     if (!g) return;
     MPI_Comm_free(&g->comm);
     free(g);
 }
 
-static int mpi_group_rank(const CommGroup *g) { return g->rank; }
-static int mpi_group_size(const CommGroup *g) { return g->size; }
+static int mpi_group_rank(const CommBackend *self, const CommGroup *g) { return g->rank; }
+static int mpi_group_size(const CommBackend *self, const CommGroup *g) { return g->size; }
 
 // ---- collectives ------------------------------------------------------------
 
-static int mpi_iall_reduce(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g,
-                           CommRequest **out) {
+static int mpi_iall_reduce(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
+                           CommOp op, CommGroup *g, CommRequest **out) {
     MPI_Op mop = mpi_op(t, op);
     if (mop == MPI_OP_NULL) return ERR_DTYPE_OP;
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take("all_reduce", count, t, g, -1);
+    CommRequest *r = req_take(self, "all_reduce", count, t, g, -1);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -279,11 +295,12 @@ static int mpi_iall_reduce(const void *send, void *recv, size_t count, MistDtype
         const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * sz;
         rc = MPI_Iallreduce(s, (char *)recv + off * sz, n, mpi_type(t), mop, g->comm, &r->r[r->n++]);
     }
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_all_reduce(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
-    return mpi_iall_reduce(send, recv, count, t, op, g, NULL);
+static int mpi_all_reduce(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t, CommOp op,
+                          CommGroup *g) {
+    return mpi_iall_reduce(self, send, recv, count, t, op, g, NULL);
 }
 
 // [a, a+na) and [b, b+nb) share a byte
@@ -292,8 +309,8 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
     return x < y + nb && y < x + na;
 }
 
-static int mpi_ireduce_scatter(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g,
-                               CommRequest **out) {
+static int mpi_ireduce_scatter(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
+                               CommOp op, CommGroup *g, CommRequest **out) {
     MPI_Op mop = mpi_op(t, op);
     if (mop == MPI_OP_NULL) return ERR_DTYPE_OP;
     if (count > (size_t)INT32_MAX) return ERR_TOO_LARGE;
@@ -301,7 +318,7 @@ static int mpi_ireduce_scatter(const void *send, void *recv, size_t count, MistD
     char *mine = (char *)send + (size_t)g->rank * block;  // this rank's block of send
     int in_place = recv == send || recv == mine;
     if (!in_place && overlap(send, block * g->size, recv, block)) return ERR_OVERLAP;
-    CommRequest *r = req_take("reduce_scatter", count, t, g, -1);
+    CommRequest *r = req_take(self, "reduce_scatter", count, t, g, -1);
     if (!r) return ERR_POOL;
     int rc;
     if (in_place) {
@@ -315,32 +332,36 @@ static int mpi_ireduce_scatter(const void *send, void *recv, size_t count, MistD
     } else {
         rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mop, g->comm, &r->r[r->n++]);
     }
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_reduce_scatter(const void *send, void *recv, size_t count, MistDtype t, CommOp op, CommGroup *g) {
-    return mpi_ireduce_scatter(send, recv, count, t, op, g, NULL);
+static int mpi_reduce_scatter(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
+                              CommOp op, CommGroup *g) {
+    return mpi_ireduce_scatter(self, send, recv, count, t, op, g, NULL);
 }
 
-static int mpi_iall_gather(const void *send, void *recv, size_t count, MistDtype t, CommGroup *g, CommRequest **out) {
+static int mpi_iall_gather(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
+                           CommGroup *g, CommRequest **out) {
     if (count > (size_t)INT32_MAX) return ERR_TOO_LARGE;
     size_t block = count * mist_dtype_size(t);
     int in_place = send == (char *)recv + (size_t)g->rank * block;
     if (!in_place && overlap(send, block, recv, block * g->size)) return ERR_OVERLAP;
-    CommRequest *r = req_take("all_gather", count, t, g, -1);
+    CommRequest *r = req_take(self, "all_gather", count, t, g, -1);
     if (!r) return ERR_POOL;
     int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
                             g->comm, &r->r[r->n++]);
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_all_gather(const void *send, void *recv, size_t count, MistDtype t, CommGroup *g) {
-    return mpi_iall_gather(send, recv, count, t, g, NULL);
+static int mpi_all_gather(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
+                          CommGroup *g) {
+    return mpi_iall_gather(self, send, recv, count, t, g, NULL);
 }
 
-static int mpi_ibroadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g, CommRequest **out) {
+static int mpi_ibroadcast(const CommBackend *self, void *buf, size_t count, MistDtype t, int root, CommGroup *g,
+                          CommRequest **out) {
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take("broadcast", count, t, g, root);
+    CommRequest *r = req_take(self, "broadcast", count, t, g, root);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -348,11 +369,11 @@ static int mpi_ibroadcast(void *buf, size_t count, MistDtype t, int root, CommGr
         int n = (int)(count - off < CHUNK_ELEMS ? count - off : CHUNK_ELEMS);
         rc = MPI_Ibcast((char *)buf + off * sz, n, mpi_type(t), root, g->comm, &r->r[r->n++]);
     }
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_broadcast(void *buf, size_t count, MistDtype t, int root, CommGroup *g) {
-    return mpi_ibroadcast(buf, count, t, root, g, NULL);
+static int mpi_broadcast(const CommBackend *self, void *buf, size_t count, MistDtype t, int root, CommGroup *g) {
+    return mpi_ibroadcast(self, buf, count, t, root, g, NULL);
 }
 
 // ---- point to point ---------------------------------------------------------
@@ -360,10 +381,10 @@ static int mpi_broadcast(void *buf, size_t count, MistDtype t, int root, CommGro
 // One message to or from peer, in chunks of CHUNK_ELEMS (MPI counts are
 // int). Chunks of one message arrive in order: MPI does not overtake on one
 // (peer, tag, comm).
-static int p2p_start(int send, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
-                     CommRequest **out) {
+static int p2p_start(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer, int tag,
+                     CommGroup *g, CommRequest **out) {
     if (!chunks_fit(count)) return ERR_TOO_LARGE;
-    CommRequest *r = req_take(send ? "send" : "recv", count, t, g, peer);
+    CommRequest *r = req_take(self, send ? "send" : "recv", count, t, g, peer);
     if (!r) return ERR_POOL;
     size_t sz = mist_dtype_size(t);
     int rc = MPI_SUCCESS;
@@ -375,37 +396,40 @@ static int p2p_start(int send, void *buf, size_t count, MistDtype t, int peer, i
                   : MPI_Irecv(at, n, mpi_type(t), peer, tag, g->comm, &r->r[r->n++]);
         off += CHUNK_ELEMS;
     } while (off < count && rc == MPI_SUCCESS);
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_isend(const void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g, CommRequest **out) {
-    return p2p_start(1, (void *)buf, count, t, peer, tag, g, out);
+static int mpi_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                     CommGroup *g, CommRequest **out) {
+    return p2p_start(self, 1, (void *)buf, count, t, peer, tag, g, out);
 }
 
-static int mpi_irecv(void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g, CommRequest **out) {
-    return p2p_start(0, buf, count, t, peer, tag, g, out);
+static int mpi_irecv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
+                     CommRequest **out) {
+    return p2p_start(self, 0, buf, count, t, peer, tag, g, out);
 }
 
-static int mpi_send(const void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
-    return mpi_isend(buf, count, t, peer, tag, g, NULL);
+static int mpi_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                    CommGroup *g) {
+    return mpi_isend(self, buf, count, t, peer, tag, g, NULL);
 }
 
-static int mpi_recv(void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
-    return mpi_irecv(buf, count, t, peer, tag, g, NULL);
+static int mpi_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
+    return mpi_irecv(self, buf, count, t, peer, tag, g, NULL);
 }
 
-static int mpi_ibarrier(CommGroup *g, CommRequest **out) {
-    CommRequest *r = req_take("barrier", 0, MIST_I32, g, -1);
+static int mpi_ibarrier(const CommBackend *self, CommGroup *g, CommRequest **out) {
+    CommRequest *r = req_take(self, "barrier", 0, MIST_I32, g, -1);
     if (!r) return ERR_POOL;
     int rc = MPI_Ibarrier(g->comm, &r->r[r->n++]);
-    return wait_or_hand_back(rc, r, out);
+    return wait_or_hand_back(self, rc, r, out);
 }
 
-static int mpi_barrier(CommGroup *g) { return MPI_Barrier(g->comm); }
+static int mpi_barrier(const CommBackend *self, CommGroup *g) { return MPI_Barrier(g->comm); }
 
 // ---- errors -----------------------------------------------------------------
 
-static void mpi_error_string(int code, char *buf, size_t len) {
+static void mpi_error_string(const CommBackend *self, int code, char *buf, size_t len) {
     const char *own = NULL;
     switch (code) {
     case 0: own = "success"; break;
@@ -425,7 +449,7 @@ static void mpi_error_string(int code, char *buf, size_t len) {
     snprintf(buf, len, "MPI error %d: %s", code, text);
 }
 
-static void mpi_abort(int exit_code, const char *message) {
+static void mpi_abort(const CommBackend *self, int exit_code, const char *message) {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fprintf(stderr, "mist: rank %d: %s\n", rank, message);
@@ -435,8 +459,13 @@ static void mpi_abort(int exit_code, const char *message) {
     exit(exit_code);  // MPI_Abort does not return; this keeps the contract if it did
 }
 
+// MPI has one world per process, so the backend is one instance per process:
+// its context is made once, here, and lives as long as the process.
+static MpiContext mpi_context = {.pool_lock = PTHREAD_MUTEX_INITIALIZER};
+
 static const CommBackend mpi_backend = {
     .name = "mpi",
+    .ctx = &mpi_context,
     .group_world = mpi_group_world,
     .group_split = mpi_group_split,
     .group_free = mpi_group_free,

@@ -26,30 +26,33 @@
 // bf16 sums are added in fp32 and rounded at every step (as MPI's bf16 sum).
 // f16 reductions are refused, as by the MPI backend.
 //
-// One wrapper per process (the CommBackend interface has no context pointer).
+// Each wrapper keeps its own communicators, stream, events and counts (its
+// context): made by comm_nccl_new, destroyed by comm_nccl_free.
 #ifndef MIST_COMM_NCCL_H
 #define MIST_COMM_NCCL_H
 
 #include "kernels/backend.h"
 #include "runtime/comm.h"
 
-// The wrapper around `inner` (the MPI backend) for memory of `be`.
-const CommBackend *comm_nccl_backend(const CommBackend *inner, Backend *be);
+// A new wrapper around `inner` (the MPI backend) for memory of `be`; NULL when
+// out of host memory.
+const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be);
 // The stream whose queued work a collective's buffers come from (the model
 // runtime's); NULL: synchronise the whole device before each collective.
-void comm_nccl_follow(BackendStream *s);
+void comm_nccl_follow(const CommBackend *nccl, BackendStream *s);
 // Creates g's NCCL communicator now rather than at its first device collective
 // (collective over g): at start, so that NCCL takes its device memory before the
 // arenas take theirs. 0, or an error code of the backend.
-int comm_nccl_prepare(const CommGroup *g);
-// Collectives that ran on NCCL so far.
-long long comm_nccl_calls(void);
-// NCCL communicators created so far.
-int comm_nccl_communicators(void);
+int comm_nccl_prepare(const CommBackend *nccl, const CommGroup *g);
+// Collectives that ran on NCCL through this wrapper so far.
+long long comm_nccl_calls(const CommBackend *nccl);
+// NCCL communicators this wrapper has created so far.
+int comm_nccl_communicators(const CommBackend *nccl);
 // NCCL's version as text ("2.28.3"), or why it cannot say.
 const char *comm_nccl_version(void);
-// Destroys the NCCL communicators and the backend's stream and events. Call it
-// before the groups are freed, with no operation in flight.
-void comm_nccl_release(void);
+// Destroys the wrapper's NCCL communicators, stream and events, and the
+// wrapper. Call it before the groups are freed, with no operation in flight.
+// NULL: nothing to free.
+void comm_nccl_free(const CommBackend *nccl);
 
 #endif

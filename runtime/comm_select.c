@@ -28,7 +28,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     memset(out, 0, sizeof *out);
     out->path = COMM_PATH_MPI;
     out->comm = mpi;
-    int on_host = !strcmp(be->name, "cpu");
+    int on_host = be->device_memory_is_host;  // MPI reads it: no staging, no NCCL
     const char *force = getenv("MIST_COMM_STAGED");  // launch_check_env / train validate the value
     int force_staged = force && !strcmp(force, "1");
     int nccl = 0;
@@ -37,15 +37,16 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     // drives too (by UUID: launch.c) stages, and then the whole job does.
     const Launch *li = launch_info();
     int own_gpu = NCCL_ON_CPU || (!on_host && li && li->gpus_on_host > 0 && !li->gpu_shared);
-    int votes = own_gpu && !force_staged, n = mpi->group_size(world);
-    int rc = mpi->all_reduce(&votes, &votes, 1, MIST_I32, COMM_SUM, world);
+    int votes = own_gpu && !force_staged, n = mpi->group_size(mpi, world);
+    int rc = mpi->all_reduce(mpi, &votes, &votes, 1, MIST_I32, COMM_SUM, world);
     if (rc) return rc;
     nccl = votes == n;
     if (!nccl && !on_host && !force_staged)
         snprintf(out->why, sizeof out->why, "not every rank has a GPU of its own (NCCL needs one per rank)");
     if (nccl) {
         out->path = COMM_PATH_NCCL;
-        out->comm = comm_nccl_backend(mpi, be);
+        out->comm = comm_nccl_new(mpi, be);
+        if (!out->comm) mpi->abort(mpi, 1, "out of host memory for the NCCL comm backend");
         snprintf(out->detail, sizeof out->detail, "NCCL %s", comm_nccl_version());
     }
 #else
@@ -53,7 +54,8 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 #endif
     if (!nccl && (!on_host || force_staged)) {
         out->path = COMM_PATH_STAGED;
-        out->comm = comm_staged_backend(mpi, be);
+        out->comm = comm_staged_new(mpi, be);
+        if (!out->comm) mpi->abort(mpi, 1, "out of host memory for the staged comm backend");
     }
     return 0;
 }
@@ -61,7 +63,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
 #ifdef HAVE_NCCL
     for (int i = 0; c->path == COMM_PATH_NCCL && i < n; i++) {
-        int rc = c->comm->group_size(groups[i]) > 1 ? comm_nccl_prepare(groups[i]) : 0;
+        int rc = c->comm->group_size(c->comm, groups[i]) > 1 ? comm_nccl_prepare(c->comm, groups[i]) : 0;
         if (rc) return rc;
     }
 #endif
@@ -77,13 +79,13 @@ void comm_select_describe(const CommChoice *c, char *buf, size_t len) {
 
 void comm_select_follow(const CommChoice *c, BackendStream *s) {
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL) comm_nccl_follow(s);
+    if (c->path == COMM_PATH_NCCL) comm_nccl_follow(c->comm, s);
 #endif
 }
 
 int comm_select_communicators(const CommChoice *c) {
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL) return comm_nccl_communicators();
+    if (c->path == COMM_PATH_NCCL) return comm_nccl_communicators(c->comm);
 #endif
     return 0;
 }
@@ -92,19 +94,19 @@ long long comm_select_device_calls(const CommChoice *c, int rank, char *line, si
     long long n = 0;
     if (len) line[0] = '\0';
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL && (n = comm_nccl_calls()) > 0)
+    if (c->path == COMM_PATH_NCCL && (n = comm_nccl_calls(c->comm)) > 0)
         snprintf(line, len, "NCCL collectives on rank %d: %lld, on %d communicators", rank, n,
-                 comm_nccl_communicators());
+                 comm_nccl_communicators(c->comm));
 #endif
-    if (c->path == COMM_PATH_STAGED && (n = comm_staged_calls()) > 0)
+    if (c->path == COMM_PATH_STAGED && (n = comm_staged_calls(c->comm)) > 0)
         snprintf(line, len, "staged collectives on rank %d: %lld, through %zu B of pinned host memory (outside the "
-                 "plan's host bytes)", rank, n, comm_staged_host_bytes());
+                 "plan's host bytes)", rank, n, comm_staged_host_bytes(c->comm));
     return n;
 }
 
 void comm_select_release(const CommChoice *c) {
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL) comm_nccl_release();
+    if (c->path == COMM_PATH_NCCL) comm_nccl_free(c->comm);
 #endif
-    if (c->path == COMM_PATH_STAGED) comm_staged_release();
+    if (c->path == COMM_PATH_STAGED) comm_staged_free(c->comm);
 }

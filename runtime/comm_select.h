@@ -39,7 +39,9 @@ int comm_select_communicators(const CommChoice *c);
 // Collectives that left MPI's hands (NCCL or staged) on this rank, and a line
 // saying so, naming the rank ("" when none).
 long long comm_select_device_calls(const CommChoice *c, int rank, char *line, size_t len);
-// Frees what the path holds (NCCL communicators, bounce buffers); no operation in flight, groups still alive.
+// Frees what the path holds (NCCL communicators, bounce buffers) and its wrapper
+// backend (c->comm is the MPI backend's or gone after); no operation in flight,
+// groups still alive.
 void comm_select_release(const CommChoice *c);
 
 #endif

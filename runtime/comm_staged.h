@@ -21,22 +21,21 @@
 // staged operation in flight, kept and reused: each grows to the largest
 // operation it has carried (the first training step sees them all; later
 // steps allocate nothing); comm_staged_host_bytes() says how much they hold.
-// One wrapper per process (the CommBackend interface has no context pointer).
+// Each wrapper keeps its own bounce buffers and counts (its context).
 #ifndef MIST_COMM_STAGED_H
 #define MIST_COMM_STAGED_H
 
 #include "kernels/backend.h"
 #include "runtime/comm.h"
 
-// The wrapper around `inner` for memory of `be`. Calling it again replaces the
-// previous wrapper's inner backend and compute backend (its buffer is kept).
-const CommBackend *comm_staged_backend(const CommBackend *inner, Backend *be);
-// Pinned host bytes the bounce buffers hold now.
-size_t comm_staged_host_bytes(void);
-// Calls that were staged so far (one or more buffers in device memory).
-long long comm_staged_calls(void);
-// Frees the bounce buffers (with the compute backend they came from); no staged
-// operation may be in flight.
-void comm_staged_release(void);
+// A new wrapper around `inner` for memory of `be`; NULL when out of host memory.
+const CommBackend *comm_staged_new(const CommBackend *inner, Backend *be);
+// Pinned host bytes the wrapper's bounce buffers hold now.
+size_t comm_staged_host_bytes(const CommBackend *staged);
+// Calls the wrapper has staged so far (one or more buffers in device memory).
+long long comm_staged_calls(const CommBackend *staged);
+// Frees the bounce buffers (with the compute backend they came from) and the
+// wrapper; no staged operation may be in flight. NULL: nothing to free.
+void comm_staged_free(const CommBackend *staged);
 
 #endif

@@ -95,7 +95,7 @@ static void describe_meshes(const Plan *plan, char *out, size_t len) {
 
 static int comm_failed(Grid *g, const char *what, int code, char *err, size_t errlen) {
     char text[256];
-    g->comm->error_string(code, text, sizeof text);
+    g->comm->error_string(g->comm, code, text, sizeof text);
     snprintf(err, errlen, "grid: creating the %s group failed: %s", what, text);
     grid_free(g);
     return 1;
@@ -127,21 +127,21 @@ int grid_build(Grid *g, const Plan *plan, const CommBackend *comm, char *err, si
     snprintf(g->device, sizeof g->device, "%s", L->device);
     g->comm = comm;
 
-    if ((rc = comm->group_world(&g->world))) return comm_failed(g, "world", rc, err, errlen);
+    if ((rc = comm->group_world(comm, &g->world))) return comm_failed(g, "world", rc, err, errlen);
     // Colors are world ranks, hence unique per group: a DP group is named by
     // its (dp 0, tp) rank, a TP group by its (dp, tp 0) rank.
     int dp_color = g->stage_first_rank + g->tp_index;
     int tp_color = g->stage_first_rank + g->dp_index * g->tp_size;
-    if ((rc = comm->group_split(g->world, dp_color, g->dp_index, &g->dp))) return comm_failed(g, "dp", rc, err, errlen);
-    if ((rc = comm->group_split(g->world, tp_color, g->tp_index, &g->tp))) return comm_failed(g, "tp", rc, err, errlen);
+    if ((rc = comm->group_split(comm, g->world, dp_color, g->dp_index, &g->dp))) return comm_failed(g, "dp", rc, err, errlen);
+    if ((rc = comm->group_split(comm, g->world, tp_color, g->tp_index, &g->tp))) return comm_failed(g, "tp", rc, err, errlen);
     return 0;
 }
 
 void grid_free(Grid *g) {
     if (g->comm) {
-        g->comm->group_free(g->tp);
-        g->comm->group_free(g->dp);
-        g->comm->group_free(g->world);
+        g->comm->group_free(g->comm, g->tp);
+        g->comm->group_free(g->comm, g->dp);
+        g->comm->group_free(g->comm, g->world);
     }
     g->tp = g->dp = g->world = NULL;
 }
@@ -177,13 +177,13 @@ int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
 void grid_print_table(const Grid *g, FILE *f) {
     int n = g->world_size;
     GridRow mine, *rows = calloc((size_t)n, sizeof *rows);
-    if (!rows) g->comm->abort(1, "grid: out of host memory for the grid table");
+    if (!rows) g->comm->abort(g->comm, 1, "grid: out of host memory for the grid table");
     memset(&mine, 0, sizeof mine);
     mine = (GridRow){g->world_rank, g->local_rank, g->stage, g->dp_index, g->tp_index, g->first_layer, g->num_layers,
                      "", ""};
     memcpy(mine.host, g->host, sizeof mine.host);
     memcpy(mine.device, g->device, sizeof mine.device);
-    commCheck(g->comm, g->comm->all_gather(&mine, rows, sizeof mine, MIST_U8, g->world));
+    commCheck(g->comm, g->comm->all_gather(g->comm, &mine, rows, sizeof mine, MIST_U8, g->world));
     if (g->world_rank == 0) {
         int hw = 4, hosts = 0;
         for (int r = 0; r < n; r++) {

@@ -77,10 +77,6 @@ int launch_check_env(char *err, size_t errlen) {
     } vars[] = {
         {"MIST_DEVICE", {"cpu"}, "unset it to use a GPU when one answers, or set cpu to force the CPU backend"},
         {"MIST_CUDA_ATTENTION", {"base", "wide", "wgmma"}, "unset it for the default (base)"},
-        {"MIST_NO_AVX512", {"0", "1"}, "1 keeps the planner off AVX-512: AVX2 overlap windows and machine code "
-                                       "(the same plans); unset it for the default"},
-        {"MIST_NO_JIT", {"0", "1"}, "1 runs the planner's stage programs without machine code (the same plans); "
-                                    "unset it for the default"},
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i].name);

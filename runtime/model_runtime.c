@@ -86,7 +86,7 @@ static void release_grads(ModelRuntime *r) {
 static void tp_sum(ModelRuntime *r, void *buf, size_t count) {
     if (r->tp == 1) return;
     r->be->stream_synchronize(r->be, r->stream);  // the comm backend reads the finished tensor
-    commCheck(r->comm, r->comm->all_reduce(buf, buf, count, r->be->dtype, COMM_SUM, r->tpg));
+    commCheck(r->comm, r->comm->all_reduce(r->comm, buf, buf, count, r->be->dtype, COMM_SUM, r->tpg));
 }
 
 // the bias of a row-parallel layer is added once, by tp rank 0, before the sum
@@ -290,10 +290,10 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
         float *rowmax = arena_ptr(&r->t_ce_stats), *stats = rowmax + N;
         be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vs);
         be->stream_synchronize(be, st);
-        commCheck(r->comm, r->comm->all_reduce(rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
+        commCheck(r->comm, r->comm->all_reduce(r->comm, rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
         be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vt, r->Vs);
         be->stream_synchronize(be, st);
-        commCheck(r->comm, r->comm->all_reduce(stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
+        commCheck(r->comm, r->comm->all_reduce(r->comm, stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
         be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, mr_targets(r), r->v0,
                                       N, r->Vt, r->Vs, dloss);
     }

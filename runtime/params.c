@@ -314,7 +314,7 @@ void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n) {
                 memcpy(buf + at, local + (size_t)a * r->Pp + t->offset, t->count * sizeof(float));
                 at += t->count;
             }
-        commCheck(c, c->send(buf, at, MIST_F32, 0, 41, r->tpg));
+        commCheck(c, c->send(c, buf, at, MIST_F32, 0, 41, r->tpg));
         free(buf);
         return;
     }
@@ -328,7 +328,7 @@ void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n) {
     for (int src = 1; src < r->tp; src++) {
         size_t len = packed_count(r, src) * (size_t)n, at = 0;
         float *buf = malloc((len ? len : 1) * sizeof(float));
-        commCheck(c, c->recv(buf, len, MIST_F32, src, 41, r->tpg));
+        commCheck(c, c->recv(c, buf, len, MIST_F32, src, 41, r->tpg));
         for (int a = 0; a < n; a++)
             for (int k = 0; k < r->num_tensors; k++) {
                 const ParamTensor *t = &r->tensors[k];
@@ -343,7 +343,7 @@ void mr_tp_gather(ModelRuntime *r, const float *local, float *global, int n) {
                     char msg[256];
                     snprintf(msg, sizeof msg, "runtime/params.c: replicated tensor %s (%s) differs between tp "
                              "ranks 0 and %d", t->name, a == 0 ? "weights" : a == 1 ? "adam m" : "adam v", src);
-                    c->abort(1, msg);
+                    c->abort(c, 1, msg);
                 }
                 at += (size_t)(s.rows * s.cols);
             }

@@ -41,7 +41,7 @@ int pipe_init(PipeRun *p, ModelRuntime *r, const Grid *grid, const Plan *plan, c
     if (p->S > 1 && r->m.tied_embeddings) {
         int member = s == 0 || s == p->S - 1;
         CommGroup *g = NULL;
-        commCheck(p->comm, p->comm->group_split(grid->world, member, grid->world_rank, &g));
+        commCheck(p->comm, p->comm->group_split(p->comm, grid->world, member, grid->world_rank, &g));
         if (member) p->tied = g;
         else p->other = g;
     }
@@ -49,8 +49,8 @@ int pipe_init(PipeRun *p, ModelRuntime *r, const Grid *grid, const Plan *plan, c
 }
 
 void pipe_free(PipeRun *p) {
-    if (p->tied) p->comm->group_free(p->tied);
-    if (p->other) p->comm->group_free(p->other);
+    if (p->tied) p->comm->group_free(p->comm, p->tied);
+    if (p->other) p->comm->group_free(p->comm, p->other);
     p->tied = p->other = NULL;
 }
 
@@ -65,8 +65,8 @@ static void link_start(PipeRun *p, PipeLink *l, int which, void *buf, int send, 
         const ReshardPiece *pc = &l->piece[i];
         char *at = (char *)buf + (size_t)pc->local_offset * per_seq * x;
         size_t count = (size_t)pc->count * per_seq;
-        if (send) commCheck(p->comm, p->comm->isend(at, count, t, pc->peer, tag, p->grid->world, &l->req[which][i]));
-        else commCheck(p->comm, p->comm->irecv(at, count, t, pc->peer, tag, p->grid->world, &l->req[which][i]));
+        if (send) commCheck(p->comm, p->comm->isend(p->comm, at, count, t, pc->peer, tag, p->grid->world, &l->req[which][i]));
+        else commCheck(p->comm, p->comm->irecv(p->comm, at, count, t, pc->peer, tag, p->grid->world, &l->req[which][i]));
     }
 }
 
@@ -80,7 +80,7 @@ static void link_wait(PipeRun *p, PipeLink *l, int which) {
     double t0 = seconds_now();
     for (int i = 0; i < l->n; i++)
         if (l->req[which][i]) {
-            commCheck(p->comm, p->comm->wait(l->req[which][i]));
+            commCheck(p->comm, p->comm->wait(p->comm, l->req[which][i]));
             l->req[which][i] = NULL;
         }
     p->sec_wait += seconds_now() - t0;
@@ -94,13 +94,13 @@ static void link_wait_all(PipeRun *p, PipeLink *l) {
 // ---------------------------------------------------------------- iterations
 static void load_or_abort(PipeRun *p, const PipeData *d, int64_t it, int g, int slot) {
     if ((p->r->has_pre || p->r->has_post) && d->load(d->ctx, it, g, slot))
-        p->comm->abort(1, "data error");
+        p->comm->abort(p->comm, 1, "data error");
 }
 
 // the loss sum lives on the last stage; every rank gets it (the skip decision
 // for a non-finite loss must agree everywhere)
 static double share_loss(PipeRun *p, double sum) {
-    if (p->S > 1) commCheck(p->comm, p->comm->broadcast(&sum, sizeof sum, MIST_U8, p->last_root, p->grid->world));
+    if (p->S > 1) commCheck(p->comm, p->comm->broadcast(p->comm, &sum, sizeof sum, MIST_U8, p->last_root, p->grid->world));
     return sum;
 }
 
@@ -179,7 +179,7 @@ double pipe_grad_norm(PipeRun *p) {
     if (p->S == 1) return norm;
     // ||g||^2 = sum over stages; one rank per stage adds its stage's part
     float sq = p->grid->dp_index == 0 && p->grid->tp_index == 0 ? (float)(norm * norm) : 0.0f;
-    commCheck(p->comm, p->comm->all_reduce(&sq, &sq, 1, MIST_F32, COMM_SUM, p->grid->world));
+    commCheck(p->comm, p->comm->all_reduce(p->comm, &sq, &sq, 1, MIST_F32, COMM_SUM, p->grid->world));
     return sqrt((double)sq);
 }
 
@@ -208,7 +208,7 @@ void pipe_gather_state(PipeRun *p, const ModelRuntime *full, const float *stage_
                 size_t start = full->tensors[r->tensors[0].gidx].offset;
                 memcpy(whole + (size_t)a * full->Pp + start, packed, total * sizeof(float));
             } else {
-                commCheck(p->comm, p->comm->send(packed, total, MIST_F32, 0, TAG_STATE, g->world));
+                commCheck(p->comm, p->comm->send(p->comm, packed, total, MIST_F32, 0, TAG_STATE, g->world));
             }
         }
         free(packed);
@@ -225,7 +225,7 @@ void pipe_gather_state(PipeRun *p, const ModelRuntime *full, const float *stage_
         size_t end = s == p->S - 1 ? full->Pp : full->units[1 + first + layers].off;
         if (s > 0)
             for (int a = 0; a < 3; a++)
-                commCheck(p->comm, p->comm->recv(whole + (size_t)a * full->Pp + start, end - start, MIST_F32, rank,
+                commCheck(p->comm, p->comm->recv(p->comm, whole + (size_t)a * full->Pp + start, end - start, MIST_F32, rank,
                                                  TAG_STATE, g->world));
         rank += plan->stage[s].dp * plan->stage[s].tp;
     }

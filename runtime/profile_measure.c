@@ -58,7 +58,7 @@ typedef struct {
 // every rank's place, from the host names (or blocks of ranks_per_node); *nodes
 // and *per_node: the node count and the fewest ranks on one
 static int places(const CommBackend *mpi, CommGroup *world, int ranks_per_node, Place *out, int *nodes, int *per_node) {
-    int n = mpi->group_size(world);
+    int n = mpi->group_size(mpi, world);
     const Launch *li = launch_info();
     char mine[64] = "";
     snprintf(mine, sizeof mine, "%s", li ? li->host : "localhost");
@@ -68,7 +68,7 @@ static int places(const CommBackend *mpi, CommGroup *world, int ranks_per_node, 
         free(hosts), free(count);
         return -1;
     }
-    int rc = mpi->all_gather(mine, hosts, 64, MIST_U8, world);
+    int rc = mpi->all_gather(mpi, mine, hosts, 64, MIST_U8, world);
     *nodes = 0;
     for (int r = 0; !rc && r < n; r++) {
         int node = -1;
@@ -97,25 +97,25 @@ typedef enum { T_ALL_GATHER, T_REDUCE_SCATTER, T_ALL_REDUCE } Which;
 // `bytes` in all (after o->warmup untimed ones); -1 on a comm error.
 static double time_collective(const CommBackend *mpi, const CommBackend *comm, CommGroup *g, char *buf, size_t bytes,
                               MistDtype t, Which which, const MeasureOptions *o) {
-    int size = mpi->group_size(g), rank = mpi->group_rank(g);
+    int size = mpi->group_size(mpi, g), rank = mpi->group_rank(mpi, g);
     size_t elt = mist_dtype_size(t), count = bytes / elt / (size_t)size;  // per rank's block
     char *mine = buf + (size_t)rank * count * elt;
     int rc = 0;
     double t0 = 0;
     for (int i = 0; !rc && i < o->warmup + o->iters; i++) {
         if (i == o->warmup) {
-            rc = mpi->barrier(g);
+            rc = mpi->barrier(mpi, g);
             t0 = now_seconds();
         }
         if (rc) break;
-        if (which == T_ALL_GATHER) rc = comm->all_gather(mine, buf, count, t, g);
-        else if (which == T_REDUCE_SCATTER) rc = comm->reduce_scatter(buf, mine, count, t, COMM_SUM, g);
-        else rc = comm->all_reduce(buf, buf, count * (size_t)size, t, COMM_SUM, g);
+        if (which == T_ALL_GATHER) rc = comm->all_gather(comm, mine, buf, count, t, g);
+        else if (which == T_REDUCE_SCATTER) rc = comm->reduce_scatter(comm, buf, mine, count, t, COMM_SUM, g);
+        else rc = comm->all_reduce(comm, buf, buf, count * (size_t)size, t, COMM_SUM, g);
     }
     float mean = rc ? -1.0f : (float)((now_seconds() - t0) / o->iters);
-    if (mpi->all_reduce(&mean, &mean, 1, MIST_F32, COMM_MAX, g)) return -1;
+    if (mpi->all_reduce(mpi, &mean, &mean, 1, MIST_F32, COMM_MAX, g)) return -1;
     int bad = rc != 0;
-    if (mpi->all_reduce(&bad, &bad, 1, MIST_I32, COMM_MAX, g) || bad) return -1;
+    if (mpi->all_reduce(mpi, &bad, &bad, 1, MIST_I32, COMM_MAX, g) || bad) return -1;
     return mean;
 }
 
@@ -127,7 +127,7 @@ static double time_copies(const CommBackend *mpi, CommGroup *world, Backend *be,
     for (int i = 0; i < o->warmup + o->iters; i++) {
         if (i == o->warmup) {
             be->stream_synchronize(be, st);
-            mpi->barrier(world);
+            mpi->barrier(mpi, world);
             t0 = now_seconds();
         }
         if (to_device) be->copy_h2d(be, dev, host, bytes, st);
@@ -135,7 +135,7 @@ static double time_copies(const CommBackend *mpi, CommGroup *world, Backend *be,
         be->stream_synchronize(be, st);
     }
     float mean = (float)((now_seconds() - t0) / o->iters);
-    mpi->all_reduce(&mean, &mean, 1, MIST_F32, COMM_MAX, world);
+    mpi->all_reduce(mpi, &mean, &mean, 1, MIST_F32, COMM_MAX, world);
     return mean;
 }
 
@@ -144,7 +144,7 @@ static double time_copies(const CommBackend *mpi, CommGroup *world, Backend *be,
 int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *world, Backend *be,
                     const MeasureOptions *o, ProfileMeasure *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    int n = mpi->group_size(world), me = mpi->group_rank(world);
+    int n = mpi->group_size(mpi, world), me = mpi->group_rank(mpi, world);
     size_t biggest = o->bytes[o->num_sizes - 1];
     Place *where = calloc((size_t)n, sizeof *where);
     // buffers first, the same verdict everywhere: a rank that cannot allocate stops every rank
@@ -152,7 +152,7 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
     char *host = be->alloc_pinned(be, biggest);
     BackendStream *st = be->stream_create(be);
     int bad = !where || !dev || !dev2 || !host || !st;
-    if (mpi->all_reduce(&bad, &bad, 1, MIST_I32, COMM_MAX, world) || bad) {
+    if (mpi->all_reduce(mpi, &bad, &bad, 1, MIST_I32, COMM_MAX, world) || bad) {
         snprintf(err, errlen, "cannot allocate the buffers in device and pinned host memory on some rank (hint: "
                  "smaller --sizes)");
         goto done;
@@ -174,7 +174,7 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
             if (nn * g == 1) continue;
             CommGroup *grp = NULL;
             int member = where[me].node < nn && where[me].local < g;
-            if (mpi->group_split(world, member ? 0 : 1, me, &grp)) {
+            if (mpi->group_split(mpi, world, member ? 0 : 1, me, &grp)) {
                 snprintf(err, errlen, "cannot form the group of a shape (MPI split failed)");
                 bad = 1;
                 goto done;
@@ -190,8 +190,8 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
             }
             if (member) measure_fit_line(line);
             int b2 = bad;
-            if (mpi->all_reduce(&b2, &b2, 1, MIST_I32, COMM_MAX, world) || b2) {
-                comm->group_free(grp);
+            if (mpi->all_reduce(mpi, &b2, &b2, 1, MIST_I32, COMM_MAX, world) || b2) {
+                comm->group_free(comm, grp);
                 snprintf(err, errlen, "a collective failed while measuring (see the messages above)");
                 bad = 1;
                 goto done;
@@ -209,7 +209,7 @@ int profile_measure(const CommBackend *mpi, const CommBackend *comm, CommGroup *
                     out->factor_rs = rs / ag, out->factor_ar = ar / ag;
                 }
             }
-            comm->group_free(grp);  // the comm path's: NCCL's communicator of the group goes too
+            comm->group_free(comm, grp);  // the comm path's: NCCL's communicator of the group goes too
         }
     for (int s = 0; s < o->num_sizes; s++) {
         size_t bytes = o->bytes[s];

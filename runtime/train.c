@@ -61,7 +61,7 @@ static double micro_batch_loss_sum(Run *run) {
     float *h_losses = arena_ptr(&r->h_losses), *all = arena_ptr(&r->h_gather);
     be->copy_d2h(be, h_losses, arena_ptr(&r->t_losses), N * sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
-    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(h_losses, all, N, MIST_F32, run->grid->dp));
+    if (r->dp > 1) commCheck(run->comm, run->comm->all_gather(run->comm, h_losses, all, N, MIST_F32, run->grid->dp));
     else memcpy(all, h_losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)r->dp * N; i++) sum += all[i];
@@ -226,7 +226,7 @@ static int start_backend(Training *t) {
         return 1;
     }
     t->be = be;
-    int on_host = !strcmp(be->name, "cpu");
+    int on_host = be->device_memory_is_host;
     t->on_host = on_host;
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
@@ -261,7 +261,7 @@ static int start_backend(Training *t) {
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
     int head_size = cfg->model.hidden / cfg->model.heads;
-    if (!on_host && head_size != 64 && head_size != 128) {
+    if (!be->supports_op(be, &(BackendOpShape){.op = OP_ATTENTION, .HS = head_size})) {
         if (root)
             fprintf(stderr, "mist-train: %s: [model] hidden / heads = %d / %d = %d: the CUDA backend's attention "
                     "supports head sizes 64 and 128; allowed: 64, 128. Hint: change heads, or MIST_DEVICE=cpu\n",
@@ -287,7 +287,7 @@ static int lay_out_stage(Training *t) {
     rc = mr_layout_sharded(r, &cfg->model, sp->b, sp->ckpt, dp, grid->dp_index, sp->zero, sp->wo, sp->go, sp->oo,
                            sp->ao, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
-    if (!rc && tp > 1 && !be->supports_op(be, OP_VOCAB_PARALLEL)) {
+    if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
                  "parallelism", grid->stage, tp, be->name);
@@ -296,7 +296,7 @@ static int lay_out_stage(Training *t) {
     // A layout error can hit some stages only; the others would wait for them
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
-    commCheck(comm, comm->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
+    commCheck(comm, comm->all_reduce(comm, &worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
     if (worst && rc && grid->dp_index == 0 && grid->tp_index == 0)
         fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
     return worst;
@@ -308,7 +308,7 @@ static int plan_memory(Training *t) {
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
         // the other stages may have planned theirs and would wait for this one at the first exchange
-        if (t->S > 1) t->comm->abort(1, "memory plan failed");
+        if (t->S > 1) t->comm->abort(t->comm, 1, "memory plan failed");
         return 1;
     }
     comm_select_follow(&t->choice, r->stream);  // the model's kernels write what the collectives send
@@ -395,7 +395,7 @@ static int init_state(Training *t) {
         if (!t->whole) {
             fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
                     t->full.Pp);
-            t->comm->abort(1, "out of memory");
+            t->comm->abort(t->comm, 1, "out of memory");
         }
         t->whole_ct = ckpt_tensors(&t->full, t->whole);
     }
@@ -483,7 +483,7 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     int crc = 0;
     // gathering the state and rank 0's write of a large model can
     // legitimately keep the others waiting longer than comm_timeout
-    comm->set_timeout(0);
+    comm->set_timeout(comm, 0);
     zero_flush(r);
     zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
     // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
@@ -494,10 +494,10 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
                               t->S > 1 ? t->full.num_tensors : r->num_tensors, t->err, sizeof t->err);
     if (crc) {
         fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, t->err);
-        comm->abort(1, "checkpoint error");
+        comm->abort(comm, 1, "checkpoint error");
     }
-    commCheck(comm, comm->barrier(grid->world));  // nobody reads `latest` before it exists
-    comm->set_timeout(cfg->cluster.comm_timeout);
+    commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
+    comm->set_timeout(comm, cfg->cluster.comm_timeout);
 }
 
 // The iterations: forward and backward of the micro-batches, the gradient
@@ -524,13 +524,13 @@ static int train_loop(Training *t) {
     long long hang_at = 0;
     const char *hang = getenv("MIST_FAULT_HANG");
     if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) != 2) hang_rank = -1;
-    comm->set_timeout(cfg->cluster.comm_timeout);
+    comm->set_timeout(comm, cfg->cluster.comm_timeout);
     stop_signal_install();
     char context[64];
     for (int64_t it = t->start; it < tc->steps; it++) {
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
-        comm->set_context(context);
+        comm->set_context(comm, context);
         if (rank == hang_rank && it + 1 == hang_at)
             for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
         t->run.dl = t->dl;
@@ -581,7 +581,7 @@ static int train_loop(Training *t) {
             zero_flush(r);
             t->run.dl = t->vdl, t->run.what = "val";
             snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
-            comm->set_context(context);
+            comm->set_context(comm, context);
             stats->val_loss = pipe_eval(&t->pipe, t->val_batches, &t->train_data) /
                               ((double)t->val_batches * dp * r->B * r->T);
             t->run.dl = t->dl, t->run.what = "train";
@@ -592,7 +592,7 @@ static int train_loop(Training *t) {
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
         int stop = stop_signal_pending();
-        commCheck(comm, comm->all_reduce(&stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
+        commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
                          it + 1 == tc->steps || stop))
             save_checkpoint(t, it, skipped, nonfinite);
@@ -642,7 +642,7 @@ static int final_report(Training *t) {
     RankMemory mine = {t->rank, grid->stage, t->pred_dev, (int64_t)arena_peak_bytes(&r->dev), t->pred_host,
                        (int64_t)arena_peak_bytes(&r->host)};
     RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
-    commCheck(comm, comm->all_gather(&mine, all, sizeof mine, MIST_U8, grid->world));
+    commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
     if (root) {
         char a[32], b2[32];
         trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);

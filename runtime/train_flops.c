@@ -1,7 +1,7 @@
 // Per-iteration FLOPs of the running plan, for MFU and HFU in the log.
 //
 // MFU = model FLOPs / (seconds * ranks * peak), model FLOPs in Megatron's
-// convention (planner/cost.c: model_flops_per_iteration). HFU counts what the
+// convention (models/model_flops.h: model_flops_per_iteration). HFU counts what the
 // kernels execute instead: recomputed forwards of checkpointed blocks, and
 // causal attention computing only half of the score matrix that Megatron's
 // formula counts, so HFU can be below MFU when nothing is recomputed.
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "planner/analyze.h"
-#include "planner/cost.h"
+#include "models/model_flops.h"
 #include "core/profile.h"
 #include "core/config_load.h"
 

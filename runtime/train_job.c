@@ -58,11 +58,11 @@ static int measure_transfers(MistConfig *cfg, const Launch *L, int dry_run) {
     char err[1024], comm[256];
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;
-    commCheck(mpi, mpi->group_world(&world));
+    commCheck(mpi, mpi->group_world(mpi, &world));
     MeasureOptions o = {.bytes = {(size_t)1 << 20, (size_t)16 << 20}, .num_sizes = 2, .warmup = 1, .iters = 3};
     static ProfileMeasure m;
     int rc = profile_measure_job(mpi, world, L->device, &o, &m, comm, sizeof comm, err, sizeof err) ? 1 : 0;
-    mpi->group_free(world);
+    mpi->group_free(mpi, world);
     if (rc && L->world_rank == 0) fprintf(stderr, "mist-train: [cluster] measure_transfers: %s\n", err);
     if (!rc && L->world_rank == 0) {
         const char *base = cfg->cluster.hardware[0] ? cfg->cluster.hardware : "cpu";

@@ -283,7 +283,7 @@ void *zero_g(ModelRuntime *r, int64_t off) {
 }
 
 static void wait_req(ModelRuntime *r, CommRequest **req) {
-    if (*req) commCheck(r->comm, r->comm->wait(*req));
+    if (*req) commCheck(r->comm, r->comm->wait(r->comm, *req));
     *req = NULL;
 }
 
@@ -293,11 +293,11 @@ static void poll_requests(ModelRuntime *r) {
     for (int u = 0; u < r->num_units; u++) {
         int done = 0;
         if (r->wreq[u]) {
-            commCheck(r->comm, r->comm->test(r->wreq[u], &done));
+            commCheck(r->comm, r->comm->test(r->comm, r->wreq[u], &done));
             if (done) r->wreq[u] = NULL;
         }
         if (r->greq[u]) {
-            commCheck(r->comm, r->comm->test(r->greq[u], &done));
+            commCheck(r->comm, r->comm->test(r->comm, r->greq[u], &done));
             if (done) r->greq[u] = NULL;
         }
     }
@@ -370,7 +370,7 @@ static void prefetch(ModelRuntime *r, int u) {
     size_t lo = (size_t)r->dp_rank * U->shard;
     if (!staged_w(r)) {
         if (r->need_gather[u])  // zero 1/2: every rank stepped its shard; gather in place
-            commCheck(r->comm, r->comm->iall_gather((char *)dev_at(&r->sw, u, 0) + lo * r->x, dev_at(&r->sw, u, 0),
+            commCheck(r->comm, r->comm->iall_gather(r->comm, (char *)dev_at(&r->sw, u, 0) + lo * r->x, dev_at(&r->sw, u, 0),
                                                     U->shard, r->be->dtype, r->dpg, &r->wreq[u]));
         r->need_gather[u] = 0;
         return;
@@ -381,19 +381,19 @@ static void prefetch(ModelRuntime *r, int u) {
     if (r->zero == 3) {
         if (!use_comm(r)) store_load(r, &r->sw, u, 0, U->shard, buf);
         else if (on_dev(&r->sw, u, 0, U->shard))
-            commCheck(r->comm, r->comm->iall_gather(dev_at(&r->sw, u, 0), buf, U->shard, r->be->dtype, r->dpg,
+            commCheck(r->comm, r->comm->iall_gather(r->comm, dev_at(&r->sw, u, 0), buf, U->shard, r->be->dtype, r->dpg,
                                                     &r->wreq[u]));
         else {
             store_load(r, &r->sw, u, 0, U->shard, buf + lo * r->x);
             r->be->stream_synchronize(r->be, r->stream);
-            commCheck(r->comm, r->comm->iall_gather(buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
+            commCheck(r->comm, r->comm->iall_gather(r->comm, buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
                                                     &r->wreq[u]));
         }
     } else {  // full weights, partly offloaded
         store_load(r, &r->sw, u, 0, U->padded, buf);
         if (r->need_gather[u]) {
             r->be->stream_synchronize(r->be, r->stream);
-            commCheck(r->comm, r->comm->iall_gather(buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
+            commCheck(r->comm, r->comm->iall_gather(r->comm, buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
                                                     &r->wreq[u]));
             r->save_after[u] = 1;  // the gathered shards of the others go back to the store
         }
@@ -477,9 +477,9 @@ void zero_bwd_end(ModelRuntime *r, int u) {
         if (last && comm) {
             be->stream_synchronize(be, r->stream);
             if (r->zero == 0)
-                commCheck(r->comm, r->comm->iall_reduce(g, g, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
+                commCheck(r->comm, r->comm->iall_reduce(r->comm, g, g, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
             else
-                commCheck(r->comm, r->comm->ireduce_scatter(g, g + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
+                commCheck(r->comm, r->comm->ireduce_scatter(r->comm, g, g + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
                                                             &r->greq[u]));
         }
         r->gkind[u] = GK_NONE;
@@ -488,7 +488,7 @@ void zero_bwd_end(ModelRuntime *r, int u) {
         if (r->zero >= 2) {  // every micro-batch: reduce-scatter, then add into the shard
             if (comm) {
                 be->stream_synchronize(be, r->stream);
-                commCheck(r->comm, r->comm->ireduce_scatter(buf, buf + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
+                commCheck(r->comm, r->comm->ireduce_scatter(r->comm, buf, buf + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
                                                             &r->greq[u]));
             }
             r->gkind[u] = GK_ACC_SHARD;
@@ -501,9 +501,9 @@ void zero_bwd_end(ModelRuntime *r, int u) {
             if (comm) {
                 be->stream_synchronize(be, r->stream);
                 if (r->zero == 0)
-                    commCheck(r->comm, r->comm->iall_reduce(buf, buf, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
+                    commCheck(r->comm, r->comm->iall_reduce(r->comm, buf, buf, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
                 else
-                    commCheck(r->comm, r->comm->ireduce_scatter(buf, buf + lo * r->x, U->shard, t, COMM_SUM,
+                    commCheck(r->comm, r->comm->ireduce_scatter(r->comm, buf, buf + lo * r->x, U->shard, t, COMM_SUM,
                                                                 r->dpg, &r->greq[u]));
             }
             r->gkind[u] = GK_SAVE;
@@ -558,8 +558,8 @@ double zero_grad_norm(ModelRuntime *r) {
     be->copy_d2h(be, &host, acc, sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
     // sharded gradients: every rank holds a disjoint part of the sum of squares
-    if (r->zero >= 1 && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->dpg));
-    if (r->tp > 1) commCheck(r->comm, r->comm->all_reduce(&host, &host, 1, MIST_F32, COMM_SUM, r->tpg));
+    if (r->zero >= 1 && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(r->comm, &host, &host, 1, MIST_F32, COMM_SUM, r->dpg));
+    if (r->tp > 1) commCheck(r->comm, r->comm->all_reduce(r->comm, &host, &host, 1, MIST_F32, COMM_SUM, r->tpg));
     return sqrt((double)host);
 }
 
@@ -573,10 +573,10 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
     if (r->zero == 0) lo = 0, len = U->padded;
     else lo = (size_t)r->dp_rank * U->shard, len = U->shard;
     char *full = calloc(U->padded ? U->padded : 1, x);
-    if (!full) r->comm->abort(1, "zero.c: out of host memory for the tied embedding gradient");
+    if (!full) r->comm->abort(r->comm, 1, "zero.c: out of host memory for the tied embedding gradient");
     store_read_host(r, &r->sg, 0, lo - r->sg.base[0], len, full + lo * x);
     if (r->zero >= 1 && use_comm(r))  // the other shards of this stage's dp group
-        commCheck(r->comm, r->comm->all_gather(full + lo * x, full, U->shard, be->dtype, r->dpg));
+        commCheck(r->comm, r->comm->all_gather(r->comm, full + lo * x, full, U->shard, be->dtype, r->dpg));
     // The two stages may split the vocabulary over different tp degrees, so
     // the sum is taken over the whole (V, C) gradient: the stage's tp shards
     // are gathered first. Shard t holds rows [t * ceil(V/tp), ...), so the
@@ -586,15 +586,15 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
         size_t per = (size_t)((r->V + r->tp - 1) / r->tp) * C;
         char *mine = calloc(per ? per : 1, x);
         gathered = calloc(per * (size_t)r->tp + 1, x);
-        if (!mine || !gathered) r->comm->abort(1, "zero.c: out of host memory for the tied embedding gradient");
+        if (!mine || !gathered) r->comm->abort(r->comm, 1, "zero.c: out of host memory for the tied embedding gradient");
         memcpy(mine, full, count * x);
-        commCheck(r->comm, r->comm->all_gather(mine, gathered, per, be->dtype, r->tpg));
+        commCheck(r->comm, r->comm->all_gather(r->comm, mine, gathered, per, be->dtype, r->tpg));
         free(mine);
         whole = gathered;
     }
     // one rank per stage contributes (dp 0, tp 0), so each stage's gradient counts once
     if (!contribute) memset(whole, 0, whole_n * x);
-    commCheck(r->comm, r->comm->all_reduce(whole, whole, whole_n, be->dtype, COMM_SUM, tied));
+    commCheck(r->comm, r->comm->all_reduce(r->comm, whole, whole, whole_n, be->dtype, COMM_SUM, tied));
     if (gathered) memcpy(full, gathered + (size_t)r->v0 * C * x, count * x);  // this rank's rows of the sum
     size_t end = lo + len < count ? lo + len : count;
     if (lo < end) store_write_host(r, &r->sg, 0, lo - r->sg.base[0], end - lo, full + lo * x);
@@ -669,7 +669,7 @@ void zero_collect(ModelRuntime *r, float *w, float *m, float *v) {
                 continue;
             }
             store_read_host(r, s, u, 0, U->shard, tmp);
-            commCheck(r->comm, r->comm->all_gather(tmp, dst[k], U->shard, MIST_F32, r->dpg));
+            commCheck(r->comm, r->comm->all_gather(r->comm, tmp, dst[k], U->shard, MIST_F32, r->dpg));
         }
     }
     free(tmp);

@@ -27,7 +27,7 @@
 //   gacc when go > 0: one unit's stored gradient (to add into it);
 //   opt swap when oo > 0: one unit's step range of master/m/v.
 //
-// Schedule (DESIGN.md §4): the optimizer step of a unit is deferred into the
+// Schedule (docs/design.md §4): the optimizer step of a unit is deferred into the
 // first forward micro-batch of the next iteration, just before the unit's
 // weights are gathered; weights of unit u+1 are prefetched (step, swap-in,
 // all-gather started) when unit u starts; a unit's gradient reduction

@@ -1,9 +1,12 @@
 #!/bin/sh
 # README command 2: set up, build, run the whole test suite, and print
-# "N passed, N failed" (counted over every TAP test point) as the last line.
+# "N passed, N failed, N skipped" (counted over every TAP test point) as the
+# last line. Skipped points verified nothing and are not counted as passed:
+# SKIP (could not run here, e.g. the GPU checks without a GPU) and XFAIL (a
+# TAP TODO: a known gap, expected to fail until it is closed).
 set -u
 cd "$(dirname "$0")/.."
-sh scripts/build.sh || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+sh scripts/build.sh || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 make -j"$(nproc)" check </dev/null
 status=$?
 for log in tests/*.log; do
@@ -12,8 +15,9 @@ for log in tests/*.log; do
         echo "---- $log"; tail -n 40 "$log"
     fi
 done
-passed=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)')
+passed=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: PASS')
 failed=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)')
+skipped=$(cat tests/*.trs 2>/dev/null | grep -c '^:test-result: \(SKIP\|XFAIL\)')
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$status" -eq 0 ]

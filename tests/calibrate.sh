@@ -15,7 +15,8 @@ tap_diag "$(cat "$W/cal.err")"
 # the tiny GPT's ops: qkv attention attn_proj fc fc_proj lm_head ln1 ln2 lnf at every (b, tp),
 # embedding and crossentropy at tp = 1: 2 x (9 + 2) + 2 x 9 = 40 lines "op b s tp fwd bwd", with s =
 # the model's seq_len, fwd > 0 and bwd > 0 (crossentropy's bwd is 0: one fused pass)
-entries=$(awk '!/^#/ && NF == 6 && $3 == 64 && $5 > 0 && ($6 > 0 || ($1 == "crossentropy" && $6 == 0))' \
+entries=$(awk -v num_re="$num_re" '!/^#/ && NF == 6 && $3 == 64 && $5 ~ num_re && $6 ~ num_re && $5 > 0 &&
+    ($6 > 0 || ($1 == "crossentropy" && $6 == 0))' \
     "$W/t.optable" | wc -l)
 combos=$(awk '!/^#/ && NF == 6 { print $1, $2, $4 }' "$W/t.optable" | sort -u | wc -l)
 tp2_vocab=$(awk '!/^#/ && $4 == 2 && ($1 == "embedding" || $1 == "crossentropy")' "$W/t.optable" | wc -l)
@@ -31,7 +32,7 @@ roof=$("$PLAN" "$GPT" --analyze --json --hardware cpu $STAGE | sed -n 's/.*"iter
 meas=$("$PLAN" "$GPT" --analyze --json --hardware cpu --op-table "$W/t.optable" $STAGE |
     sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
 tap_diag "predicted iteration at b=2: roofline $roof s, with the measured op table $meas s"
-[ -n "$roof" ] && [ -n "$meas" ] && awk -v a="$roof" -v b="$meas" 'BEGIN { exit !(b > 0 && a != b) }'
+num_ok 'b > 0 && a != b' a="$roof" b="$meas"
 tap_ok $? "mist-plan --analyze --op-table uses the calibrated times (roofline $roof s -> $meas s)"
 
 # an MLP narrower than the hidden size (ffn 32 < 64, as ffn/tp is at tp 8 of a 4h MLP): the
@@ -39,7 +40,7 @@ tap_ok $? "mist-plan --analyze --op-table uses the calibrated times (roofline $r
 "$CAL" "$GPT" -o model.ffn_hidden=32 --b 1 --tp 1,2 --iters 1 --out "$W/t8.optable" 2>"$W/cal8.err"
 rc=$?
 tap_diag "$(cat "$W/cal8.err")"
-n8=$(awk '!/^#/ && NF == 6 && $5 > 0' "$W/t8.optable" 2>/dev/null | wc -l)
+n8=$(awk -v num_re="$num_re" '!/^#/ && NF == 6 && $5 ~ num_re && $5 > 0' "$W/t8.optable" 2>/dev/null | wc -l)
 [ $rc -eq 0 ] && [ "$n8" -eq 20 ]
 tap_ok $? "mist-calibrate with ffn_hidden < hidden: the 20 entries at tp 1, 2 with positive times (rc $rc)"
 

@@ -74,23 +74,23 @@ enum { BLOCKING, NONBLOCKING, IN_PLACE };
 static const char *mode_name[] = {"blocking", "nonblocking", "in place"};
 
 static int finish(int rc, CommRequest *req, int mode) {
-    if (rc == 0 && mode == NONBLOCKING) rc = C->wait(req);
+    if (rc == 0 && mode == NONBLOCKING) rc = C->wait(C, req);
     if (rc) {
         char text[256];
-        C->error_string(rc, text, sizeof text);
+        C->error_string(C, rc, text, sizeof text);
         fprintf(stderr, "rank %d: %s\n", me, text);
     }
     return rc == 0;
 }
 
 static int t_all_reduce(CommGroup *g, MistDtype t, CommOp op, size_t count, int mode) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1;
     size_t sz = mist_dtype_size(t);
     char *send = buf_alloc(count * sz), *recv = mode == IN_PLACE ? send : buf_alloc(count * sz);
     for (size_t i = 0; i < count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
-    int rc = mode == NONBLOCKING ? C->iall_reduce(send, recv, count, t, op, g, &req)
-                                 : C->all_reduce(send, recv, count, t, op, g);
+    int rc = mode == NONBLOCKING ? C->iall_reduce(C, send, recv, count, t, op, g, &req)
+                                 : C->all_reduce(C, send, recv, count, t, op, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, count, reduce_val(op, n, i), op == COMM_SUM ? "all_reduce sum" : "all_reduce max");
     if (recv != send) buf_free(recv);
@@ -99,14 +99,14 @@ static int t_all_reduce(CommGroup *g, MistDtype t, CommOp op, size_t count, int 
 }
 
 static int t_reduce_scatter(CommGroup *g, MistDtype t, CommOp op, size_t count, int mode) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1;
     size_t sz = mist_dtype_size(t);
     char *send = buf_alloc((size_t)n * count * sz);
     char *recv = mode == IN_PLACE ? send + (size_t)r * count * sz : buf_alloc(count * sz);
     for (size_t i = 0; i < (size_t)n * count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
-    int rc = mode == NONBLOCKING ? C->ireduce_scatter(send, recv, count, t, op, g, &req)
-                                 : C->reduce_scatter(send, recv, count, t, op, g);
+    int rc = mode == NONBLOCKING ? C->ireduce_scatter(C, send, recv, count, t, op, g, &req)
+                                 : C->reduce_scatter(C, send, recv, count, t, op, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, count, reduce_val(op, n, (size_t)r * count + i), "reduce_scatter");
     if (mode != IN_PLACE) buf_free(recv);
@@ -115,14 +115,14 @@ static int t_reduce_scatter(CommGroup *g, MistDtype t, CommOp op, size_t count, 
 }
 
 static int t_all_gather(CommGroup *g, MistDtype t, size_t count, int mode) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1;
     size_t sz = mist_dtype_size(t);
     char *recv = buf_alloc((size_t)n * count * sz);
     char *send = mode == IN_PLACE ? recv + (size_t)r * count * sz : buf_alloc(count * sz);
     for (size_t i = 0; i < count; i++) put(send, t, i, val(r, i));
     CommRequest *req = NULL;
-    int rc = mode == NONBLOCKING ? C->iall_gather(send, recv, count, t, g, &req)
-                                 : C->all_gather(send, recv, count, t, g);
+    int rc = mode == NONBLOCKING ? C->iall_gather(C, send, recv, count, t, g, &req)
+                                 : C->all_gather(C, send, recv, count, t, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(recv, t, (size_t)n * count, val((int)(i / count), i % count), "all_gather");
     if (mode != IN_PLACE) buf_free(send);
@@ -131,11 +131,11 @@ static int t_all_gather(CommGroup *g, MistDtype t, size_t count, int mode) {
 }
 
 static int t_broadcast(CommGroup *g, MistDtype t, size_t count, int mode) {
-    int n = C->group_size(g), r = C->group_rank(g), root = n - 1, good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), root = n - 1, good = 1;
     char *buf = buf_alloc(count * mist_dtype_size(t));
     for (size_t i = 0; i < count; i++) put(buf, t, i, val(r, i));
     CommRequest *req = NULL;
-    int rc = mode == NONBLOCKING ? C->ibroadcast(buf, count, t, root, g, &req) : C->broadcast(buf, count, t, root, g);
+    int rc = mode == NONBLOCKING ? C->ibroadcast(C, buf, count, t, root, g, &req) : C->broadcast(C, buf, count, t, root, g);
     good = finish(rc, req, mode);
     EXPECT_ALL(buf, t, count, val(root, i), "broadcast");
     buf_free(buf);
@@ -145,23 +145,23 @@ static int t_broadcast(CommGroup *g, MistDtype t, size_t count, int mode) {
 // Ring shift by one: blocking needs an order (rank 0 sends first, the others
 // receive first); nonblocking posts both and waits.
 static int t_send_recv(CommGroup *g, MistDtype t, size_t count, int mode) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1, rc = 0;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1, rc = 0;
     int to = (r + 1) % n, from = (r + n - 1) % n;
     size_t sz = mist_dtype_size(t);
     char *out = malloc(count * sz), *in = calloc(count, sz);
     for (size_t i = 0; i < count; i++) put(out, t, i, val(r, i));
     if (mode == NONBLOCKING || n == 1) {
         CommRequest *rq = NULL, *sq = NULL;
-        rc = C->irecv(in, count, t, from, 7, g, &rq);
-        if (!rc) rc = C->isend(out, count, t, to, 7, g, &sq);
-        if (!rc) rc = C->wait(sq);
-        if (!rc) rc = C->wait(rq);
+        rc = C->irecv(C, in, count, t, from, 7, g, &rq);
+        if (!rc) rc = C->isend(C, out, count, t, to, 7, g, &sq);
+        if (!rc) rc = C->wait(C, sq);
+        if (!rc) rc = C->wait(C, rq);
     } else if (r == 0) {
-        rc = C->send(out, count, t, to, 7, g);
-        if (!rc) rc = C->recv(in, count, t, from, 7, g);
+        rc = C->send(C, out, count, t, to, 7, g);
+        if (!rc) rc = C->recv(C, in, count, t, from, 7, g);
     } else {
-        rc = C->recv(in, count, t, from, 7, g);
-        if (!rc) rc = C->send(out, count, t, to, 7, g);
+        rc = C->recv(C, in, count, t, from, 7, g);
+        if (!rc) rc = C->send(C, out, count, t, to, 7, g);
     }
     good = finish(rc, NULL, BLOCKING);
     EXPECT_ALL(in, t, count, val(from, i), "send/recv");
@@ -190,15 +190,15 @@ static void test_group(const char *name, CommGroup *g) {
         }
     }
     CommRequest *req = NULL;
-    int rc = C->barrier(g);
-    if (!rc) rc = C->ibarrier(g, &req);
-    if (!rc) rc = C->wait(req);
+    int rc = C->barrier(C, g);
+    if (!rc) rc = C->ibarrier(C, g, &req);
+    if (!rc) rc = C->wait(C, req);
     check(rc == 0, "%s: barrier and ibarrier", name);
 }
 
 // Random fp data: every rank must hold the same bits, close to the fp64 sum.
 static void test_determinism(CommGroup *g, MistDtype t) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1;
     const size_t count = 4099;
     size_t sz = mist_dtype_size(t);
     char *buf = buf_alloc(count * sz), *all = buf_alloc((size_t)n * count * sz);
@@ -214,12 +214,12 @@ static void test_determinism(CommGroup *g, MistDtype t) {
             absum[i] += fabs(v);
         }
     }
-    commCheck(C, C->all_reduce(buf, buf, count, t, COMM_SUM, g));
+    commCheck(C, C->all_reduce(C, buf, buf, count, t, COMM_SUM, g));
     // each pairwise add rounds once: error <= (n-1) * eps * sum|x|
     double eps = t == MIST_BF16 ? 1.0 / 256 : 1.0 / (1 << 23);
     for (size_t i = 0; i < count && good; i++)
         good = near(get(buf, t, i), want[i], n * eps * absum[i] + 1e-30, 0, "random all_reduce");
-    commCheck(C, C->all_gather(buf, all, count * sz, MIST_U8, g));
+    commCheck(C, C->all_gather(C, buf, all, count * sz, MIST_U8, g));
     for (int q = 0; q < n; q++) good &= memcmp(all + (size_t)q * count * sz, buf, count * sz) == 0;
     check(good, "random %s all_reduce: identical bits on all %d ranks, within rounding of the exact sum",
           mist_dtype_name(t), n);
@@ -228,21 +228,21 @@ static void test_determinism(CommGroup *g, MistDtype t) {
 
 // Several requests in flight at once, completed by polling test().
 static void test_concurrent(CommGroup *g) {
-    int n = C->group_size(g), r = C->group_rank(g), good = 1;
+    int n = C->group_size(C, g), r = C->group_rank(C, g), good = 1;
     enum { K = 64 };
     float *a = buf_alloc(K * sizeof(float)), *b = buf_alloc(K * sizeof(float));
     float *gathered = buf_alloc(8 * K * sizeof(float));
     int32_t *c = buf_alloc(K * sizeof(int32_t));
     for (int i = 0; i < K; i++) a[i] = (float)val(r, i), b[i] = (float)val(r, i), c[i] = (int32_t)val(r, i);
     CommRequest *req[3];
-    int rc = C->iall_reduce(a, a, K, MIST_F32, COMM_SUM, g, &req[0]);
-    if (!rc) rc = C->iall_gather(b, gathered, K, MIST_F32, g, &req[1]);
-    if (!rc) rc = C->ibroadcast(c, K, MIST_I32, 0, g, &req[2]);
+    int rc = C->iall_reduce(C, a, a, K, MIST_F32, COMM_SUM, g, &req[0]);
+    if (!rc) rc = C->iall_gather(C, b, gathered, K, MIST_F32, g, &req[1]);
+    if (!rc) rc = C->ibroadcast(C, c, K, MIST_I32, 0, g, &req[2]);
     int done[3] = {0, 0, 0}, left = 3;
     for (long spins = 0; !rc && left && spins < 100000000L; spins++)
         for (int k = 0; k < 3; k++)
             if (!done[k] && !rc) {
-                rc = C->test(req[k], &done[k]);
+                rc = C->test(C, req[k], &done[k]);
                 left -= done[k];
             }
     good = rc == 0 && left == 0;
@@ -258,15 +258,15 @@ static void test_concurrent(CommGroup *g) {
 static void test_errors(CommGroup *g) {
     uint16_t h[4] = {0};
     char text[256] = "";
-    int rc = C->all_reduce(h, h, 4, MIST_F16, COMM_SUM, g);
-    C->error_string(rc, text, sizeof text);
+    int rc = C->all_reduce(C, h, h, 4, MIST_F16, COMM_SUM, g);
+    C->error_string(C, rc, text, sizeof text);
     check(rc != 0 && strstr(text, "f16"), "f16 reduction is refused with a message: %s", text);
     // Blocks of 2 start at even offsets, so send = recv + 1 is nobody's block:
     // every rank refuses before communicating (nobody waits for a partner).
     float buf[2 * 8 + 2];
-    rc = C->all_gather(buf + 1, buf, 2, MIST_F32, g);
+    rc = C->all_gather(C, buf + 1, buf, 2, MIST_F32, g);
     check(rc != 0, "overlapping buffers that are not in place are refused");
-    C->error_string(123456, text, sizeof text);
+    C->error_string(C, 123456, text, sizeof text);
     check(text[0] != '\0', "error_string for an unknown code: %s", text);
 }
 
@@ -296,12 +296,12 @@ static Plan plan_for(int n) {
 // into the first 3 ranks and the rest (ordered by descending world rank), and
 // the dp/tp groups of a grid for plan_for(n). Returns 0, or 1 (reported).
 static int suite_groups(int n, CommGroup **world, CommGroup **odd, Grid *grid) {
-    commCheck(C, C->group_world(world));
-    commCheck(C, C->group_split(*world, me < 3 ? 0 : 1, -me, odd));
+    commCheck(C, C->group_world(C, world));
+    commCheck(C, C->group_split(C, *world, me < 3 ? 0 : 1, -me, odd));
     int odd_size = me < 3 ? (n < 3 ? n : 3) : n - 3;
     int odd_rank = me < 3 ? odd_size - 1 - me : n - 1 - me;
-    check(C->group_size(*world) == n && C->group_rank(*world) == me, "world group: rank %d of %d", me, n);
-    check(C->group_size(*odd) == odd_size && C->group_rank(*odd) == odd_rank, "split: sizes and key order");
+    check(C->group_size(C, *world) == n && C->group_rank(C, *world) == me, "world group: rank %d of %d", me, n);
+    check(C->group_size(C, *odd) == odd_size && C->group_rank(C, *odd) == odd_rank, "split: sizes and key order");
     Plan plan = plan_for(n);
     char err[512];
     int rc = grid_build(grid, &plan, C, err, sizeof err);
@@ -316,8 +316,8 @@ static int suite_finish(const CommBackend *mpi, CommGroup *world, CommGroup *odd
     dev_be = NULL;
     C = mpi;
     grid_free(grid);
-    C->group_free(odd);
-    C->group_free(world);
+    C->group_free(C, odd);
+    C->group_free(C, world);
     int rc = me == 0 ? tap_done() : 0;
     launch_finalize();
     return rc;

@@ -28,7 +28,7 @@ hang dp 2 1:3 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=1
 tap_diag "dp 2, rank 1 stops at step 3: mpirun exited $rc after $dt s; report:" \
     "$(grep -m1 'has not completed' "$W/dp.out" | cut -c1-300)"
 [ $rc -eq 4 ] && grep -q "rank 0: step 3: .* has not completed after [0-9]* s" "$W/dp.out" &&
-    awk -v t="$dt" 'BEGIN { exit !(t < 30) }'
+    num_ok 't < 30' t="$dt"
 tap_ok $? "a data-parallel rank that stops at step 3 ends the job with exit 4 and a report of rank 0's wait at step 3 (rc $rc, $dt s)"
 
 hang pp 2 1:3 -o plan.stages=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=4 -o plan.G=2 \
@@ -36,7 +36,7 @@ hang pp 2 1:3 -o plan.stages=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=
 tap_diag "2 stages, rank 1 (stage 1) stops at step 3: mpirun exited $rc after $dt s; report:" \
     "$(grep -m1 'has not completed' "$W/pp.out" | cut -c1-300)"
 [ $rc -eq 4 ] && grep -q "rank 0: step 3: .*\(send\|recv\) .* with rank 1 of the group" "$W/pp.out" &&
-    awk -v t="$dt" 'BEGIN { exit !(t < 30) }'
+    num_ok 't < 30' t="$dt"
 tap_ok $? "a pipeline rank that stops at step 3 ends the job with exit 4 and a report naming the send/recv with it (rc $rc, $dt s)"
 
 # the steps before the fault ran normally (the timeout does not fire on healthy waits)

@@ -26,3 +26,34 @@ reap() {
     rc=$?
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 }
+
+# Numbers in checks. awk reads an empty or non-numeric value as 0, so a check
+# such as awk -v d="$diff" 'BEGIN { exit !(d <= 1e-5) }' passes when $diff is
+# missing (a run that crashed printed nothing). num_ok checks its values first.
+# num_re: a decimal number, optionally signed, with an optional exponent (no
+# nan, no inf); awk programs that read numbers from files match fields with it.
+num_re='^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$'
+# num_ok EXPR NAME=VALUE...: succeeds when every VALUE is a number and the awk
+# expression EXPR over the NAMEs holds, e.g. num_ok 'd <= t' d="$diff" t=1e-5;
+# a value that is not a number fails it with a diagnostic naming it.
+num_ok() {
+    _num_expr=$1
+    shift
+    _num_n=$#
+    for _num_kv in "$@"; do
+        case $_num_kv in
+        *=*) ;;
+        *) tap_diag "num_ok: '$_num_kv' is not NAME=VALUE"; return 2 ;;
+        esac
+        _num_v=${_num_kv#*=}
+        case $_num_v in *'
+'*) _num_v=x ;; esac  # one line: grep would accept a number on any of several
+        if ! printf '%s\n' "$_num_v" | grep -Eqx -- "$num_re"; then
+            tap_diag "num_ok: ${_num_kv%%=*} = '${_num_kv#*=}' is not a number (checking $_num_expr)"
+            return 1
+        fi
+        set -- "$@" -v "$_num_kv"
+    done
+    shift "$_num_n"
+    awk "$@" "BEGIN { exit !($_num_expr) }"
+}

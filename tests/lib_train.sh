@@ -19,12 +19,14 @@ losses() {
         sed 's/.*": //'
 }
 
-# max relative difference of the losses of two logs (999 when the counts differ)
+# max relative difference of the losses of two logs (999 when the counts differ
+# or a loss is not a number: null, a NaN's spelling in the log)
 loss_diff() {
     losses "$1" >"$W/la"; losses "$2" >"$W/lb"
-    paste "$W/la" "$W/lb" | awk -v n1="$(wc -l <"$W/la")" -v n2="$(wc -l <"$W/lb")" '
+    paste "$W/la" "$W/lb" | awk -v n1="$(wc -l <"$W/la")" -v n2="$(wc -l <"$W/lb")" -v num_re="$num_re" '
+        $1 !~ num_re || $2 !~ num_re { bad = 1; next }
         { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; r = d / a; if (r > m) m = r }
-        END { if (n1 != n2 || n1 == 0) m = 999; printf "%.1e", m }'
+        END { if (n1 != n2 || n1 == 0 || bad) m = 999; printf "%.1e", m }'
 }
 
 # whole-model relative L2 difference of the fp32 weights of two checkpoints
@@ -143,7 +145,7 @@ within() {
     ld=$(loss_diff "$W/$1.jsonl" "$W/$2.jsonl")
     wd=$(weight_diff "$(last_ckpt "$W/$1.ck")" "$(last_ckpt "$W/$2.ck")")
     exact=$(peaks "$W/$2.json" | awk '{ print $5 }')
-    [ "$4" -eq 0 ] && [ "$exact" = yes ] && awk -v l="$ld" -v w="$wd" -v t="$3" 'BEGIN { exit !(l <= t && w <= t) }'
+    [ "$4" -eq 0 ] && [ "$exact" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$3"
 }
 
 # the newest checkpoint file of a checkpoint directory

@@ -11,9 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 out=$("$PLAN" --help 2>&1); rc=$?
-[ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- '--analyze' && printf '%s' "$out" | grep -q -- '--json' &&
-    printf '%s' "$out" | grep -q 'MIST_NO_AVX512=1' && printf '%s' "$out" | grep -q 'MIST_NO_JIT=1'
-tap_ok $? "--help prints the usage (options, the environment) and exits 0"
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- '--analyze' && printf '%s' "$out" | grep -q -- '--json'
+tap_ok $? "--help prints the usage and exits 0"
 
 out=$("$PLAN" "$TINY" --analyze 2>&1); rc=$?
 [ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^iteration: ' && printf '%s' "$out" | grep -q 'MFU' &&
@@ -34,9 +33,9 @@ grep -Eq '"params_total": [0-9]+,' "$tmp/tiny.json" && grep -Eq '"peak_bytes_fwd
     grep -Eq '"weights": [0-9]+,' "$tmp/tiny.json" && grep -Eq '"layers": \[0, 1\]' "$tmp/tiny.json"
 tap_ok $? "bytes and parameter counts are integers, layers is [first, last]"
 # peak >= weights + grads + optimizer + activations must hold for the fwd peak's parts
-awk -v RS=',' '/"peak_bytes_bwd"/{split($0,a,": "); peak=a[2]} /"weights"/{split($0,a,": "); s+=a[2]}
-    /"grads"/{split($0,a,": "); s+=a[2]} /"optimizer"/{split($0,a,": "); s+=a[2]}
-    END{exit !(peak > s && s > 0)}' "$tmp/tiny.json"
+awk -v RS=',' -v num_re="$num_re" '/"peak_bytes_bwd"/{split($0,a,": "); peak=a[2]}
+    /"weights"/{split($0,a,": "); s+=a[2]} /"grads"/{split($0,a,": "); s+=a[2]} /"optimizer"/{split($0,a,": "); s+=a[2]}
+    END{exit !(peak ~ num_re && peak > s && s > 0)}' "$tmp/tiny.json"
 tap_ok $? "the backward peak exceeds the states it contains"
 
 # a plan that cannot fit: GPT-3 1.3B, 64 sequences per L4, no sharding
@@ -74,11 +73,12 @@ EOF
 [ $rc -eq 0 ] && grep -q '"layers": \[0, 0\]' "$tmp/two.json" && grep -q '"layers": \[1, 1\]' "$tmp/two.json"
 tap_ok $? "a two-stage plan file: stages hold layers 0-0 and 1-1 (rc=$rc $(cat "$tmp/err"))"
 grep -o '"\(iteration_seconds\|t_stable_seconds\|t_delta_seconds\)": [0-9.e+-]*' "$tmp/two.json" | tr -d '":' |
-    awk '$1 == "iteration_seconds" {it = $2 + 0} $1 == "t_stable_seconds" {t[nt++] = $2 + 0}
+    awk -v num_re="$num_re" '$2 !~ num_re {bad = 1}
+    $1 == "iteration_seconds" {it = $2 + 0} $1 == "t_stable_seconds" {t[nt++] = $2 + 0}
     $1 == "t_delta_seconds" {d[nd++] = $2 + 0}
     END {G = 4; tm = t[0] > t[1] ? t[0] : t[1]; x = d[0]; if (d[1] - t[0] > x) x = d[1] - t[0]; if (x < 0) x = 0;
         want = (G - 1) * tm + t[0] + t[1] + x; r = it - want; if (r < 0) r = -r;
-        exit !(nt == 2 && nd == 2 && it > 0 && r <= 1e-9 * want)}'
+        exit !(!bad && nt == 2 && nd == 2 && it > 0 && r <= 1e-9 * want)}'
 tap_ok $? "iteration_seconds = (G-1) max t + sum t + max(0, max_i(d_i - sum_{j<i} t_j))"
 
 # usage and input errors exit 2
@@ -109,7 +109,7 @@ printf 'mist-optable 1\n# op b s tp fwd_us bwd_us\nqkv 4 64 1 1000 2000\n' >"$tm
 "$PLAN" "$TINY" --analyze --json --hardware cpu --op-table "$tmp/ops.txt" >"$tmp/b.json" 2>/dev/null
 ta=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/a.json" | head -1 | sed 's/.*: //')
 tb=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/b.json" | head -1 | sed 's/.*: //')
-awk -v a="$ta" -v b="$tb" 'BEGIN{exit !(b > a + 0.003 && b < a + 0.006)}'
+num_ok 'b > a + 0.003 && b < a + 0.006' a="$ta" b="$tb"
 tap_ok $? "a measured op table entry replaces the roofline for that op ($ta s -> $tb s)"
 
 # every shipped example: its plan fits (exit 0), and the parameter counts published for

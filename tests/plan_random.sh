@@ -103,7 +103,7 @@ EOF
     [ $rc_ref -eq 0 ] || tail -3 "$W/$id.ref.out" | sed 's/^/#   1 rank: /'
     [ $rc_res -eq 0 ] || tail -3 "$W/$id.res.out" | sed 's/^/#   resumed: /'
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
-        awk -v d="$ld" -v r="$rd" -v t="$tol" 'BEGIN { exit !(d <= t && r <= t) }'
+        num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
     tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao:$stages), \
 $nr ranks: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"

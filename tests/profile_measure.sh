@@ -22,9 +22,10 @@ tap_ok $? "4 ranks as 2 nodes x 2: all-gather lines of shapes 1x2, 2x1, 2x2 (got
 # each measured shape's file line is the table's fit (k GB/s, beta us); an unmeasured one is the base's
 same=0
 for s in 1x2 2x1 2x2; do
-    awk -v s="$s" -v tab="$W/p.out" '
+    awk -v s="$s" -v tab="$W/p.out" -v num_re="$num_re" '
         BEGIN { while ((getline l < tab) > 0) { split(l, f, " "); if (f[1] == s) { k = f[6]; b = f[7] } } }
-        $1 == s && $2 == "=" { ok = k > 0 && ($3 - k) / k < 1e-3 && ($3 - k) / k > -1e-3 &&
+        $1 == s && $2 == "=" { ok = k ~ num_re && b ~ num_re && $3 ~ num_re && $4 ~ num_re &&
+                                    k > 0 && ($3 - k) / k < 1e-3 && ($3 - k) / k > -1e-3 &&
                                     ($4 * 1e6 - b < 1e-3 * (b + 1)) && (b - $4 * 1e6 < 1e-3 * (b + 1)) }
         END { exit !ok }' "$W/p.ini" && same=$((same + 1))
 done
@@ -94,7 +95,7 @@ z3_1=$(it "$W/l4-1.ini" -o stage.0.dp=8 -o stage.0.b=1 -o stage.0.zero=3 -o plan
 one_0=$(it "$W/l4-0.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
 one_1=$(it "$W/l4-1.ini" -o stage.0.dp=1 -o stage.0.b=1 -o plan.G=64 -o cluster.nodes=1 -o cluster.gpus_per_node=1)
 flag=$("$PLAN" "$G13" --analyze --json --hardware "$W/l4-1.ini" 2>/dev/null | grep -o '"staged_collectives": [a-z]*')
-[ -n "$z3_0" ] && [ -n "$one_0" ] && awk -v a="$z3_0" -v b="$z3_1" 'BEGIN { exit !(b > a) }' && [ "$one_0" = "$one_1" ] &&
+[ -n "$z3_0" ] && [ -n "$one_0" ] && num_ok 'b > a' a="$z3_0" b="$z3_1" && [ "$one_0" = "$one_1" ] &&
     [ "$flag" = '"staged_collectives": true' ] &&
     "$PLAN" "$G13" --analyze --hardware "$W/l4-1.ini" 2>/dev/null | grep -q '^plan: .*(collectives staged through host memory)'
 
@@ -119,7 +120,7 @@ again=$("$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --json --hardware "$W
     sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
 [ $rc -eq 0 ] && grep -q '^mist-train: \[cluster\] measure_transfers: 4 ranks on 1 node' "$W/train.out" &&
     grep -q '^1x4 ' "$W/train.out" && grep -q "^measured profile saved to $W/ck/profile.ini" "$W/train.out" &&
-    [ -n "$pred" ] && [ -n "$again" ] && awk -v a="$pred" -v b="$again" 'BEGIN { d = a - 1e3 * b; if (d < 0) d = -d; exit !(d <= 5e-4 * a) }'
+    num_ok 'a - 1e3 * b <= 5e-4 * a && 1e3 * b - a <= 5e-4 * a' a="$pred" b="$again"
 tap_ok $? "mist-train -o cluster.measure_transfers=1: measured at start, planned and predicted with it ($pred ms), saved: the saved plan under the saved profile gives it again (${again:-?} s) (rc $rc)"
 timeout 60 mpirun --oversubscribe -np 2 "$TRAIN" "$MIST_SRCDIR/examples/tiny.ini" -o plan.mode=auto \
     -o cluster.measure_transfers=1 --dry-run >"$W/dry.out" 2>&1 </dev/null

@@ -22,7 +22,7 @@ reap "$mpid" 30
 step=$(sed -n 's/.*stopping after iteration \([0-9]*\) .*/\1/p' "$W/a.out" | head -1)
 tap_diag "SIGUSR1 to mpirun: exit $rc after $dt s; $(grep -m1 'stopping after' "$W/a.out")"
 [ $rc -eq 5 ] && [ -n "$step" ] && [ "$(cat "$W/ck/latest" 2>/dev/null)" = "$(printf 'step_%08d.ckpt' "$step")" ] &&
-    awk -v t="$dt" 'BEGIN { exit !(t < 20) }'
+    num_ok 't < 20' t="$dt"
 tap_ok $? "SIGUSR1: every rank stops after iteration ${step:-?}, writes its checkpoint and exits 5 (rc $rc, $dt s)"
 
 # the stopped job resumes at the next iteration

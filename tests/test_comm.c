@@ -43,7 +43,8 @@ int main(int argc, char **argv) {
     dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
     check(dev_be != NULL, "CPU backend for the staged round: %s", dev_be ? "created" : err);
     if (!dev_be) return 1;
-    C = comm_staged_backend(comm_mpi_backend(), dev_be);
+    C = comm_staged_new(comm_mpi_backend(), dev_be);
+    if (!C) return 1;
     test_group("staged world", world);
     test_group("staged split 3+rest", odd);
     test_group("staged grid dp", grid.dp);
@@ -52,20 +53,20 @@ int main(int argc, char **argv) {
     test_determinism(world, MIST_BF16);
     test_concurrent(world);  // three staged requests in flight at once, completed by test()
     test_concurrent(odd);
-    long long calls = comm_staged_calls();
-    check(calls > 0 && comm_staged_host_bytes() > 0, "staged round: %lld calls staged, bounce %zu B", calls,
-          comm_staged_host_bytes());
+    long long calls = comm_staged_calls(C);
+    check(calls > 0 && comm_staged_host_bytes(C) > 0, "staged round: %lld calls staged, bounce %zu B", calls,
+          comm_staged_host_bytes(C));
     {
         float *d = dev_be->alloc_device(dev_be, 4 * sizeof(float));
         CommRequest *req = NULL;
         char text[256] = "";
-        int rs = C->isend(d, 4, MIST_F32, 0, 9, world, &req);
-        int rr = C->recv(d, 4, MIST_F32, 0, 9, world);
-        C->error_string(rs, text, sizeof text);
+        int rs = C->isend(C, d, 4, MIST_F32, 0, 9, world, &req);
+        int rr = C->recv(C, d, 4, MIST_F32, 0, 9, world);
+        C->error_string(C, rs, text, sizeof text);
         check(rs != 0 && rr != 0 && req == NULL && strstr(text, "point-to-point"),
               "staged: point-to-point of device memory refused before sending: %s", text);
         dev_be->free_device(dev_be, d);
     }
-    comm_staged_release();
+    comm_staged_free(C);
     return suite_finish(comm_mpi_backend(), world, odd, &grid);
 }

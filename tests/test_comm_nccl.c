@@ -66,7 +66,7 @@ static Backend *device_backend(const Launch *L, char *err, size_t errlen) {
 
 static int refused(int rc, const char *needle, const char *what) {
     char text[512] = "";
-    if (rc) C->error_string(rc, text, sizeof text);
+    if (rc) C->error_string(C, rc, text, sizeof text);
     int good = rc != 0 && strstr(text, needle) != NULL;
     check(good, "%s: %s", what, rc ? text : "not refused");
     return good;
@@ -81,11 +81,11 @@ static int hang_mode(const CommBackend *mpi, CommGroup *world) {
     dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
     if (!dev_be) return 1;
     dev_be->event_query = never_done;
-    C = comm_nccl_backend(mpi, dev_be);
-    C->set_timeout(1.0);
-    C->set_context("hang test");
+    C = comm_nccl_new(mpi, dev_be);
+    C->set_timeout(C, 1.0);
+    C->set_context(C, "hang test");
     float *d = buf_alloc(4 * sizeof(float));
-    int rc = C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world);
+    int rc = C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world);
     fprintf(stderr, "rank %d: the hung all_reduce returned %d instead of ending the job\n", me, rc);
     return 1;
 }
@@ -96,15 +96,15 @@ static int hang_init_mode(const CommBackend *mpi, CommGroup *world) {
     char err[512];
     dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
     if (!dev_be) return 1;
-    C = comm_nccl_backend(mpi, dev_be);
-    C->set_timeout(1.0);
-    C->set_context("init test");
+    C = comm_nccl_new(mpi, dev_be);
+    C->set_timeout(C, 1.0);
+    C->set_context(C, "init test");
     if (me != 0) {
         sleep(30);  // stuck elsewhere; the job must have ended long before
         return 1;
     }
     float *d = buf_alloc(4 * sizeof(float));
-    int rc = C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world);
+    int rc = C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world);
     fprintf(stderr, "rank %d: the all_reduce without its peer returned %d instead of ending the job\n", me, rc);
     return 1;
 }
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
         launch_finalize();
         return 0;
     }
-    C = comm_nccl_backend(mpi, dev_be);
+    C = comm_nccl_new(mpi, dev_be);
     check(!strcmp(C->name, "nccl"), "the wrapper calls itself nccl");
 
     // every collective with the device synchronised before it (no stream followed)
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
     test_group("nccl split 3+rest", odd);
     // ... and in order after a followed stream's work
     BackendStream *compute = dev_be->stream_create(dev_be);
-    comm_nccl_follow(compute);
+    comm_nccl_follow(C, compute);
     test_group("nccl grid dp", grid.dp);
     test_group("nccl grid tp", grid.tp);
     check(t_all_reduce(world, MIST_F32, COMM_SUM, (size_t)1 << 18, NONBLOCKING), "nccl world: all_reduce f32 of 2^18");
@@ -157,9 +157,9 @@ int main(int argc, char **argv) {
     test_errors(world);  // host buffers: the MPI backend's refusals pass through
 
     // one communicator per group, every device collective on NCCL
-    long long before = comm_nccl_calls();
-    check(comm_nccl_communicators() == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
-          comm_nccl_communicators());
+    long long before = comm_nccl_calls(C);
+    check(comm_nccl_communicators(C) == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
+          comm_nccl_communicators(C));
 #ifdef MIST_FAKE_NCCL
     check(fake_nccl_live_comms() == 4 && fake_nccl_collectives() == before && before > 100,
           "every device collective ran in NCCL: %lld calls, %ld in the stand-in, %d communicators alive", before,
@@ -167,8 +167,8 @@ int main(int argc, char **argv) {
 #endif
     {
         int32_t h = me + 1;  // host memory: the MPI backend's
-        int rc = C->all_reduce(&h, &h, 1, MIST_I32, COMM_SUM, world);
-        check(rc == 0 && h == n * (n + 1) / 2 && comm_nccl_calls() == before,
+        int rc = C->all_reduce(C, &h, &h, 1, MIST_I32, COMM_SUM, world);
+        check(rc == 0 && h == n * (n + 1) / 2 && comm_nccl_calls(C) == before,
               "a host buffer's all_reduce goes to MPI (sum %d, NCCL calls unchanged)", (int)h);
     }
     {
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
         size_t count = 5;
         float *buf = buf_alloc((size_t)n * count * sizeof(float));
         for (size_t i = 0; i < (size_t)n * count; i++) buf[i] = (float)val(me, i);
-        good = C->reduce_scatter(buf, buf, count, MIST_F32, COMM_SUM, world) == 0;
+        good = C->reduce_scatter(C, buf, buf, count, MIST_F32, COMM_SUM, world) == 0;
         EXPECT_ALL(buf, MIST_F32, count, reduce_val(COMM_SUM, n, (size_t)me * count + i), "reduce_scatter at start");
         check(good, "reduce_scatter with recv == send: this rank's block at the start");
         buf_free(buf);
@@ -185,35 +185,35 @@ int main(int argc, char **argv) {
     {
         float *d = buf_alloc(8 * sizeof(float)), h[8] = {0};
         uint16_t *d16 = buf_alloc(8 * sizeof(uint16_t));
-        refused(C->all_reduce(h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
-        refused(C->all_reduce(d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
+        refused(C->all_reduce(C, h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
+        refused(C->all_reduce(C, d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
         CommRequest *req = NULL;
-        int rs = C->isend(d, 8, MIST_F32, 0, 9, world, &req);
+        int rs = C->isend(C, d, 8, MIST_F32, 0, 9, world, &req);
         refused(rs, "point-to-point", "device point-to-point refused");
         check(req == NULL, "a refused isend hands back no request");
-        refused(C->all_gather(d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
+        refused(C->all_gather(C, d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
         buf_free(d), buf_free(d16);
     }
     {
         // a group freed through the backend takes its communicator along: the next group (often at
         // the same address) gets its own, or its sums would be the previous group's
-        int made0 = comm_nccl_communicators(), good = 1;
+        int made0 = comm_nccl_communicators(C), good = 1;
         for (int round = 0; round < 2; round++) {
             CommGroup *h = NULL;
-            commCheck(mpi, mpi->group_split(world, round == 0 ? 0 : me % 2, me, &h));
+            commCheck(mpi, mpi->group_split(mpi, world, round == 0 ? 0 : me % 2, me, &h));
             float *d = buf_alloc(sizeof(float));
             d[0] = (float)(me + 1);
-            good &= C->all_reduce(d, d, 1, MIST_F32, COMM_SUM, h) == 0;
+            good &= C->all_reduce(C, d, d, 1, MIST_F32, COMM_SUM, h) == 0;
             float want = 0;
             for (int q = 0; q < n; q++)
                 if (round == 0 || q % 2 == me % 2) want += (float)(q + 1);
             good &= d[0] == want;
             buf_free(d);
-            C->group_free(h);
+            C->group_free(C, h);
         }
-        check(good && comm_nccl_communicators() == made0 + 2,
+        check(good && comm_nccl_communicators(C) == made0 + 2,
               "a freed group's communicator goes with it: the next group's sum is its own (%d made)",
-              comm_nccl_communicators() - made0);
+              comm_nccl_communicators(C) - made0);
 #ifdef MIST_FAKE_NCCL
         check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
 #endif
@@ -225,31 +225,33 @@ int main(int argc, char **argv) {
         dev_be->event_query = never_done;
         setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
         float *d = buf_alloc(4 * sizeof(float));
-        refused(C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
+        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
                 "an asynchronous NCCL error ends the wait with NCCL's text");
         unsetenv("MIST_FAKE_NCCL_FAIL");
         dev_be->event_query = query;
         buf_free(d);
     }
 #endif
-    comm_nccl_follow(NULL);
-    comm_nccl_release();
+    comm_nccl_follow(C, NULL);
+    comm_nccl_free(C);
+    C = mpi;
 #ifdef MIST_FAKE_NCCL
     check(fake_nccl_live_comms() == 0, "release destroys every communicator (%d alive)", fake_nccl_live_comms());
 
     // rank 0 of a new group cannot make the unique id: every member's first
     // device collective on it fails, none waits for the others
     {
-        C = comm_nccl_backend(mpi, dev_be);
+        C = comm_nccl_new(mpi, dev_be);
         CommGroup *pair = NULL;
-        commCheck(mpi, mpi->group_split(world, me / 2, me, &pair));
+        commCheck(mpi, mpi->group_split(mpi, world, me / 2, me, &pair));
         setenv("MIST_FAKE_NCCL_FAIL", "unique_id", 1);
         float *d = buf_alloc(4 * sizeof(float));
-        refused(C->all_reduce(d, d, 4, MIST_F32, COMM_SUM, pair), "ncclGetUniqueId", "a failed unique id fails every member");
+        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, pair), "ncclGetUniqueId", "a failed unique id fails every member");
         unsetenv("MIST_FAKE_NCCL_FAIL");
         buf_free(d);
-        comm_nccl_release();
-        mpi->group_free(pair);
+        comm_nccl_free(C);
+        C = mpi;
+        mpi->group_free(mpi, pair);
     }
 #endif
     char version[64];

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "models/model_flops.h"
 #include "models/ops.h"
-#include "planner/cost.h"
+#include "planner/cost_terms.h"  // overlap_seconds, overlap_expr
+#include "planner/stage_model.h"
 #include "planner/optable.h"
 #include "tests/tap.h"
 
@@ -47,7 +49,7 @@ static double frand(unsigned *state) {
 static void test_overlap(void) {
     HwProfile p;
     profile_preset(&p, "l4");
-    // two streams, compute slowed 1.1676x by NCCL: C + N - N/1.1676 (DESIGN.md §4)
+    // two streams, compute slowed 1.1676x by NCCL: C + N - N/1.1676 (docs/design.md §4)
     double x[4] = {10e-3, 4e-3, 0, 0};
     ok(near(overlap_seconds(&p, x), 10e-3 + 4e-3 - 4e-3 / 1.1676, 1e-15, 1e-12, "C+N"), "L4 C+N window: C + N(1 - 1/1.1676)");
     // three streams by hand with the L4 [C,N,H2D] and then [C,H2D] factors

@@ -27,8 +27,14 @@ static void test_memory_and_events(void) {
     Backend *b = ref_backend(MIST_F32);
     ok(strcmp(b->name, "cpu") == 0 && b->dtype == MIST_F32, "backend name cpu, dtype f32");
     int all = 1;
-    for (int op = 0; op < OP_COUNT; op++) all &= b->supports_op(b, (BackendOp)op) != 0;
+    for (int op = 0; op < OP_COUNT; op++) all &= b->supports_op(b, &(BackendOpShape){.op = (BackendOp)op}) != 0;
     ok(all, "supports_op is true for every op");
+    ok(b->supports_op(b, &(BackendOpShape){.op = OP_ATTENTION, .NH = 12, .NKV = 4, .HS = 96}) &&
+           !b->supports_op(b, &(BackendOpShape){.op = OP_ROTARY, .HS = 63}) &&
+           !b->supports_op(b, &(BackendOpShape){.op = OP_ATTENTION, .NH = 12, .NKV = 5, .HS = 64}) &&
+           !b->supports_op(b, &(BackendOpShape){.op = OP_COUNT}) && b->device_memory_is_host,
+       "supports_op with shapes: attention at any head size, not where undefined (odd rotary head size, NKV not "
+       "dividing NH); device memory is host memory");
 
     size_t n = 1000;
     float *dev = b->alloc_device(b, n * sizeof(float)), *pin = b->alloc_pinned(b, n * sizeof(float));
@@ -381,7 +387,7 @@ static void test_determinism(void) {
     ok(acc[0] == acc[1] && memcmp(grad[0], grad[1], (size_t)N * V * 4) == 0 &&
        memcmp(losses[0], losses[1], N * 4) == 0, "norm_sq and cross-entropy: same bits with 1 and 2 threads");
 #else
-    ok(1, "# SKIP built without OpenMP: thread-count independence is trivial");
+    tap_skip("built without OpenMP: thread-count independence is trivial");
 #endif
     for (int r = 0; r < 2; r++) {
         free(grad[r]);

@@ -516,10 +516,10 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     int count = (int)(sizeof checks / sizeof checks[0]);
     char err[256] = "";
-    tap_plan(count + 2);
+    tap_plan(count + 3);
     gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
     if (!gpu) {
-        for (int i = 0; i < count + 2; i++) printf("ok %d # SKIP no GPU: %s\n", i + 1, err);
+        for (int i = 0; i < count + 3; i++) printf("ok %d # SKIP no GPU: %s\n", i + 1, err);
         return 0;
     }
     char err2[256] = "";
@@ -533,8 +533,12 @@ int main(int argc, char **argv) {
     rng_state = (uint64_t)time(NULL) * 2654435761u + 1;
     diag("seed %llu", (unsigned long long)rng_state);
     int all_ops = 1;
-    for (int op = 0; op < OP_COUNT; op++) all_ops &= gpu->supports_op(gpu, (BackendOp)op);
+    for (int op = 0; op < OP_COUNT; op++) all_ops &= gpu->supports_op(gpu, &(BackendOpShape){.op = (BackendOp)op});
     ok(all_ops && strcmp(gpu->name, "cuda") == 0, "cuda backend supports every op (the vocabulary-parallel ones too)");
+    ok(gpu->supports_op(gpu, &(BackendOpShape){.op = OP_ATTENTION, .HS = 64}) &&
+           gpu->supports_op(gpu, &(BackendOpShape){.op = OP_ATTENTION, .HS = 128}) &&
+           !gpu->supports_op(gpu, &(BackendOpShape){.op = OP_ATTENTION, .HS = 96}) && !gpu->device_memory_is_host,
+       "supports_op: attention at head sizes 64 and 128 only (its compile-time tiles); device memory is not host memory");
     int failed = 0;
     for (int i = 0; i < count; i++) {
         if (only && !strstr(checks[i].name, only)) {

@@ -419,8 +419,13 @@ static void test_program_basics(ExprCtx *x) {
     for (int j = 0; j < 5; j++)
         good &= o[0][j] == xs[j] * ys[j] + 1 && o[1][j] == xs[j] * ys[j] + 2 && o[2][j] == zs[j] && o[3][j] == 4;
     ok(good, "program outputs: computed, a symbol, a constant (5 candidates, partial block)");
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 5; j++) o[k][j] = -12345.0;  // a value no output can take
     expr_program_eval(p, cols, outc, 0);
-    ok(1, "zero candidates is a no-op");
+    int untouched = 1;
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 5; j++) untouched &= o[k][j] == -12345.0;
+    ok(untouched, "zero candidates is a no-op");
     expr_program_free(p);
 
     // divisions by powers of two run as multiplies: still bitwise x / k

@@ -109,12 +109,12 @@ static int layout_matches(const PlanSpec *p, const Table *T, int r, const Grid *
 
 // Members of a group (world ranks, in group order) must be exactly `want`.
 static int members_match(const CommBackend *C, CommGroup *grp, const int *want, int nwant, const char *what) {
-    int n = C->group_size(grp), got[64];
+    int n = C->group_size(C, grp), got[64];
     if (n != nwant) {
         fprintf(stderr, "rank %d: %s group has %d ranks, want %d\n", me, what, n, nwant);
         return 0;
     }
-    commCheck(C, C->all_gather(&me, got, 1, MIST_I32, grp));
+    commCheck(C, C->all_gather(C, &me, got, 1, MIST_I32, grp));
     for (int i = 0; i < n; i++)
         if (got[i] != want[i]) {
             fprintf(stderr, "rank %d: %s group member %d is rank %d, want %d\n", me, what, i, got[i], want[i]);
@@ -138,7 +138,7 @@ static void test_built_grid(const PlanSpec *p, const CommBackend *C) {
     int s = T.stage[me], dp_members[64], tp_members[64];
     for (int d = 0; d < p->dp[s]; d++) dp_members[d] = find(&T, s, d, T.t[me]);
     for (int t = 0; t < p->tp[s]; t++) tp_members[t] = find(&T, s, T.d[me], t);
-    check(C->group_rank(g.dp) == T.d[me] && C->group_rank(g.tp) == T.t[me] && C->group_rank(g.world) == me,
+    check(C->group_rank(C, g.dp) == T.d[me] && C->group_rank(C, g.tp) == T.t[me] && C->group_rank(C, g.world) == me,
           "%s: group ranks are the dp/tp/world indices", p->name);
     check(members_match(C, g.dp, dp_members, p->dp[s], "dp"), "%s: dp group members", p->name);
     check(members_match(C, g.tp, tp_members, p->tp[s], "tp"), "%s: tp group members", p->name);
@@ -164,8 +164,9 @@ static void test_built_grid(const PlanSpec *p, const CommBackend *C) {
     grid_free(&g);
 }
 
-// Layouts of every rank of every plan, without communication (rank 0 only).
-static void test_all_layouts(void) {
+// Whether the layouts of every rank of every plan match the enumeration
+// (no communication: rank 0 computes it alone).
+static int all_layouts_match(void) {
     int good = 1;
     char err[256];
     for (int i = 0; i < NPLANS; i++) {
@@ -180,7 +181,7 @@ static void test_all_layouts(void) {
         Grid g;
         good &= grid_layout(&g, &plan, T.n, err, sizeof err) == 2;  // one past the end
     }
-    check(good, "grid_layout of every rank of %d plans matches the enumeration", NPLANS);
+    return good;
 }
 
 static void test_bad_plans(const CommBackend *C, int world) {
@@ -238,8 +239,8 @@ int main(int argc, char **argv) {
     check(strcmp(L.device, "cpu") != 0 || (L.gpus_in_use == 0 && L.gpu_shared == 0),
           "launch: a CPU rank drives no GPU (%d in use, shared %d)", L.gpus_in_use, L.gpu_shared);
     test_device_share();
-    if (me == 0) test_all_layouts();
-    else check(1, "");  // keep the collective checks in step with rank 0
+    // rank 0's verdict (check() takes the minimum over ranks; the others add none)
+    check(me == 0 ? all_layouts_match() : 1, "grid_layout of every rank of %d plans matches the enumeration", NPLANS);
     int tested = 0;
     for (int i = 0; i < NPLANS; i++) {
         Table T;

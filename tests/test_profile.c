@@ -26,12 +26,10 @@ static const char *write_file(const char *name, const char *text) {
     return path;
 }
 
-int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mist-test-profile-XXXXXX");
-    if (!mkdtemp(tmpdir)) tap_skip_all("cannot make a temporary directory");
+// Presets: every field set, the published numbers, host memory per node.
+static void test_presets(void) {
     HwProfile p;
     char err[512];
-
     for (int i = 0; profile_preset_names[i]; i++) {
         int rc = profile_load(&p, profile_preset_names[i], err, sizeof err);
         ok(rc == 0 && p.memory_bytes > 0 && p.peak_flops[DT_BF16] > 0 && p.mem_bandwidth > 0 && p.h2d.k > 0 &&
@@ -40,7 +38,7 @@ int main(void) {
     }
     ok(profile_load(&p, "no-such-gpu", err, sizeof err) != 0 && strstr(err, "no-such-gpu"), "unknown name is an error naming it");
 
-    // published numbers (DESIGN.md §4, §6)
+    // published numbers (docs/design.md §4, §6)
     profile_preset(&p, "l4");
     ok(near(p.peak_flops[DT_BF16], 121e12, 0, 1e-12, "l4 peak"), "l4 dense bf16 peak is 121 TFLOP/s");
     ok(near(p.coll[0][3].k, 4.6832 * GiB, 0, 1e-12, "l4 1x8 k"), "l4 one node 8 GPUs: k = 4.6832 GiB/s");
@@ -65,7 +63,12 @@ int main(void) {
         }
     }
     ok(host_ok, "host memory per node: 0.9 x 384 / 680 / 1360 / 2048 / 2048 GB, cpu not checked");
+}
 
+// Transfer times by hand: ring collectives per group shape, host copies, and the
+// cpu preset's serialised streams.
+static void test_transfer_times(void) {
+    HwProfile p;
     // shape index: log2 rounded up, clamped
     ok(profile_shape_index(1) == 0 && profile_shape_index(2) == 1 && profile_shape_index(3) == 2 &&
            profile_shape_index(8) == 3 && profile_shape_index(1000) == PROFILE_SHAPES - 1,
@@ -88,7 +91,13 @@ int main(void) {
     profile_preset(&p, "cpu");
     ok(p.slowdown[15][STREAM_C] == 4 && p.slowdown[STREAM_MASK(STREAM_H2D) | STREAM_MASK(STREAM_D2H)][STREAM_D2H] == 2,
        "cpu preset serialises overlapped streams");
+}
 
+// Profile files: a written profile reads back, a file overrides its base preset, and
+// errors name the file, line and key.
+static void test_profile_files(void) {
+    HwProfile p;
+    char err[512];
     // round trip through a profile file
     HwProfile a, b;
     profile_preset(&a, "l4");
@@ -144,9 +153,15 @@ int main(void) {
     pf = write_file("bad5.ini", "[collective]\n3x8 = 10 0\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, ":2:") && strstr(err, "3x8"), "group shapes must be powers of two (%s)", err);
+}
 
-    // ranges: checked on the value as written, bounded so that every scaled
-    // value and every time computed from it stays finite and printable
+// Ranges: checked on the value as written, bounded so that every scaled value and
+// every time computed from it stays finite and printable.
+static void test_value_ranges(void) {
+    HwProfile p;
+    char err[512];
+    const char *pf;
+    int rc;
     const struct { const char *name, *text, *at, *key, *range, *what; } out_of_range[] = {
         {"huge_peak.ini", "[profile]\nbase = l4\n[compute]\npeak_tflops_fp32 = 1e300\n", ":4:", "peak_tflops_fp32",
          "[1e-6, 1e6]", "a peak that would scale to infinite FLOP/s is an error naming the range"},
@@ -189,7 +204,15 @@ int main(void) {
            "every number at its %s allowed value loads; a PB-sized step's times stay finite (%g s)",
            i ? "largest" : "smallest", t);
     }
+}
 
+// Keys set twice, continuation lines, and what the file is: a directory, its line
+// endings, lines over inih's limit; the first problem in file order is reported.
+static void test_keys_and_lines(void) {
+    HwProfile p;
+    char err[512];
+    const char *pf;
+    int rc;
     // a key set twice is an error naming both lines, however the key is spelled
     const struct { const char *name, *text, *line, *key; } twice[] = {
         {"twice_mem.ini", "[profile]\nbase = l4\nmemory_gib = 20\nmemory_gib = 30\n", ":4:", "memory_gib"},
@@ -236,79 +259,97 @@ int main(void) {
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "order.ini:3:") && strstr(err, "syntax error"),
        "a syntax error is reported at its own line, before a later bad key (%s)", err);
+}
 
-    // mist-profile's fit: t = x / k + beta by least squares
-    {
-        MeasuredLine m = {.points = 4};
-        for (int i = 0; i < 4; i++) m.x[i] = 1048576.0 * (1 << (2 * i)), m.t[i] = m.x[i] / 5e9 + 2e-5;
-        measure_fit_line(&m);
-        ok(fabs(m.fit.k / 5e9 - 1) < 1e-9 && fabs(m.fit.beta / 2e-5 - 1) < 1e-6 && m.worst_residual < 1e-9,
-           "an exact line is recovered: k %.6g B/s, beta %.6g s, residual %.2g", m.fit.k, m.fit.beta, m.worst_residual);
-        // a negative intercept (latency below the noise): the line through the origin
-        m = (MeasuredLine){.points = 2, .x = {1e6, 2e6}, .t = {1e-4, 3e-4}};
-        measure_fit_line(&m);
-        ok(m.fit.beta == 0 && fabs(m.fit.k - 5e12 / 700) / m.fit.k < 1e-12,
-           "a negative intercept gives the least-squares line through the origin: k = sum x^2 / sum x t = %.6g, "
-           "beta 0", m.fit.k);
-        // times that fall with size (noise): still a positive rate, beta 0
-        m = (MeasuredLine){.points = 2, .x = {1e6, 4e6}, .t = {4e-3, 1e-3}};
-        measure_fit_line(&m);
-        ok(m.fit.k > 0 && m.fit.beta == 0 && m.worst_residual > 0.5,
-           "times falling with size: a positive k (%.4g), beta 0, the residual says how bad (%.2f)", m.fit.k,
-           m.worst_residual);
-        // one point: through the origin; out-of-range rates clamp to the file format's
-        m = (MeasuredLine){.points = 1, .x = {1e6}, .t = {1e-18}};
-        measure_fit_line(&m);
-        ok(m.fit.k == 1e15 && m.fit.beta == 0, "an impossibly fast point clamps k to 1e6 GB/s (%.4g)", m.fit.k);
-        m = (MeasuredLine){.points = 2, .x = {1, 2}, .t = {5, 10}};
-        measure_fit_line(&m);
-        ok(m.fit.k == 1e6 && m.fit.beta <= 1, "an impossibly slow line clamps k to 0.001 GB/s and beta to <= 1 s");
-        // the measured lines go into their cells, the rest stays
-        HwProfile q;
-        profile_preset(&q, "l4");
-        LinkFit before = q.coll[profile_shape_index(4)][profile_shape_index(8)];
-        ProfileMeasure pm = {.nodes = 2, .per_node = 2, .num_shapes = 2, .shape = {{1, 2}, {2, 2}}, .have_factors = 1,
-                             .factor_rs = 1.2, .factor_ar = 2.3};
-        pm.coll[0].fit = (LinkFit){3e9, 1e-4}, pm.coll[1].fit = (LinkFit){7e9, 2e-4};
-        pm.h2d.fit = (LinkFit){11e9, 1e-5}, pm.d2h.fit = (LinkFit){13e9, 2e-5};
-        profile_apply_measure(&q, &pm);
-        LinkFit a = profile_coll_fit(&q, 1, 2), b = profile_coll_fit(&q, 2, 2), c = profile_coll_fit(&q, 4, 8);
-        ok(a.k == 3e9 && b.k == 7e9 && b.beta == 2e-4 && c.k == before.k && c.beta == before.beta &&
-               q.coll_factor[COLL_REDUCE_SCATTER] == 1.2 && q.coll_factor[COLL_ALL_REDUCE] == 2.3 && q.h2d.k == 11e9 &&
-               q.d2h.beta == 2e-5,
-           "measured lines land in their shapes' cells (1x2, 2x2), factors and host lines too; 4x8 keeps the preset's");
+// mist-profile's line fit, t = x / k + beta by least squares: it recovers exact
+// lines and stays inside the ranges profile files accept.
+static void test_line_fit(void) {
+    MeasuredLine m = {.points = 4};
+    for (int i = 0; i < 4; i++) m.x[i] = 1048576.0 * (1 << (2 * i)), m.t[i] = m.x[i] / 5e9 + 2e-5;
+    measure_fit_line(&m);
+    ok(fabs(m.fit.k / 5e9 - 1) < 1e-9 && fabs(m.fit.beta / 2e-5 - 1) < 1e-6 && m.worst_residual < 1e-9,
+       "an exact line is recovered: k %.6g B/s, beta %.6g s, residual %.2g", m.fit.k, m.fit.beta, m.worst_residual);
+    // a negative intercept (latency below the noise): the line through the origin
+    m = (MeasuredLine){.points = 2, .x = {1e6, 2e6}, .t = {1e-4, 3e-4}};
+    measure_fit_line(&m);
+    ok(m.fit.beta == 0 && fabs(m.fit.k - 5e12 / 700) / m.fit.k < 1e-12,
+       "a negative intercept gives the least-squares line through the origin: k = sum x^2 / sum x t = %.6g, "
+       "beta 0", m.fit.k);
+    // times that fall with size (noise): still a positive rate, beta 0
+    m = (MeasuredLine){.points = 2, .x = {1e6, 4e6}, .t = {4e-3, 1e-3}};
+    measure_fit_line(&m);
+    ok(m.fit.k > 0 && m.fit.beta == 0 && m.worst_residual > 0.5,
+       "times falling with size: a positive k (%.4g), beta 0, the residual says how bad (%.2f)", m.fit.k,
+       m.worst_residual);
+    // one point: through the origin; out-of-range rates clamp to the file format's
+    m = (MeasuredLine){.points = 1, .x = {1e6}, .t = {1e-18}};
+    measure_fit_line(&m);
+    ok(m.fit.k == 1e15 && m.fit.beta == 0, "an impossibly fast point clamps k to 1e6 GB/s (%.4g)", m.fit.k);
+    m = (MeasuredLine){.points = 2, .x = {1, 2}, .t = {5, 10}};
+    measure_fit_line(&m);
+    ok(m.fit.k == 1e6 && m.fit.beta <= 1, "an impossibly slow line clamps k to 0.001 GB/s and beta to <= 1 s");
+}
 
-        // the file a 64-node x 8 job writes (27 shapes, a base named by a long path, the staged
-        // comm path's description) reads back: no line over the reader's 200 characters
-        ProfileMeasure big = {.nodes = 64, .per_node = 8, .have_factors = 1, .factor_rs = 1.1, .factor_ar = 2.1};
-        for (int n = 1; n <= 64; n *= 2)
-            for (int g = 1; g <= 8; g *= 2)
-                if (n * g > 1) {
-                    big.shape[big.num_shapes][0] = n, big.shape[big.num_shapes][1] = g;
-                    big.coll[big.num_shapes++].fit = (LinkFit){(double)(n * 100 + g) * 1e6, 1e-5};
-                }
-        big.h2d.fit = (LinkFit){11e9, 1e-5}, big.d2h.fit = (LinkFit){13e9, 2e-5};
-        char base[200], comm[200];
-        memset(base, 'b', 150), base[150] = 0;
-        snprintf(comm, sizeof comm, "staged through pinned host memory: not every rank has a GPU of its own (NCCL "
-                                    "needs one per rank), and more words than that");
-        HwProfile w;
-        profile_preset(&w, "l4");
-        profile_apply_measure(&w, &big);
-        size_t len = 0;
-        char *text = profile_measure_ini(&w, &big, "mist-profile", base, comm, &len);
-        char path[600];
-        snprintf(path, sizeof path, "%s/measured64.ini", tmpdir);
-        FILE *mf = fopen(path, "w");
-        int wrote = text && mf && fwrite(text, 1, len, mf) == len;
-        if (mf) fclose(mf);
-        HwProfile back;
-        int rc64 = wrote ? profile_load(&back, path, err, sizeof err) : -1;
-        LinkFit x = rc64 == 0 ? profile_coll_fit(&back, 64, 8) : (LinkFit){0, 0};
-        ok(rc64 == 0 && big.num_shapes == 27 && fabs(x.k / 6408e6 - 1) < 1e-6 && strstr(text, " 64x8"),
-           "a 64 x 8 job's measured profile (27 shapes, a 150-character base path) reads back (%s)", rc64 ? err : "ok");
-        free(text);
-    }
+// mist-profile's measured lines land in their shapes' cells, the rest of the
+// profile stays, and the file a large job writes reads back.
+static void test_measured_cells(void) {
+    char err[512];
+    HwProfile q;
+    profile_preset(&q, "l4");
+    LinkFit before = q.coll[profile_shape_index(4)][profile_shape_index(8)];
+    ProfileMeasure pm = {.nodes = 2, .per_node = 2, .num_shapes = 2, .shape = {{1, 2}, {2, 2}}, .have_factors = 1,
+                         .factor_rs = 1.2, .factor_ar = 2.3};
+    pm.coll[0].fit = (LinkFit){3e9, 1e-4}, pm.coll[1].fit = (LinkFit){7e9, 2e-4};
+    pm.h2d.fit = (LinkFit){11e9, 1e-5}, pm.d2h.fit = (LinkFit){13e9, 2e-5};
+    profile_apply_measure(&q, &pm);
+    LinkFit a = profile_coll_fit(&q, 1, 2), b = profile_coll_fit(&q, 2, 2), c = profile_coll_fit(&q, 4, 8);
+    ok(a.k == 3e9 && b.k == 7e9 && b.beta == 2e-4 && c.k == before.k && c.beta == before.beta &&
+           q.coll_factor[COLL_REDUCE_SCATTER] == 1.2 && q.coll_factor[COLL_ALL_REDUCE] == 2.3 && q.h2d.k == 11e9 &&
+           q.d2h.beta == 2e-5,
+       "measured lines land in their shapes' cells (1x2, 2x2), factors and host lines too; 4x8 keeps the preset's");
+
+    // the file a 64-node x 8 job writes (27 shapes, a base named by a long path, the staged
+    // comm path's description) reads back: no line over the reader's 200 characters
+    ProfileMeasure big = {.nodes = 64, .per_node = 8, .have_factors = 1, .factor_rs = 1.1, .factor_ar = 2.1};
+    for (int n = 1; n <= 64; n *= 2)
+        for (int g = 1; g <= 8; g *= 2)
+            if (n * g > 1) {
+                big.shape[big.num_shapes][0] = n, big.shape[big.num_shapes][1] = g;
+                big.coll[big.num_shapes++].fit = (LinkFit){(double)(n * 100 + g) * 1e6, 1e-5};
+            }
+    big.h2d.fit = (LinkFit){11e9, 1e-5}, big.d2h.fit = (LinkFit){13e9, 2e-5};
+    char base[200], comm[200];
+    memset(base, 'b', 150), base[150] = 0;
+    snprintf(comm, sizeof comm, "staged through pinned host memory: not every rank has a GPU of its own (NCCL "
+                                "needs one per rank), and more words than that");
+    HwProfile w;
+    profile_preset(&w, "l4");
+    profile_apply_measure(&w, &big);
+    size_t len = 0;
+    char *text = profile_measure_ini(&w, &big, "mist-profile", base, comm, &len);
+    char path[600];
+    snprintf(path, sizeof path, "%s/measured64.ini", tmpdir);
+    FILE *mf = fopen(path, "w");
+    int wrote = text && mf && fwrite(text, 1, len, mf) == len;
+    if (mf) fclose(mf);
+    HwProfile back;
+    int rc64 = wrote ? profile_load(&back, path, err, sizeof err) : -1;
+    LinkFit x = rc64 == 0 ? profile_coll_fit(&back, 64, 8) : (LinkFit){0, 0};
+    ok(rc64 == 0 && big.num_shapes == 27 && fabs(x.k / 6408e6 - 1) < 1e-6 && strstr(text, " 64x8"),
+       "a 64 x 8 job's measured profile (27 shapes, a 150-character base path) reads back (%s)", rc64 ? err : "ok");
+    free(text);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mist-test-profile-XXXXXX");
+    if (!mkdtemp(tmpdir)) tap_skip_all("cannot make a temporary directory");
+    test_presets();
+    test_transfer_times();
+    test_profile_files();
+    test_value_ranges();
+    test_keys_and_lines();
+    test_line_fit();
+    test_measured_cells();
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

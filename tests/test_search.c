@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "planner/analyze.h"
-#include "planner/cost.h"
+#include "planner/stage_model.h"
 #include "planner/search.h"
 #include "core/config_load.h"
 #include "tests/tap.h"

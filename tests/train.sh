@@ -24,11 +24,12 @@ run() {  # run NP NAME ARGS...: log JSONL to $W/NAME.jsonl, summary to $W/NAME.j
     return $rc
 }
 losses() { grep -o '"loss": [^,]*' "$1" | sed 's/"loss": //'; }
-# same_losses A B TOL: same count of lines and |a-b| <= TOL*|a| line by line
+# same_losses A B TOL: same count of lines and |a-b| <= TOL*|a| line by line, every loss a number
 same_losses() {
     losses "$1" >"$W/la"; losses "$2" >"$W/lb"
-    [ -s "$W/la" ] && paste "$W/la" "$W/lb" | awk -v tol="$3" '
-        { n++; d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if ($2 == "" || d > tol * a) bad++ }
+    [ -s "$W/la" ] && paste "$W/la" "$W/lb" | awk -v tol="$3" -v num_re="$num_re" '
+        { n++; d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1
+          if ($1 !~ num_re || $2 !~ num_re || d > tol * a) bad++ }
         END { exit (n == 0 || bad > 0) }'
 }
 peaks_agree() {  # every rank's predicted device/host peak equals the measured one
@@ -48,7 +49,7 @@ run 1 learn -o train.steps=40 -o train.global_batch=8 -o log.interval=1000 -o st
 tap_ok $? "1-rank run completes"
 first=$(losses "$W/learn.jsonl" | head -1); last=$(losses "$W/learn.jsonl" | tail -1)
 tap_diag "1 rank, 40 steps: loss $first -> $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5.0 && b < 3.5) }'
+num_ok 'a > 5.0 && b < 3.5' a="$first" b="$last"
 tap_ok $? "loss falls below 3.5 (first $first, last $last)"
 grep -q '"val_loss"' "$W/learn.jsonl"
 tap_ok $? "validation loss is logged"
@@ -113,7 +114,7 @@ mist_mpirun -np 1 "$TRAIN" "$LLAMA" -o train.steps=20 -o train.global_batch=8 -o
 tap_ok $? "tiny Llama runs"
 first=$(losses "$W/llama.jsonl" | head -1); last=$(losses "$W/llama.jsonl" | tail -1)
 tap_diag "llama, 20 steps: loss $first -> $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b < a - 0.5) }'
+num_ok 'a > 0 && b < a - 0.5' a="$first" b="$last"
 tap_ok $? "llama loss falls by more than 0.5"
 peaks_agree "$W/llama.json"
 tap_ok $? "llama: predicted peak == measured peak"
@@ -175,7 +176,7 @@ run 2 timing-pp $SHORT -o plan.stages=2 -o plan.G=4 -o stage.0.layers=1 -o stage
 rc=$?
 wait_ms=$(python3 -c 'import json, sys; print(1e3 * json.load(open(sys.argv[1]))["timing"]["mean_seconds"]["pipeline_wait"])' \
     "$W/timing-pp.json" 2>/dev/null)
-[ $rc -eq 0 ] && awk -v w="${wait_ms:-0}" 'BEGIN { exit !(w > 0) }' &&
+[ $rc -eq 0 ] && num_ok 'w > 0' w="${wait_ms:-0}" &&
     grep -q '^mist: time per iteration on rank 0 (mean of those): forward and backward' "$W/timing-pp.out"
 tap_ok $? "two stages: rank 0's waits for the other stage are counted (${wait_ms:-?} ms per iteration) (rc $rc)"
 tap_end

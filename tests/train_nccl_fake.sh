@@ -42,7 +42,7 @@ while read -r c model prec G stages; do  # (not `name`: run() sets that)
     used=$(sed -n 's/^mist: NCCL collectives on rank 0: .*, on \([0-9]*\) communicators$/\1/p' "$W/$c-nccl.out")
     pk=$(peaks "$W/$c-nccl.json")
     ok=1
-    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-5) }' && [ "${calls:-0}" -gt 0 ] &&
+    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && num_ok 'd <= 1e-5' d="$d" && [ "${calls:-0}" -gt 0 ] &&
         echo "$pk" | grep -q ' yes ' && [ -n "$made" ] && [ "$made" = "$used" ] && ok=0
     tap_ok $ok "$c ($prec, G $G, stages $stages, $np ranks): through NCCL = plain (max relative loss difference $d, exact: $exact), ${calls:-0} NCCL collectives on rank 0 on ${used:-?} communicators (${made:-?} made before the arenas), peaks: $pk"
     [ $ok -eq 0 ] || tap_diag "rc $rc1 / $rc2" "$(tail -5 "$W/$c.out")" "$(tail -5 "$W/$c-nccl.out")"

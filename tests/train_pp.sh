@@ -73,7 +73,7 @@ while read -r name model tied G stages; do
         "$stages" "$ld" "$vd" "$wd" "$5" "$6")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
     [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" = "$np" ] &&
-        awk -v l="$ld" -v v="$vd" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && v <= 1e-5 && w <= 1e-5) }'
+        num_ok 'l <= 1e-5 && v <= 1e-5 && w <= 1e-5' l="$ld" v="$vd" w="$wd"
     tap_ok $? "$name: $np ranks, stages $stages, G=$G: losses, validation losses and weights within 1e-5 of 1 rank, \
 peaks exact"
 done <"$W/matrix"
@@ -120,7 +120,7 @@ resume() {  # resume NAME SRC NP ARGS...
     ld=$(loss_diff "$W/$src.jsonl" "$W/$name.jsonl")
     wd=$(weight_diff "$W/$src.ck/step_00000020.ckpt" "$W/$name.ck/step_00000020.ckpt")
     tap_diag "$name: losses 11..20 differ from $src by $ld, final weights by $wd"
-    awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+    num_ok 'l <= 1e-5 && w <= 1e-5' l="$ld" w="$wd"
     tap_ok $? "$name: losses and final weights within 1e-5 of $src"
 }
 # shellcheck disable=SC2046,SC2086
@@ -144,6 +144,6 @@ i=0
 while [ "$( (wc -l <"$W/kill.jsonl") 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 kill_rank "$mpid" last  # the last rank (stage 1) dies
 tap_diag "killed rank pid ${victim:-none} of a 2-stage job; mpirun exited $rc after ${dt} s"
-[ -n "$victim" ] && [ $rc -ne 0 ] && awk -v t="$dt" 'BEGIN { exit !(t < 10) }'
+[ -n "$victim" ] && [ $rc -ne 0 ] && num_ok 't < 10' t="$dt"
 tap_ok $? "kill -9 of one pipeline rank ends mpirun with a non-zero exit within 10 s (rc $rc, ${dt} s)"
 tap_end

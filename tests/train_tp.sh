@@ -101,7 +101,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
     tap_diag "$(printf "$fmt" "$name" "$model" "$variant" "$prec" "$dp" "$tp" "$zero" "$ckpt" "$G" "$wo" "$go" \
         "$oo" "$ao" "$ld" "$wd" "$1" "$2" "$3" "$4" "$5")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
-    [ $rc -eq 0 ] && [ "$5" = yes ] && awk -v l="$ld" -v w="$wd" -v t="$tol" 'BEGIN { exit !(l <= t && w <= t) }'
+    [ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
     tap_ok $? "$name: dp=$dp tp=$tp zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao $model $variant $prec: \
 losses and weights within $tol of 1 rank, peaks exact"
 done <"$W/matrix"
@@ -142,7 +142,7 @@ for case in "ck-tp2 tp1 1 -o stage.0.dp=1 -o stage.0.b=8" \
             wd=$(weight_diff "$W/$src.ck/step_00000020.ckpt" "$W/$name.ck/step_00000020.ckpt")
             tap_diag "$name: losses 11..20 differ by $ld, final weights by $wd"
             grep -q "resumed from" "$W/$name.out" && [ $rc -eq 0 ] &&
-                awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+                num_ok 'l <= 1e-5 && w <= 1e-5' l="$ld" w="$wd"
             tap_ok $? "$name: resumed under $*: losses 11..20 and final weights within 1e-5 of $src"
         fi
     done
@@ -157,6 +157,6 @@ wd=$(weight_diff "$(last_ckpt "$W/gpt-ref.ck")" "$(last_ckpt "$W/tp-pp.ck")")
 # shellcheck disable=SC2046
 set -- $(peaks "$W/tp-pp.json")
 tap_diag "tp = 2 in 2 stages: exit $rc, losses $ld, weights $wd, peaks exact on every rank: $5"
-[ $rc -eq 0 ] && [ "$5" = yes ] && awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+[ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= 1e-5 && w <= 1e-5' l="$ld" w="$wd"
 tap_ok $? "tp = 2 in each of 2 stages: losses and weights within 1e-5 of 1 rank, peaks exact"
 tap_end

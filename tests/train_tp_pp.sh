@@ -84,7 +84,7 @@ while read -r name model variant G stages; do
         "$stages" "$ld" "$vd" "$wd" "$5" "$6")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
     [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" = "$np" ] &&
-        awk -v l="$ld" -v v="$vd" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && v <= 1e-5 && w <= 1e-5) }'
+        num_ok 'l <= 1e-5 && v <= 1e-5 && w <= 1e-5' l="$ld" v="$vd" w="$wd"
     tap_ok $? "$name: $np ranks, stages $stages, G=$G: losses, validation losses and weights within 1e-5 of 1 rank, \
 peaks exact"
 done <"$W/matrix"
@@ -145,7 +145,7 @@ for case in "ck-tppp one 1" "ck-one tppp 6"; do
             wd=$(weight_diff "$W/$src.ck/step_00000020.ckpt" "$W/$name.ck/step_00000020.ckpt")
             tap_diag "$name: losses 11..20 differ from $src by $ld, final weights by $wd"
             grep -q "resumed from" "$W/$name.out" && [ $rc -eq 0 ] &&
-                awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+                num_ok 'l <= 1e-5 && w <= 1e-5' l="$ld" w="$wd"
             tap_ok $? "$name: resumed on $np rank(s): losses 11..20 and final weights within 1e-5 of $src"
         fi
     done

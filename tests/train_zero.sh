@@ -88,7 +88,7 @@ while read -r name model prec np zero ckpt G wo go oo ao layers; do
         "$name" "$model" "$prec" "$np" "$zero" "$ckpt" "$G" "$wo" "$go" "$oo" "$ao" "$layers" "$ld" "$wd" \
         "$1" "$2" "$3" "$4" "$5")"
     [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
-    [ $rc -eq 0 ] && [ "$5" = yes ] && awk -v l="$ld" -v w="$wd" -v t="$tol" 'BEGIN { exit !(l <= t && w <= t) }'
+    [ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
     ok=$?
     tap_ok $ok "$name: $np ranks zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: losses and \
 weights within $tol, peaks exact"
@@ -114,7 +114,7 @@ for dst in "rs-dp2 2 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=1" "rs-one 1
     ld=$(loss_diff "$W/rs-src.jsonl" "$W/$name.jsonl")
     wd=$(weight_diff "$W/rs-src.ck/step_00000020.ckpt" "$W/$name.ck/step_00000020.ckpt")
     tap_diag "$name: losses 11..20 differ by $ld, final weights by $wd"
-    awk -v l="$ld" -v w="$wd" 'BEGIN { exit !(l <= 1e-5 && w <= 1e-5) }'
+    num_ok 'l <= 1e-5 && w <= 1e-5' l="$ld" w="$wd"
     tap_ok $? "$name: losses and final weights within 1e-5 of the dp=4 zero=3 run"
 done
 cmp -s "$W/rs-src.ck/step_00000020.ckpt" "$W/rs-same.ck/step_00000020.ckpt"
@@ -142,7 +142,7 @@ while [ ! -s "$W/kill.ck/latest" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1))
 sleep 0.5
 kill_rank "$mpid" first
 tap_diag "killed rank pid ${victim:-none}; mpirun exited $rc after ${dt} s"
-[ -n "$victim" ] && [ $rc -ne 0 ] && awk -v t="$dt" 'BEGIN { exit !(t < 10) }'
+[ -n "$victim" ] && [ $rc -ne 0 ] && num_ok 't < 10' t="$dt"
 tap_ok $? "kill -9 of one rank ends mpirun with a non-zero exit within 10 s (rc $rc, ${dt} s)"
 step=$(sed 's/step_0*\([0-9]*\)\.ckpt/\1/' "$W/kill.ck/latest")
 run "$GPT" 1 kill-resume -o checkpoint.dir="$W/kill.ck" -o checkpoint.resume=1 -o train.steps=$((step + 2)) \

@@ -149,12 +149,12 @@ int main(int argc, char **argv) {
     if (!rc && root && a.json && mist_output_check(a.json, err, sizeof err)) rc = 2;
     const CommBackend *mpi = comm_mpi_backend();
     CommGroup *world = NULL;
-    commCheck(mpi, mpi->group_world(&world));
+    commCheck(mpi, mpi->group_world(mpi, &world));
     int worst = rc;
-    commCheck(mpi, mpi->all_reduce(&worst, &worst, 1, MIST_I32, COMM_MAX, world));
+    commCheck(mpi, mpi->all_reduce(mpi, &worst, &worst, 1, MIST_I32, COMM_MAX, world));
     if (worst) {
         if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
-        mpi->group_free(world);
+        mpi->group_free(mpi, world);
         launch_finalize();
         return worst;
     }
@@ -164,8 +164,8 @@ int main(int argc, char **argv) {
     if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
     if (!rc && root)
         rc = profile_measure_write(&base, a.base, &m, &a.m, path, L.world_size, a.out, a.json, "mist-profile");
-    commCheck(mpi, mpi->all_reduce(&rc, &rc, 1, MIST_I32, COMM_MAX, world));
-    mpi->group_free(world);
+    commCheck(mpi, mpi->all_reduce(mpi, &rc, &rc, 1, MIST_I32, COMM_MAX, world));
+    mpi->group_free(mpi, world);
     launch_finalize();
     return rc;
 }

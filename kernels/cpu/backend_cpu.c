@@ -167,7 +167,8 @@ static float cpu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent 
     return (float)(end->ms - start->ms);
 }
 static void cpu_synchronize(Backend *b) {}
-static int cpu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
+// every op, at every shape where it is defined (the kernels have no size limits)
+static int cpu_supports_op(Backend *b, const BackendOpShape *shape) { return backend_op_defined(shape); }
 static void cpu_destroy(Backend *b) {
     CpuContext *ctx = b->ctx;
     for (int i = 0; i < CPU_WS_SLOTS; i++) free(ctx->slot[i]);
@@ -194,6 +195,7 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->dtype = dtype;
     b->device = 0;
     b->ctx = ctx;
+    b->device_memory_is_host = 1;
     b->alloc_device = cpu_alloc_device;
     b->free_device = cpu_free_device;
     b->is_device_memory = cpu_is_device_memory;

@@ -293,8 +293,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(bf16 *dqkv, 
 }
 
 // ---------------------------------------------------------------- launchers
+// the template instances below (and those of attention_wgmma*.cu): supports_op says so
+extern "C" int cuda_attention_head_size_supported(int HS) { return HS == 64 || HS == 128; }
+
 static void check_shape(const char *who, int NH, int NKV, int HS) {
-    if (HS != 64 && HS != 128) {
+    if (!cuda_attention_head_size_supported(HS)) {
         fprintf(stderr, "mist cuda backend: %s: head size %d is not supported (allowed: 64, 128)\n", who, HS);
         abort();
     }

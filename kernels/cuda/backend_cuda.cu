@@ -112,7 +112,12 @@ static float cu_event_elapsed_ms(Backend *b, BackendEvent *start, BackendEvent *
     return ms;
 }
 static void cu_synchronize(Backend *b) { CUDA_CHECK(cudaDeviceSynchronize()); }
-static int cu_supports_op(Backend *b, BackendOp op) { return op >= 0 && op < OP_COUNT; }
+// Every op where it is defined; attention at the head sizes its kernels are
+// built for only (64 and 128: attention.cu).
+static int cu_supports_op(Backend *b, const BackendOpShape *shape) {
+    if (!backend_op_defined(shape)) return 0;
+    return shape->op != OP_ATTENTION || shape->HS == 0 || cuda_attention_head_size_supported(shape->HS);
+}
 
 static void cu_destroy(Backend *b) {
     if (!b) return;
@@ -185,6 +190,7 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->name = "cuda";
     b->dtype = dtype;
     b->device = device;
+    b->device_memory_is_host = 0;
     b->alloc_device = cu_alloc_device;
     b->free_device = cu_free_device;
     b->alloc_pinned = cu_alloc_pinned;

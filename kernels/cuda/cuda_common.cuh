@@ -144,6 +144,8 @@ void cuda_matmul_backward(Backend *b, BackendStream *s, void *dinp, void *dweigh
                           int N, int C, int OC);
 void cuda_attention_forward(Backend *b, BackendStream *s, void *out, float *lse, const void *qkv,
                             int B, int T, int NH, int NKV, int HS);
+// 1 for the head sizes the attention kernels are built for (64, 128: their tiles are compile-time)
+int cuda_attention_head_size_supported(int HS);
 // whether MIST_CUDA_ATTENTION=wgmma can run: the backend built for sm_90a, on a Hopper GPU
 int cuda_attention_wgmma_available(void);
 // the wgmma forward with the next block's scores overlapped with P V (1, the default) or the

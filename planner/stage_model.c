@@ -1,14 +1,15 @@
-// Per-op compute time, transfer times and the model's parts as symbolic
-// expressions of a stage configuration (DESIGN.md §4), plus stage-model
-// assembly and evaluation. Phases and stage times are in schedule.c, memory in
-// memory.c, the interference rule in overlap.c.
+// The stage model (planner/stage_model.h): the model's parts from models/ as
+// symbolic expressions of a stage configuration (docs/design.md §4), a stage's
+// times and memory assembled from them, compiled, and evaluated. The terms it
+// is built from are in cost_terms.c, phases and stage times in schedule.c,
+// memory in memory.c, the interference rule in overlap.c.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
 #include "models/ops.h"
-#include "planner/cost.h"
+#include "planner/cost_terms.h"
 #include "expr/expr_node.h"
 
 const char *const stage_sym_names[STAGE_SYMS] = {"b",  "dp", "tp", "ws", "gs", "os", "ckpt",
@@ -19,188 +20,6 @@ const char *const stage_output_names[ST_OUTPUTS] = {
     "optimizer",        "activations",     "buffers_fwd",    "buffers_bwd",    "transient_fwd", "transient_bwd",
     "logits",           "host_bytes",      "fwd_first_seconds", "fwd_other_seconds", "bwd_last_seconds",
     "bwd_other_seconds", "hw_flops_per_microbatch"};
-
-// ---- small symbolic helpers
-
-Expr cost_gt0(StageBuild *sb, Expr a) { return ex_select(sb->x, a, sb->one, sb->zero); }
-
-Expr cost_ge(StageBuild *sb, Expr a, Expr b) {
-    // integers: a >= b  <=>  a - b + 0.5 > 0
-    return ex_select(sb->x, ex_add(sb->x, ex_sub(sb->x, a, b), ex_num(sb->x, 0.5)), sb->one, sb->zero);
-}
-
-Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem) {
-    ExprCtx *x = sb->x;
-    return ex_mul(x, ex_ceil(x, ex_div(x, elems, divisor)), ex_num(x, bytes_per_elem));
-}
-
-Expr cost_select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n) {
-    Expr e = value_at[n - 1];
-    for (int i = n - 2; i >= 0; i--)
-        e = ex_select(x, ex_sub(x, ex_num(x, 1.5 * (1 << i)), sym), value_at[i], e);
-    return e;
-}
-
-Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const double *at2, const int *valid, int n) {
-    enum { MAX_LEVELS = 16 };
-    if (n > MAX_LEVELS) abort();  // the callers' level counts are constants far below
-    Expr at[MAX_LEVELS], per_b[MAX_LEVELS];
-    int proportional = 1;
-    for (int l = 0; l < n; l++) {
-        double slope = at2[l] - at1[l], intercept = at1[l] - slope;
-        at[l] = valid[l] ? ex_add(x, ex_num(x, intercept), ex_mul(x, ex_num(x, slope), b)) : ex_num(x, 1e30);
-        per_b[l] = ex_num(x, at1[l]);
-        proportional &= valid[l] && intercept == 0;
-    }
-    // Every shipped model's activations are b times a per-sequence size
-    // (intercept 0): then pick the size and multiply once, the same product
-    // as picking one of the products (an exact pick), and a lookup of
-    // constants instead of a chain of selects over n products
-    if (proportional) return ex_mul(x, cost_select_power_of_two(x, tp, per_b, n), b);
-    return cost_select_power_of_two(x, tp, at, n);
-}
-
-// ---- compute
-
-// Roofline of one op: max(flops / (peak * eff), bytes / (bw * eff)) + launch.
-static Expr roofline(StageBuild *sb, Expr flops, Expr bytes, int matmul) {
-    ExprCtx *x = sb->x;
-    const HwProfile *hw = sb->hw;
-    double flops_rate = hw->peak_flops[sb->me->compute] * (matmul ? hw->flops_efficiency : 1.0);
-    // rates as multiplies by their reciprocals: cheaper than a divide in batched
-    // evaluation and merged with the FLOP / byte counts' constants (an ulp apart)
-    Expr t_flops = ex_mul(x, flops, ex_num(x, 1.0 / flops_rate));
-    Expr t_bytes = ex_mul(x, bytes, ex_num(x, 1.0 / (hw->mem_bandwidth * hw->bandwidth_efficiency)));
-    return ex_add(x, ex_max(x, t_flops, t_bytes), ex_num(x, hw->launch_seconds));
-}
-
-// A measured table entry overrides the roofline for the (b, tp) it lists:
-// select on b == entry.b and tp == entry.tp.
-static Expr with_table(StageBuild *sb, const char *op, Expr roof, int backward) {
-    if (!sb->table) return roof;
-    ExprCtx *x = sb->x;
-    Expr e = roof;
-    for (int i = 0; i < sb->table->n; i++) {
-        const OpTimeEntry *t = &sb->table->entry[i];
-        if (strcmp(t->op, op) || t->s != sb->cfg->model.seq_len) continue;
-        Expr b_is = ex_mul(x, cost_ge(sb, sb->s[SYM_B], ex_num(x, t->b)), cost_ge(sb, ex_num(x, t->b), sb->s[SYM_B]));
-        Expr tp_is = ex_mul(x, cost_ge(sb, sb->s[SYM_TP], ex_num(x, t->tp)), cost_ge(sb, ex_num(x, t->tp), sb->s[SYM_TP]));
-        e = ex_select(x, ex_mul(x, b_is, tp_is), ex_num(x, backward ? t->bwd_seconds : t->fwd_seconds), e);
-    }
-    return e;
-}
-
-static Expr part_compute(StageBuild *sb, const PartExprs *part, int backward) {
-    Expr sum = sb->zero;
-    for (int i = 0; i < part->n_ops; i++) {
-        const OpExprs *op = &part->op[i];
-        Expr roof = backward ? roofline(sb, op->bwd_flops, op->bwd_bytes, op->matmul)
-                              : roofline(sb, op->fwd_flops, op->fwd_bytes, op->matmul);
-        sum = ex_add(sb->x, sum, with_table(sb, op->name, roof, backward));
-    }
-    return sum;
-}
-
-Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 0); }
-Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 1); }
-
-Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
-    Expr sum = sb->zero;
-    for (int i = 0; i < part->n_ops; i++)
-        sum = ex_add(sb->x, sum, backward ? part->op[i].bwd_flops : part->op[i].fwd_flops);
-    return sum;
-}
-
-// The deferred Adam step of one block's shard: memory-bound. Per parameter it
-// reads and writes the fp32 master, m and v (24 B), reads the grad and writes
-// the working-precision weight: 24 + grad + param bytes (fp32 training: the
-// master is the weight: 4+4 r/w + 8+8 m,v r/w + 4 grad = 28).
-Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped) {
-    ExprCtx *x = sb->x;
-    const ModelExprs *me = sb->me;
-    double bytes_per_param = me->param_bytes == 4 ? 28.0 : 24.0 + me->grad_bytes + me->param_bytes;
-    Expr bytes = ex_mul(x, params_stepped, ex_num(x, bytes_per_param));
-    Expr t = ex_mul(x, bytes, ex_num(x, 1.0 / (sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency)));
-    return ex_mul(x, cost_gt0(sb, params_stepped), ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
-}
-
-// ---- transfers
-
-// Ring time with a symbolic group shape: factor * (bytes/k * (n-1)/n + beta),
-// with (k, beta) looked up from the (nodes, gpus per node) cell by selects.
-static Expr ring(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpus) {
-    ExprCtx *x = sb->x;
-    Expr inv_k_row[PROFILE_SHAPES], beta_row[PROFILE_SHAPES];
-    for (int n = 0; n < PROFILE_SHAPES; n++) {
-        Expr inv_k[PROFILE_SHAPES], beta[PROFILE_SHAPES];
-        for (int g = 0; g < PROFILE_SHAPES; g++) {
-            inv_k[g] = ex_num(x, 1.0 / sb->hw->coll[n][g].k);
-            beta[g] = ex_num(x, sb->hw->coll[n][g].beta);
-        }
-        inv_k_row[n] = cost_select_power_of_two(x, gpus, inv_k, PROFILE_SHAPES);
-        beta_row[n] = cost_select_power_of_two(x, gpus, beta, PROFILE_SHAPES);
-    }
-    Expr inv_k = cost_select_power_of_two(x, nodes, inv_k_row, PROFILE_SHAPES);
-    Expr beta = cost_select_power_of_two(x, nodes, beta_row, PROFILE_SHAPES);
-    Expr n = ex_mul(x, nodes, gpus);
-    Expr frac = ex_div(x, ex_sub(x, n, sb->one), n);  // (n-1)/n, 0 for a group of one
-    Expr t = ex_add(x, ex_mul(x, ex_mul(x, bytes, inv_k), frac), ex_mul(x, beta, cost_ge(sb, n, ex_num(x, 2))));
-    return ex_mul(x, ex_mul(x, ex_num(x, sb->hw->coll_factor[kind]), t), cost_gt0(sb, bytes));
-}
-
-// DP groups span nodes first: a stage of dp*tp ranks on M-GPU nodes occupies
-// ceil(dp*tp/M) nodes; its DP group has min(dp, nodes) nodes and dp/that GPUs
-// per node.
-Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
-    ExprCtx *x = sb->x;
-    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
-    Expr stage_nodes = ex_ceil(x, ex_div(x, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), M));
-    Expr nodes = ex_min(x, sb->s[SYM_DP], stage_nodes);
-    Expr gpus = ex_ceil(x, ex_div(x, sb->s[SYM_DP], nodes));
-    return ring(sb, kind, bytes, nodes, gpus);
-}
-
-// A staged collective (runtime/comm_staged.c) copies its send buffer to the host
-// when it starts and its result back when it completes: an all-gather sends its
-// rank's block (bytes / dp) and receives the whole, a reduce-scatter the other
-// way round, an all-reduce the whole both ways.
-Expr cost_dp_collective_copies(StageBuild *sb, CollKind kind, Expr bytes) {
-    ExprCtx *x = sb->x;
-    Expr dp = sb->s[SYM_DP], block = ex_div(x, bytes, dp);
-    Expr send = kind == COLL_ALL_GATHER ? block : bytes, recv = kind == COLL_REDUCE_SCATTER ? block : bytes;
-    Expr t = ex_add(x, cost_d2h(sb, send), cost_h2d(sb, recv));
-    return ex_mul(x, t, cost_gt0(sb, ex_sub(x, dp, sb->one)));
-}
-
-// TP stays inside a node while it fits: min(tp, M) GPUs on ceil(tp/M) nodes.
-Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
-    ExprCtx *x = sb->x;
-    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
-    Expr gpus = ex_min(x, sb->s[SYM_TP], M);
-    Expr nodes = ex_ceil(x, ex_div(x, sb->s[SYM_TP], M));
-    return ring(sb, kind, bytes, nodes, gpus);
-}
-
-// Pipeline send to the neighbouring stage: bytes/k + beta with the cell of a
-// two-member group across nodes when the stage fills whole nodes (its
-// neighbour is then on another node), else inside a node.
-Expr cost_p2p(StageBuild *sb, Expr bytes) {
-    ExprCtx *x = sb->x;
-    int M = sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1;
-    LinkFit across = profile_coll_fit(sb->hw, 2, 1), inside = profile_coll_fit(sb->hw, 1, 2);
-    Expr whole_nodes = cost_ge(sb, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), ex_num(x, M));
-    Expr t_across = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / across.k)), ex_num(x, across.beta));
-    Expr t_inside = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / inside.k)), ex_num(x, inside.beta));
-    return ex_select(x, whole_nodes, t_across, t_inside);
-}
-
-static Expr host_copy(StageBuild *sb, const LinkFit *f, Expr bytes) {
-    ExprCtx *x = sb->x;
-    Expr t = ex_add(x, ex_mul(x, bytes, ex_num(x, 1.0 / f->k)), ex_num(x, f->beta));
-    return ex_mul(x, t, cost_gt0(sb, bytes));
-}
-Expr cost_h2d(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
-Expr cost_d2h(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->d2h, bytes); }
 
 // ---- the model's parts as expressions
 
@@ -278,7 +97,7 @@ static int transplant(ExprCtx *dst, ExprCtx *src, Expr b, Expr tp, double s, dou
             else if (!strcmp(name, "s")) map[i] = ex_num(dst, s);
             else if (!strcmp(name, "eb")) map[i] = ex_num(dst, eb);
             else {
-                snprintf(err, errlen, "planner/cost.c: the model's op list uses symbol '%s'; the stage model knows "
+                snprintf(err, errlen, "planner/stage_model.c: the model's op list uses symbol '%s'; the stage model knows "
                          "b, s, tp, eb", name);
                 return -1;
             }
@@ -294,7 +113,7 @@ static int transplant(ExprCtx *dst, ExprCtx *src, Expr b, Expr tp, double s, dou
         case EXPR_OP_FLOOR: map[i] = ex_floor(dst, a); break;
         case EXPR_OP_SELECT: map[i] = ex_select(dst, a, bb, c); break;
         default:
-            snprintf(err, errlen, "planner/cost.c: unknown expression node op %d", nd.op);
+            snprintf(err, errlen, "planner/stage_model.c: unknown expression node op %d", nd.op);
             return -1;
         }
     }
@@ -330,7 +149,7 @@ void cost_state_bytes(Precision precision, int *param, int *grad, int *optimizer
     *optimizer = elt == 4 ? 8 : 12;
 }
 
-int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen) {
+static int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *err, size_t errlen) {
     ModelConfig mc = cfg->model;
     const ModelConfig *m = &mc;
     memset(me, 0, sizeof *me);
@@ -399,22 +218,6 @@ int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, char *e
     }
     expr_ctx_set_merge_like_terms(x, 0);  // times and ratios follow: not integers
     return 0;
-}
-
-// ---- model FLOPs, Megatron convention: 2 FLOPs per multiply-add, every
-// matmul incl. the full s x s scores and the LM head, backward = 2x forward,
-// so 3x the forward matmul FLOPs per token. For a GPT with a 4h MLP this is
-// 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) per iteration.
-double model_flops_per_iteration(const MistConfig *cfg) {
-    const ModelConfig *m = &cfg->model;
-    double s = m->seq_len, h = m->hidden, hd = h / m->heads, F = m->ffn_hidden, V = m->vocab;
-    double kv = m->kv_heads > 0 ? m->kv_heads : m->heads;
-    double qkv = 2 * h * (m->heads + 2 * kv) * hd;     // per token
-    double attn = 2 * 2 * s * h;                       // QK^T + PV per token (full s x s)
-    double proj = 2 * h * h;
-    double mlp = (m->activation == ACT_SWIGLU ? 3 : 2) * 2 * h * F;
-    double per_token_fwd = m->layers * (qkv + attn + proj + mlp) + 2 * h * V;
-    return 3.0 * per_token_fwd * s * (double)cfg->train.global_batch;
 }
 
 // ---- stage model assembly and evaluation
@@ -593,7 +396,7 @@ void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS]
     const double *sym_on_stack[STAGE_SYMS] = {0};
     const double **sym_cols = nsym <= STAGE_SYMS ? sym_on_stack : calloc((size_t)nsym, sizeof *sym_cols);
     if (!sym_cols) {
-        fprintf(stderr, "planner/cost.c: out of memory evaluating %zu candidates\n", n);
+        fprintf(stderr, "planner/stage_model.c: out of memory evaluating %zu candidates\n", n);
         abort();
     }
     for (int i = 0; i < STAGE_SYMS; i++) sym_cols[sm->sym[i]] = cols[i];
@@ -602,7 +405,7 @@ void stage_eval_batch(const StageModel *sm, const double *const cols[STAGE_SYMS]
     } else {
         for (int k = 0; k < ST_OUTPUTS; k++)
             if (out[k] && k != ST_T && k != ST_D && k != ST_PEAK_FWD && k != ST_PEAK_BWD && k != ST_HOST) {
-                fprintf(stderr, "planner/cost.c: stage_eval_batch: output '%s' asked of a model built with "
+                fprintf(stderr, "planner/stage_model.c: stage_eval_batch: output '%s' asked of a model built with "
                         "STAGE_BUILD_SPLIT (it computes t, d and the peaks); hint: build it with flags 0\n",
                         stage_output_names[k]);
                 abort();

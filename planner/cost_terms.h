@@ -1,0 +1,114 @@
+// The terms a stage model is built from (planner/stage_model.h is the
+// interface): the model's symbolic parts, the stage's symbols and their
+// derived terms (StageBuild), per-op compute time, collective and host-copy
+// times, the overlap rule, and the builders of the stage's times
+// (schedule.c) and memory (memory.c). Internal to planner/: stage_model.c
+// assembles a model from them.
+#ifndef MIST_COST_TERMS_H
+#define MIST_COST_TERMS_H
+
+#include "models/model.h"
+#include "planner/stage_model.h"
+
+// Per-part symbolic quantities the model description provides: stage_model.c copies
+// the op list of models/ops.h (model_build) with s and eb fixed for the
+// config, and takes params and activations from models/model.h. Bytes and
+// elements are per TP rank.
+#define PART_MAX_OPS 48
+typedef struct {
+    char name[32];
+    Expr fwd_flops, bwd_flops;  // FLOPs the kernels execute (ModelOp hw_flops_*)
+    Expr fwd_bytes, bwd_bytes;  // bytes read + written
+    int matmul;                   // runs at the matmul efficiency (else bandwidth-bound elementwise)
+} OpExprs;
+
+typedef struct {
+    int n_ops;
+    OpExprs op[PART_MAX_OPS];
+    Expr params;          // parameter elements per TP rank
+    Expr saved;           // bytes kept for backward (not checkpointed)
+    Expr saved_ckpt;      // bytes kept when checkpointed (the block input)
+    Expr transient_fwd;   // bytes of forward temporaries beyond the saved set
+    Expr transient_bwd;   // bytes of backward temporaries (input/output grads, workspaces)
+    Expr output;          // bytes of the part's output activation
+    Expr tp_comm_fwd;     // bytes all-reduced over TP in forward (0 at tp = 1)
+    Expr tp_comm_bwd;     // bytes all-reduced over TP in backward
+} PartExprs;
+
+// Activation bytes of a part at one tp level, per TP rank, in the classes the
+// runtime sorts them into (memory.c): the block input X, the rest R kept for
+// backward (and each of R's tensors, for the offload scan), scratch, gradient
+// workspaces, logits and losses. They depend on the model, the sequence and
+// the element size only, so they are tabulated once per configuration.
+#define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
+typedef struct {
+    double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
+    int n_rest;
+    double rest_b[2][MODEL_MAX_ACTS];  // each saved tensor of R, at b = 1 and 2
+    int valid;                         // the model splits over this tp
+} ActLevel;
+void memory_act_levels(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
+
+// The model's symbolic parts for one configuration (stage_model.c).
+typedef struct {
+    PartExprs pre, block, post;
+    ActLevel acts_block[MEM_TP_LEVELS], acts_post[MEM_TP_LEVELS];  // memory_act_levels
+    int param_bytes;       // 2 (bf16/fp16) or 4 (fp32)
+    int grad_bytes;        // bytes per gradient element
+    int optimizer_bytes;   // 12 (fp32 master + m + v) or 8 (m + v, fp32 training)
+    ComputeDtype compute;
+} ModelExprs;
+
+// ---- building blocks (cost_terms.c), shared by schedule.c and memory.c
+
+// Symbols and their common derived terms for one stage.
+typedef struct {
+    ExprCtx *x;
+    const HwProfile *hw;
+    const OpTable *table;
+    const MistConfig *cfg;
+    const ModelExprs *me;
+    Expr s[STAGE_SYMS];
+    Expr zero, one;
+    Expr wshard, gshard, oshard;  // divisors: dp when that state is sharded, else 1
+    int has_pre, has_post;
+} StageBuild;
+
+Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
+Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
+Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
+// ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)
+Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes);
+// With staged collectives (HwProfile.staged_collectives): the device->host copy of what
+// a DP collective of `bytes` (the whole buffer) sends and the host->device copy of what it
+// receives; 0 for a group of one
+Expr cost_dp_collective_copies(StageBuild *sb, CollKind kind, Expr bytes);
+Expr cost_tp_collective(StageBuild *sb, CollKind kind, Expr bytes);
+Expr cost_p2p(StageBuild *sb, Expr bytes);  // one pipeline send between neighbouring stages
+Expr cost_h2d(StageBuild *sb, Expr bytes);
+Expr cost_d2h(StageBuild *sb, Expr bytes);
+Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound Adam step
+// ceil(elems / divisor) * bytes_per_elem
+Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
+Expr cost_ge(StageBuild *sb, Expr a, Expr b);  // 1 if a >= b (integers) else 0
+Expr cost_gt0(StageBuild *sb, Expr a);          // 1 if a > 0 else 0
+// value_at[i] for sym = 2^i (i < n), the last for larger values: a chain of
+// selects against constant thresholds, which a compiled program runs as one
+// lookup instruction where the values are constants
+Expr cost_select_power_of_two(ExprCtx *x, Expr sym, const Expr *value_at, int n);
+// Bytes per power-of-two tp level (n levels), affine in b through (1, at1[l])
+// and (2, at2[l]); 1e30 (never fits) where valid[l] is 0
+Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const double *at2, const int *valid, int n);
+
+// schedule.c: fills ST_T, ST_D, ST_FWD_*, ST_BWD_*
+void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
+// memory.c: fills the memory outputs
+void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
+
+// ---- the overlap window rule (overlap.c); x[s] = seconds of work on stream s
+double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);
+// the same rule symbolically; NULL = no work on that stream
+Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr streams[STREAM_COUNT]);
+
+#endif
