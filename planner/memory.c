@@ -2,7 +2,7 @@
 // form. The arithmetic is the training runtime's, term for term: on the CPU
 // backend the peaks below equal the arena high-water marks mist-train
 // measures on every rank, for single stages at any tp and for every stage of
-// a 1F1B pipeline (runtime/model_runtime.c mr_memory_predict, runtime/zero.c
+// a 1F1B pipeline (runtime/model_memory.c mr_memory_predict, runtime/zero.c
 // zero_predict, runtime/pipeline_run.c; tests/plan_runtime_memory.sh checks
 // it to the byte). Arenas count tensor sizes, not the 256-byte
 // alignment padding between carved tensors (runtime/arena.h), so no rounding
@@ -45,7 +45,7 @@
 //   S  the projection scratch, D the backward gradient buffers (d_*)
 //   O  the share of R a non-checkpointed block keeps on the host between its
 //      forward and backward: whole tensors, the largest first while their sum
-//      stays <= ao * R (runtime/model_runtime.c act_offload_mask); it comes
+//      stays <= ao * R (runtime/model_memory.c act_offload_mask); it comes
 //      back into one device workspace of O bytes
 //   H  the head (last stage): the last block's output, final norm + stats,
 //      logits (losses are I/O above)

@@ -1,5 +1,6 @@
 // Measured op latencies for the planner's op table (see calibrate.h).
 #define _POSIX_C_SOURCE 200809L  // open_memstream
+#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
 #include "runtime/calibrate.h"
 #include <errno.h>
 #include <stdint.h>
@@ -301,4 +302,34 @@ int calibrate_write(const char *path, const char *device, const CalibEntry *e, i
     if (rc && !path && text) snprintf(err, errlen, "stdout: write failed: %s", strerror(errno));
     free(text);
     return rc;
+}
+
+int calibrate_run(const ModelConfig *m, MistDtype cpu_dtype, const int *bs, int nb, const int *tps, int ntp, int iters,
+                  const char *path, char *device, size_t devlen, char *err, size_t errlen) {
+    Backend *be = NULL;
+    snprintf(device, devlen, "cpu");
+#ifdef HAVE_CUDA
+    const char *force = getenv("MIST_DEVICE");  // "cpu": time the CPU backend on a GPU machine
+    if (!force || strcmp(force, "cpu")) {
+        be = backend_cuda_create(MIST_BF16, 0, err, errlen);
+        if (be) snprintf(device, devlen, "cuda:0");
+    }
+#endif
+    if (!be) {
+        char why[1024];
+        be = backend_cpu_create(cpu_dtype, why, sizeof why);
+        if (!be) {
+            snprintf(err, errlen, "cannot start the cpu backend: %s", why);
+            return -1;
+        }
+        snprintf(device, devlen, "the cpu backend (%s)", cpu_dtype == MIST_BF16 ? "bf16" : "fp32");
+    }
+    int max = nb * ntp * CALIB_OPS;
+    CalibEntry *e = calloc((size_t)max, sizeof *e);
+    int n = e ? calibrate_ops(be, m, bs, nb, tps, ntp, 2, iters, e, max, err, errlen) : -1;
+    if (!e) snprintf(err, errlen, "out of host memory");
+    if (n >= 0 && calibrate_write(path, device, e, n, err, errlen) != 0) n = -1;
+    free(e);
+    be->destroy(be);
+    return n;
 }

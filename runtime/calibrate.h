@@ -37,4 +37,13 @@ int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, cons
 // returns 0 or -1 with err.
 int calibrate_write(const char *path, const char *device, const CalibEntry *e, int n, char *err, size_t errlen);
 
+// mist-calibrate's measurement: on this machine's first GPU (bf16), or on the
+// CPU backend in cpu_dtype when there is none or with MIST_DEVICE=cpu, every op
+// of the model at every (b, tp) pair (2 warm-up calls, then `iters`), written
+// with calibrate_write to path (NULL: standard output). Returns the entries
+// written, with where they were measured in device ("cuda:0", "the cpu backend
+// (fp32)"), or -1 with err.
+int calibrate_run(const ModelConfig *m, MistDtype cpu_dtype, const int *bs, int nb, const int *tps, int ntp, int iters,
+                  const char *path, char *device, size_t devlen, char *err, size_t errlen);
+
 #endif

@@ -1,333 +1,10 @@
-// Memory plan, memory prediction, and forward/backward of one micro-batch.
+// Forward and backward of one micro-batch on a stage, written with backend
+// ops only (the memory they run in: runtime/model_memory.c).
 #include "runtime/model_runtime.h"
-#include "runtime/pipeline_schedule.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm.h"
-
-// ---------------------------------------------------------------- sizes
-// Every activation size comes from models/model.h (model_acts), the same
-// description the planner evaluates symbolically. Carving looks tensors up by
-// name; the prediction below instead sums them by their saved / ckpt_saved
-// flags, never looking at the arena, so a mismatch between the two shows up
-// as predicted != measured.
-typedef struct {
-    size_t x_nc;        // the block input x (N,C): the one tensor a checkpointed block keeps
-    size_t block_rest;  // one block's other saved tensors
-    size_t scratch;     // projection outputs (transient)
-    size_t grads_bufs;  // backward gradient buffers (transient)
-    size_t post;        // lnf and its statistics
-    size_t logits, losses;
-} ActSizes;
-
-static size_t spec_bytes(const ModelRuntime *r, const ActSpec *a) {
-    return (size_t)a->elems * (a->f32 ? sizeof(float) : r->x);
-}
-
-// bytes of the tensor `name` of a part's list; 0 when the model does not have it
-// (the layernorm mean under rmsnorm)
-static size_t act_bytes(const ModelRuntime *r, const ActSpec *list, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(list[i].name, name)) return spec_bytes(r, &list[i]);
-    return 0;
-}
-
-static ActSizes act_sizes(const ModelRuntime *r) {
-    ActSizes s = {0};
-    for (int i = 0; i < r->n_block_acts; i++) {
-        const ActSpec *a = &r->block_acts[i];
-        size_t bytes = spec_bytes(r, a);
-        if (a->ckpt_saved) s.x_nc += bytes;
-        else if (a->saved) s.block_rest += bytes;
-        else if (!strcmp(a->name, "scratch")) s.scratch += bytes;
-        else s.grads_bufs += bytes;
-    }
-    for (int i = 0; i < r->n_post_acts; i++) {
-        const ActSpec *a = &r->post_acts[i];
-        size_t bytes = spec_bytes(r, a);
-        if (!strcmp(a->name, "logits")) s.logits += bytes;
-        else if (!strcmp(a->name, "losses")) s.losses += bytes;
-        else if (strcmp(a->name, "x") != 0) s.post += bytes;  // x is the last block's output, counted as x_nc
-    }
-    return s;
-}
-
-static int is_ckpt_block(const ModelRuntime *r, int l) { return l >= r->L - r->ckpt; }
-
-// A block's saved tensors besides its input x, in BlockActs order.
-enum { N_REST = 12 };
-static const char *const REST_NAMES[N_REST] = {"ln1", "ln1_mean", "ln1_rstd", "qkv", "att", "lse",
-                                               "mid", "ln2", "ln2_mean", "ln2_rstd", "fc", "act"};
-static ArenaTensor *rest_tensor(BlockActs *a, int k) {
-    ArenaTensor *ts[N_REST] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->lse,
-                               &a->mid, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fc, &a->act};
-    return ts[k];
-}
-
-// Activation offload (ao): which saved tensors of a non-checkpointed block
-// wait on the host between its forward and its backward. Tensors are moved
-// whole (a kernel needs each one contiguous in device memory): the largest
-// first, while their sum stays within ao times the block's saved bytes
-// (besides x, the block input, which stays). Bit k: REST_NAMES[k].
-static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes) {
-    size_t bytes[N_REST], total = 0, sum = 0;
-    for (int k = 0; k < N_REST; k++) total += bytes[k] = act_bytes(r, r->block_acts, r->n_block_acts, REST_NAMES[k]);
-    double budget = r->ao * (double)total;
-    unsigned mask = 0;
-    for (;;) {
-        int best = -1;
-        for (int k = 0; k < N_REST; k++)
-            if (!(mask >> k & 1) && bytes[k] > 0 && (double)(sum + bytes[k]) <= budget &&
-                (best < 0 || bytes[k] > bytes[best]))
-                best = k;
-        if (best < 0) break;
-        mask |= 1u << best;
-        sum += bytes[best];
-    }
-    *offloaded_bytes = sum;
-    return mask;
-}
-
-// tp > 1: the vocabulary-parallel cross-entropy's row max f32(N) and its
-// [sum exp | target logit] f32(2N), reduced over the tp group between passes
-static size_t ce_stats_bytes(const ModelRuntime *r) {
-    return r->tp > 1 ? 3 * (size_t)r->B * r->T * sizeof(float) : 0;
-}
-
-// host X(N,C) buffers of the pipeline boundary: one receive and two sends
-// (a send may still be in flight while the next one is filled) per neighbour
-static size_t boundary_bytes(const ModelRuntime *r) { return (size_t)r->B * r->T * r->C * r->x; }
-static size_t boundary_host_bytes(const ModelRuntime *r) {
-    return (r->has_pre ? 0 : 3) * boundary_bytes(r) + (r->has_post ? 0 : 3) * boundary_bytes(r);
-}
-
-static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) {
-    size_t N = (size_t)r->B * r->T, states, host;
-    // params, grads, master, m, v (each unit's resident part) and the staging
-    // of sharded / offloaded units: runtime/zero.c
-    zero_predict(r, &states, &host);
-    // + grad-norm accumulator, cross-entropy statistics (tp), tokens (one set per slot), targets, losses
-    return states + sizeof(float) + ce_stats_bytes(r) + ((size_t)r->K + 1) * N * sizeof(int32_t) + s->losses;
-}
-
-// The live bytes of one micro-batch's forward and backward, step by step as
-// mr_forward / mr_backward take and release them (device: live/peak; host:
-// the offloaded activations, hlive/hpeak).
-typedef struct {
-    ActSizes s;
-    size_t off;  // bytes of a non-checkpointed block that wait on the host
-    size_t live, peak, hlive, hpeak;
-} MemSim;
-
-static void sim_grow(MemSim *m, size_t n) {
-    m->live += n;
-    if (m->live > m->peak) m->peak = m->live;
-}
-
-static void sim_forward(const ModelRuntime *r, MemSim *m) {
-    const ActSizes *s = &m->s;
-    sim_grow(m, s->x_nc);                       // x_0 (embedding, or the received activation)
-    for (int l = 0; l < r->L; l++) {
-        sim_grow(m, s->block_rest);             // own tensors (+ the swap workspace), or the recompute workspace
-        sim_grow(m, s->x_nc);                   // x_{l+1}
-        sim_grow(m, s->scratch);                // projection scratch
-        m->live -= s->scratch;
-        if (is_ckpt_block(r, l)) m->live -= s->block_rest;
-        else {  // swapped out
-            m->live -= m->off;
-            m->hlive += m->off;
-            if (m->hlive > m->hpeak) m->hpeak = m->hlive;
-        }
-    }
-    if (r->has_post) sim_grow(m, s->post + s->logits);  // final norm, logits
-    else m->live -= s->x_nc;                             // the output went to the host send buffer
-}
-
-static void sim_backward(const ModelRuntime *r, MemSim *m) {
-    const ActSizes *s = &m->s;
-    sim_grow(m, s->grads_bufs);                 // backward starts
-    if (r->has_post) {
-        m->live -= s->logits;
-        m->live -= s->post + s->x_nc;           // lnf and the last block's output
-    }
-    for (int l = r->L - 1; l >= 0; l--) {
-        if (is_ckpt_block(r, l)) {
-            sim_grow(m, s->block_rest + s->scratch);  // recompute into the workspace (+ scratch)
-            m->live -= s->scratch;
-        } else {
-            sim_grow(m, m->off);                // swapped in
-            m->hlive -= m->off;
-        }
-        m->live -= s->block_rest + s->x_nc;     // the block's tensors and its input
-    }
-    m->live -= s->grads_bufs;
-}
-
-void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
-    MemSim m = {.s = act_sizes(r)};
-    act_offload_mask(r, &m.off);
-    m.live = m.peak = persistent_device_bytes(r, &m.s);
-    // the stage's micro-batches in 1F1B order (pipeline_schedule.h): up to K
-    // forwards keep their activations before the matching backwards free them
-    int G = r->pipe.G, n = 2 * G;
-    PipeAction *order = malloc((size_t)n * sizeof *order);
-    pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
-    for (int i = 0; i < n; i++) {
-        if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
-        else sim_backward(r, &m);
-    }
-    free(order);
-    *device_peak = (int64_t)m.peak;
-    size_t N = (size_t)r->B * r->T;
-    // host: token staging, per-token losses, all ranks' losses of a micro-batch,
-    // the boundary buffers, the offloaded parts of params, grads and optimizer
-    // state, and the offloaded activations of every micro-batch in flight
-    size_t states_dev, states_host;
-    zero_predict(r, &states_dev, &states_host);
-    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + boundary_host_bytes(r) +
-                           states_host + m.hpeak);
-}
-
-// ---------------------------------------------------------------- plan
-// the tensors of one block besides its input x: those of `keep` (bits of
-// REST_NAMES) with their size, the others as 0-byte placeholders
-static void carve_block(ModelRuntime *r, BlockActs *a, Arena *arena, unsigned keep) {
-    static const char *const what[N_REST] = {"acts.ln1", "acts.ln1_mean", "acts.ln1_rstd", "acts.qkv", "acts.att",
-                                             "acts.lse", "acts.mid", "acts.ln2", "acts.ln2_mean", "acts.ln2_rstd",
-                                             "acts.fc", "acts.act"};
-    for (int k = 0; k < N_REST; k++)
-        arena_carve(arena, rest_tensor(a, k),
-                    keep >> k & 1 ? act_bytes(r, r->block_acts, r->n_block_acts, REST_NAMES[k]) : 0, what[k]);
-}
-
-// The tensors forward/backward cannot run without, with the sizes they need.
-static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
-    size_t N = (size_t)r->B * r->T, x = r->x;
-    struct { const ActSpec *list; int n; const char *name; size_t want; } need[] = {
-        {r->block_acts, r->n_block_acts, "x", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "ln1", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "ln1_rstd", N * sizeof(float)},
-        {r->block_acts, r->n_block_acts, "qkv", N * r->QKV * x},
-        {r->block_acts, r->n_block_acts, "att", N * r->NH * r->HS * x},
-        {r->block_acts, r->n_block_acts, "lse", (size_t)r->B * r->NH * r->T * sizeof(float)},
-        {r->block_acts, r->n_block_acts, "mid", r->m.parallel_block ? 0 : N * r->C * x},
-        {r->block_acts, r->n_block_acts, "ln2", r->m.parallel_block ? 0 : N * r->C * x},
-        {r->block_acts, r->n_block_acts, "d_ln_mlp", r->m.parallel_block ? N * r->C * x : 0},
-        {r->block_acts, r->n_block_acts, "fc", N * r->FC * x},
-        {r->block_acts, r->n_block_acts, "act", N * r->F * x},
-        {r->block_acts, r->n_block_acts, "scratch", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "d_res", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "d_ln", N * r->C * x},
-        {r->block_acts, r->n_block_acts, "d_att", N * r->NH * r->HS * x},
-        {r->block_acts, r->n_block_acts, "d_qkv", N * r->QKV * x},
-        {r->block_acts, r->n_block_acts, "d_act", N * r->F * x},
-        {r->post_acts, r->n_post_acts, "x", N * r->C * x},
-        {r->post_acts, r->n_post_acts, "lnf", N * r->C * x},
-        {r->post_acts, r->n_post_acts, "lnf_rstd", N * sizeof(float)},
-        {r->post_acts, r->n_post_acts, "logits", N * r->Vs * x},
-        {r->post_acts, r->n_post_acts, "losses", N * sizeof(float)},
-    };
-    for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
-        if (need[i].list == r->post_acts && !r->has_post) continue;  // a stage without the head never writes them
-        size_t got = act_bytes(r, need[i].list, need[i].n, need[i].name);
-        if (got < need[i].want) {
-            snprintf(err, errlen, "models/model.h: activation '%s' of the %s is %zu bytes; the runtime writes %zu "
-                     "(b=%d, s=%d)", need[i].name, need[i].list == r->block_acts ? "block" : "post part", got,
-                     need[i].want, r->B, r->T);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
-    r->be = be;
-    r->x = mist_dtype_size(be->dtype);
-    r->stream = be->stream_create(be);
-    arena_init(&r->dev, "device", ARENA_DEVICE);
-    arena_init(&r->host, "host", ARENA_HOST);
-    Arena *d = &r->dev, *h = &r->host;
-    size_t N = (size_t)r->B * r->T;
-    r->n_block_acts = model_acts(&r->m, PART_BLOCK, r->B, r->T, r->tp, r->block_acts, MODEL_MAX_ACTS);
-    r->n_post_acts = model_acts(&r->m, PART_POST, r->B, r->T, r->tp, r->post_acts, MODEL_MAX_ACTS);
-    if (r->n_block_acts < 0 || r->n_post_acts < 0) {
-        snprintf(err, errlen, "models/model.h: model_acts failed for b=%d s=%d tp=%d", r->B, r->T, r->tp);
-        return 1;
-    }
-    if (check_acts(r, err, errlen)) return 1;
-    size_t off_bytes;
-    r->act_mask = act_offload_mask(r, &off_bytes);
-    const ActSpec *bl = r->block_acts, *po = r->post_acts;
-    int nb = r->n_block_acts, np = r->n_post_acts;
-    zero_carve(r);  // params, grads, master, m, v and their staging
-    arena_carve(d, &r->t_norm_acc, sizeof(float), "grad_norm_acc");
-    arena_carve(d, &r->t_ce_stats, ce_stats_bytes(r), "tp.ce_stats");
-    arena_carve(d, &r->t_inputs, (size_t)r->K * N * sizeof(int32_t), "inputs");
-    arena_carve(d, &r->t_targets, N * sizeof(int32_t), "targets");
-    arena_carve(d, &r->t_losses, act_bytes(r, po, np, "losses"), "losses");
-    int slots_x_blocks = r->K * r->L;
-    r->acts = calloc((size_t)slots_x_blocks, sizeof *r->acts);
-    for (int i = 0; i < slots_x_blocks; i++) {
-        arena_carve(d, &r->acts[i].x, act_bytes(r, bl, nb, "x"), "acts.x");
-        if (!is_ckpt_block(r, i % r->L)) carve_block(r, &r->acts[i], d, ~r->act_mask);
-    }
-    if (r->ckpt > 0) carve_block(r, &r->work, d, ~0u);  // shared by every checkpointed block
-    // offloaded activations: one device workspace, a host copy per non-checkpointed block and slot
-    carve_block(r, &r->aws, d, r->act_mask);
-    r->hacts = calloc((size_t)slots_x_blocks, sizeof *r->hacts);
-    for (int i = 0; i < slots_x_blocks; i++)
-        carve_block(r, &r->hacts[i], h, is_ckpt_block(r, i % r->L) ? 0u : r->act_mask);
-    arena_carve(d, &r->x_out, act_bytes(r, po, np, "x"), "acts.x_out");
-    arena_carve(d, &r->scratch, act_bytes(r, bl, nb, "scratch"), "scratch");
-    arena_carve(d, &r->lnf, act_bytes(r, po, np, "lnf"), "acts.lnf");
-    arena_carve(d, &r->lnf_mean, act_bytes(r, po, np, "lnf_mean"), "acts.lnf_mean");
-    arena_carve(d, &r->lnf_rstd, act_bytes(r, po, np, "lnf_rstd"), "acts.lnf_rstd");
-    arena_carve(d, &r->logits, act_bytes(r, po, np, "logits"), "logits");
-    arena_carve(d, &r->d_res, act_bytes(r, bl, nb, "d_res"), "grad.residual");
-    arena_carve(d, &r->d_ln, act_bytes(r, bl, nb, "d_ln"), "grad.norm_out");
-    arena_carve(d, &r->d_att, act_bytes(r, bl, nb, "d_att"), "grad.att");
-    arena_carve(d, &r->d_qkv, act_bytes(r, bl, nb, "d_qkv"), "grad.qkv");
-    arena_carve(d, &r->d_act, act_bytes(r, bl, nb, "d_act"), "grad.act");
-    arena_carve(d, &r->d_fc, act_bytes(r, bl, nb, "d_fc"), "grad.fc");  // used by swiglu
-    arena_carve(d, &r->d_ln_mlp, act_bytes(r, bl, nb, "d_ln_mlp"), "grad.norm_out_mlp");  // parallel block
-    arena_carve(h, &r->h_inputs, N * sizeof(int32_t), "host.inputs");
-    arena_carve(h, &r->h_targets, N * sizeof(int32_t), "host.targets");
-    arena_carve(h, &r->h_losses, N * sizeof(float), "host.losses");
-    arena_carve(h, &r->h_gather, (size_t)r->dp * N * sizeof(float), "host.losses_all_ranks");
-    size_t in_b = r->has_pre ? 0 : boundary_bytes(r), out_b = r->has_post ? 0 : boundary_bytes(r);
-    arena_carve(h, &r->h_fwd_recv, in_b, "host.pipe.act_in");
-    arena_carve(h, &r->h_bwd_recv, out_b, "host.pipe.grad_in");
-    for (int k = 0; k < 2; k++) {
-        arena_carve(h, &r->h_fwd_send[k], out_b, "host.pipe.act_out");
-        arena_carve(h, &r->h_bwd_send[k], in_b, "host.pipe.grad_out");
-    }
-    if (arena_reserve(d, be, err, errlen) || arena_reserve(h, be, err, errlen)) return 1;
-    // optimizer view of the flat buffers
-    r->opt_tensors = calloc((size_t)r->num_tensors, sizeof *r->opt_tensors);
-    for (int i = 0; i < r->num_tensors; i++)
-        r->opt_tensors[i] = (OptimTensor){r->tensors[i].offset, r->tensors[i].count, r->tensors[i].decay};
-    return 0;
-}
-
-void mr_free(ModelRuntime *r) {
-    if (r->be && r->stream) r->be->stream_destroy(r->be, r->stream);
-    arena_free(&r->dev);
-    arena_free(&r->host);
-    zero_free(r);
-    free(r->units);
-    free(r->unit_first_tensor);
-    r->units = NULL;
-    r->unit_first_tensor = NULL;
-    free(r->acts);
-    free(r->hacts);
-    r->hacts = NULL;
-    free(r->blk);
-    free(r->opt_tensors);
-    r->acts = NULL;
-    r->blk = NULL;
-    r->opt_tensors = NULL;
-}
 
 // ---------------------------------------------------------------- forward / backward
 static void *ptr_or_null(const ArenaTensor *t) { return t->bytes ? arena_ptr(t) : NULL; }
@@ -338,51 +15,57 @@ static void *take(ArenaTensor *t) {
     return t->bytes ? p : NULL;
 }
 
-static void take_rest(BlockActs *a) {
-    for (int k = 0; k < N_REST; k++) take(rest_tensor(a, k));
+// a block's saved tensors (rows of use SAVED) whose bit is set in mask, taken / released
+static void take_masked(BlockActs *a, unsigned mask) {
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+        if (mr_acts[k].use == MR_USE_SAVED && mask >> k & 1) arena_take(mr_block_act(a, k));
 }
-
-static void release_rest(BlockActs *a) {
-    for (int k = 0; k < N_REST; k++) arena_release(rest_tensor(a, k));
+static void release_masked(BlockActs *a, unsigned mask) {
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+        if (mr_acts[k].use == MR_USE_SAVED && mask >> k & 1) arena_release(mr_block_act(a, k));
 }
+// all of them (the block input x stays as it is)
+static void take_rest(BlockActs *a) { take_masked(a, ~0u); }
+static void release_rest(BlockActs *a) { release_masked(a, ~0u); }
 
 // The tensors of acts[i] (block i mod L of slot i / L) it computes with: its
 // own, and the offloaded ones in the swap workspace (a copy of the
 // descriptors; liveness stays with the originals).
 static BlockActs act_view(ModelRuntime *r, int i) {
     BlockActs v = r->acts[i];
-    for (int k = 0; k < N_REST; k++)
-        if (r->act_mask >> k & 1) *rest_tensor(&v, k) = *rest_tensor(&r->aws, k);
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+        if (r->act_mask >> k & 1) *mr_block_act(&v, k) = *mr_block_act(&r->aws, k);
     return v;
 }
 
 // after the forward of acts[i]: its offloaded tensors go to the host (d2h), the workspace is free
-static void acts_swap_out(ModelRuntime *r, int l) {
-    for (int k = 0; k < N_REST; k++) {
+static void acts_swap_out(ModelRuntime *r, int i) {
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++) {
         if (!(r->act_mask >> k & 1)) continue;
-        ArenaTensor *dev = rest_tensor(&r->aws, k), *host = rest_tensor(&r->hacts[l], k);
+        ArenaTensor *dev = mr_block_act(&r->aws, k), *host = mr_block_act(&r->hacts[i], k);
         r->be->copy_d2h(r->be, arena_take(host), arena_ptr(dev), dev->bytes, r->stream);
         arena_release(dev);
     }
 }
 
 // before the backward of acts[i]: back into the workspace (h2d)
-static void acts_swap_in(ModelRuntime *r, int l) {
-    for (int k = 0; k < N_REST; k++) {
+static void acts_swap_in(ModelRuntime *r, int i) {
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++) {
         if (!(r->act_mask >> k & 1)) continue;
-        ArenaTensor *dev = rest_tensor(&r->aws, k), *host = rest_tensor(&r->hacts[l], k);
+        ArenaTensor *dev = mr_block_act(&r->aws, k), *host = mr_block_act(&r->hacts[i], k);
         r->be->copy_h2d(r->be, arena_take(dev), arena_ptr(host), dev->bytes, r->stream);
         arena_release(host);
     }
 }
 
-static void take_masked(BlockActs *a, unsigned mask) {
-    for (int k = 0; k < N_REST; k++)
-        if (mask >> k & 1) arena_take(rest_tensor(a, k));
+// the backward gradient buffers (rows of use GRAD), taken / released together
+static void take_grads(ModelRuntime *r) {
+    for (int k = MR_NUM_BLOCK_ACTS; k < MR_NUM_ACTS; k++)
+        if (mr_acts[k].use == MR_USE_GRAD) arena_take(mr_stage_act(r, k));
 }
-static void release_masked(BlockActs *a, unsigned mask) {
-    for (int k = 0; k < N_REST; k++)
-        if (mask >> k & 1) arena_release(rest_tensor(a, k));
+static void release_grads(ModelRuntime *r) {
+    for (int k = MR_NUM_BLOCK_ACTS; k < MR_NUM_ACTS; k++)
+        if (mr_acts[k].use == MR_USE_GRAD) arena_release(mr_stage_act(r, k));
 }
 
 // weights and gradients are addressed by flat offset; zero.c knows which
@@ -535,6 +218,18 @@ int32_t *mr_targets(ModelRuntime *r) { return arena_ptr(&r->t_targets); }
 // the activations of block l in slot k
 #define ACTS(k, l) ((k) * r->L + (l))
 
+// evaluation (no backward follows): the blocks of slot `slot` drop what they kept for it
+static void drop_blocks(ModelRuntime *r, int slot) {
+    for (int l = r->L - 1; l >= 0; l--) {
+        int i = ACTS(slot, l);
+        if (!mr_is_ckpt_block(r, l)) {
+            release_rest(&r->acts[i]);
+            release_masked(&r->hacts[i], r->act_mask);
+        }
+        arena_release(&r->acts[i].x);
+    }
+}
+
 void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, void *out_host) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
@@ -555,8 +250,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
     }
     for (int l = 0; l < r->L; l++) {
         int i = ACTS(slot, l);
-        int swapped = !is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
-        BlockActs *a = is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
+        int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
+        BlockActs *a = mr_is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
         take_rest(a);
         if (swapped) {
             take_masked(&r->aws, r->act_mask);
@@ -571,23 +266,14 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
         block_forward_to_act(r, l, a, xin);
         block_forward_output(r, l, a, xin, xnext);
         arena_release(&r->scratch);
-        if (is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
+        if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         else if (swapped) acts_swap_out(r, i);
     }
     if (!r->has_post) {  // the output goes to the next stage
         be->copy_d2h(be, out_host, arena_ptr(&r->x_out), xbytes, st);
         be->stream_synchronize(be, st);
         arena_release(&r->x_out);
-        if (dloss == 0.0f) {  // evaluation: no backward follows
-            for (int l = r->L - 1; l >= 0; l--) {
-                int i = ACTS(slot, l);
-                if (!is_ckpt_block(r, l)) {
-                    release_rest(&r->acts[i]);
-                    release_masked(&r->hacts[i], r->act_mask);
-                }
-                arena_release(&r->acts[i].x);
-            }
-        }
+        if (dloss == 0.0f) drop_blocks(r, slot);  // evaluation: no backward follows
         return;
     }
     void *lnf = take(&r->lnf), *lnf_mean = take(&r->lnf_mean), *lnf_rstd = take(&r->lnf_rstd);
@@ -617,14 +303,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
         arena_release(&r->lnf_mean);
         arena_release(&r->lnf_rstd);
         arena_release(&r->x_out);
-        for (int l = r->L - 1; l >= 0; l--) {
-            int i = ACTS(slot, l);
-            if (!is_ckpt_block(r, l)) {
-                release_rest(&r->acts[i]);
-                release_masked(&r->hacts[i], r->act_mask);
-            }
-            arena_release(&r->acts[i].x);
-        }
+        drop_blocks(r, slot);
     }
 }
 
@@ -634,12 +313,8 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
     size_t xbytes = (size_t)N * r->C * r->x;
-    void *d_res = take(&r->d_res), *d_ln = take(&r->d_ln);
-    take(&r->d_att);
-    take(&r->d_qkv);
-    take(&r->d_act);
-    take(&r->d_fc);
-    take(&r->d_ln_mlp);
+    take_grads(r);
+    void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln);
     if (r->has_post) {
         void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
         zero_bwd_begin(r, r->L + 1);
@@ -661,9 +336,9 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
         int i = ACTS(slot, l);
         BlockActs *a = &r->acts[i], view = r->acts[i];
         const void *xin = arena_ptr(&r->acts[i].x);
-        int swapped = !is_ckpt_block(r, l) && r->act_mask;
+        int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;
         zero_bwd_begin(r, 1 + l);
-        if (is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
+        if (mr_is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
             a = &r->work;
             take_rest(a);
             take(&r->scratch);
@@ -695,13 +370,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
         be->stream_synchronize(be, st);
     }
     zero_bwd_finish(r);
-    arena_release(&r->d_res);
-    arena_release(&r->d_ln);
-    arena_release(&r->d_att);
-    arena_release(&r->d_qkv);
-    arena_release(&r->d_act);
-    arena_release(&r->d_fc);
-    arena_release(&r->d_ln_mlp);
+    release_grads(r);
 }
 
 void mr_forward_backward(ModelRuntime *r, float dloss) {

@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include "kernels/backend.h"
 #include "models/model.h"
+#include "runtime/activations.h"
 #include "runtime/arena.h"
 #include "core/schema.h"
 #include "runtime/optimizer.h"
@@ -80,18 +81,6 @@ typedef struct {
     int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 } BlockParams;
 
-// One block's activations (what forward writes and backward reads).
-typedef struct {
-    ArenaTensor x;                   // X(N,C) block input (kept when checkpointed)
-    ArenaTensor ln1, ln1_mean, ln1_rstd;  // X(N,C), f32(N) (layernorm only), f32(N)
-    ArenaTensor qkv;                 // X(N,QKV) after rotary
-    ArenaTensor att, lse;            // X(N,C), f32(B,NH,T)
-    ArenaTensor mid;                 // X(N,C) residual after attention
-    ArenaTensor ln2, ln2_mean, ln2_rstd;
-    ArenaTensor fc;                  // X(N,FC) pre-activation (FC = F gelu, 2F swiglu)
-    ArenaTensor act;                 // X(N,F)
-} BlockActs;
-
 typedef struct ModelRuntime {
     ModelConfig m;         // the whole model (m.layers: every stage's blocks)
     MrPipeline pipe;       // kept by the layout (set before it)
@@ -119,28 +108,26 @@ typedef struct ModelRuntime {
     size_t Pp;             // flat buffer length: P plus each unit's padding to a multiple of dp (zero >= 1)
     int64_t wte, wpe, lnf_w, lnf_b, lm_head;  // offsets, -1 when absent
     BlockParams *blk;      // (L)
-    // activations as models/model.h lists them for this micro-batch and tp rank
-    ActSpec block_acts[MODEL_MAX_ACTS], post_acts[MODEL_MAX_ACTS];
-    int n_block_acts, n_post_acts;
+    // bytes of each activation (runtime/activations.h, row k) as models/model.h lists it
+    // for this micro-batch and tp rank; 0 when it does not
+    size_t act_bytes[MR_NUM_ACTS];
     // arenas and tensors
     Arena dev, host;
     ArenaTensor t_params, t_grads, t_master, t_m, t_v, t_norm_acc;
     ArenaTensor t_ce_stats;  // tp > 1: f32(3N) vocab-parallel cross-entropy [rowmax | sum exp | target logit]
-    ArenaTensor t_inputs, t_targets, t_losses;     // device: i32(K,N), i32(N), f32(N)
+    ArenaTensor t_inputs, t_targets;               // device: i32(K,N), i32(N)
     ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
     ArenaTensor h_fwd_recv, h_bwd_recv;            // host X(N,C): boundary activation / gradient in
     ArenaTensor h_fwd_send[2], h_bwd_send[2];      // host X(N,C) x2: out (a send may still be in flight)
     BlockActs *acts;       // (K, L) own tensors for non-checkpointed blocks, per slot
     BlockActs work;        // recompute workspace of checkpointed blocks
     double ao;             // activation offload fraction
-    unsigned act_mask;     // saved tensors a non-checkpointed block offloads (bits: BlockActs order after x)
+    unsigned act_mask;     // saved tensors a non-checkpointed block offloads (bit k: row k of MR_BLOCK_ACTS)
     BlockActs aws;         // device workspace of the offloaded tensors (the others 0 bytes)
     BlockActs *hacts;      // (K, L) host copies of the offloaded tensors
-    ArenaTensor x_out;     // X(N,C) output of the last block
-    ArenaTensor scratch;   // X(N,C) projection outputs (transient)
-    ArenaTensor lnf, lnf_mean, lnf_rstd, logits;   // X(N,C), f32(N), f32(N), X(N,V)
-    ArenaTensor d_res, d_ln, d_att, d_qkv, d_act, d_fc;  // backward gradient buffers
-    ArenaTensor d_ln_mlp;  // X(N,C) the MLP branch's dL/dln1 in a parallel block (0 bytes otherwise)
+    // the stage's shared activations: x_out, scratch, lnf, ..., logits, the
+    // backward gradient buffers d_*, and the per-token losses t_losses f32(N)
+    MR_STAGE_ACTS(MR_ACT_FIELD)
     int dp;
     // ZeRO sharding and offloading (runtime/zero.h): units pre, block 0..L-1, post
     int zero, dp_rank;
@@ -165,6 +152,11 @@ typedef struct ModelRuntime {
     OptimTensor *opt_tensors;
     Optimizer opt;
 } ModelRuntime;
+
+// Row k (>= MR_NUM_BLOCK_ACTS) of runtime/activations.h: one of the stage's shared activations.
+static inline ArenaTensor *mr_stage_act(ModelRuntime *r, int k) {
+    return (ArenaTensor *)((char *)r + mr_acts[k].offset);
+}
 
 // The stage this runtime holds, for the next mr_layout* call (which keeps
 // it): stage of stages, blocks [first_layer, first_layer + num_layers), G
@@ -228,5 +220,9 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
 // mr_forward, then (dloss != 0) mr_backward.
 void mr_forward_backward(ModelRuntime *r, float dloss);
 void mr_free(ModelRuntime *r);
+
+// Block l (of the stage's L) is checkpointed: it keeps only its input x and
+// recomputes its other tensors in backward (the last ckpt blocks).
+static inline int mr_is_ckpt_block(const ModelRuntime *r, int l) { return l >= r->L - r->ckpt; }
 
 #endif

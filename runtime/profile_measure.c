@@ -9,7 +9,7 @@
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/profile_measure.h"
-#include "runtime/fileutil.h"  // mist_ini_comment_name
+#include "runtime/fileutil.h"  // mist_ini_comment_name, mist_write_file_atomic
 
 // the ranges profile files accept (core/profile.c: link_fit)
 #define K_MIN 1e6   // bytes/s (0.001 GB/s)
@@ -350,4 +350,35 @@ void profile_apply_measure(HwProfile *p, const ProfileMeasure *m) {
     // lines measured through host memory include its copies: the model then puts them on the
     // critical path (planner/schedule.c)
     if (m->num_shapes > 0) p->staged_collectives = m->staged;
+}
+
+int profile_measure_write(HwProfile *base, const char *base_name, const ProfileMeasure *m, const MeasureOptions *o,
+                          const char *comm, int world, const char *out, const char *json, const char *who) {
+    char err[1024];
+    int rc = 0, to_stdout = !strcmp(out, "-");
+    profile_measure_print(to_stdout ? stderr : stdout, who, m, o, comm, world);
+    profile_apply_measure(base, m);
+    snprintf(base->name, sizeof base->name, "%s measured", base_name);
+    size_t len = 0;
+    char *text = profile_measure_ini(base, m, who, base_name, comm, &len);
+    if (!text) {
+        fprintf(stderr, "%s: out of host memory\n", who);
+        rc = 1;
+    } else if (to_stdout) {
+        fwrite(text, 1, len, stdout);
+    } else if (mist_write_file_atomic(out, text, len, err, sizeof err)) {
+        fprintf(stderr, "%s: --out %s: %s\n", who, out, err);
+        rc = 1;
+    } else {
+        printf("%s: wrote %s (base %s; shapes not measured keep the base's lines)\n", who, out, base_name);
+    }
+    free(text);
+    text = json ? profile_measure_json(m, o, comm, world, &len) : NULL;
+    if (json && (!text || mist_write_file_atomic(json, text, len, err, sizeof err))) {
+        fprintf(stderr, "%s: --json %s: %s\n", who, json, text ? err : "out of host memory");
+        rc = 1;
+    }
+    free(text);
+    fflush(stdout);
+    return rc;
 }

@@ -92,4 +92,12 @@ char *profile_measure_json(const ProfileMeasure *m, const MeasureOptions *o, con
 void profile_measure_print(FILE *f, const char *who, const ProfileMeasure *m, const MeasureOptions *o, const char *comm,
                            int world);
 
+// mist-profile's outputs (rank 0): the table (on stderr when the profile goes
+// to standard output), the profile `base` (named base_name) with the measured
+// lines as an INI file to out ("-": standard output), and with json set the
+// measurement as JSON there. who: the program, for messages. Returns 0, or 1
+// after a message on stderr.
+int profile_measure_write(HwProfile *base, const char *base_name, const ProfileMeasure *m, const MeasureOptions *o,
+                          const char *comm, int world, const char *out, const char *json, const char *who);
+
 #endif

@@ -154,19 +154,70 @@ static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, s
     return 0;
 }
 
-int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
+// wall time of the last TIMED_MAX iterations but the run's first (which grows
+// buffers and warms caches): their median against the planner's prediction
+enum { TIMED_MAX = 4096 };
+
+// One training run on this rank, from the backend's start to the final
+// report: the state mist_train_run's steps share. close_training releases
+// whatever of it exists, whichever step stopped.
+typedef struct {
+    const MistConfig *cfg;
+    const Grid *grid;
+    int rank, root;
+    int G, dp, tp, S;
+    MistDtype dtype;         // of the weights, activations and gradients
+    char err[1024];
+    Backend *be;             // NULL until started
+    int on_host;             // the CPU backend (its device memory is the accounted arena)
+    int have_choice;
+    CommChoice choice;       // where collectives of device memory run (runtime/comm_select.h)
+    const CommBackend *comm; // choice.comm
+    ModelRuntime model;      // this rank's part of the model, its memory and state
+    int64_t pred_dev, pred_host;  // predicted peaks of its arenas
+    TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
+    Run run;                 // what the data callbacks read
+    PipeRun pipe;
+    PipeData train_data;
+    DataLoader *dl, *vdl;    // training and validation data (vdl: NULL without validation)
+    int val_batches;
+    TrainLog *log;
+    // checkpoints: this rank's fp32 weights, m, v (3 x Pp, padding 0), and the
+    // whole model's (3 x Pglobal, global shapes) that the file holds
+    float *host_state, *global_state;
+    CkptTensor *ct;
+    // several stages: rank 0 assembles the whole model for a save in the layout
+    // of one stage holding every block (pipe_gather_state), from each stage's
+    // whole tensors (gathered over its dp and tp groups first)
+    ModelRuntime full;
+    float *whole;
+    CkptTensor *whole_ct;
+    CkptState st;            // the checkpoint resumed from, then the one written
+    int64_t start;           // iterations done before this run (resumed)
+    int stopped;             // a stop signal ended the loop early
+    // the loop's statistics
+    IterStats stats;
+    int have_stats;
+    double timed[TIMED_MAX];
+    int64_t timed_n;
+    double sum_total, sum_compute, sum_wait, sum_norm;  // over every timed iteration
+} Training;
+
+// The backend of this rank's device and the path of its collectives; messages
+// about both. 0, or the exit code.
+static int start_backend(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const Grid *grid = t->grid;
     const CommBackend *comm = grid->comm;
-    int rank = grid->world_rank, root = rank == 0;
+    int rank = t->rank, root = t->root;
     char err[1024] = "";
     int rc = check_supported(cfg, grid, err, sizeof err);
     if (rc) {
         if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         return rc;
     }
-    const StagePlan *sp = &cfg->plan.plan.stage[grid->stage];
-    const TrainConfig *tc = &cfg->train;
-    int G = cfg->plan.plan.G, dp = grid->dp_size, tp = grid->tp_size, S = cfg->plan.plan.num_stages;
-    MistDtype dtype = tc->precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
+    int dp = t->dp, tp = t->tp, S = t->S;
+    MistDtype dtype = t->dtype;
     // the device the launcher picked for this rank: "cuda:N", or "cpu" (the
     // device is then emulated: its memory is the accounted arena)
     Backend *be = launch_backend(grid->device, dtype, err, sizeof err);
@@ -174,35 +225,38 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         fprintf(stderr, "mist-train: rank %d: cannot start the %s backend: %s\n", rank, grid->device, err);
         return 1;
     }
+    t->be = be;
     int on_host = be->device_memory_is_host;
+    t->on_host = on_host;
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
     // host bounce buffers (runtime/comm_select.h). The pipeline's messages and
     // the tied embedding's sum are host buffers either way.
-    CommChoice choice;
-    commCheck(comm, comm_select(grid->comm, be, grid->world, &choice));
-    comm = choice.comm;
+    CommChoice *choice = &t->choice;
+    commCheck(comm, comm_select(grid->comm, be, grid->world, choice));
+    t->have_choice = 1;
+    comm = t->comm = choice->comm;
     // NCCL's communicators of the dp and tp groups before the arenas: its buffers are not
     // in the plan, and an arena that no longer fits says so at start with its size
     CommGroup *const device_groups[2] = {grid->dp, grid->tp};
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
-    commCheck(comm, comm_select_prepare(&choice, device_groups, 2));
+    commCheck(comm, comm_select_prepare(choice, device_groups, 2));
     known = known && be->device_free_bytes(be, &free_after) == 0;
-    if (root && known && choice.path == COMM_PATH_NCCL && free_before > free_after)
+    if (root && known && choice->path == COMM_PATH_NCCL && free_before > free_after)
         printf("mist: NCCL's communicators took %.1f MiB of device memory on rank 0 (outside the plan's peak; "
                "[cluster] device_memory below the card's leaves them room)\n",
                (double)(free_before - free_after) / 1048576.0);
-    if (root && choice.path == COMM_PATH_NCCL && comm_select_communicators(&choice) > 0)
-        printf("mist: NCCL communicators made before the arenas on rank 0: %d\n", comm_select_communicators(&choice));
+    if (root && choice->path == COMM_PATH_NCCL && comm_select_communicators(choice) > 0)
+        printf("mist: NCCL communicators made before the arenas on rank 0: %d\n", comm_select_communicators(choice));
     int several = dp > 1 || tp > 1 || S > 1;
-    if (root && choice.path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
+    if (root && choice->path == COMM_PATH_NCCL && (dp > 1 || tp > 1))
         printf("mist: collectives of device memory run on %s (its buffers are outside the measured device peak)\n",
-               choice.detail);
-    if (root && choice.path == COMM_PATH_STAGED && several)
+               choice->detail);
+    if (root && choice->path == COMM_PATH_STAGED && several)
         printf("mist: collectives of %s memory are staged through pinned host memory%s%s: each costs a copy each way, "
                "and starting one waits for the device\n", on_host ? "the CPU backend's device" : "GPU",
-               choice.why[0] ? ": " : "", choice.why);
+               choice->why[0] ? ": " : "", choice->why);
     // The CUDA attention kernels are built for head sizes 64 and 128 (their
     // tiles are compile-time): say so before training rather than abort in the
     // first forward. Same config on every rank, so all stop together.
@@ -212,11 +266,23 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             fprintf(stderr, "mist-train: %s: [model] hidden / heads = %d / %d = %d: the CUDA backend's attention "
                     "supports head sizes 64 and 128; allowed: 64, 128. Hint: change heads, or MIST_DEVICE=cpu\n",
                     cfg->source, cfg->model.hidden, cfg->model.heads, head_size);
-        be->destroy(be);
         return 1;
     }
-    static ModelRuntime model;  // large (parameter table): not on the stack
-    ModelRuntime *r = &model;
+    return 0;
+}
+
+// The layout of this rank's stage: its parameters, their dp and tp shards.
+// 0, or the exit code (the worst of every rank: all stop together).
+static int lay_out_stage(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const Grid *grid = t->grid;
+    const CommBackend *comm = t->comm;
+    Backend *be = t->be;
+    ModelRuntime *r = &t->model;
+    const StagePlan *sp = &cfg->plan.plan.stage[grid->stage];
+    int G = t->G, tp = t->tp, S = t->S;
+    char err[1024] = "";
+    int rc;
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
     rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
@@ -230,174 +296,222 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
     commCheck(comm, comm->all_reduce(comm, &worst, &worst, 1, MIST_I32, COMM_MAX, grid->world));
-    if (worst) {
-        if (rc && grid->dp_index == 0 && grid->tp_index == 0) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
-        be->destroy(be);
-        return worst;
-    }
-    if (mr_plan_memory(r, be, err, sizeof err)) {
-        fprintf(stderr, "mist-train: rank %d: %s\n", rank, err);
+    if (worst && rc && grid->dp_index == 0 && grid->tp_index == 0)
+        fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
+    return worst;
+}
+
+// Carves every tensor from the arenas and predicts their peaks. 0, or 1.
+static int plan_memory(Training *t) {
+    ModelRuntime *r = &t->model;
+    if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
+        fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
         // the other stages may have planned theirs and would wait for this one at the first exchange
-        if (S > 1) comm->abort(comm, 1, "memory plan failed");
-        mr_free(r);
-        be->destroy(be);
+        if (t->S > 1) t->comm->abort(t->comm, 1, "memory plan failed");
         return 1;
     }
-    comm_select_follow(&choice, r->stream);  // the model's kernels write what the collectives send
-    int64_t pred_dev, pred_host;
-    mr_memory_predict(r, &pred_dev, &pred_host);
+    comm_select_follow(&t->choice, r->stream);  // the model's kernels write what the collectives send
+    mr_memory_predict(r, &t->pred_dev, &t->pred_host);
+    return 0;
+}
+
+// Rank 0 prints the run's parameters, predicted peaks and iteration time, and
+// how the hardware profile's prediction compares with the path this run takes.
+static int report_predictions(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const ModelRuntime *r = &t->model;
+    TrainFlops *flops = &t->flops;
+    int root = t->root, dp = t->dp, tp = t->tp, S = t->S;
     if (root) {
         char a[32], b2[32];
-        trainlog_format_bytes(pred_dev, a, sizeof a);
-        trainlog_format_bytes(pred_host, b2, sizeof b2);
+        trainlog_format_bytes(t->pred_dev, a, sizeof a);
+        trainlog_format_bytes(t->pred_host, b2, sizeof b2);
         printf("mist: %lld parameters, dtype %s, %d stage%s, stage 0: %zu parameters (%zu per tp rank), b=%d G=%d "
                "dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", (long long)model_param_count(&cfg->model),
-               mist_dtype_name(dtype), S, S > 1 ? "s" : "", r->Pglobal, r->P, r->B, G, dp, tp, r->ckpt, r->zero,
-               r->wo, r->go, r->oo, r->ao);
-        printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)pred_dev, b2,
-               (long long)pred_host);
+               mist_dtype_name(t->dtype), S, S > 1 ? "s" : "", r->Pglobal, r->P, r->B, t->G, dp, tp, r->ckpt,
+               r->zero, r->wo, r->go, r->oo, r->ao);
+        printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)t->pred_dev,
+               b2, (long long)t->pred_host);
     }
     // MFU / HFU of the log lines against the [cluster] hardware profile's peak
-    TrainFlops flops;
-    memset(&flops, 0, sizeof flops);
-    if (train_flops_init(&flops, cfg, grid->world_size, err, sizeof err) != 0) {
-        if (root) printf("mist: MFU and HFU not reported: %s\n", err);
+    if (train_flops_init(flops, cfg, t->grid->world_size, t->err, sizeof t->err) != 0) {
+        if (root) printf("mist: MFU and HFU not reported: %s\n", t->err);
     } else if (root) {
         printf("mist: predicted iteration %.4g ms on hardware profile %s (peak %.4g FLOP/s per device; MFU and "
-               "HFU below are against it)\n", 1e3 * flops.predicted_seconds, flops.hardware, flops.peak_flops);
+               "HFU below are against it)\n", 1e3 * flops->predicted_seconds, flops->hardware, flops->peak_flops);
         // the machine may have more than the profile says: warn, the allocations decide
-        if (flops.misfit[0])
+        if (flops->misfit[0])
             printf("mist: warning: the plan does not fit hardware profile %s: %s (hint: mist-plan %s --analyze; "
-                   "[cluster] device_memory and host_memory say what the machines have)\n", flops.hardware,
-                   flops.misfit, cfg->source);
+                   "[cluster] device_memory and host_memory say what the machines have)\n", flops->hardware,
+                   flops->misfit, cfg->source);
         // the profile prices one comm path, the run takes another: say which way the prediction errs
         // (the CPU backend's staging is a check of the GPU path, not a run to predict)
+        const CommChoice *choice = &t->choice;
         int device_collectives = dp > 1 || tp > 1;
-        if (device_collectives && choice.path == COMM_PATH_STAGED && !on_host && !flops.staged_collectives)
+        if (device_collectives && choice->path == COMM_PATH_STAGED && !t->on_host && !flops->staged_collectives)
             printf("mist: note: collectives are staged through host memory (%s) but hardware profile %s prices them "
                    "GPU to GPU: the prediction is optimistic (-o cluster.measure_transfers=1 measures this path)\n",
-                   choice.why[0] ? choice.why : "MIST_COMM_STAGED=1", flops.hardware);
-        if (device_collectives && choice.path == COMM_PATH_NCCL && flops.staged_collectives)
+                   choice->why[0] ? choice->why : "MIST_COMM_STAGED=1", flops->hardware);
+        if (device_collectives && choice->path == COMM_PATH_NCCL && flops->staged_collectives)
             printf("mist: note: hardware profile %s prices collectives staged through host memory ([collective] "
-                   "staged = 1), this run's go GPU to GPU on NCCL: the prediction is pessimistic\n", flops.hardware);
+                   "staged = 1), this run's go GPU to GPU on NCCL: the prediction is pessimistic\n", flops->hardware);
     }
     if (root) fflush(stdout);
-    r->comm = comm;
-    r->dpg = grid->dp;
-    r->tpg = grid->tp;
+    return 0;
+}
+
+// Initial parameters, the pipeline's links, the optimizer, the checkpoint arrays. 0, or the exit code.
+static int init_state(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const TrainConfig *tc = &cfg->train;
+    ModelRuntime *r = &t->model;
+    r->comm = t->comm;
+    r->dpg = t->grid->dp;
+    r->tpg = t->grid->tp;
     mr_init_params(r, tc->seed);
-    Run run = {cfg, grid, comm, r, G, NULL, "train", err, sizeof err};
-    PipeRun pipe;
-    if (pipe_init(&pipe, r, grid, &cfg->plan.plan, err, sizeof err)) {
-        if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
-        mr_free(r);
-        be->destroy(be);
+    t->run = (Run){cfg, t->grid, t->comm, r, t->G, NULL, "train", t->err, sizeof t->err};
+    if (pipe_init(&t->pipe, r, t->grid, &cfg->plan.plan, t->err, sizeof t->err)) {
+        if (t->root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, t->err);
         return 2;
     }
-    pipe.comm = comm;  // staged or not: its messages are host buffers, which pass through
-    PipeData train_data = {load_batch, loss_sum_cb, &run};
+    t->pipe.comm = t->comm;  // staged or not: its messages are host buffers, which pass through
+    t->train_data = (PipeData){load_batch, loss_sum_cb, &t->run};
     // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
-    r->opt = (Optimizer){.backend = be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),
+    r->opt = (Optimizer){.backend = t->be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),
                          .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
                          .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
                          .weight_decay = tc->weight_decay};
-
-    DataLoader *dl = NULL, *vdl = NULL;
-    TrainLog *log = NULL;
-    // checkpoints: this rank's fp32 weights, m, v (3 x Pp, padding 0), and the
-    // whole model's (3 x Pglobal, global shapes) that the file holds
-    float *host_state = NULL, *global_state = NULL;
-    if (cfg->checkpoint.dir[0] && (!(host_state = calloc(3 * r->Pp, sizeof(float))) ||
-                                   !(global_state = calloc(3 * r->Pglobal, sizeof(float))))) {
+    if (cfg->checkpoint.dir[0] && (!(t->host_state = calloc(3 * r->Pp, sizeof(float))) ||
+                                   !(t->global_state = calloc(3 * r->Pglobal, sizeof(float))))) {
         fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu + 3 x %zu "
-                "floats)\n", rank, r->Pp, r->Pglobal);
-        free(host_state);
-        mr_free(r);
-        be->destroy(be);
+                "floats)\n", t->rank, r->Pp, r->Pglobal);
         return 1;
     }
-    CkptTensor *ct = global_state ? ckpt_tensors(r, global_state) : NULL;
-    // several stages: rank 0 assembles the whole model for a save in the layout
-    // of one stage holding every block (pipe_gather_state), from each stage's
-    // whole tensors (gathered over its dp and tp groups first)
-    static ModelRuntime full;
-    float *whole = NULL;
-    CkptTensor *whole_ct = NULL;
-    if (S > 1 && host_state && root) {
-        mr_layout(&full, &cfg->model, 1, 0, 1, err, sizeof err);
-        whole = calloc(3 * full.Pp, sizeof(float));
-        if (!whole) {
+    t->ct = t->global_state ? ckpt_tensors(r, t->global_state) : NULL;
+    if (t->S > 1 && t->host_state && t->root) {
+        mr_layout(&t->full, &cfg->model, 1, 0, 1, t->err, sizeof t->err);
+        t->whole = calloc(3 * t->full.Pp, sizeof(float));
+        if (!t->whole) {
             fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
-                    full.Pp);
-            comm->abort(comm, 1, "out of memory");
+                    t->full.Pp);
+            t->comm->abort(t->comm, 1, "out of memory");
         }
-        whole_ct = ckpt_tensors(&full, whole);
+        t->whole_ct = ckpt_tensors(&t->full, t->whole);
     }
-    int exit_code = 0;
-    if (dataloader_open(&dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, err, sizeof err) ||
-        dataloader_set_rank(dl, tc->global_batch, r->B, dp, grid->dp_index, err, sizeof err)) {
-        fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", rank, err);
-        exit_code = 1;
-        goto done;
-    }
-    int val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
-    if (cfg->data.val[0] && cfg->data.val_interval > 0) {
-        if (dataloader_open(&vdl, cfg->data.val, r->T, r->V, 0, tc->seed, err, sizeof err) ||
-            dataloader_set_rank(vdl, (int64_t)r->B * dp * val_batches, r->B, dp, grid->dp_index, err, sizeof err)) {
-            fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", rank, err);
-            exit_code = 1;
-            goto done;
-        }
-    }
+    return 0;
+}
 
-    // ---- resume ----
-    CkptState st = {0};
-    int64_t start = 0;
+// The training data and the validation data (when [data] val is set with an interval). 0, or 1.
+static int open_data(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const TrainConfig *tc = &cfg->train;
+    const ModelRuntime *r = &t->model;
+    int dp = t->dp, dp_index = t->grid->dp_index;
+    if (dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err, sizeof t->err) ||
+        dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err)) {
+        fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", t->rank, t->err);
+        return 1;
+    }
+    t->val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
+    if (cfg->data.val[0] && cfg->data.val_interval > 0) {
+        if (dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
+            dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
+                                sizeof t->err)) {
+            fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", t->rank, t->err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// With [checkpoint] resume: the latest checkpoint's state, every rank its
+// shards of it; then the log (a resumed one keeps its earlier lines). 0, or 1.
+static int resume(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    ModelRuntime *r = &t->model;
+    CkptState *st = &t->st;
+    int rank = t->rank;
     const char *ckdir = cfg->checkpoint.dir;
     if (ckdir[0] && cfg->checkpoint.resume) {
         char path[1024];
-        int found = checkpoint_load_latest(ckdir, &cfg->model, &st, ct, r->num_tensors, path, sizeof path, err,
-                                           sizeof err);
+        int found = checkpoint_load_latest(ckdir, &cfg->model, st, t->ct, r->num_tensors, path, sizeof path, t->err,
+                                           sizeof t->err);
         if (found < 0) {
-            fprintf(stderr, "mist-train: rank %d: resume: %s\n", rank, err);
-            exit_code = 1;
-            goto done;
+            fprintf(stderr, "mist-train: rank %d: resume: %s\n", rank, t->err);
+            return 1;
         }
         if (found == 1) {
-            if (st.data_position != dataloader_position(dl, st.step)) {
+            if (st->data_position != dataloader_position(t->dl, st->step)) {
                 fprintf(stderr, "mist-train: rank %d: resume from %s: data position %lld does not match step %lld "
                         "x global_batch %lld (hint: resume with the global_batch the checkpoint was written with)\n",
-                        rank, path, (long long)st.data_position, (long long)st.step, (long long)tc->global_batch);
-                exit_code = 1;
-                goto done;
+                        rank, path, (long long)st->data_position, (long long)st->step,
+                        (long long)cfg->train.global_batch);
+                return 1;
             }
             // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
-            mr_tp_scatter(r, global_state, host_state, 3);
-            zero_distribute(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
-            start = st.step;
-            r->opt.t = st.adam_t;
-            if (root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)start);
+            mr_tp_scatter(r, t->global_state, t->host_state, 3);
+            zero_distribute(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
+            t->start = st->step;
+            r->opt.t = st->adam_t;
+            if (t->root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)t->start);
         }
     }
-    log = start > 0 ? trainlog_open_resume(&cfg->log, rank, start + 1, err, sizeof err)
-                    : trainlog_open(&cfg->log, rank, err, sizeof err);
-    if (!log) {
-        fprintf(stderr, "mist-train: rank %d: [log]: %s\n", rank, err);
-        exit_code = 1;
-        goto done;
+    t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)
+                          : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
+    if (!t->log) {
+        fprintf(stderr, "mist-train: rank %d: [log]: %s\n", rank, t->err);
+        return 1;
     }
+    return 0;
+}
 
-    // ---- iterations ----
-    int64_t skipped = st.skipped, nonfinite = st.nonfinite, consecutive = 0;
+// The checkpoint of iteration it (1-based: it + 1 done): every stage's whole
+// tensors to rank 0, which writes the file; collective.
+static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t nonfinite) {
+    const MistConfig *cfg = t->cfg;
+    const Grid *grid = t->grid;
+    const CommBackend *comm = t->comm;
+    ModelRuntime *r = &t->model;
+    CkptState *st = &t->st;
+    float *host_state = t->host_state;
+    st->step = it + 1;
+    st->adam_t = r->opt.t;
+    st->data_position = dataloader_position(t->dl, it + 1);
+    st->skipped = skipped;
+    st->nonfinite = nonfinite;
+    int crc = 0;
+    // gathering the state and rank 0's write of a large model can
+    // legitimately keep the others waiting longer than comm_timeout
+    comm->set_timeout(comm, 0);
+    zero_flush(r);
+    zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
+    // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
+    if (grid->dp_index == 0) mr_tp_gather(r, host_state, t->global_state, 3);
+    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+    if (t->root)
+        crc = checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, st, t->S > 1 ? t->whole_ct : t->ct,
+                              t->S > 1 ? t->full.num_tensors : r->num_tensors, t->err, sizeof t->err);
+    if (crc) {
+        fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, t->err);
+        comm->abort(comm, 1, "checkpoint error");
+    }
+    commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
+    comm->set_timeout(comm, cfg->cluster.comm_timeout);
+}
+
+// The iterations: forward and backward of the micro-batches, the gradient
+// norm, the deferred optimizer step, logs, validation, checkpoints, stop
+// signals. 0 (done, or t->stopped), or 1 after too many non-finite iterations.
+static int train_loop(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const TrainConfig *tc = &cfg->train;
+    const CommBackend *comm = t->comm;
+    Backend *be = t->be;
+    ModelRuntime *r = &t->model;
+    int rank = t->rank, root = t->root, G = t->G, dp = t->dp;
+    const char *ckdir = cfg->checkpoint.dir;
+    int64_t skipped = t->st.skipped, nonfinite = t->st.nonfinite, consecutive = 0;
     float dloss = (float)(1.0 / ((double)r->B * r->T * G * dp));
-    IterStats stats = {0};
-    int have_stats = 0;
-    // wall time of the last TIMED_MAX iterations but the run's first (which grows
-    // buffers and warms caches): their median against the planner's prediction
-    enum { TIMED_MAX = 4096 };
-    static double timed[TIMED_MAX];
-    int64_t timed_n = 0;
-    double sum_total = 0, sum_compute = 0, sum_wait = 0, sum_norm = 0;  // over every timed iteration
     double tokens_per_iter = (double)tc->global_batch * r->T;
     // MIST_FAULT_NAN_FROM=k makes the loss of iteration k and later NaN, to test
     // the skip-and-abort path (set it on every rank: the decision must agree)
@@ -412,21 +526,21 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     comm->set_timeout(comm, cfg->cluster.comm_timeout);
     stop_signal_install();
     char context[64];
-    for (int64_t it = start; it < tc->steps; it++) {
+    for (int64_t it = t->start; it < tc->steps; it++) {
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
         comm->set_context(comm, context);
         if (rank == hang_rank && it + 1 == hang_at)
             for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
-        run.dl = dl;
-        double loss_sum = pipe_train_iteration(&pipe, it, dloss, &train_data);
+        t->run.dl = t->dl;
+        double loss_sum = pipe_train_iteration(&t->pipe, it, dloss, &t->train_data);
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
         if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
         be->stream_synchronize(be, r->stream);
         // gradients are summed over dp (dloss already divides by the global token
         // count); the norm covers every rank's shard of every stage
         double t_norm = now_s();
-        double norm = pipe_grad_norm(&pipe);
+        double norm = pipe_grad_norm(&t->pipe);
         t_norm = now_s() - t_norm;
         double lr = lr_at(tc, it);
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -440,8 +554,7 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
             if (consecutive >= tc->max_nonfinite) {
                 if (root) fprintf(stderr, "mist-train: %lld consecutive non-finite iterations: stopping "
                                   "(hint: lower [train] lr or raise grad_clip)\n", (long long)consecutive);
-                exit_code = 1;
-                goto done;
+                return 1;
             }
         } else {
             consecutive = 0;
@@ -450,126 +563,135 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
-        if (it > start) {
-            timed[timed_n++ % TIMED_MAX] = dt;
-            sum_total += dt, sum_compute += pipe.sec_compute, sum_wait += pipe.sec_wait, sum_norm += t_norm;
+        if (it > t->start) {
+            t->timed[t->timed_n++ % TIMED_MAX] = dt;
+            t->sum_total += dt, t->sum_compute += t->pipe.sec_compute, t->sum_wait += t->pipe.sec_wait;
+            t->sum_norm += t_norm;
         }
-        stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
-                            .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
-                            .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
-                            .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
-                            .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
-        train_flops_rates(&flops, dt, &stats.tflops_per_device, &stats.mfu, &stats.hfu);
-        have_stats = 1;
-        if (vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
+        IterStats *stats = &t->stats;
+        *stats = (IterStats){.iteration = it + 1, .steps = tc->steps,
+                             .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
+                             .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
+                             .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
+                             .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
+        train_flops_rates(&t->flops, dt, &stats->tflops_per_device, &stats->mfu, &stats->hfu);
+        t->have_stats = 1;
+        if (t->vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
             zero_flush(r);
-            run.dl = vdl, run.what = "val";
+            t->run.dl = t->vdl, t->run.what = "val";
             snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
             comm->set_context(comm, context);
-            stats.val_loss = pipe_eval(&pipe, val_batches, &train_data) / ((double)val_batches * dp * r->B * r->T);
-            run.dl = dl, run.what = "train";
-            stats.has_val = 1;
+            stats->val_loss = pipe_eval(&t->pipe, t->val_batches, &t->train_data) /
+                              ((double)t->val_batches * dp * r->B * r->T);
+            t->run.dl = t->dl, t->run.what = "train";
+            stats->has_val = 1;
         }
-        trainlog_iteration(log, &stats);
+        trainlog_iteration(t->log, stats);
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
         int stop = stop_signal_pending();
-        commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, grid->world));
+        commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
-                         it + 1 == tc->steps || stop)) {
-            st.step = it + 1;
-            st.adam_t = r->opt.t;
-            st.data_position = dataloader_position(dl, it + 1);
-            st.skipped = skipped;
-            st.nonfinite = nonfinite;
-            int crc = 0;
-            // gathering the state and rank 0's write of a large model can
-            // legitimately keep the others waiting longer than comm_timeout
-            comm->set_timeout(comm, 0);
-            zero_flush(r);
-            zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
-            // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
-            if (grid->dp_index == 0) mr_tp_gather(r, host_state, global_state, 3);
-            if (S > 1) pipe_gather_state(&pipe, &full, global_state, whole);
-            if (root) crc = checkpoint_save(ckdir, cfg->checkpoint.keep, &cfg->model, &st, S > 1 ? whole_ct : ct,
-                                            S > 1 ? full.num_tensors : r->num_tensors, err, sizeof err);
-            if (crc) {
-                fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, err);
-                comm->abort(comm, 1, "checkpoint error");
-            }
-            commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
-            comm->set_timeout(comm, cfg->cluster.comm_timeout);
-        }
+                         it + 1 == tc->steps || stop))
+            save_checkpoint(t, it, skipped, nonfinite);
         if (stop && it + 1 < tc->steps) {
             if (root)
                 fprintf(stderr, "mist-train: signal %d: stopping after iteration %lld of %lld; %s\n", stop,
                         (long long)it + 1, (long long)tc->steps,
                         ckdir[0] ? "checkpoint written, resume with -o checkpoint.resume=1"
                                  : "no [checkpoint] dir, so nothing was saved");
-            exit_code = MIST_EXIT_STOPPED;
+            t->stopped = 1;
             break;
         }
     }
+    return 0;
+}
 
+// The last step, then rank 0 reports the measured iteration time and every
+// rank's measured peaks against the predicted ones (and writes the summary
+// file). 0, or 1 when the summary cannot be written.
+static int final_report(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    const Grid *grid = t->grid;
+    const CommBackend *comm = t->comm;
+    ModelRuntime *r = &t->model;
+    int root = t->root, rc = 0;
     zero_flush(r);  // the last iteration's step
-    RunTiming timing = {flops.predicted_seconds > 0 ? flops.predicted_seconds : 0,
-                        median_seconds(timed, timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX),
-                        timed_n < TIMED_MAX ? (int)timed_n : TIMED_MAX, 0, 0, 0, 0};
-    if (timed_n > 0) {
-        timing.mean_compute = sum_compute / timed_n, timing.mean_wait = sum_wait / timed_n;
-        timing.mean_norm = sum_norm / timed_n;
-        timing.mean_other = (sum_total - sum_compute - sum_wait - sum_norm) / timed_n;
+    int n = t->timed_n < TIMED_MAX ? (int)t->timed_n : TIMED_MAX;
+    RunTiming timing = {t->flops.predicted_seconds > 0 ? t->flops.predicted_seconds : 0,
+                        median_seconds(t->timed, n), n, 0, 0, 0, 0};
+    if (t->timed_n > 0) {
+        timing.mean_compute = t->sum_compute / t->timed_n, timing.mean_wait = t->sum_wait / t->timed_n;
+        timing.mean_norm = t->sum_norm / t->timed_n;
+        timing.mean_other = (t->sum_total - t->sum_compute - t->sum_wait - t->sum_norm) / t->timed_n;
     }
     if (root && timing.iterations > 0) {
         printf("mist: measured iteration: median %.4g ms over %d iterations (the run's first left out)",
                1e3 * timing.measured_median_seconds, timing.iterations);
         if (timing.predicted_seconds > 0)
             printf("; predicted %.4g ms on hardware profile %s: measured / predicted = %.3g",
-                   1e3 * timing.predicted_seconds, flops.hardware,
+                   1e3 * timing.predicted_seconds, t->flops.hardware,
                    timing.measured_median_seconds / timing.predicted_seconds);
         printf("\nmist: time per iteration on rank 0 (mean of those): forward and backward %.4g ms (the collectives "
                "inside blocks included), waiting for other stages %.4g ms, gradient norm %.4g ms, the rest %.4g ms\n",
                1e3 * timing.mean_compute, 1e3 * timing.mean_wait, 1e3 * timing.mean_norm, 1e3 * timing.mean_other);
     }
-    // ---- summary: predicted vs measured peaks of every rank ----
-    {
-        RankMemory mine = {rank, grid->stage, pred_dev, (int64_t)arena_peak_bytes(&r->dev), pred_host,
-                           (int64_t)arena_peak_bytes(&r->host)};
-        RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
-        commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
-        if (root) {
-            char a[32], b2[32];
-            trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);
-            trainlog_format_bytes(mine.measured_host_peak_bytes, b2, sizeof b2);
-            printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
-                   "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)pred_dev, b2,
-                   (long long)mine.measured_host_peak_bytes, (long long)pred_host);
-            char line[256];
-            if (comm_select_device_calls(&choice, rank, line, sizeof line) > 0) printf("mist: %s\n", line);
-            if (cfg->log.summary[0] &&
-                trainlog_write_summary(cfg->log.summary, all, grid->world_size, have_stats ? &stats : NULL,
-                                       &timing, err, sizeof err)) {
-                fprintf(stderr, "mist-train: [log] summary: %s\n", err);
-                exit_code = 1;
-            }
+    // predicted vs measured peaks of every rank
+    RankMemory mine = {t->rank, grid->stage, t->pred_dev, (int64_t)arena_peak_bytes(&r->dev), t->pred_host,
+                       (int64_t)arena_peak_bytes(&r->host)};
+    RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
+    commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
+    if (root) {
+        char a[32], b2[32];
+        trainlog_format_bytes(mine.measured_device_peak_bytes, a, sizeof a);
+        trainlog_format_bytes(mine.measured_host_peak_bytes, b2, sizeof b2);
+        printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
+               "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)t->pred_dev, b2,
+               (long long)mine.measured_host_peak_bytes, (long long)t->pred_host);
+        char line[256];
+        if (comm_select_device_calls(&t->choice, t->rank, line, sizeof line) > 0) printf("mist: %s\n", line);
+        if (cfg->log.summary[0] &&
+            trainlog_write_summary(cfg->log.summary, all, grid->world_size, t->have_stats ? &t->stats : NULL,
+                                   &timing, t->err, sizeof t->err)) {
+            fprintf(stderr, "mist-train: [log] summary: %s\n", t->err);
+            rc = 1;
         }
-        free(all);
     }
+    free(all);
+    return rc;
+}
 
-done:
-    if (log) trainlog_close(log);
-    if (dl) dataloader_close(dl);
-    if (vdl) dataloader_close(vdl);
-    free(ct);
-    free(host_state);
-    free(global_state);
-    free(whole_ct);
-    free(whole);
-    if (whole) mr_free(&full);
-    pipe_free(&pipe);
-    comm_select_release(&choice);  // before the stream NCCL follows goes
-    mr_free(r);
-    be->destroy(be);
-    return exit_code;
+// Releases whatever the steps took, in the reverse order of their taking.
+static void close_training(Training *t) {
+    if (t->log) trainlog_close(t->log);
+    if (t->dl) dataloader_close(t->dl);
+    if (t->vdl) dataloader_close(t->vdl);
+    free(t->ct);
+    free(t->host_state);
+    free(t->global_state);
+    free(t->whole_ct);
+    free(t->whole);
+    if (t->whole) mr_free(&t->full);
+    pipe_free(&t->pipe);
+    if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
+    mr_free(&t->model);
+    if (t->be) t->be->destroy(t->be);
+}
+
+int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
+    static Training t;  // large (two parameter tables): not on the stack
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg;
+    t.grid = grid;
+    t.rank = grid->world_rank, t.root = t.rank == 0;
+    t.G = cfg->plan.plan.G, t.dp = grid->dp_size, t.tp = grid->tp_size, t.S = cfg->plan.plan.num_stages;
+    t.dtype = cfg->train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
+    static int (*const steps[])(Training *) = {start_backend, lay_out_stage, plan_memory, report_predictions,
+                                               init_state, open_data, resume, train_loop, final_report};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == 0; i++) rc = steps[i](&t);
+    if (rc == 0 && t.stopped) rc = MIST_EXIT_STOPPED;
+    close_training(&t);
+    return rc;
 }

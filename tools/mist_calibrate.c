@@ -3,11 +3,9 @@
 // process, no MPI launch needed).
 //   mist-calibrate CONFIG.ini [--b LIST] [--tp LIST] [--iters N] [--out FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 1 runtime failure (no memory, cannot write), 2 usage or config error.
-#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/backend.h"
 #include "runtime/calibrate.h"
 #include "core/config_load.h"
 #include "runtime/fileutil.h"
@@ -52,55 +50,67 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
-int main(int argc, char **argv) {
-    const char *config_path = NULL, *out_path = "-", *overrides[MAX_OVERRIDES];
-    int bs[MAX_LIST] = {1, 2, 4}, tps[MAX_LIST] = {1}, nb = 3, ntp = 1, iters = 10, n_overrides = 0;
+typedef struct {
+    const char *config_path, *out_path, *overrides[MAX_OVERRIDES];
+    int bs[MAX_LIST], tps[MAX_LIST], nb, ntp, iters, n_overrides;
+} CalibArgs;
+
+// The command line into a; -1 to go on, else the exit code (0 after --help).
+static int parse_args(int argc, char **argv, CalibArgs *a) {
+    *a = (CalibArgs){.out_path = "-", .bs = {1, 2, 4}, .tps = {1}, .nb = 3, .ntp = 1, .iters = 10};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--b") || !strcmp(a, "--tp") || !strcmp(a, "--iters") || !strcmp(a, "--out") ||
-            !strcmp(a, "-o")) {
+        if (!strcmp(o, "--b") || !strcmp(o, "--tp") || !strcmp(o, "--iters") || !strcmp(o, "--out") ||
+            !strcmp(o, "-o")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "mist-calibrate: %s needs a value (see --help)\n", a);
+                fprintf(stderr, "mist-calibrate: %s needs a value (see --help)\n", o);
                 return 2;
             }
             const char *v = argv[++i];
             int bad = 0;
-            if (!strcmp(a, "--b")) bad = (nb = parse_list(v, bs, MAX_LIST)) < 1;
-            else if (!strcmp(a, "--tp")) bad = (ntp = parse_list(v, tps, MAX_LIST)) < 1;
-            else if (!strcmp(a, "--iters")) {
+            if (!strcmp(o, "--b")) bad = (a->nb = parse_list(v, a->bs, MAX_LIST)) < 1;
+            else if (!strcmp(o, "--tp")) bad = (a->ntp = parse_list(v, a->tps, MAX_LIST)) < 1;
+            else if (!strcmp(o, "--iters")) {
                 char *end;
                 long it = strtol(v, &end, 10);
                 bad = end == v || *end || it < 1 || it > 1000000;
-                iters = bad ? 0 : (int)it;
+                a->iters = bad ? 0 : (int)it;
             }
-            else if (!strcmp(a, "--out")) out_path = v;
-            else if (n_overrides < MAX_OVERRIDES) overrides[n_overrides++] = v;
+            else if (!strcmp(o, "--out")) a->out_path = v;
+            else if (a->n_overrides < MAX_OVERRIDES) a->overrides[a->n_overrides++] = v;
             else bad = 1;
             if (bad) {
-                fprintf(stderr, "mist-calibrate: %s %s: allowed: %s (see --help)\n", a, v,
-                        !strcmp(a, "--iters") ? "an integer 1..1000000"
-                        : !strcmp(a, "-o")    ? "at most 256 overrides"
+                fprintf(stderr, "mist-calibrate: %s %s: allowed: %s (see --help)\n", o, v,
+                        !strcmp(o, "--iters") ? "an integer 1..1000000"
+                        : !strcmp(o, "-o")    ? "at most 256 overrides"
                                               : "integers >= 1, comma separated, at most 16");
                 return 2;
             }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "mist-calibrate: unknown option '%s' (see --help)\n", a);
+        } else if (o[0] == '-' && o[1]) {
+            fprintf(stderr, "mist-calibrate: unknown option '%s' (see --help)\n", o);
             return 2;
-        } else if (!config_path) {
-            config_path = a;
+        } else if (!a->config_path) {
+            a->config_path = o;
         } else {
-            fprintf(stderr, "mist-calibrate: unexpected argument '%s' (one CONFIG.ini)\n", a);
+            fprintf(stderr, "mist-calibrate: unexpected argument '%s' (one CONFIG.ini)\n", o);
             return 2;
         }
     }
-    if (!config_path) {
+    if (!a->config_path) {
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    static CalibArgs a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
     char env_err[256];
     if (launch_check_env(env_err, sizeof env_err)) {
         fprintf(stderr, "mist-calibrate: %s\n", env_err);
@@ -108,61 +118,35 @@ int main(int argc, char **argv) {
     }
     static MistConfig cfg;
     char err[1024];
-    if (config_load(&cfg, config_path, overrides, n_overrides, 0, err, sizeof err) != 0) {
+    if (config_load(&cfg, a.config_path, a.overrides, a.n_overrides, 0, err, sizeof err) != 0) {
         fprintf(stderr, "mist-calibrate: %s\n", err);
         return 2;
     }
     // every listed tp must shard the model as the runtime does (heads, kv heads, MLP columns)
-    for (int i = 0; i < ntp; i++) {
+    for (int i = 0; i < a.ntp; i++) {
         const ModelConfig *m = &cfg.model;
-        if (!model_tp_shards(m, tps[i])) {
+        if (!model_tp_shards(m, a.tps[i])) {
             fprintf(stderr, "mist-calibrate: --tp %d: must divide heads (%d), kv_heads (%d) and ffn_hidden (%d); "
                     "allowed: a common divisor of them. Hint: a TP rank holds heads/tp heads and ffn_hidden/tp "
-                    "MLP columns\n", tps[i], m->heads, m->kv_heads, m->ffn_hidden);
+                    "MLP columns\n", a.tps[i], m->heads, m->kv_heads, m->ffn_hidden);
             return 2;
         }
     }
     // the measurements take a while: a bad --out is reported before them
-    if (strcmp(out_path, "-") && mist_output_check(out_path, err, sizeof err) != 0) {
-        fprintf(stderr, "mist-calibrate: --out %s: %s\n", out_path, err);
+    int to_stdout = !strcmp(a.out_path, "-");
+    if (!to_stdout && mist_output_check(a.out_path, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-calibrate: --out %s: %s\n", a.out_path, err);
         return 2;
     }
-    Backend *be = NULL;
-    char device[160] = "cpu";
-#ifdef HAVE_CUDA
-    const char *force = getenv("MIST_DEVICE");  // "cpu": time the CPU backend on a GPU machine
-    if (!force || strcmp(force, "cpu")) {
-        be = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
-        if (be) snprintf(device, sizeof device, "cuda:0");
-    }
-#endif
-    if (!be) {
-        be = backend_cpu_create(cfg.train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32, err, sizeof err);
-        if (!be) {
-            fprintf(stderr, "mist-calibrate: cannot start the cpu backend: %s\n", err);
-            return 1;
-        }
-        snprintf(device, sizeof device, "the cpu backend (%s)", cfg.train.precision == PREC_BF16 ? "bf16" : "fp32");
-    }
-    int max = nb * ntp * CALIB_OPS;
-    CalibEntry *e = calloc((size_t)max, sizeof *e);
-    int n = e ? calibrate_ops(be, &cfg.model, bs, nb, tps, ntp, 2, iters, e, max, err, sizeof err) : -1;
+    char device[160];
+    int n = calibrate_run(&cfg.model, cfg.train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32, a.bs, a.nb, a.tps,
+                          a.ntp, a.iters, to_stdout ? NULL : a.out_path, device, sizeof device, err, sizeof err);
     if (n < 0) {
-        fprintf(stderr, "mist-calibrate: %s\n", e ? err : "out of host memory");
-        free(e);
-        be->destroy(be);
+        fprintf(stderr, "mist-calibrate: %s\n", err);
         return 1;
     }
-    int rc = 0;
-    if (!strcmp(out_path, "-")) {
-        rc = calibrate_write(NULL, device, e, n, err, sizeof err);
-    } else {
-        rc = calibrate_write(out_path, device, e, n, err, sizeof err);
-        if (!rc) fprintf(stderr, "mist-calibrate: %d entries (the model's ops at %d b x %d tp) on %s -> %s\n", n, nb,
-                         ntp, device, out_path);
-    }
-    if (rc) fprintf(stderr, "mist-calibrate: %s\n", err);
-    free(e);
-    be->destroy(be);
-    return rc ? 1 : 0;
+    if (!to_stdout)
+        fprintf(stderr, "mist-calibrate: %d entries (the model's ops at %d b x %d tp) on %s -> %s\n", n, a.nb, a.ntp,
+                device, a.out_path);
+    return 0;
 }

@@ -162,32 +162,8 @@ int main(int argc, char **argv) {
     char path[256];
     rc = profile_measure_job(mpi, world, L.device, &a.m, &m, path, sizeof path, err, sizeof err) ? 1 : 0;
     if (rc && root) fprintf(stderr, "mist-profile: %s\n", err);
-    if (!rc && root) {
-        profile_measure_print(strcmp(a.out, "-") ? stdout : stderr, "mist-profile", &m, &a.m, path, L.world_size);
-        profile_apply_measure(&base, &m);
-        snprintf(base.name, sizeof base.name, "%s measured", a.base);
-        size_t len = 0;
-        char *text = profile_measure_ini(&base, &m, "mist-profile", a.base, path, &len);
-        if (!text) {
-            fprintf(stderr, "mist-profile: out of host memory\n");
-            rc = 1;
-        } else if (!strcmp(a.out, "-")) {
-            fwrite(text, 1, len, stdout);
-        } else if (mist_write_file_atomic(a.out, text, len, err, sizeof err)) {
-            fprintf(stderr, "mist-profile: --out %s: %s\n", a.out, err);
-            rc = 1;
-        } else {
-            printf("mist-profile: wrote %s (base %s; shapes not measured keep the base's lines)\n", a.out, a.base);
-        }
-        free(text);
-        text = a.json ? profile_measure_json(&m, &a.m, path, L.world_size, &len) : NULL;
-        if (a.json && (!text || mist_write_file_atomic(a.json, text, len, err, sizeof err))) {
-            fprintf(stderr, "mist-profile: --json %s: %s\n", a.json, text ? err : "out of host memory");
-            rc = 1;
-        }
-        free(text);
-        fflush(stdout);
-    }
+    if (!rc && root)
+        rc = profile_measure_write(&base, a.base, &m, &a.m, path, L.world_size, a.out, a.json, "mist-profile");
     commCheck(mpi, mpi->all_reduce(mpi, &rc, &rc, 1, MIST_I32, COMM_MAX, world));
     mpi->group_free(mpi, world);
     launch_finalize();
