@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/config_load.h"
+#include "base/config_load.h"
 
 typedef struct {
     const char *name;

@@ -37,7 +37,7 @@
 #include <time.h>
 
 #include "planner/stage_model.h"
-#include "core/profile.h"
+#include "base/profile.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 typedef struct Backend Backend;
 typedef struct BackendStream BackendStream;  // in-order queue of work

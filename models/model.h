@@ -5,7 +5,7 @@
 // below, which evaluate that same op list with numbers, so the two can never
 // disagree about a parameter or an activation.
 //
-// Families (core/schema.h ModelConfig):
+// Families (base/schema.h ModelConfig):
 //   GPT   LayerNorm (weight+bias), GELU-tanh MLP of width F, learned positions,
 //         biases on every linear when bias=1, tied or untied LM head.
 //   Llama RMSNorm (weight only), SwiGLU MLP (fc_w rows = [gate | up], 2F x h),
@@ -59,7 +59,7 @@
 #ifndef MIST_MODEL_H
 #define MIST_MODEL_H
 #include <stdint.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 typedef enum { PART_PRE = 0, PART_BLOCK = 1, PART_POST = 2 } ModelPart;
 

@@ -12,7 +12,7 @@
 #ifndef MIST_MODEL_FLOPS_H
 #define MIST_MODEL_FLOPS_H
 #include <stdint.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 // forward + backward model FLOPs of `sequences` sequences of length s (tp = 1); -1 on a bad config
 double model_flops_train(const ModelConfig *m, double sequences, int64_t s);

@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "planner/stage_model.h"
-#include "core/plan.h"
-#include "core/profile.h"
-#include "core/schema.h"
+#include "base/plan.h"
+#include "base/profile.h"
+#include "base/schema.h"
 
 typedef struct {
     int first_layer, last_layer;  // inclusive block indices

@@ -9,7 +9,7 @@
 #ifndef MIST_MILP_H
 #define MIST_MILP_H
 
-#include "core/plan.h"  // MIST_MAX_STAGES
+#include "base/plan.h"  // MIST_MAX_STAGES
 
 // One stage's frontier for one layer count: points (t[k], d[k]), k < npoints.
 // npoints == 0 means that layer count does not fit on that stage.

@@ -2,7 +2,7 @@
 #define _POSIX_C_SOURCE 200809L  // open_memstream
 #include "planner/plan_report.h"
 #include <stdlib.h>
-#include "core/plan_file.h"  // plan_write_ini
+#include "base/plan_file.h"  // plan_write_ini
 #include "planner/analyze.h"
 #include "planner/search_compare.h"
 

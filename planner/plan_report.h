@@ -6,9 +6,9 @@
 #ifndef MIST_PLAN_REPORT_H
 #define MIST_PLAN_REPORT_H
 #include <stdio.h>
-#include "core/plan.h"
-#include "core/profile.h"
-#include "core/schema.h"
+#include "base/plan.h"
+#include "base/profile.h"
+#include "base/schema.h"
 #include "planner/optable.h"
 #include "planner/search.h"
 

@@ -20,9 +20,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "planner/optable.h"
-#include "core/plan.h"
-#include "core/profile.h"
-#include "core/schema.h"
+#include "base/plan.h"
+#include "base/profile.h"
+#include "base/schema.h"
 
 // What the executor can run. mist-plan searches without limits; mist-train
 // passes what its runtime executes today (runtime/train.h), and the limits

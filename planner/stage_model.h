@@ -17,11 +17,11 @@
 #include <stdint.h>
 #include "expr/expr.h"
 #include "planner/optable.h"
-#include "core/profile.h"
-#include "core/schema.h"
+#include "base/profile.h"
+#include "base/schema.h"
 
 // ---- a stage's configuration as the model sees it: the stage's knobs (the
-// carrier StagePlan, core/plan.h) and what the pipeline adds
+// carrier StagePlan, base/plan.h) and what the pipeline adds
 typedef struct {
     StagePlan plan;  // layers, mesh, micro-batch, ZeRO, ckpt, offload ratios
     int G;           // micro-batches per iteration

@@ -1,13 +1,13 @@
 // Measured op latencies for the planner's op table (see calibrate.h).
 #define _POSIX_C_SOURCE 200809L  // open_memstream
-#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
+#include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
 #include "runtime/calibrate.h"
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "runtime/fileutil.h"
 
 enum {  // index into op_names

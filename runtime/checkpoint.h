@@ -18,8 +18,8 @@
 #define MIST_CHECKPOINT_H
 #include <stddef.h>
 #include <stdint.h>
-#include "core/dtype.h"
-#include "core/schema.h"
+#include "base/dtype.h"
+#include "base/schema.h"
 
 #define CKPT_MAGIC "MISTCKPT"
 #define CKPT_VERSION 1

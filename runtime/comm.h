@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 typedef struct CommBackend CommBackend;
 typedef struct CommGroup CommGroup;      // opaque: a set of ranks with its own context

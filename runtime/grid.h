@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "core/plan.h"
+#include "base/plan.h"
 
 struct CommBackend;
 struct CommGroup;

@@ -1,6 +1,6 @@
 // The launcher: MPI start-up, host and node-local rank, device pick.
 #ifdef HAVE_CONFIG_H
-#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
+#include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
 #endif
 #include <mpi.h>
 #include <stdarg.h>

@@ -41,7 +41,7 @@
 #include "models/model.h"
 #include "runtime/activations.h"
 #include "runtime/arena.h"
-#include "core/schema.h"
+#include "base/schema.h"
 #include "runtime/optimizer.h"
 #include "runtime/tp_shard.h"
 #include "runtime/zero.h"

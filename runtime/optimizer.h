@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/backend.h"
-#include "core/schema.h"
+#include "base/schema.h"
 
 // One parameter tensor inside the flat buffers (offsets and counts in elements).
 typedef struct {

@@ -19,7 +19,7 @@
 #define MIST_PIPELINE_RESHARD_H
 
 #include <stdint.h>
-#include "core/plan.h"
+#include "base/plan.h"
 
 typedef struct {
     int peer;          // world rank of the other side

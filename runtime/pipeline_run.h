@@ -15,7 +15,7 @@
 #define MIST_PIPELINE_RUN_H
 #include <stddef.h>
 #include <stdint.h>
-#include "core/plan.h"
+#include "base/plan.h"
 #include "runtime/pipeline_reshard.h"
 
 struct ModelRuntime;

@@ -11,7 +11,7 @@
 #include "runtime/profile_measure.h"
 #include "runtime/fileutil.h"  // mist_ini_comment_name, mist_write_file_atomic
 
-// the ranges profile files accept (core/profile.c: link_fit)
+// the ranges profile files accept (base/profile.c: link_fit)
 #define K_MIN 1e6   // bytes/s (0.001 GB/s)
 #define K_MAX 1e15  // bytes/s (1e6 GB/s)
 #define BETA_MAX 1.0
@@ -287,7 +287,7 @@ char *profile_measure_ini(const HwProfile *p, const ProfileMeasure *m, const cha
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
-    // Comment lines stay under the INI reader's 200 characters (core/profile.c refuses longer
+    // Comment lines stay under the INI reader's 200 characters (base/profile.c refuses longer
     // ones): a long base path is not named, and the measured shapes wrap (a 64-node job has 27).
     fprintf(f, "; written by %s over base %s, %d node(s) x %d rank(s)\n", who, mist_ini_comment_name(base), m->nodes,
             m->per_node);

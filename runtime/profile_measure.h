@@ -8,7 +8,7 @@
 //
 // A group shape is (n nodes, g ranks on each): the ranks of the first n nodes
 // whose rank on their node is below g, as the runtime's dp groups span nodes.
-// Its line is the planner's ring formula (core/profile.h):
+// Its line is the planner's ring formula (base/profile.h):
 //   t(all-gather of B bytes in all) = B (N - 1) / N / k + beta,   N = n g,
 // fitted over the sizes, each timed as the slowest member's mean over the
 // iterations of a blocking in-place all-gather (ZeRO's form).
@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "kernels/backend.h"
-#include "core/profile.h"
+#include "base/profile.h"
 #include "runtime/comm.h"
 
 #define MEASURE_MAX_SIZES 16
@@ -52,7 +52,7 @@ typedef struct {
 // t = x / k + beta by least squares over n >= 1 points (x ascending, > 0).
 // A line through the origin when the intercept would be negative, or with one
 // point; k from the slowest point when the slope is not positive (noise).
-// k and beta are clamped to what profile files accept (core/profile.c).
+// k and beta are clamped to what profile files accept (base/profile.c).
 void measure_fit_line(MeasuredLine *m);
 
 // Collective over `world` (every rank of the job): measures with `comm` (the

@@ -12,7 +12,7 @@
 // over dp ranks the gradient is the mean over all tokens of the global batch,
 // the same quantity for any (dp, G, b) with the same b*G*dp (b*dp, the
 // micro-batch, is the same in every stage).
-#include <config.h>  // the build's config (HAVE_CUDA), not core/schema.h
+#include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
 #include "runtime/train.h"
 #include <math.h>
 #include <stdio.h>

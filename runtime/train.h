@@ -2,7 +2,7 @@
 // process grid is built.
 #ifndef MIST_TRAIN_H
 #define MIST_TRAIN_H
-#include "core/schema.h"
+#include "base/schema.h"
 
 struct Grid;
 struct SearchLimits;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include "planner/analyze.h"
 #include "models/model_flops.h"
-#include "core/profile.h"
-#include "core/config_load.h"
+#include "base/profile.h"
+#include "base/config_load.h"
 
 int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);

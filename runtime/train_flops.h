@@ -4,7 +4,7 @@
 #ifndef MIST_TRAIN_FLOPS_H
 #define MIST_TRAIN_FLOPS_H
 #include <stddef.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 typedef struct {
     double model_flops;        // per iteration, whole job

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/train_job.h"
-#include "core/config_load.h"
-#include "core/plan_file.h"
-#include "core/profile.h"
-#include "core/schema.h"
+#include "base/config_load.h"
+#include "base/plan_file.h"
+#include "base/profile.h"
+#include "base/schema.h"
 #include "planner/analyze.h"
 #include "planner/search.h"
 #include "runtime/comm_mpi.h"

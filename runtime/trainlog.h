@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 typedef struct {
     int64_t iteration;          // 1-based iteration just finished

@@ -1,19 +1,19 @@
 #!/bin/sh
 # The layers of the tree include only downward (docs/architecture.md):
-#   core (0) < expr (1), kernels (1) < models (2) < planner (3) < runtime (4) < tools (5)
+#   base (0) < expr (1), kernels (1) < models (2) < planner (3) < runtime (4) < tools (5)
 # A file may include its own folder and any folder of a lower rank; expr and
 # kernels, side by side on the same floor, do not include each other. One
 # upward or sideways include fails the test, naming the file, line and header.
 . "$MIST_SRCDIR/tests/lib.sh"
 rank() {
     case "$1" in
-    core) echo 0;; expr|kernels) echo 1;; models) echo 2;; planner) echo 3;; runtime) echo 4;; tools) echo 5;;
+    base) echo 0;; expr|kernels) echo 1;; models) echo 2;; planner) echo 3;; runtime) echo 4;; tools) echo 5;;
     *) echo "";;
     esac
 }
 # scan ROOT: one line per include under ROOT that does not point downward
 scan() {
-    for dir in core expr kernels models planner runtime tools; do
+    for dir in base expr kernels models planner runtime tools; do
         [ -d "$1/$dir" ] || continue
         own=$(rank "$dir")
         find "$1/$dir" -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' | sort | while IFS= read -r f; do
@@ -28,21 +28,21 @@ scan() {
         done
     done
 }
-files=$(cd "$MIST_SRCDIR" && find core expr kernels models planner runtime tools -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | wc -l)
+files=$(cd "$MIST_SRCDIR" && find base expr kernels models planner runtime tools -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | wc -l)
 bad=$(scan "$MIST_SRCDIR")
 [ -z "$bad" ] && [ "$files" -gt 100 ]
-tap_ok $? "no upward or sideways include among the layers ($files files in core, expr, kernels, models, planner, runtime, tools)"
+tap_ok $? "no upward or sideways include among the layers ($files files in base, expr, kernels, models, planner, runtime, tools)"
 [ -z "$bad" ] || tap_diag "$bad"
 
 # the scan itself finds what it should: a planted upward and a sideways include
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/core" "$tmp/expr" "$tmp/planner"
-printf '#include <stdio.h>\n#include "planner/cost.h"\n' >"$tmp/core/x.h"
-printf '#include "kernels/backend.h"\n#include "core/plan.h"\n' >"$tmp/expr/y.c"
+mkdir -p "$tmp/base" "$tmp/expr" "$tmp/planner"
+printf '#include <stdio.h>\n#include "planner/cost.h"\n' >"$tmp/base/x.h"
+printf '#include "kernels/backend.h"\n#include "base/plan.h"\n' >"$tmp/expr/y.c"
 printf '#include "models/model.h"\n#include "planner/cost.h"\n' >"$tmp/planner/z.c"
 planted=$(scan "$tmp")
-[ "$(echo "$planted" | grep -c .)" -eq 2 ] && echo "$planted" | grep -q '^core/x.h:2: includes planner/cost.h' &&
+[ "$(echo "$planted" | grep -c .)" -eq 2 ] && echo "$planted" | grep -q '^base/x.h:2: includes planner/cost.h' &&
     echo "$planted" | grep -q '^expr/y.c:1: includes kernels/backend.h'
-tap_ok $? "the scan flags core including planner/cost.h and expr including kernels/backend.h, and nothing else"
+tap_ok $? "the scan flags base including planner/cost.h and expr including kernels/backend.h, and nothing else"
 [ $? -eq 0 ] || tap_diag "$planted"
 tap_end

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "kernels/backend.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "tests/tap.h"
 
 // ---- random source: splitmix64, seeded per run (MIST_TEST_SEED repeats a run) ----

@@ -110,6 +110,97 @@ static int hang_init_mode(const CommBackend *mpi, CommGroup *world) {
 }
 #endif
 
+// every device collective ran on NCCL, one communicator per group; host buffers go to MPI
+static void test_routing(CommGroup *world, int n) {
+    // one communicator per group, every device collective on NCCL
+    long long before = comm_nccl_calls(C);
+    check(comm_nccl_communicators(C) == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
+          comm_nccl_communicators(C));
+#ifdef MIST_FAKE_NCCL
+    check(fake_nccl_live_comms() == 4 && fake_nccl_collectives() == before && before > 100,
+          "every device collective ran in NCCL: %lld calls, %ld in the stand-in, %d communicators alive", before,
+          fake_nccl_collectives(), fake_nccl_live_comms());
+#endif
+    {
+        int32_t h = me + 1;  // host memory: the MPI backend's
+        int rc = C->all_reduce(C, &h, &h, 1, MIST_I32, COMM_SUM, world);
+        check(rc == 0 && h == n * (n + 1) / 2 && comm_nccl_calls(C) == before,
+              "a host buffer's all_reduce goes to MPI (sum %d, NCCL calls unchanged)", (int)h);
+    }
+    {
+        // reduce_scatter with the result at the start of send (the MPI backend's other in-place form)
+        int good = 1;
+        size_t count = 5;
+        float *buf = buf_alloc((size_t)n * count * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * count; i++) buf[i] = (float)val(me, i);
+        good = C->reduce_scatter(C, buf, buf, count, MIST_F32, COMM_SUM, world) == 0;
+        EXPECT_ALL(buf, MIST_F32, count, reduce_val(COMM_SUM, n, (size_t)me * count + i), "reduce_scatter at start");
+        check(good, "reduce_scatter with recv == send: this rank's block at the start");
+        buf_free(buf);
+    }
+}
+
+// what the NCCL path refuses: mixed host/device buffers, f16 sums, point-to-point, overlaps
+static void test_refusals(CommGroup *world) {
+    {
+        float *d = buf_alloc(8 * sizeof(float)), h[8] = {0};
+        uint16_t *d16 = buf_alloc(8 * sizeof(uint16_t));
+        refused(C->all_reduce(C, h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
+        refused(C->all_reduce(C, d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
+        CommRequest *req = NULL;
+        int rs = C->isend(C, d, 8, MIST_F32, 0, 9, world, &req);
+        refused(rs, "point-to-point", "device point-to-point refused");
+        check(req == NULL, "a refused isend hands back no request");
+        refused(C->all_gather(C, d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
+        buf_free(d), buf_free(d16);
+    }
+}
+
+static void test_group_free(const CommBackend *mpi, CommGroup *world, int n) {
+    {
+        // a group freed through the backend takes its communicator along: the next group (often at
+        // the same address) gets its own, or its sums would be the previous group's
+        int made0 = comm_nccl_communicators(C), good = 1;
+        for (int round = 0; round < 2; round++) {
+            CommGroup *h = NULL;
+            commCheck(mpi, mpi->group_split(mpi, world, round == 0 ? 0 : me % 2, me, &h));
+            float *d = buf_alloc(sizeof(float));
+            d[0] = (float)(me + 1);
+            good &= C->all_reduce(C, d, d, 1, MIST_F32, COMM_SUM, h) == 0;
+            float want = 0;
+            for (int q = 0; q < n; q++)
+                if (round == 0 || q % 2 == me % 2) want += (float)(q + 1);
+            good &= d[0] == want;
+            buf_free(d);
+            C->group_free(C, h);
+        }
+        check(good && comm_nccl_communicators(C) == made0 + 2,
+              "a freed group's communicator goes with it: the next group's sum is its own (%d made)",
+              comm_nccl_communicators(C) - made0);
+#ifdef MIST_FAKE_NCCL
+        check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
+#endif
+    }
+}
+
+#ifdef MIST_FAKE_NCCL
+static void test_async_error(CommGroup *world) {
+    {
+        // an operation still running when NCCL reports a peer's failure: the wait returns the error
+        int (*query)(Backend *, BackendEvent *) = dev_be->event_query;
+        dev_be->event_query = never_done;
+        setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
+        float *d = buf_alloc(4 * sizeof(float));
+        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
+                "an asynchronous NCCL error ends the wait with NCCL's text");
+        unsetenv("MIST_FAKE_NCCL_FAIL");
+        dev_be->event_query = query;
+        buf_free(d);
+    }
+}
+
+#endif
+
 int main(int argc, char **argv) {
     Launch L;
     if (launch_init(&argc, &argv, &L)) return 1;
@@ -156,81 +247,11 @@ int main(int argc, char **argv) {
     test_concurrent(odd);
     test_errors(world);  // host buffers: the MPI backend's refusals pass through
 
-    // one communicator per group, every device collective on NCCL
-    long long before = comm_nccl_calls(C);
-    check(comm_nccl_communicators(C) == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
-          comm_nccl_communicators(C));
+    test_routing(world, n);
+    test_refusals(world);
+    test_group_free(mpi, world, n);
 #ifdef MIST_FAKE_NCCL
-    check(fake_nccl_live_comms() == 4 && fake_nccl_collectives() == before && before > 100,
-          "every device collective ran in NCCL: %lld calls, %ld in the stand-in, %d communicators alive", before,
-          fake_nccl_collectives(), fake_nccl_live_comms());
-#endif
-    {
-        int32_t h = me + 1;  // host memory: the MPI backend's
-        int rc = C->all_reduce(C, &h, &h, 1, MIST_I32, COMM_SUM, world);
-        check(rc == 0 && h == n * (n + 1) / 2 && comm_nccl_calls(C) == before,
-              "a host buffer's all_reduce goes to MPI (sum %d, NCCL calls unchanged)", (int)h);
-    }
-    {
-        // reduce_scatter with the result at the start of send (the MPI backend's other in-place form)
-        int good = 1;
-        size_t count = 5;
-        float *buf = buf_alloc((size_t)n * count * sizeof(float));
-        for (size_t i = 0; i < (size_t)n * count; i++) buf[i] = (float)val(me, i);
-        good = C->reduce_scatter(C, buf, buf, count, MIST_F32, COMM_SUM, world) == 0;
-        EXPECT_ALL(buf, MIST_F32, count, reduce_val(COMM_SUM, n, (size_t)me * count + i), "reduce_scatter at start");
-        check(good, "reduce_scatter with recv == send: this rank's block at the start");
-        buf_free(buf);
-    }
-    {
-        float *d = buf_alloc(8 * sizeof(float)), h[8] = {0};
-        uint16_t *d16 = buf_alloc(8 * sizeof(uint16_t));
-        refused(C->all_reduce(C, h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
-        refused(C->all_reduce(C, d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
-        CommRequest *req = NULL;
-        int rs = C->isend(C, d, 8, MIST_F32, 0, 9, world, &req);
-        refused(rs, "point-to-point", "device point-to-point refused");
-        check(req == NULL, "a refused isend hands back no request");
-        refused(C->all_gather(C, d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
-        buf_free(d), buf_free(d16);
-    }
-    {
-        // a group freed through the backend takes its communicator along: the next group (often at
-        // the same address) gets its own, or its sums would be the previous group's
-        int made0 = comm_nccl_communicators(C), good = 1;
-        for (int round = 0; round < 2; round++) {
-            CommGroup *h = NULL;
-            commCheck(mpi, mpi->group_split(mpi, world, round == 0 ? 0 : me % 2, me, &h));
-            float *d = buf_alloc(sizeof(float));
-            d[0] = (float)(me + 1);
-            good &= C->all_reduce(C, d, d, 1, MIST_F32, COMM_SUM, h) == 0;
-            float want = 0;
-            for (int q = 0; q < n; q++)
-                if (round == 0 || q % 2 == me % 2) want += (float)(q + 1);
-            good &= d[0] == want;
-            buf_free(d);
-            C->group_free(C, h);
-        }
-        check(good && comm_nccl_communicators(C) == made0 + 2,
-              "a freed group's communicator goes with it: the next group's sum is its own (%d made)",
-              comm_nccl_communicators(C) - made0);
-#ifdef MIST_FAKE_NCCL
-        check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
-#endif
-    }
-#ifdef MIST_FAKE_NCCL
-    {
-        // an operation still running when NCCL reports a peer's failure: the wait returns the error
-        int (*query)(Backend *, BackendEvent *) = dev_be->event_query;
-        dev_be->event_query = never_done;
-        setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
-        float *d = buf_alloc(4 * sizeof(float));
-        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
-                "an asynchronous NCCL error ends the wait with NCCL's text");
-        unsetenv("MIST_FAKE_NCCL_FAIL");
-        dev_be->event_query = query;
-        buf_free(d);
-    }
+    test_async_error(world);
 #endif
     comm_nccl_follow(C, NULL);
     comm_nccl_free(C);

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/config_keys.h"
-#include "core/config_load.h"
-#include "core/plan_file.h"
+#include "base/config_keys.h"
+#include "base/config_load.h"
+#include "base/plan_file.h"
 #include "tests/tap.h"
 
 static char tmpdir[256];

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include "kernels/backend.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "tests/tap.h"
 
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu (this test links the CUDA backend)

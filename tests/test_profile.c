@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/profile.h"
+#include "base/profile.h"
 #include "runtime/profile_measure.h"
 #include "tests/tap.h"
 

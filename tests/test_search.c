@@ -21,8 +21,8 @@
 #include "planner/analyze.h"
 #include "planner/stage_model.h"
 #include "planner/search.h"
-#include "core/config_load.h"
-#include "core/plan_file.h"
+#include "base/config_load.h"
+#include "base/plan_file.h"
 #include "tests/tap.h"
 
 static const char *srcdir(void) {

@@ -1,11 +1,11 @@
 #!/bin/sh
 # The tree stays readable: no source file over 700 lines of code (lines that
-# are neither blank nor only a // comment), no function over 150 lines
+# are neither blank nor only a // comment), no function of 150 lines or more
 # (tests/function_lengths.awk). Each failure names the file, line and size.
 . "$MIST_SRCDIR/tests/lib.sh"
 cd "$MIST_SRCDIR" || exit 1
 awkprog="$MIST_SRCDIR/tests/function_lengths.awk"
-sources=$(find core expr kernels models planner runtime tools tests benchmarks \
+sources=$(find base expr kernels models planner runtime tools tests benchmarks \
     \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 count=$(echo "$sources" | grep -c .)
 
@@ -23,11 +23,11 @@ tap_ok $? "no source file over 700 lines of code ($count files; the largest: $la
 [ -z "$long_files" ] || tap_diag "$long_files"
 
 # shellcheck disable=SC2086
-long_functions=$(awk -v lim=150 -f "$awkprog" $sources)
+long_functions=$(awk -v lim=149 -f "$awkprog" $sources)
 # shellcheck disable=SC2086
 largest_fn=$(awk -v lim=60 -f "$awkprog" $sources | sort -t: -k3 -n | tail -n 1)
 [ -z "$long_functions" ]
-tap_ok $? "no function over 150 lines (the largest: ${largest_fn:-none over 60 lines})"
+tap_ok $? "no function of 150 lines or more (the largest: ${largest_fn:-none over 60 lines})"
 [ -z "$long_functions" ] || tap_diag "$long_functions"
 
 # the counters find what they should

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/calibrate.h"
-#include "core/config_load.h"
+#include "base/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"
 

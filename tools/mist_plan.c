@@ -12,9 +12,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "core/config_load.h"
-#include "core/plan_file.h"
-#include "core/profile.h"
+#include "base/config_load.h"
+#include "base/plan_file.h"
+#include "base/profile.h"
 #include "planner/optable.h"
 #include "planner/plan_report.h"
 #include "planner/search.h"

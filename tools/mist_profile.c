@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "core/profile.h"
+#include "base/profile.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"

@@ -5,12 +5,12 @@
 // -> the job (runtime/train_job.h: config shared by every rank, plan, process
 // grid, dry run or training) -> finalize, exit with the job's code.
 #ifdef HAVE_CONFIG_H
-#include <config.h>  // the build's config (PACKAGE_VERSION), not core/schema.h
+#include <config.h>  // the build's config (PACKAGE_VERSION), not base/schema.h
 #endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/config_load.h"
+#include "base/config_load.h"
 #include "runtime/launch.h"
 #include "runtime/train_job.h"
 

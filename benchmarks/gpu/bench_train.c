@@ -29,7 +29,7 @@
 #include "models/model.h"
 #include "models/model_flops.h"
 #include "planner/analyze.h"
-#include "core/profile.h"
+#include "base/profile.h"
 #include "runtime/calibrate.h"
 #include "runtime/model_runtime.h"
 

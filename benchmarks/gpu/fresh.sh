@@ -4,7 +4,7 @@
 # tree (any header change rebuilds everything: simple, and still correct).
 fresh() {
     [ -f "$1" ] && [ "$1" -nt "$2" ] &&
-        [ -z "$(find "$top/kernels" "$top/runtime" "$top/planner" "$top/models" \
+        [ -z "$(find "$top/base" "$top/expr" "$top/kernels" "$top/models" "$top/planner" "$top/runtime" \
                 \( -name '*.h' -o -name '*.cuh' \) -newer "$1" 2>/dev/null | head -1)" ]
 }
 # fresh_arch OUTDIR ARCH: objects built for another CUDA_ARCH are removed
@@ -20,7 +20,7 @@ fresh_arch() {
 # same sources is used as it is: copying a tree to another machine changes the
 # files' times, not their contents, so `fresh` alone would rebuild everything there.
 sources_hash() {
-    (cd "$top" && find kernels runtime planner models tests benchmarks/gpu -type f \( -name '*.c' -o -name '*.h' \
+    (cd "$top" && find base expr kernels models planner runtime tests benchmarks/gpu -type f \( -name '*.c' -o -name '*.h' \
         -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \) 2>/dev/null | LC_ALL=C sort | xargs cat
      echo "$arch ${INIH_DIR:-}") | sha256sum | cut -d' ' -f1
 }

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/backend.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 // OpenMP work sharing that compiles away (without unknown-pragma warnings)
 // when the build has no OpenMP: CPU_PRAGMA(omp parallel for ...)

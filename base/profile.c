@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "core/profile.h"
+#include "base/profile.h"
 
 #define GiB 1073741824.0
 

@@ -12,11 +12,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include "core/config_keys.h"
-#include "core/config_load.h"
-#include "core/config_loader.h"
-#include "core/plan_file.h"
-#include "core/schema.h"
+#include "base/config_keys.h"
+#include "base/config_load.h"
+#include "base/config_loader.h"
+#include "base/plan_file.h"
+#include "base/schema.h"
 
 // ---------------------------------------------------------------- messages
 
@@ -474,7 +474,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->log.interval = 1;
 }
 
-// The family decides the switches the file did not set (core/model_family.c);
+// The family decides the switches the file did not set (base/model_family.c);
 // an unset ffn_hidden follows the activation actually chosen.
 static void apply_family_defaults(Loader *ld, MistConfig *cfg) {
     ModelConfig *m = &cfg->model;

@@ -1,13 +1,13 @@
 // Plan files (see plan_file.h): read with the loader of config_load.c
-// (core/config_loader.h), checked against the model, written and printed.
+// (base/config_loader.h), checked against the model, written and printed.
 // Every per-stage key is a [stage.N] row of config_keys.c: reading, range
 // checks, writing and printing go over those rows, never over the fields by
 // name.
 #include <string.h>
-#include "core/config_keys.h"
-#include "core/config_load.h"
-#include "core/config_loader.h"
-#include "core/plan_file.h"
+#include "base/config_keys.h"
+#include "base/config_load.h"
+#include "base/config_loader.h"
+#include "base/plan_file.h"
 
 // ---------------------------------------------------------------- the [stage.N] rows
 

@@ -1,6 +1,6 @@
 // Plan files: a [plan] section (G, stages, mode = fixed) and one [stage.N]
 // section per stage, read, checked, written and printed. Every per-stage key
-// comes from the [stage.N] rows of core/config_keys.c: a new knob there is
+// comes from the [stage.N] rows of base/config_keys.c: a new knob there is
 // read, range-checked, written and printed here without further code.
 // The functions return 0 or 2 (MIST_EXIT_CONFIG) with the message in err.
 #ifndef MIST_PLAN_FILE_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 // A plan file: [plan] G, stages (mode = fixed allowed) and one [stage.N] per stage. 0 or 2.
 int plan_file_load(Plan *plan, const char *path, char *err, size_t errlen);

@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "core/plan.h"
-#include "core/profile.h"
+#include "base/plan.h"
+#include "base/profile.h"
 
 #define MIST_PATH_MAX 256
 #define MIST_NAME_MAX 64
@@ -115,7 +115,7 @@ typedef struct {
 // vocab and seq_len describes: the family's switches (GPT: LayerNorm, GELU,
 // learned positions, biases, tied; Llama: RMSNorm, SwiGLU, rotary, untied),
 // kv_heads = heads, ffn_hidden = model_default_ffn, rope_theta 10000, norm_eps
-// 1e-5 (Llama 1e-6), init_std 0.02 (core/model_family.c).
+// 1e-5 (Llama 1e-6), init_std 0.02 (base/model_family.c).
 ModelConfig model_family_config(ModelFamily family, int layers, int hidden, int heads, int vocab, int seq_len);
 // The MLP width a configuration gets when it does not set ffn_hidden.
 int model_default_ffn(ActKind activation, int hidden);

@@ -6,7 +6,7 @@
 //   efficiency, so treat them as estimates.
 // - cpu: the MPI-emulated devices of the CPU backend on one host.
 #include <string.h>
-#include "core/profile.h"
+#include "base/profile.h"
 
 #define GiB 1073741824.0
 #define GB 1e9

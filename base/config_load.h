@@ -5,14 +5,14 @@
 // Every error is one message naming where the bad value came from (the
 // file and line, or the -o override), the key, the value, what is allowed,
 // and a hint. The functions return 0 or 2 (= the configuration exit code).
-// Plan files (a [plan] and its [stage.N] sections on their own): core/plan_file.h.
+// Plan files (a [plan] and its [stage.N] sections on their own): base/plan_file.h.
 #ifndef MIST_CONFIG_LOAD_H
 #define MIST_CONFIG_LOAD_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 #define MIST_EXIT_CONFIG 2
 

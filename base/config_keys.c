@@ -1,8 +1,8 @@
 // Every configuration key of mist (see config_keys.h and docs/config.md).
 #include <stdint.h>
 #include <string.h>
-#include "core/schema.h"
-#include "core/config_keys.h"
+#include "base/schema.h"
+#include "base/config_keys.h"
 
 #define MC(f) offsetof(MistConfig, f), sizeof(((MistConfig *)0)->f)
 #define SP(f) offsetof(StagePlan, f), sizeof(((StagePlan *)0)->f)

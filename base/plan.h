@@ -12,7 +12,7 @@
 // The carrier of one stage's knobs: the config reader, plan files, the cost
 // model (StageConfig, planner/stage_model.h), the search's rows and the runtime's
 // layout all take a stage by this struct. A new per-stage knob is a field
-// here plus a [stage.N] row in core/config_keys.c (which gives it its key,
+// here plus a [stage.N] row in base/config_keys.c (which gives it its key,
 // range, plan-file line and summary column) and, when the cost model sees
 // it, a symbol row in planner/stage_model.h (docs/architecture.md has the recipe).
 typedef struct {

@@ -4,7 +4,7 @@
 // that build a ModelConfig in code start from here, so they describe the same
 // models as the configuration files.
 #include <string.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 int model_default_ffn(ActKind activation, int hidden) {
     // SwiGLU (Llama): 2/3 of 4h, 8h/3 rounded down, then up to a multiple of 256

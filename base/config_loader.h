@@ -1,14 +1,14 @@
 // The INI loader that model.ini (config_load.c) and plan files (plan_file.c)
 // share: it parses a file key by key through the table of config_keys.c and
 // remembers where every value came from, so that a check run after parsing
-// can name the line of the key that is wrong. Internal to core/.
+// can name the line of the key that is wrong. Internal to base/.
 #ifndef MIST_CONFIG_LOADER_H
 #define MIST_CONFIG_LOADER_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "core/schema.h"
+#include "base/schema.h"
 
 // Where a value came from: > 0 a line of the file, < 0 override number
 // -(i+1), 0 the default.
