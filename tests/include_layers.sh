@@ -17,7 +17,7 @@ scan() {
         [ -d "$1/$dir" ] || continue
         own=$(rank "$dir")
         find "$1/$dir" -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' | sort | while IFS= read -r f; do
-            # quoted includes name the folder first: "planner/cost.h"
+            # quoted includes name the folder first: "planner/stage_model.h"
             grep -n '^[ \t]*#[ \t]*include[ \t]*"[a-z_]*/' "$f" | while IFS= read -r line; do
                 hdr=$(echo "$line" | sed 's/.*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/')
                 top=${hdr%%/*}
@@ -37,12 +37,12 @@ tap_ok $? "no upward or sideways include among the layers ($files files in base,
 # the scan itself finds what it should: a planted upward and a sideways include
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/base" "$tmp/expr" "$tmp/planner"
-printf '#include <stdio.h>\n#include "planner/cost.h"\n' >"$tmp/base/x.h"
+printf '#include <stdio.h>\n#include "planner/stage_model.h"\n' >"$tmp/base/x.h"
 printf '#include "kernels/backend.h"\n#include "base/plan.h"\n' >"$tmp/expr/y.c"
-printf '#include "models/model.h"\n#include "planner/cost.h"\n' >"$tmp/planner/z.c"
+printf '#include "models/model.h"\n#include "planner/stage_model.h"\n' >"$tmp/planner/z.c"
 planted=$(scan "$tmp")
-[ "$(echo "$planted" | grep -c .)" -eq 2 ] && echo "$planted" | grep -q '^base/x.h:2: includes planner/cost.h' &&
+[ "$(echo "$planted" | grep -c .)" -eq 2 ] && echo "$planted" | grep -q '^base/x.h:2: includes planner/stage_model.h' &&
     echo "$planted" | grep -q '^expr/y.c:1: includes kernels/backend.h'
-tap_ok $? "the scan flags base including planner/cost.h and expr including kernels/backend.h, and nothing else"
+tap_ok $? "the scan flags base including planner/stage_model.h and expr including kernels/backend.h, and nothing else"
 [ $? -eq 0 ] || tap_diag "$planted"
 tap_end
