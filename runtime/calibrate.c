@@ -1,6 +1,8 @@
 // Measured op latencies for the planner's op table (see calibrate.h).
 #define _POSIX_C_SOURCE 200809L  // open_memstream
-#include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
+#ifdef HAVE_CONFIG_H
+#include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h; the GPU scripts build without it
+#endif
 #include "runtime/calibrate.h"
 #include <errno.h>
 #include <stdint.h>

@@ -670,9 +670,9 @@ static void close_training(Training *t) {
     free(t->ct);
     free(t->host_state);
     free(t->global_state);
+    if (t->whole) mr_free(&t->full);
     free(t->whole_ct);
     free(t->whole);
-    if (t->whole) mr_free(&t->full);
     pipe_free(&t->pipe);
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);
