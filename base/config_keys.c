@@ -3,6 +3,7 @@
 #include <string.h>
 #include "base/schema.h"
 #include "base/config_keys.h"
+#include "base/profile.h"
 
 #define MC(f) offsetof(MistConfig, f), sizeof(((MistConfig *)0)->f)
 #define SP(f) offsetof(StagePlan, f), sizeof(((StagePlan *)0)->f)
@@ -60,7 +61,7 @@ const KeySpec config_keys[] = {
     // [cluster]
     {"cluster", "nodes", KEY_INT, MC(cluster.nodes), 1, 100000, NULL, "nodes in the job"},
     {"cluster", "gpus_per_node", KEY_INT, MC(cluster.gpus_per_node), 1, 1024, NULL, "devices (ranks) per node"},
-    {"cluster", "hardware", KEY_STRING, MC(cluster.hardware), 0, 0, NULL, "preset (l4, a100-40g, a100-80g, h100-80g, h200, cpu) or a profile file"},
+    {"cluster", "hardware", KEY_STRING, MC(cluster.hardware), 0, 0, NULL, "preset (" PROFILE_PRESETS_TEXT ") or a profile file"},
     {"cluster", "device_memory", KEY_BYTES, MC(cluster.device_memory), 0, 1e15, NULL, "bytes per device (e.g. 80GiB); 0 = the profile's capacity"},
     {"cluster", "host_memory", KEY_BYTES, MC(cluster.host_memory), 0, 1e16, NULL, "host bytes per node that its ranks share for offloading; 0 = the profile's"},
     {"cluster", "measure_transfers", KEY_BOOL, MC(cluster.measure_transfers), 0, 1, NULL, "mist-train measures this job's collectives and host copies at start and plans and predicts with them"},

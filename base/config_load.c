@@ -175,13 +175,7 @@ static int resolve_path(const Loader *ld, const char *value, int origin, char *o
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-static const char *const hardware_presets[] = {"l4", "a100-40g", "a100-80g", "h100-80g", "h200", "cpu", NULL};
-
-static int is_hardware_preset(const char *v) {
-    for (int i = 0; hardware_presets[i]; i++)
-        if (!strcmp(v, hardware_presets[i])) return 1;
-    return 0;
-}
+static int is_hardware_preset(const char *v) { return profile_preset_exists(v); }
 
 // "1..4096", or "0..2^53" for the keys without a practical limit
 static const char *int_range(const KeySpec *k, char *out, size_t len) {
@@ -461,7 +455,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->data.val_batches = 4;
     cfg->cluster.nodes = 1;
     cfg->cluster.gpus_per_node = 8;
-    snprintf(cfg->cluster.hardware, sizeof cfg->cluster.hardware, "h100-80g");
+    snprintf(cfg->cluster.hardware, sizeof cfg->cluster.hardware, "dgx-h100");
     cfg->cluster.comm_timeout = 600;  // PyTorch's NCCL default; a step that long is rare
     cfg->plan.mode = PLAN_AUTO;
     cfg->plan.space = SPACE_FULL;
@@ -559,20 +553,27 @@ static int check_hardware(Loader *ld, const ClusterConfig *c) {
     if (is_hardware_preset(c->hardware)) return 0;
     struct stat st;
     if (stat(c->hardware, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    const char *const *presets = profile_preset_names;
+    int count = 0;
+    while (presets[count]) count++;
     char did[96] = "";
-    for (int i = 0; hardware_presets[i] && !did[0]; i++)  // "h100" means h100-80g more likely than h200
-        if (c->hardware[0] && !strncmp(hardware_presets[i], c->hardware, strlen(c->hardware)))
-            snprintf(did, sizeof did, " (did you mean '%s'?)", hardware_presets[i]);
-    if (!did[0]) suggest(c->hardware, hardware_presets, 6, did, sizeof did);
+    // "a100" means gcp-a100-40g, "h100" dgx-h100: a prefix of the name or of its part after the vendor
+    for (int i = 0; presets[i] && !did[0]; i++) {
+        const char *dash = strchr(presets[i], '-'), *machine = dash ? dash + 1 : presets[i];
+        size_t len = strlen(c->hardware);
+        if (c->hardware[0] && (!strncmp(presets[i], c->hardware, len) || !strncmp(machine, c->hardware, len)))
+            snprintf(did, sizeof did, " (did you mean '%s'?)", presets[i]);
+    }
+    if (!did[0]) suggest(c->hardware, presets, count, did, sizeof did);
     if (!did[0]) {  // a path: name the file as resolved
         const char *base = strrchr(c->hardware, '/');
-        suggest(base ? base + 1 : c->hardware, hardware_presets, 6, did, sizeof did);
+        suggest(base ? base + 1 : c->hardware, presets, count, did, sizeof did);
     }
     return loader_fail(
         ld, loader_origin(ld, "cluster", "hardware"),
         "[cluster] hardware = %s: not a preset and no such profile "
-        "file%s; allowed: l4|a100-40g|a100-80g|h100-80g|h200|cpu or a readable profile file (relative to the "
-        "INI's directory). Hint: check the spelling or the path",
+        "file%s; allowed: gcp-l4|gcp-a100-40g|gcp-a100-80g|dgx-a100-80g|dgx-h100|dgx-h200|cpu or a readable profile "
+        "file (relative to the INI's directory). Hint: check the spelling or the path",
         c->hardware, did);
 }
 

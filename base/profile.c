@@ -195,7 +195,7 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
     HwProfile *p = pp->p;
     if (!strcmp(sec, "profile") && !strcmp(key, "base")) {
         if (pp->keys_seen) return fail(pp, sec, key, val, "base must come before every other key (it resets the profile)");
-        if (profile_preset(p, val) != 0) return fail(pp, sec, key, val, "unknown preset (allowed: l4, a100-40g, a100-80g, h100-80g, h200, cpu)");
+        if (profile_preset(p, val) != 0) return fail(pp, sec, key, val, "unknown preset (allowed: " PROFILE_PRESETS_TEXT ")");
         snprintf(p->name, sizeof p->name, "%s", pp->path);
         return 1;
     }
@@ -330,13 +330,13 @@ int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errle
     if (profile_preset(p, name_or_path) == 0) return 0;
     struct stat st;
     if (stat(name_or_path, &st) != 0) {
-        snprintf(err, errlen, "hardware profile '%s': not a preset (l4, a100-40g, a100-80g, h100-80g, h200, cpu) "
+        snprintf(err, errlen, "hardware profile '%s': not a preset (" PROFILE_PRESETS_TEXT ") "
                               "and no such file", name_or_path);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "hardware profile '%s': a directory; allowed: a preset (l4, a100-40g, a100-80g, "
-                              "h100-80g, h200, cpu) or a profile file. Hint: name the INI file", name_or_path);
+        snprintf(err, errlen, "hardware profile '%s': a directory; allowed: a preset (" PROFILE_PRESETS_TEXT
+                              ") or a profile file. Hint: name the INI file", name_or_path);
         return -1;
     }
     FILE *file = fopen(name_or_path, "r");

@@ -58,12 +58,21 @@ typedef struct {
     double slowdown[STREAM_SUBSETS][STREAM_COUNT];
 } HwProfile;
 
-// Fill *p from a preset name ("l4", "a100-40g", "a100-80g", "h100-80g",
-// "h200", "cpu"); returns 0, or -1 for an unknown name.
+// The presets (docs/hardware.md), as messages list them.
+#define PROFILE_PRESETS_TEXT "gcp-l4, gcp-a100-40g, gcp-a100-80g, dgx-a100-80g, dgx-h100, dgx-h200, cpu"
+
+// Fill *p from a preset name (PROFILE_PRESETS_TEXT); returns 0, or -1 for an
+// unknown name. The names used before (l4, a100-40g, a100-80g, h100-80g, h200)
+// load the preset that replaced them, with one notice on stderr per process.
 int profile_preset(HwProfile *p, const char *name);
 
-// Names of the presets, NULL-terminated.
+// Names of the presets, NULL-terminated (the current names only).
 extern const char *const profile_preset_names[];
+
+// 1 if name is a preset, current or old; the current name of an old one
+// (else name itself). Neither prints anything.
+int profile_preset_exists(const char *name);
+const char *profile_preset_current_name(const char *name);
 
 // Load a preset name or an INI profile file (see docs/plan-analyze.md). A file
 // may start from a preset with `[profile] base = NAME` and override fields.

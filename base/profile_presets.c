@@ -1,18 +1,25 @@
-// Built-in hardware presets. Sources, per field, in the comments:
-// - l4, a100-*: the fits published with the Mist artifact (docs/design.md §4),
-//   whose bandwidths are in GiB/s (2^30 bytes/s); converted to bytes/s here.
-// - h100-80g, h200: vendor datasheets (SXM parts) until mist-profile measures
-//   them; link numbers are datasheet bandwidth times a typical NCCL bus
-//   efficiency, so treat them as estimates.
+// Built-in hardware presets, named for the machine class they describe.
+// Sources, per field, in the comments and in docs/hardware.md:
+// - gcp-l4, gcp-a100-*: the fits published with the Mist artifact for the
+//   Google Cloud clusters it measured (docs/design.md §4), whose bandwidths
+//   are in GiB/s (2^30 bytes/s); converted to bytes/s here.
+// - dgx-a100-80g, dgx-h100, dgx-h200: NVIDIA datasheet peaks and published
+//   nccl-tests bus bandwidths (GB/s = 1e9 bytes/s) for 8-GPU NVSwitch nodes
+//   joined by one InfiniBand NIC per GPU.
 // - cpu: the MPI-emulated devices of the CPU backend on one host.
+// The names used before (l4, a100-40g, a100-80g, h100-80g, h200) still load,
+// with a one-line notice naming the preset that replaced them.
+#include <stdio.h>
 #include <string.h>
+#include "base/launcher_rank.h"
 #include "base/profile.h"
 
 #define GiB 1073741824.0
 #define GB 1e9
 #define TFLOPS 1e12
 
-const char *const profile_preset_names[] = {"l4", "a100-40g", "a100-80g", "h100-80g", "h200", "cpu", NULL};
+const char *const profile_preset_names[] = {"gcp-l4",   "gcp-a100-40g", "gcp-a100-80g", "dgx-a100-80g",
+                                            "dgx-h100", "dgx-h200",     "cpu",          NULL};
 
 static void set_all_cells(HwProfile *p, LinkFit f) {
     for (int n = 0; n < PROFILE_SHAPES; n++)
@@ -75,7 +82,7 @@ static void common_defaults(HwProfile *p, const char *name) {
 #define D_ STREAM_MASK(STREAM_D2H)
 
 static void preset_l4(HwProfile *p) {
-    common_defaults(p, "l4");
+    common_defaults(p, "gcp-l4");
     p->memory_bytes = (int64_t)(22.488 * GiB);  // 24 GB card; Mist's usable capacity
     p->peak_flops[DT_BF16] = 121 * TFLOPS;      // datasheet dense tensor
     p->peak_flops[DT_FP16] = 121 * TFLOPS;
@@ -149,28 +156,67 @@ static void preset_a100(HwProfile *p, const char *name, double mem_gib, double h
     nvlink_slowdowns(p);
 }
 
-// H100/H200 SXM from datasheets: 989 TFLOP/s dense bf16/fp16, 67 TFLOP/s fp32;
-// NVLink 4 = 900 GB/s bidirectional = 450 GB/s per direction, of which NCCL
-// rings reach ~80% as bus bandwidth; 8x 400 Gb/s NDR per node = 50 GB/s per
-// GPU across nodes (~40 GB/s bus bandwidth); PCIe Gen5 x16 = 64 GB/s per
-// direction (~50 achievable, pinned).
-static void preset_hopper(HwProfile *p, const char *name, double mem_gib, double hbm) {
-    common_defaults(p, name);
-    p->memory_bytes = (int64_t)(mem_gib * GiB);
-    p->host_memory_bytes = (int64_t)(0.9 * 2048 * GB);  // DGX H100 / H200: 2 TB, 10% left to the OS
-    p->peak_flops[DT_BF16] = 989 * TFLOPS;
-    p->peak_flops[DT_FP16] = 989 * TFLOPS;
-    p->peak_flops[DT_FP32] = 67 * TFLOPS;
-    p->flops_efficiency = 0.7;
-    p->mem_bandwidth = hbm;
-    p->launch_seconds = 4e-6;
-    const LinkFit n1[4] = {{360 * GB, 2e-5}, {340 * GB, 2e-5}, {350 * GB, 3e-5}, {360 * GB, 4e-5}};
-    set_all_cells(p, (LinkFit){40 * GB, 1e-4});  // any group spanning nodes: NIC-bound
-    set_row(p, 0, n1);
-    p->h2d = (LinkFit){50 * GB, 2e-5};
-    p->d2h = (LinkFit){50 * GB, 2e-5};
+// An 8-GPU NVSwitch node with one InfiniBand NIC per GPU (DGX A100, DGX H100,
+// DGX H200). Every number is a datasheet peak or a published nccl-tests /
+// nvbandwidth measurement, in GB/s = 1e9 bytes/s (docs/hardware.md cites each).
+typedef struct {
+    const char *name;
+    double memory_gib;      // device memory as the driver reports it, GiB
+    double bf16_tflops;     // datasheet dense tensor peak (fp16 the same)
+    double fp32_tflops;     // datasheet non-tensor fp32
+    double hbm_gbs;         // datasheet HBM bandwidth
+    double nvlink_busbw;    // nccl-tests ring bus bandwidth inside the node, GB/s
+    double nic_busbw;       // nccl-tests bus bandwidth one NIC carries across nodes, GB/s
+    double pcie_gbs;        // pinned host<->device copy rate (PCIe), GB/s
+    double launch_seconds;  // assumed per-kernel launch overhead
+} DgxNode;
+
+// A ring collective is bound by its slowest hop. Inside a node every GPU has
+// its full NVLink share through NVSwitch, whatever the group size; a group
+// spanning nodes with g GPUs per node crosses each node boundary through g
+// NICs, so bus bandwidth = min(NVLink, g x one NIC). Latencies (beta) are
+// assumed: small-message nccl-tests times are tens of microseconds in a node
+// and about 0.1 ms across nodes.
+static void preset_dgx(HwProfile *p, const DgxNode *d) {
+    common_defaults(p, d->name);
+    p->memory_bytes = (int64_t)(d->memory_gib * GiB);
+    p->host_memory_bytes = (int64_t)(0.9 * 2048 * GB);  // DGX A100 640GB / H100 / H200: 2 TB, 10% left to the OS
+    p->peak_flops[DT_BF16] = d->bf16_tflops * TFLOPS;
+    p->peak_flops[DT_FP16] = d->bf16_tflops * TFLOPS;
+    p->peak_flops[DT_FP32] = d->fp32_tflops * TFLOPS;
+    p->flops_efficiency = 0.7;  // assumed, as for the GCP A100 presets: large cuBLAS GEMMs
+    p->mem_bandwidth = d->hbm_gbs * GB;
+    p->launch_seconds = d->launch_seconds;
+    for (int n = 0; n < PROFILE_SHAPES; n++)
+        for (int g = 0; g < PROFILE_SHAPES; g++) {
+            int gpus = 1 << (g < 3 ? g : 3);  // 8 GPUs per node: larger shapes reuse the 8 cell
+            double across = gpus * d->nic_busbw;
+            double k = n == 0 || across > d->nvlink_busbw ? d->nvlink_busbw : across;
+            p->coll[n][g] = (LinkFit){k * GB, n == 0 ? 3e-5 : 1e-4};
+        }
+    p->h2d = (LinkFit){d->pcie_gbs * GB, 2e-5};  // beta assumed (one copy-engine launch)
+    p->d2h = (LinkFit){d->pcie_gbs * GB, 2e-5};
     nvlink_slowdowns(p);
 }
+
+// A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 fp32, 2039 GB/s HBM2e; 80 GiB
+// (81920 MiB). NVLink 3 via NVSwitch: 230 GB/s all-reduce bus bandwidth on 8
+// GPUs (nccl-tests issue 175: 232.5 GB/s). 8x HDR 200 Gb/s: 192 GB/s bus
+// bandwidth across two DGX A100 (nccl issue 812, NVIDIA) = 24 GB/s per NIC
+// (nccl issue 1048: one HDR HCA reaches 24 GB/s). PCIe Gen4 x16: 25 GB/s
+// pinned (nvbandwidth issue 42, A100-SXM4: 25.13 GB/s).
+static const DgxNode dgx_a100_80g = {"dgx-a100-80g", 80, 312, 19.5, 2039, 230, 24, 25, 5e-6};
+// H100 SXM5 80GB: 989 TFLOP/s bf16 dense, 67 fp32, 3350 GB/s HBM3; 80 GiB as
+// the h100-80g preset had it. NVLink 4 via NVSwitch: NCCL reaches 370 GB/s
+// ring bus bandwidth of the 450 GB/s line rate (nccl-tests issue 212,
+// NVIDIA). 8x NDR 400 Gb/s: 46-48 GB/s per NIC (nccl-tests issue 290,
+// NVIDIA), 47 here. PCIe Gen5 x16: 52.8 GB/s device->host measured on H100
+// (nvbandwidth issue 24); host->device assumed the same (55.4 GB/s both ways
+// on one H200, measured with cudaMemcpyAsync of 256 MiB pinned).
+static const DgxNode dgx_h100 = {"dgx-h100", 80, 989, 67, 3350, 370, 47, 52.8, 4e-6};
+// H200 SXM 141 GB HBM3e: 140 GiB (the driver reports 143771 MiB),
+// 4800 GB/s; the same GH100 compute and the same NVLink 4 / NDR fabric as DGX H100.
+static const DgxNode dgx_h200 = {"dgx-h200", 140, 989, 67, 4800, 370, 47, 52.8, 4e-6};
 
 // The CPU backend: each MPI rank emulates a device in host memory; streams run
 // in order, so overlapped transfers serialise (slowdown = number of streams).
@@ -196,13 +242,49 @@ static void preset_cpu(HwProfile *p) {
     set_serial_slowdowns(p);
 }
 
+// Names used before the presets were named for their machines. `same` = the
+// numbers did not change; h100-80g / h200 were datasheet estimates of the DGX
+// H100 / H200 node and now take its published, measured numbers.
+static const struct { const char *old, *now; int same; } renamed[] = {
+    {"l4", "gcp-l4", 1},         {"a100-40g", "gcp-a100-40g", 1}, {"a100-80g", "gcp-a100-80g", 1},
+    {"h100-80g", "dgx-h100", 0}, {"h200", "dgx-h200", 0},
+};
+
+const char *profile_preset_current_name(const char *name) {
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
+        if (!strcmp(name, renamed[i].old)) return renamed[i].now;
+    return name;
+}
+
+int profile_preset_exists(const char *name) {
+    name = profile_preset_current_name(name);
+    for (int i = 0; profile_preset_names[i]; i++)
+        if (!strcmp(name, profile_preset_names[i])) return 1;
+    return 0;
+}
+
+// One notice per process (rank 0 only) when an old name is used.
+static void notice_renamed(const char *name) {
+    static int told;
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++) {
+        if (strcmp(name, renamed[i].old) != 0) continue;
+        if (!told && launcher_rank() == 0)
+            fprintf(stderr, "mist: hardware preset \"%s\" is now called \"%s\" (%s)\n", renamed[i].old, renamed[i].now,
+                    renamed[i].same ? "same numbers" : "published DGX numbers, see docs/hardware.md");
+        told = 1;
+    }
+}
+
 int profile_preset(HwProfile *p, const char *name) {
-    if (!strcmp(name, "l4")) preset_l4(p);
+    notice_renamed(name);
+    name = profile_preset_current_name(name);
+    if (!strcmp(name, "gcp-l4")) preset_l4(p);
     // host: 8-GPU nodes a2-highgpu-8g (680 GB) and a2-ultragpu-8g (1360 GB)
-    else if (!strcmp(name, "a100-40g")) preset_a100(p, name, 40, 1555 * GB, 680);
-    else if (!strcmp(name, "a100-80g")) preset_a100(p, name, 80, 2039 * GB, 1360);
-    else if (!strcmp(name, "h100-80g")) preset_hopper(p, name, 80, 3350 * GB);
-    else if (!strcmp(name, "h200")) preset_hopper(p, name, 140, 4800 * GB);  // 141 GB HBM3e, ~140 GiB usable
+    else if (!strcmp(name, "gcp-a100-40g")) preset_a100(p, name, 40, 1555 * GB, 680);
+    else if (!strcmp(name, "gcp-a100-80g")) preset_a100(p, name, 80, 2039 * GB, 1360);
+    else if (!strcmp(name, "dgx-a100-80g")) preset_dgx(p, &dgx_a100_80g);
+    else if (!strcmp(name, "dgx-h100")) preset_dgx(p, &dgx_h100);
+    else if (!strcmp(name, "dgx-h200")) preset_dgx(p, &dgx_h200);
     else if (!strcmp(name, "cpu")) preset_cpu(p);
     else return -1;
     return 0;

@@ -67,7 +67,7 @@ typedef struct {
 typedef struct {
     int nodes;
     int gpus_per_node;
-    char hardware[MIST_PATH_MAX];   // preset name (l4, a100-40g, a100-80g, h100-80g, h200, cpu) or profile file
+    char hardware[MIST_PATH_MAX];   // preset name (base/profile.h PROFILE_PRESETS_TEXT) or profile file
     int64_t device_memory;          // bytes per device; 0 = the profile's capacity
     int64_t host_memory;            // host bytes per node, shared by its ranks; 0 = the profile's (planner/analyze.h)
     double comm_timeout;            // seconds a collective or message may wait before the job ends; 0 = never

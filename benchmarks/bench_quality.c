@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    static const struct { const char *hw; int seq; } hws[] = {{"l4", 2048}, {"a100-40g", 4096}};
+    static const struct { const char *hw; int seq; } hws[] = {{"gcp-l4", 2048}, {"gcp-a100-40g", 4096}};
     static const char *families[] = {"gpt", "llama"};
     static const int gpus[] = {2, 4, 8, 16, 32}, batches[] = {32, 64, 128, 256, 512};
     static Case cases[40];

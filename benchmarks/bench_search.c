@@ -34,9 +34,9 @@ int main(int argc, char **argv) {
     }
     if (repeat < 1) repeat = 1;
     static MistConfig cfg;
-    if (bench_model_config(&cfg, "gpt", &bench_shapes[4], 2048, 512, "l4", 4, 8) != 0) return 1;
+    if (bench_model_config(&cfg, "gpt", &bench_shapes[4], 2048, 512, "gcp-l4", 4, 8) != 0) return 1;
     HwProfile hw;
-    if (profile_preset(&hw, "l4") != 0) return 1;
+    if (profile_preset(&hw, "gcp-l4") != 0) return 1;
     Row rows[SPACE_FULL + 1];
     printf("plan search: GPT-3 22B, seq 2048, global batch 512, 4 x 8 L4 (%.2f GiB), 1 thread, best of %d\n",
            hw.memory_bytes / 1073741824.0, repeat);
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\"benchmark\": \"bench_search\", \"model\": \"gpt3-22b\", \"seq_len\": 2048, \"global_batch\": 512, "
-               "\"nodes\": 4, \"gpus_per_node\": 8, \"hardware\": \"l4\", \"threads\": 1, \"repeat\": %d, "
+               "\"nodes\": 4, \"gpus_per_node\": 8, \"hardware\": \"gcp-l4\", \"threads\": 1, \"repeat\": %d, "
                "\"target_seconds\": 1.0, \"rows\": [", repeat);
     for (int sp = 0; sp <= SPACE_FULL; sp++) {
         const Row *r = &rows[sp];

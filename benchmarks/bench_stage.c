@@ -1,6 +1,6 @@
 // Batched evaluation speed of the real stage model (planner/stage_model.h): every
 // time and memory output of one pipeline stage of GPT-3 22B (h 6144, 48
-// layers, 64 heads, ffn 24576, vocab 50304, seq 2048, bf16) on the l4
+// layers, 64 heads, ffn 24576, vocab 50304, seq 2048, bf16) on the gcp-l4
 // profile, the general model and models specialised to a ZeRO / offload
 // pattern (the search evaluates one program per pattern), on one thread.
 //
@@ -213,8 +213,8 @@ static int parse_args(int argc, char **argv, size_t *n, int *repeat, const char 
 // the model, the profile, the buffers and the general models; 0 or 1 after a message
 static int bench_setup(Bench *b) {
     gpt3_22b(&b->cfg);
-    if (profile_preset(&b->hw, "l4") != 0) {
-        fprintf(stderr, "bench_stage: no l4 profile preset\n");
+    if (profile_preset(&b->hw, "gcp-l4") != 0) {
+        fprintf(stderr, "bench_stage: no gcp-l4 profile preset\n");
         return 1;
     }
     // search batches overshoot n by at most one batch: 4 * 49 * 256 candidates
@@ -344,7 +344,7 @@ static void print_table(const Row *row, int rows, size_t n, int repeat) {
     int met = 0, specialised = 0;
     for (int r = 0; r < rows; r++)
         if (row[r].both_evals_per_s > 0) specialised++, met += row[r].both_evals_per_s >= 1e7;
-    printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on l4: %d outputs, >= %zu candidates per row, "
+    printf("stage model of GPT-3 22B (h 6144, 48 layers, seq 2048, bf16) on gcp-l4: %d outputs, >= %zu candidates per row, "
            "1 thread, best of %d, %s\n", ST_OUTPUTS, n, repeat, expr_simd_name());
     printf("%-16s %-7s %-7s %8s %12s %5s %16s %9s %9s %9s %8s %12s %8s %12s %14s %9s\n", "pattern", "stage", "batches",
            "calls", "instructions", "regs", "evals/s/core", "ns/eval", "!=bitwise", "!=general", "t,d ins",
@@ -373,7 +373,7 @@ static int write_json(const char *json_path, const Row *row, int rows, size_t n,
         fprintf(stderr, "bench_stage: cannot write %s\n", json_path);
         return 1;
     }
-    fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"l4\",\n"
+    fprintf(f, "{\n  \"benchmark\": \"bench_stage\",\n  \"model\": \"gpt3-22b\",\n  \"hardware\": \"gcp-l4\",\n"
                "  \"outputs\": %d,\n  \"min_candidates\": %zu,\n  \"threads\": 1,\n  \"repeat\": %d,\n  \"simd\": \"%s\",\n"
                "  \"rows\": [\n",
             ST_OUTPUTS, n, repeat, expr_simd_name());

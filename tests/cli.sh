@@ -27,7 +27,7 @@ out=$("$TRAIN" 2>&1); rc=$?
 tap_ok $? "no config file exits 2 with a hint"
 
 # a broken hardware profile file is a configuration error for a fixed plan too (it prices the MFU)
-printf '[profile]\nbase = l4\nmemory_gib = banana\n' >"$tmp/hw.ini"
+printf '[profile]\nbase = gcp-l4\nmemory_gib = banana\n' >"$tmp/hw.ini"
 out=$("$TRAIN" -n "$TINY" -o cluster.hardware="$tmp/hw.ini" 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "hw.ini:3: \[profile\] memory_gib = banana"
 tap_ok $? "a fixed plan with a broken [cluster] hardware file exits 2 naming its line (rc $rc)"

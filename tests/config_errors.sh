@@ -113,7 +113,7 @@ expect "a required [model] key missing" "$tmp/f.ini" "f.ini:1:" "[model] seq_len
 base | sed '/^\[stage.0\]/,$ {/^layers = 4/d}' > "$tmp/f.ini"
 expect "a stage without layers" "$tmp/f.ini" "f.ini:19:" "[stage.0] layers is missing" "allowed:" "Hint:"
 
-expect "an unknown hardware preset" "$tmp/ok.ini" "-o cluster.hardware=a100 (command line)" "hardware = a100" "did you mean 'a100-40g'" "allowed: l4|a100-40g" "Hint:" -- -o cluster.hardware=a100
+expect "an unknown hardware preset" "$tmp/ok.ini" "-o cluster.hardware=a100 (command line)" "hardware = a100" "did you mean 'gcp-a100-40g'" "allowed: gcp-l4|gcp-a100-40g" "Hint:" -- -o cluster.hardware=a100
 
 expect "a directory instead of a file" "$tmp" "cannot read the configuration" "directory" "Hint:"
 

@@ -39,15 +39,23 @@ awk -v RS=',' -v num_re="$num_re" '/"peak_bytes_bwd"/{split($0,a,": "); peak=a[2
 tap_ok $? "the backward peak exceeds the states it contains"
 
 # a plan that cannot fit: GPT-3 1.3B, 64 sequences per L4, no sharding
-"$PLAN" "$GPT" --analyze --hardware l4 -o stage.0.b=64 -o plan.G=1 -o stage.0.zero=0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+"$PLAN" "$GPT" --analyze --hardware gcp-l4 -o stage.0.b=64 -o plan.G=1 -o stage.0.zero=0 >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ] && grep -Eq 'stage 0 .*does not fit.*short by [0-9]+ bytes' "$tmp/err"
 tap_ok $? "a plan over the memory exits 3 naming the stage and the shortfall in bytes (rc=$rc)"
 grep -q ' NO$' "$tmp/out"
 tap_ok $? "the table marks the stage that does not fit"
 
 # the same with ZeRO-3 over 8 ranks and full recompute fits on an 80 GB H100
-"$PLAN" "$GPT" --analyze --hardware h100-80g -o stage.0.b=4 -o plan.G=16 -o stage.0.zero=3 -o stage.0.ckpt=24 >/dev/null 2>&1
-tap_ok $? "GPT-3 1.3B with ZeRO-3 and recompute fits on h100-80g"
+"$PLAN" "$GPT" --analyze --hardware dgx-h100 -o stage.0.b=4 -o plan.G=16 -o stage.0.zero=3 -o stage.0.ckpt=24 >/dev/null 2>&1
+tap_ok $? "GPT-3 1.3B with ZeRO-3 and recompute fits on dgx-h100"
+
+# an old preset name loads the same numbers: the same table, with one notice first naming the new preset
+old_new() { "$PLAN" "$GPT" --analyze --hardware "$1" -o stage.0.b=4 -o plan.G=16 -o stage.0.zero=3; }
+old_new l4 >"$tmp/old.out" 2>"$tmp/old.err"; rc_old=$?
+old_new gcp-l4 >"$tmp/new.out" 2>"$tmp/new.err"; rc_new=$?
+[ $rc_old -eq $rc_new ] && cmp -s "$tmp/old.out" "$tmp/new.out" && sed 1d "$tmp/old.err" | cmp -s - "$tmp/new.err" &&
+    [ "$(head -n 1 "$tmp/old.err")" = 'mist: hardware preset "l4" is now called "gcp-l4" (same numbers)' ]
+tap_ok $? "--hardware l4 predicts what gcp-l4 does, after one notice naming gcp-l4 (rc $rc_old)"
 
 # a two-stage plan file: the stages' layer ranges, and the 1F1B total from the printed stage times
 cat >"$tmp/two.ini" <<'EOF'
@@ -91,7 +99,7 @@ tap_ok $? "mode = auto without a plan file exits 2 with a hint (rc=$rc)"
 out=$("$PLAN" "$TINY" --analyze --hardware no-such-gpu 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'no-such-gpu'
 tap_ok $? "an unknown hardware profile exits 2 and names it"
-printf '[profile]\nbase = l4\n[compute]\nflops_efficiency = 2\n' >"$tmp/bad.ini"
+printf '[profile]\nbase = gcp-l4\n[compute]\nflops_efficiency = 2\n' >"$tmp/bad.ini"
 out=$("$PLAN" "$TINY" --analyze --hardware "$tmp/bad.ini" 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'bad.ini:4: .*flops_efficiency'
 tap_ok $? "a bad profile file exits 2 naming file, line and key"

@@ -10,7 +10,7 @@ PLAN="$MIST_BUILDDIR/mist-plan"
 GPT22="$MIST_SRCDIR/examples/gpt3-22b.ini"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-ON2="-o plan.mode=auto --nodes 1 --gpus-per-node 2 --hardware l4"
+ON2="-o plan.mode=auto --nodes 1 --gpus-per-node 2 --hardware gcp-l4"
 
 # the largest host_bytes over the stages of a --json answer
 max_host() { grep -o '"host_bytes": [0-9]*' "$1" | cut -d' ' -f2 | sort -n | tail -1; }
@@ -38,21 +38,21 @@ tap_ok $? "with the l4 preset's host memory: host_capacity_bytes $cap, the plan 
 
 # 3. the first plan analyzed under the preset: the host does not fit, exit 3, named in the
 #    table, the text and the JSON
-"$PLAN" "$GPT22" --hardware l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 --analyze "$tmp/free.ini" >"$tmp/a.txt" 2>"$tmp/a.err"
+"$PLAN" "$GPT22" --hardware gcp-l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 --analyze "$tmp/free.ini" >"$tmp/a.txt" 2>"$tmp/a.err"
 rc=$?
 [ $rc -eq 3 ] && grep -q 'NO (host)' "$tmp/a.txt" && grep -q 'does not fit the host' "$tmp/a.txt" &&
     grep -q 'does not fit the host: needs [0-9]* bytes per rank, has [0-9]*, short by [0-9]* bytes' "$tmp/a.err" &&
     grep -q 'hint:' "$tmp/a.err"
 tap_ok $? "--analyze of that plan under the preset: exit 3, 'NO (host)' and the host shortfall"
 [ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/a.txt" "$tmp/a.err")"
-"$PLAN" "$GPT22" --hardware l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 --analyze "$tmp/free.ini" --json >"$tmp/a.json" 2>/dev/null
+"$PLAN" "$GPT22" --hardware gcp-l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 --analyze "$tmp/free.ini" --json >"$tmp/a.json" 2>/dev/null
 short=$(field "$tmp/a.json" host_shortfall_bytes)
 want=$((free_host - budget))
 [ "$short" = "$want" ] && grep -q '"fits": false' "$tmp/a.json"
 tap_ok $? "--json: host_shortfall_bytes = host bytes - share ($short = $free_host - $budget)"
 
 # 4. the same plan with enough host memory for it fits again
-"$PLAN" "$GPT22" --hardware l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 -o cluster.host_memory=10000GiB \
+"$PLAN" "$GPT22" --hardware gcp-l4 -o cluster.nodes=1 -o cluster.gpus_per_node=2 -o cluster.host_memory=10000GiB \
     --analyze "$tmp/free.ini" >/dev/null 2>&1
 tap_ok $? "--analyze of it with 10000 GiB of host per node: fits (exit 0)"
 
@@ -67,7 +67,7 @@ tap_ok $? "8 GiB of host per node: exit 3, the report states the host share (4.0
 #    host memory together, so no plan can fit; the search is skipped (an instant answer), the
 #    report gives both totals and still names the closest plan
 L70="$MIST_SRCDIR/examples/llama-70b.ini"
-"$PLAN" "$L70" -o plan.mode=auto --nodes 1 --gpus-per-node 8 --hardware l4 --json >"$tmp/s.json" 2>"$tmp/s.err"
+"$PLAN" "$L70" -o plan.mode=auto --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --json >"$tmp/s.json" 2>"$tmp/s.err"
 rc=$?
 params=$(field "$tmp/s.json" params_total)
 states=$(field "$tmp/s.json" states_bytes)
@@ -83,7 +83,7 @@ tap_ok $? "70B on 8 L4s: states $states B (params x 16) > $memory B of device + 
 
 # 7. where the states do fit in device + host memory together, the search runs (22B on one L4:
 #    349 GB of states, 370 GB of memory) and still finds nothing, without the states message
-"$PLAN" "$GPT22" -o plan.mode=auto --nodes 1 --gpus-per-node 1 --hardware l4 --json >"$tmp/o.json" 2>"$tmp/o.err"
+"$PLAN" "$GPT22" -o plan.mode=auto --nodes 1 --gpus-per-node 1 --hardware gcp-l4 --json >"$tmp/o.json" 2>"$tmp/o.err"
 rc=$?
 [ $rc -eq 3 ] && ! grep -q 'states_bytes' "$tmp/o.json" && ! grep -q 'no plan can fit' "$tmp/o.err" &&
     grep -q 'no plan fits' "$tmp/o.err"

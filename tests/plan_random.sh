@@ -117,7 +117,7 @@ K=${MIST_RANDOM_SEARCHES:-3}
 awk -v seed="$SEED" -v n="$K" 'BEGIN {
     srand(seed + 7919)
     split("tiny tiny tiny-llama tiny-falcon", inis, " ")
-    split("cpu l4 h100-80g", hws, " ")
+    split("cpu gcp-l4 dgx-h100", hws, " ")
     split("megatron zero ckpt offload full", spaces, " ")
     split("0 0 3MiB 6MiB", mems, " ")
     for (i = 0; i < n; i++) {

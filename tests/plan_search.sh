@@ -48,21 +48,21 @@ ONE="-o model.hidden=2048 -o model.heads=16 -o model.kv_heads=16 -o model.ffn_hi
 long="$tmp/$(printf 'd%.0s' $(seq 1 150))"
 mkdir -p "$long"
 # shellcheck disable=SC2086
-s4=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --nodes 4 --gpus-per-node 1 --hardware l4 --space megatron \
+s4=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --nodes 4 --gpus-per-node 1 --hardware gcp-l4 --space megatron \
     --out "$long/p.ini" 2>&1 | grep '^iteration: ')
 # shellcheck disable=SC2086
 a4=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --nodes 4 --gpus-per-node 1 \
-    --hardware l4 2>&1)
+    --hardware gcp-l4 2>&1)
 # shellcheck disable=SC2086
-a1=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --hardware l4 2>&1)
+a1=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --hardware gcp-l4 2>&1)
 # shellcheck disable=SC2086
 "$PLAN" "$MIST_SRCDIR/examples/gpt3-1.3b.ini" $ONE --analyze "$long/p.ini" --nodes 2 --gpus-per-node 1 \
     >/dev/null 2>"$tmp/err"; rc=$?
 [ -n "$s4" ] && [ "$s4" = "$(printf '%s\n' "$a4" | grep '^iteration: ')" ] &&
-    grep -q '^;   --nodes 4 --gpus-per-node 1 --hardware l4$' "$long/p.ini" && awk 'length($0) > 199 { exit 1 }' "$long/p.ini"
+    grep -q '^;   --nodes 4 --gpus-per-node 1 --hardware gcp-l4$' "$long/p.ini" && awk 'length($0) > 199 { exit 1 }' "$long/p.ini"
 ok_same=$?
-printf '%s\n' "$a4" | grep -q '^plan: .* 4 ranks (4 node(s) x 1), hardware l4' &&
-    printf '%s\n' "$a1" | grep -q '^plan: .* 4 ranks (1 node(s) x 4), hardware l4' &&
+printf '%s\n' "$a4" | grep -q '^plan: .* 4 ranks (4 node(s) x 1), hardware gcp-l4' &&
+    printf '%s\n' "$a1" | grep -q '^plan: .* 4 ranks (1 node(s) x 4), hardware gcp-l4' &&
     [ "$(printf '%s\n' "$a1" | grep '^iteration: ')" != "$s4" ] &&
     [ $rc -eq 2 ] && grep -q 'the plan runs 4 ranks, but --nodes 2 x --gpus-per-node 1 = 2 devices' "$tmp/err"
 ok_shape=$?
@@ -93,7 +93,7 @@ tap_ok $ok_spaces "every --space finds a plan, each no slower than the one befor
 
 # --compare: the best plan of every space up to the searched one, each row a real search
 G67="$MIST_SRCDIR/examples/gpt3-6.7b.ini"
-out=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --compare 2>"$tmp/err"); rc=$?
+out=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare 2>"$tmp/err"); rc=$?
 table=$(printf '%s\n' "$out" | sed -n '/^what each feature buys/,$p')
 rows=$(printf '%s\n' "$table" | grep -cE '^  (megatron|zero|ckpt|offload|full) ')
 full_t=$(printf '%s\n' "$table" | awk '$1=="full"{print $2" "$3}')
@@ -105,11 +105,11 @@ tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): five rows, full's time is the plan's 
 
 # the JSON rows: times never rise from one space to the next, speedup = megatron / time, the
 # last row is the plan's own time, and the offload row is what --space offload finds alone
-"$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
+"$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
 top=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"iteration_seconds": [^,]*' | head -1 | cut -d' ' -f2)
 topmfu=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"mfu": [^,]*' | head -1 | cut -d' ' -f2)
 sed 's/.*"compare": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
-alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware l4 --space offload --json 2>/dev/null |
+alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --space offload --json 2>/dev/null |
     sed 's/"stages": \[.*//' | grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
 awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
     BEGIN { if (top !~ num_re || topmfu !~ num_re || alone !~ num_re) bad = " plan/offload times not numbers" }
@@ -132,7 +132,7 @@ tap_ok $? "--compare --json: 5 rows, times never rise, speedup = megatron / time
 
 # spaces that fit nothing say so with their closest plan; --space limits the rows
 G13="$MIST_SRCDIR/examples/gpt3-13b.ini"
-out=$("$PLAN" "$G13" --nodes 1 --gpus-per-node 8 --hardware l4 --compare 2>"$tmp/err"); rc=$?
+out=$("$PLAN" "$G13" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare 2>"$tmp/err"); rc=$?
 none=$(printf '%s\n' "$out" | grep -cE '^  (megatron|zero|ckpt) .*nothing fits; closest: .*short by [0-9.]+ GiB')
 found=$(printf '%s\n' "$out" | grep -cE '^  (offload|full) +[0-9.]+ s +- ')
 [ $rc -eq 0 ] && [ "$none" -eq 3 ] && [ "$found" -eq 2 ]
@@ -148,7 +148,7 @@ tap_ok $? "--space ckpt --compare: 3 rows (megatron, zero, ckpt); --analyze --co
 [ $rc -eq 2 ] && grep -q 'megatron, zero, ckpt, offload, full' "$tmp/err"
 tap_ok $? "an unknown --space exits 2 naming the allowed ones"
 
-"$PLAN" "$GPT22" $AUTO --nodes 1 --gpus-per-node 1 --hardware l4 --space ckpt >"$tmp/out" 2>"$tmp/err"; rc=$?
+"$PLAN" "$GPT22" $AUTO --nodes 1 --gpus-per-node 1 --hardware gcp-l4 --space ckpt >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ] && grep -q 'no plan fits' "$tmp/err" && grep -q 'short by [0-9]* bytes' "$tmp/err" &&
     grep -q 'Closest' "$tmp/err"
 tap_ok $? "GPT-3 22B on one L4 without offloading: exit 3, the closest plan and its shortfall"
@@ -182,7 +182,7 @@ tap_ok $? "nothing fits under mpirun -np 2: every rank exits 3 with one message 
 # --threads: the same plan and time, bit for bit, with one thread and with three (GPT-3 22B on
 # 4 x 8 L4, the tuning-time case); the JSON says how many searched
 for t in 1 3; do
-    "$PLAN" "$GPT22" -o plan.mode=auto --nodes 4 --gpus-per-node 8 --hardware l4 --threads $t --json \
+    "$PLAN" "$GPT22" -o plan.mode=auto --nodes 4 --gpus-per-node 8 --hardware gcp-l4 --threads $t --json \
         >"$tmp/th$t.json" 2>/dev/null
 done
 strip() { sed 's/"search": {.*//' "$1"; }  # the plan and its analysis, without the statistics
@@ -230,7 +230,7 @@ tap_ok $? "1 x 6 devices for tiny in space megatron: exit 2 listing the dp tried
 
 # a winning inter-stage problem with empty frontiers (layer counts of a stage with no candidate
 # that fits and passes the bound) is saved whole for the lp_solve confirmation, which agrees
-out=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-6.7b.ini" $AUTO --nodes 1 --gpus-per-node 4 --hardware l4 --space full \
+out=$("$PLAN" "$MIST_SRCDIR/examples/gpt3-6.7b.ini" $AUTO --nodes 1 --gpus-per-node 4 --hardware gcp-l4 --space full \
       --threads 1 2>"$tmp/err"); rc=$?
 [ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'lp_solve MILP confirmation .*: same optimum'
 tap_ok $? "GPT-3 6.7B on 1 x 4 L4 (full): a plan, confirmed by lp_solve (rc $rc)"

@@ -84,7 +84,7 @@ rc=$?
 tap_ok $? "MIST_COMM_STAGED=1: mist-profile measures the staged path and writes staged = 1 (MPI: staged = 0) (rc $rc)"
 G13="$MIST_SRCDIR/examples/gpt3-1.3b.ini"
 ONE="-o plan.stages=1 -o stage.0.layers=24 -o stage.0.tp=1 -o stage.0.ckpt=24 -o train.global_batch=64"
-for staged in 0 1; do printf '[profile]\nbase = l4\n[collective]\nstaged = %s\n' $staged >"$W/l4-$staged.ini"; done
+for staged in 0 1; do printf '[profile]\nbase = gcp-l4\n[collective]\nstaged = %s\n' $staged >"$W/l4-$staged.ini"; done
 it() {  # it PROFILE OPTIONS...: the predicted iteration seconds
     pf=$1; shift
     # shellcheck disable=SC2086
@@ -99,8 +99,8 @@ flag=$("$PLAN" "$G13" --analyze --json --hardware "$W/l4-1.ini" 2>/dev/null | gr
     [ "$flag" = '"staged_collectives": true' ] &&
     "$PLAN" "$G13" --analyze --hardware "$W/l4-1.ini" 2>/dev/null | grep -q '^plan: .*(collectives staged through host memory)'
 
-tap_ok $? "staged = 1 on l4: GPT-3 1.3B dp 8 ZeRO-3 $z3_0 s -> $z3_1 s (copies on the critical path); dp 1 the same ($one_0 s); --analyze says so (text and JSON)"
-printf '[profile]\nbase = l4\n[collective]\nstaged = 2\n' >"$W/bad-staged.ini"
+tap_ok $? "staged = 1 on gcp-l4: GPT-3 1.3B dp 8 ZeRO-3 $z3_0 s -> $z3_1 s (copies on the critical path); dp 1 the same ($one_0 s); --analyze says so (text and JSON)"
+printf '[profile]\nbase = gcp-l4\n[collective]\nstaged = 2\n' >"$W/bad-staged.ini"
 "$PLAN" "$MIST_SRCDIR/examples/tiny.ini" --analyze --hardware "$W/bad-staged.ini" >/dev/null 2>"$W/bad-staged.err"
 rc=$?
 [ $rc -eq 2 ] && grep -q 'bad-staged.ini:4: \[collective\] staged = 2: expected 0 or 1' "$W/bad-staged.err"

@@ -113,7 +113,7 @@ static void test_every_key(void) {
         case KEY_BOOL: snprintf(value, sizeof value, "yes"); break;
         case KEY_ENUM: snprintf(value, sizeof value, "%s", k->names[1]); break;
         case KEY_BYTES: snprintf(value, sizeof value, "3MiB"); break;
-        default: snprintf(value, sizeof value, "%s", strcmp(k->name, "hardware") ? "/x/y" : "a100-80g"); break;
+        default: snprintf(value, sizeof value, "%s", strcmp(k->name, "hardware") ? "/x/y" : "gcp-a100-80g"); break;
         }
         // the model's shape is required: every file states it (but for the key under test)
         static const char *const shape[][2] = {
@@ -139,7 +139,7 @@ static void test_every_key(void) {
         case KEY_BOOL: same = *(int *)f == 1; break;
         case KEY_ENUM: same = *(int *)f == 1; break;
         case KEY_BYTES: same = *(int64_t *)f == 3 << 20; break;
-        default: same = !strcmp((char *)f, strcmp(k->name, "hardware") ? "/x/y" : "a100-80g"); break;
+        default: same = !strcmp((char *)f, strcmp(k->name, "hardware") ? "/x/y" : "gcp-a100-80g"); break;
         }
         if (!same) { diag("%s.%s = %s not stored", k->section, k->name, value); good = 0; }
         n++;
@@ -224,7 +224,7 @@ static void test_required_and_hardware(void) {
     ok(config_load(&c, p, fix, 1, 0, err, sizeof err) == 0 && c.model.seq_len == 16,
        "an override supplies a required key (%s)", err);
 
-    write_file("myhw.ini", "[profile]\nbase = h100-80g\n");
+    write_file("myhw.ini", "[profile]\nbase = dgx-h100\n");
     p = write_file("hw.ini", "[model]\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 256\nseq_len = 32\n"
                              "[cluster]\nhardware = myhw.ini\n");
     char want[512];
@@ -232,11 +232,14 @@ static void test_required_and_hardware(void) {
     int rc = config_load(&c, p, NULL, 0, 0, err, sizeof err);
     ok(rc == 0 && !strcmp(c.cluster.hardware, want), "a hardware profile file is resolved against the INI (%s)",
        rc ? err : c.cluster.hardware);
-    const char *preset[] = {"cluster.hardware=a100-40g"};
-    ok(config_load(&c, p, preset, 1, 0, err, sizeof err) == 0 && !strcmp(c.cluster.hardware, "a100-40g"),
+    const char *preset[] = {"cluster.hardware=gcp-a100-40g"};
+    ok(config_load(&c, p, preset, 1, 0, err, sizeof err) == 0 && !strcmp(c.cluster.hardware, "gcp-a100-40g"),
        "a preset name stays a name");
-    const char *typo[] = {"cluster.hardware=h100-80"};
-    ok(config_load(&c, p, typo, 1, 0, err, sizeof err) == 2 && strstr(err, "did you mean 'h100-80g'"),
+    const char *old[] = {"cluster.hardware=a100-40g"};
+    ok(config_load(&c, p, old, 1, 0, err, sizeof err) == 0 && !strcmp(c.cluster.hardware, "a100-40g"),
+       "a preset's old name is still a preset");
+    const char *typo[] = {"cluster.hardware=h100"};
+    ok(config_load(&c, p, typo, 1, 0, err, sizeof err) == 2 && strstr(err, "did you mean 'dgx-h100'"),
        "a misspelt preset gets a suggestion: %s", err);
 }
 

@@ -48,7 +48,7 @@ static double frand(unsigned *state) {
 
 static void test_overlap(void) {
     HwProfile p;
-    profile_preset(&p, "l4");
+    profile_preset(&p, "gcp-l4");
     // two streams, compute slowed 1.1676x by NCCL: C + N - N/1.1676 (docs/design.md §4)
     double x[4] = {10e-3, 4e-3, 0, 0};
     ok(near(overlap_seconds(&p, x), 10e-3 + 4e-3 - 4e-3 / 1.1676, 1e-15, 1e-12, "C+N"), "L4 C+N window: C + N(1 - 1/1.1676)");
@@ -582,7 +582,7 @@ int main(void) {
     MistConfig cfg;
     tiny_config(&cfg, PREC_BF16);
     HwProfile hw;
-    profile_preset(&hw, "a100-80g");
+    profile_preset(&hw, "gcp-a100-80g");
     test_overlap();
     test_pipeline();
     test_zero(&cfg, &hw);

@@ -14,6 +14,7 @@
 #include "tests/tap.h"
 
 #define GiB 1073741824.0
+#define GB 1e9
 
 static char tmpdir[256];
 
@@ -39,21 +40,21 @@ static void test_presets(void) {
     ok(profile_load(&p, "no-such-gpu", err, sizeof err) != 0 && strstr(err, "no-such-gpu"), "unknown name is an error naming it");
 
     // published numbers (docs/design.md §4, §6)
-    profile_preset(&p, "l4");
+    profile_preset(&p, "gcp-l4");
     ok(near(p.peak_flops[DT_BF16], 121e12, 0, 1e-12, "l4 peak"), "l4 dense bf16 peak is 121 TFLOP/s");
     ok(near(p.coll[0][3].k, 4.6832 * GiB, 0, 1e-12, "l4 1x8 k"), "l4 one node 8 GPUs: k = 4.6832 GiB/s");
     ok(near(p.slowdown[STREAM_MASK(STREAM_C) | STREAM_MASK(STREAM_N)][STREAM_C], 1.1676, 0, 1e-12, "C+N"),
        "l4: compute 16.8%% slower under NCCL");
-    profile_preset(&p, "h100-80g");
+    profile_preset(&p, "dgx-h100");
     ok(near(p.peak_flops[DT_BF16], 989e12, 0, 1e-12, "h100 peak") && near(p.mem_bandwidth, 3.35e12, 0, 1e-12, "hbm"),
        "h100: 989 TFLOP/s bf16, 3.35 TB/s");
-    profile_preset(&p, "h200");
+    profile_preset(&p, "dgx-h200");
     ok(near(p.mem_bandwidth, 4.8e12, 0, 1e-12, "h200 hbm"), "h200: 4.8 TB/s");
-    profile_preset(&p, "a100-40g");
+    profile_preset(&p, "gcp-a100-40g");
     ok(near(p.coll[0][1].k, 139.04 * GiB, 0, 1e-12, "a100 1x2"), "a100: one node 2 GPUs k = 139.04 GiB/s");
     // host memory per node: the presets' 8-GPU nodes less 10%; the cpu preset does not check it
     const struct { const char *name; double gb; } host[] = {
-        {"l4", 384}, {"a100-40g", 680}, {"a100-80g", 1360}, {"h100-80g", 2048}, {"h200", 2048}, {"cpu", 0}};
+        {"gcp-l4", 384}, {"gcp-a100-40g", 680}, {"gcp-a100-80g", 1360}, {"dgx-h100", 2048}, {"dgx-h200", 2048}, {"cpu", 0}};
     int host_ok = 1;
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
         profile_preset(&p, host[i].name);
@@ -63,6 +64,119 @@ static void test_presets(void) {
         }
     }
     ok(host_ok, "host memory per node: 0.9 x 384 / 680 / 1360 / 2048 / 2048 GB, cpu not checked");
+}
+
+static int positive(double x) { return isfinite(x) && x > 0; }
+
+// Every number of a preset positive and finite (betas and host memory may be 0).
+static int all_fields_positive(const HwProfile *p) {
+    int good = p->memory_bytes > 0 && p->host_memory_bytes >= 0 && positive(p->flops_efficiency) &&
+               p->flops_efficiency <= 1 && positive(p->mem_bandwidth) && positive(p->bandwidth_efficiency) &&
+               positive(p->launch_seconds) && p->gpus_per_node > 0 && positive(p->h2d.k) && positive(p->d2h.k) &&
+               isfinite(p->h2d.beta) && p->h2d.beta >= 0 && isfinite(p->d2h.beta) && p->d2h.beta >= 0;
+    for (int d = 0; d < DT_COUNT; d++) good = good && positive(p->peak_flops[d]);
+    for (int c = 0; c < COLL_COUNT; c++) good = good && positive(p->coll_factor[c]);
+    for (int n = 0; n < PROFILE_SHAPES; n++)
+        for (int g = 0; g < PROFILE_SHAPES; g++)
+            good = good && positive(p->coll[n][g].k) && isfinite(p->coll[n][g].beta) && p->coll[n][g].beta >= 0;
+    for (unsigned m = 0; m < STREAM_SUBSETS; m++)
+        for (int s = 0; s < STREAM_COUNT; s++) good = good && isfinite(p->slowdown[m][s]) && p->slowdown[m][s] >= 1;
+    return good;
+}
+
+// The DGX presets (docs/hardware.md): positive, finite fields, the published
+// bus bandwidths, and faster across nodes than every GCP cluster Mist measured,
+// which is why they exist.
+static void test_dgx_presets(void) {
+    HwProfile p, dgx, gcp;
+    char err[512];
+    int fields_ok = 1;
+    for (int i = 0; profile_preset_names[i]; i++) {
+        int rc = profile_load(&p, profile_preset_names[i], err, sizeof err);
+        if (rc != 0 || !all_fields_positive(&p) || strcmp(p.name, profile_preset_names[i]) != 0) {
+            diag("%s: rc %d, fields or name wrong", profile_preset_names[i], rc);
+            fields_ok = 0;
+        }
+    }
+    ok(fields_ok, "every preset has positive, finite fields and its own name");
+
+    profile_preset(&p, "dgx-a100-80g");
+    ok(p.coll[0][3].k == 230 * GB && p.coll[1][3].k == 192 * GB && p.coll[1][0].k == 24 * GB &&
+           p.h2d.k == 25 * GB && p.peak_flops[DT_BF16] == 312e12 && p.mem_bandwidth == 2039 * GB,
+       "dgx-a100-80g: 230 GB/s in a node, 8 x 24 GB/s HDR across nodes, 25 GB/s PCIe Gen4");
+    profile_preset(&p, "dgx-h100");
+    ok(p.coll[0][3].k == 370 * GB && p.coll[1][3].k == 370 * GB && p.coll[2][1].k == 94 * GB &&
+           p.h2d.k == 52.8 * GB && p.peak_flops[DT_BF16] == 989e12 && p.mem_bandwidth == 3350 * GB,
+       "dgx-h100: 370 GB/s in a node, NDR 47 GB/s per GPU across nodes up to NVLink's 370, 52.8 GB/s PCIe Gen5");
+    profile_preset(&p, "dgx-h200");
+    ok(p.mem_bandwidth == 4800 * GB && p.memory_bytes == (int64_t)(140 * GiB) && p.coll[1][3].k == 370 * GB,
+       "dgx-h200: 4.8 TB/s, 140 GiB, the DGX H100 fabric");
+
+    const char *dgxs[] = {"dgx-a100-80g", "dgx-h100", "dgx-h200"};
+    const char *gcps[] = {"gcp-l4", "gcp-a100-40g", "gcp-a100-80g"};
+    int faster = 1;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            profile_preset(&dgx, dgxs[a]);
+            profile_preset(&gcp, gcps[b]);
+            for (int nodes = 2; nodes <= 128; nodes *= 2)
+                for (int gpus = 1; gpus <= 8; gpus *= 2)
+                    for (int c = 0; c < COLL_COUNT; c++) {
+                        double td = profile_collective_seconds(&dgx, (CollKind)c, GiB, nodes, gpus);
+                        double tg = profile_collective_seconds(&gcp, (CollKind)c, GiB, nodes, gpus);
+                        if (!(td < tg)) {
+                            diag("%s %dx%d: %g s, not faster than %s's %g s", dgxs[a], nodes, gpus, td, gcps[b], tg);
+                            faster = 0;
+                        }
+                    }
+        }
+    ok(faster, "a 1 GiB collective across 2..128 nodes is faster on every DGX preset than on every GCP one");
+}
+
+// The names used before still load, with one notice on stderr for the whole
+// process naming the new preset, and the very same numbers (name included).
+static void test_old_names(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/notice.txt", tmpdir);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *capture = fopen(path, "w");
+    if (saved < 0 || !capture) {
+        ok(0, "cannot capture stderr");
+        return;
+    }
+    dup2(fileno(capture), 2);
+    const struct { const char *old, *now; } same[] = {
+        {"l4", "gcp-l4"}, {"a100-40g", "gcp-a100-40g"}, {"a100-80g", "gcp-a100-80g"}};
+    int identical = 1;
+    char err[512];
+    for (int i = 0; i < 3; i++) {
+        HwProfile a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        if (profile_load(&a, same[i].old, err, sizeof err) != 0 || profile_preset(&b, same[i].now) != 0 ||
+            memcmp(&a, &b, sizeof a) != 0) {
+            identical = 0;
+            diag("%s differs from %s", same[i].old, same[i].now);
+        }
+    }
+    HwProfile h, d;
+    profile_preset(&h, "h100-80g");
+    profile_preset(&d, "dgx-h100");
+    int h100_is_dgx = !memcmp(&h, &d, sizeof h) && profile_preset(&h, "h200") == 0 && !strcmp(h.name, "dgx-h200");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(capture);
+    ok(identical, "l4, a100-40g, a100-80g load gcp-l4, gcp-a100-40g, gcp-a100-80g bit for bit");
+    ok(h100_is_dgx, "h100-80g and h200 load dgx-h100 and dgx-h200");
+    char text[512] = "";
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    ok(!strcmp(text, "mist: hardware preset \"l4\" is now called \"gcp-l4\" (same numbers)\n"),
+       "one notice per process, naming the new preset: %s", text);
 }
 
 // Transfer times by hand: ring collectives per group shape, host copies, and the
@@ -75,7 +189,7 @@ static void test_transfer_times(void) {
        "group shape index = ceil(log2 n), clamped");
 
     // ring collective by hand: L4, one node, 8 GPUs, 1 GiB all-reduce
-    profile_preset(&p, "l4");
+    profile_preset(&p, "gcp-l4");
     double want = 2.1 * (1.0 / 4.6832 * 7.0 / 8.0 + 3e-4);
     ok(near(profile_collective_seconds(&p, COLL_ALL_REDUCE, GiB, 1, 8), want, 0, 1e-12, "all-reduce"),
        "all-reduce 1 GiB on 1x8 L4 = 2.1*(1/4.6832*7/8 + 3e-4) s");
@@ -100,7 +214,7 @@ static void test_profile_files(void) {
     char err[512];
     // round trip through a profile file
     HwProfile a, b;
-    profile_preset(&a, "l4");
+    profile_preset(&a, "gcp-l4");
     char path[600];
     snprintf(path, sizeof path, "%s/l4.ini", tmpdir);
     FILE *f = fopen(path, "w");
@@ -119,7 +233,7 @@ static void test_profile_files(void) {
 
     // a file starting from a preset, overriding some fields
     const char *pf = write_file("mine.ini",
-                                "[profile]\nbase = a100-80g\nmemory_gib = 70\nhost_memory_gib = 500\n[collective]\n2x8 = 25 1e-4\n"
+                                "[profile]\nbase = gcp-a100-80g\nmemory_gib = 70\nhost_memory_gib = 500\n[collective]\n2x8 = 25 1e-4\n"
                                 "[interference]\nC+N = 1.3 1.05\n[host]\nh2d = 20 1e-5\n");
     rc = profile_load(&p, pf, err, sizeof err);
     if (rc) diag("%s", err);
@@ -130,23 +244,23 @@ static void test_profile_files(void) {
        "profile file overrides fields of its base preset");
 
     // errors name file, line and key
-    pf = write_file("bad1.ini", "[profile]\nbase = h100-80g\n\n[compute]\nflops_efficiency = 1.5\n");
+    pf = write_file("bad1.ini", "[profile]\nbase = dgx-h100\n\n[compute]\nflops_efficiency = 1.5\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "bad1.ini:5:") && strstr(err, "flops_efficiency"), "bad value: file:line and key (%s)", err);
-    pf = write_file("bad2.ini", "[profile]\nbase = l4\n[interference]\nC+X = 1 1\n");
+    pf = write_file("bad2.ini", "[profile]\nbase = gcp-l4\n[interference]\nC+X = 1 1\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "bad2.ini:4:") && strstr(err, "C+X"), "unknown stream set is an error (%s)", err);
-    pf = write_file("bad3.ini", "[profile]\nmemory_gib = 10\nbase = l4\n");
+    pf = write_file("bad3.ini", "[profile]\nmemory_gib = 10\nbase = gcp-l4\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, ":3:") && strstr(err, "base"), "base after other keys is an error (%s)", err);
     pf = write_file("bad4.ini", "[profile]\nmemory_gib = 10\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "peak_tflops_bf16"), "a file without base must give the peaks (%s)", err);
-    pf = write_file("bad6.ini", "[profile]\nbase = l4\nhost_memory_gib = -4\n");
+    pf = write_file("bad6.ini", "[profile]\nbase = gcp-l4\nhost_memory_gib = -4\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "bad6.ini:3:") && strstr(err, "host_memory_gib") && strstr(err, ">= 0"),
        "a negative host_memory_gib is an error naming it (%s)", err);
-    pf = write_file("bad7.ini", "[profile]\nbase = l4\nhost_memory_gib = 1e300\n");
+    pf = write_file("bad7.ini", "[profile]\nbase = gcp-l4\nhost_memory_gib = 1e300\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "bad7.ini:3:") && strstr(err, "host_memory_gib"),
        "a host_memory_gib too large for a byte count is an error (%s)", err);
@@ -163,17 +277,17 @@ static void test_value_ranges(void) {
     const char *pf;
     int rc;
     const struct { const char *name, *text, *at, *key, *range, *what; } out_of_range[] = {
-        {"huge_peak.ini", "[profile]\nbase = l4\n[compute]\npeak_tflops_fp32 = 1e300\n", ":4:", "peak_tflops_fp32",
+        {"huge_peak.ini", "[profile]\nbase = gcp-l4\n[compute]\npeak_tflops_fp32 = 1e300\n", ":4:", "peak_tflops_fp32",
          "[1e-6, 1e6]", "a peak that would scale to infinite FLOP/s is an error naming the range"},
-        {"tiny_bw.ini", "[profile]\nbase = l4\n[compute]\nmemory_bandwidth_gbps = 1e-300\n", ":4:",
+        {"tiny_bw.ini", "[profile]\nbase = gcp-l4\n[compute]\nmemory_bandwidth_gbps = 1e-300\n", ":4:",
          "memory_bandwidth_gbps", "[0.001, 1e6]", "a bandwidth whose reciprocal is infinite is an error"},
-        {"tiny_mem.ini", "[profile]\nbase = l4\nmemory_gib = 1e-300\n", ":3:", "memory_gib = 1e-300", "[0.001, 1e7]",
+        {"tiny_mem.ini", "[profile]\nbase = gcp-l4\nmemory_gib = 1e-300\n", ":3:", "memory_gib = 1e-300", "[0.001, 1e7]",
          "a memory_gib that rounds to 0 bytes is out of range, not missing"},
-        {"huge_launch.ini", "[profile]\nbase = l4\nlaunch_us = 4.4e30\n", ":3:", "launch_us", "(0, 1000]",
+        {"huge_launch.ini", "[profile]\nbase = gcp-l4\nlaunch_us = 4.4e30\n", ":3:", "launch_us", "(0, 1000]",
          "launch_us above 1000 is an error naming the range"},
-        {"huge_beta.ini", "[profile]\nbase = l4\n[host]\nd2h = 5 1e30\n", ":4:", "d2h", "[0, 1] s",
+        {"huge_beta.ini", "[profile]\nbase = gcp-l4\n[host]\nd2h = 5 1e30\n", ":4:", "d2h", "[0, 1] s",
          "a transfer latency above 1 s is an error naming the range"},
-        {"huge_slow.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1e300 1\n", ":4:", "C+N", "[1, 1000]",
+        {"huge_slow.ini", "[profile]\nbase = gcp-l4\n[interference]\nC+N = 1e300 1\n", ":4:", "C+N", "[1, 1000]",
          "a slowdown above 1000 is an error"},
     };
     for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
@@ -215,10 +329,10 @@ static void test_keys_and_lines(void) {
     int rc;
     // a key set twice is an error naming both lines, however the key is spelled
     const struct { const char *name, *text, *line, *key; } twice[] = {
-        {"twice_mem.ini", "[profile]\nbase = l4\nmemory_gib = 20\nmemory_gib = 30\n", ":4:", "memory_gib"},
-        {"twice_base.ini", "[profile]\nbase = l4\nbase = h200\n", ":3:", "base"},
-        {"twice_cell.ini", "[profile]\nbase = l4\n[collective]\n2x8 = 1 0\n\n02x8 = 2 0\n", ":6:", "02x8"},
-        {"twice_set.ini", "[profile]\nbase = l4\n[interference]\nC+N = 1.1 1\n[host]\nh2d = 5 0\n[interference]\n"
+        {"twice_mem.ini", "[profile]\nbase = gcp-l4\nmemory_gib = 20\nmemory_gib = 30\n", ":4:", "memory_gib"},
+        {"twice_base.ini", "[profile]\nbase = gcp-l4\nbase = dgx-h200\n", ":3:", "base"},
+        {"twice_cell.ini", "[profile]\nbase = gcp-l4\n[collective]\n2x8 = 1 0\n\n02x8 = 2 0\n", ":6:", "02x8"},
+        {"twice_set.ini", "[profile]\nbase = gcp-l4\n[interference]\nC+N = 1.1 1\n[host]\nh2d = 5 0\n[interference]\n"
                           "n+c = 1.2 1\n", ":8:", "n+c"},
     };
     const char *first[] = {"first at line 3", "first at line 2", "first at line 4", "first at line 4"};
@@ -231,7 +345,7 @@ static void test_keys_and_lines(void) {
     }
 
     // an indented line is inih's continuation of the value above: named as such
-    pf = write_file("indent.ini", "[profile]\nbase = l4\nmemory_gib = 20\n   30\n");
+    pf = write_file("indent.ini", "[profile]\nbase = gcp-l4\nmemory_gib = 20\n   30\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "indent.ini:4:") && strstr(err, "indented line continues the value of line 3"),
        "an indented line is named as a continuation, not a key set twice (%s)", err);
@@ -240,22 +354,22 @@ static void test_keys_and_lines(void) {
     rc = profile_load(&p, tmpdir, err, sizeof err);
     ok(rc != 0 && strstr(err, tmpdir) && strstr(err, "a directory") && !strstr(err, "missing"),
        "a directory is an error saying so, not a missing key (%s)", err);
-    pf = write_file("cr.ini", "[profile]\rbase = l4\rmemory_gib = 5\r");
+    pf = write_file("cr.ini", "[profile]\rbase = gcp-l4\rmemory_gib = 5\r");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "cr.ini:1:") && strstr(err, "carriage return"),
        "CR-only line endings are an error, not one line with every key after the first dropped (%s)", err);
-    pf = write_file("crlf.ini", "[profile]\r\nbase = l4\r\nmemory_gib = 5\r\n[compute]\r\npeak_tflops_bf16 = 7\r\n");
+    pf = write_file("crlf.ini", "[profile]\r\nbase = gcp-l4\r\nmemory_gib = 5\r\n[compute]\r\npeak_tflops_bf16 = 7\r\n");
     rc = profile_load(&p, pf, err, sizeof err);
     if (rc) diag("%s", err);
     ok(rc == 0 && p.memory_bytes == (int64_t)(5 * GiB) && p.peak_flops[DT_BF16] == 7e12, "CRLF line endings are read");
     char text[1024];
-    snprintf(text, sizeof text, "[profile]\nbase = l4\nname = %0300d\nmemory_gib = 5\n", 0);
+    snprintf(text, sizeof text, "[profile]\nbase = gcp-l4\nname = %0300d\nmemory_gib = 5\n", 0);
     pf = write_file("long.ini", text);
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "long.ini:3:") && strstr(err, "line longer than"),
        "a line longer than inih's buffer is an error, not split into two (%s)", err);
     // the first problem in file order is reported: a syntax error before a bad key
-    pf = write_file("order.ini", "[profile]\nbase = l4\nno equals sign\nlaunch_us = 1e9\n");
+    pf = write_file("order.ini", "[profile]\nbase = gcp-l4\nno equals sign\nlaunch_us = 1e9\n");
     rc = profile_load(&p, pf, err, sizeof err);
     ok(rc != 0 && strstr(err, "order.ini:3:") && strstr(err, "syntax error"),
        "a syntax error is reported at its own line, before a later bad key (%s)", err);
@@ -295,7 +409,7 @@ static void test_line_fit(void) {
 static void test_measured_cells(void) {
     char err[512];
     HwProfile q;
-    profile_preset(&q, "l4");
+    profile_preset(&q, "gcp-l4");
     LinkFit before = q.coll[profile_shape_index(4)][profile_shape_index(8)];
     ProfileMeasure pm = {.nodes = 2, .per_node = 2, .num_shapes = 2, .shape = {{1, 2}, {2, 2}}, .have_factors = 1,
                          .factor_rs = 1.2, .factor_ar = 2.3};
@@ -323,7 +437,7 @@ static void test_measured_cells(void) {
     snprintf(comm, sizeof comm, "staged through pinned host memory: not every rank has a GPU of its own (NCCL "
                                 "needs one per rank), and more words than that");
     HwProfile w;
-    profile_preset(&w, "l4");
+    profile_preset(&w, "gcp-l4");
     profile_apply_measure(&w, &big);
     size_t len = 0;
     char *text = profile_measure_ini(&w, &big, "mist-profile", base, comm, &len);
@@ -344,6 +458,8 @@ int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mist-test-profile-XXXXXX");
     if (!mkdtemp(tmpdir)) tap_skip_all("cannot make a temporary directory");
     test_presets();
+    test_dgx_presets();
+    test_old_names();
     test_transfer_times();
     test_profile_files();
     test_value_ranges();

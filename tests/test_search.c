@@ -191,7 +191,7 @@ static void test_exhaustive(void) {
         return;
     }
     HwProfile hw;
-    profile_preset(&hw, "l4");
+    profile_preset(&hw, "gcp-l4");
     static Exhaustive e;
     memset(&e, 0, sizeof e);
     e.cfg = &cfg;
@@ -297,7 +297,7 @@ static void test_properties(void) {
         return;
     }
     HwProfile hw;
-    profile_preset(&hw, "l4");
+    profile_preset(&hw, "gcp-l4");
     StageModel m[4];
     char err[512];
     for (int k = 0; k < 4; k++)
@@ -381,7 +381,7 @@ static void test_split_models(void) {
         return;
     }
     HwProfile hw;
-    profile_preset(&hw, "l4");
+    profile_preset(&hw, "gcp-l4");
     char err[512];
     StageModelBase *base = stage_model_base_new(&cfg, err, sizeof err);
     if (!base) {
@@ -548,16 +548,16 @@ int main(void) {
     test_split_models();
     {
         const char *ov[] = {"plan.mode=auto", "model.layers=4", "train.global_batch=8"};
-        test_spaces("tiny.ini", "l4", 1, 4, 0.0008, ov, 3);
+        test_spaces("tiny.ini", "gcp-l4", 1, 4, 0.0008, ov, 3);
     }
     {
         const char *ov[] = {"plan.mode=auto", "train.global_batch=64", "model.seq_len=2048"};
-        test_spaces("gpt3-1.3b.ini", "l4", 1, 4, 0, ov, 3);
+        test_spaces("gpt3-1.3b.ini", "gcp-l4", 1, 4, 0, ov, 3);
     }
     {
         // the full space holds every uniform plan: a case where a pruning once lost one
         const char *ov[] = {"plan.mode=auto", "train.global_batch=128", "model.seq_len=4096"};
-        test_spaces("gpt3-6.7b.ini", "a100-40g", 1, 8, 0, ov, 3);
+        test_spaces("gpt3-6.7b.ini", "gcp-a100-40g", 1, 8, 0, ov, 3);
     }
     test_limits();
     return tap_done();

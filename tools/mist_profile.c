@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "\n"
             "options:\n"
             "  --hardware NAME|FILE  base profile (default: cpu on the CPU backend; required on GPUs:\n"
-            "                        l4, a100-40g, a100-80g, h100-80g, h200 or a profile file)\n"
+            "                        gcp-l4, gcp-a100-40g, gcp-a100-80g, dgx-a100-80g, dgx-h100,\n"
+            "                        dgx-h200 or a profile file)\n"
             "  --sizes LIST          buffer sizes in MiB, comma separated, ascending (default 1,4,16,64)\n"
             "  --iters N             timed calls per size (default 10, after 2 warm-up calls)\n"
             "  --ranks-per-node M    ranks [iM, (i+1)M) form node i (default: ranks with the same host name)\n"
@@ -139,8 +140,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     HwProfile base;
     if (!a.base && on_gpu) {
-        snprintf(err, sizeof err, "--hardware is required on GPUs (the measured lines go into it); allowed: l4, "
-                 "a100-40g, a100-80g, h100-80g, h200, or a profile file");
+        snprintf(err, sizeof err, "--hardware is required on GPUs (the measured lines go into it); allowed: gcp-l4, "
+                 "gcp-a100-40g, gcp-a100-80g, dgx-a100-80g, dgx-h100, dgx-h200, or a profile file");
         rc = 2;
     }
     if (!a.base) a.base = "cpu";

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/config_load.h"
+#include "base/launcher_rank.h"
 #include "runtime/launch.h"
 #include "runtime/train_job.h"
 
@@ -61,17 +62,6 @@ static void print_usage(FILE *f) {
             "  mpirun -np 4 mist-train --dry-run examples/tiny.ini\n"
             "  mpirun -np 8 mist-train -o train.steps=100 -o train.lr=3e-4 model.ini\n"
             "  srun --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 mist-train model.ini\n");
-}
-
-// The launcher's rank before MPI starts, so that only one process of a job
-// reports a usage error. 0 when not started by a launcher.
-static int launcher_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
-    }
-    return 0;
 }
 
 static int usage_error(const char *fmt, const char *what) {

@@ -12,7 +12,7 @@
 //    timed with CUDA events after warm-up. Reports tokens/s, MFU against the
 //    profile's dense bf16 peak (Megatron model FLOPs, models/model_flops.h),
 //    measured vs predicted peak device memory (runtime memory plan), and the
-//    cost model's predicted iteration time (planner/analyze.h, h100-80g), with
+//    cost model's predicted iteration time (planner/analyze.h, dgx-h100), with
 //    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
 // usage: bench_train [--quick] [--json PATH] [--only MODEL] [--attention LIST]
@@ -169,7 +169,7 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
     char err[512];
     int fail = 0;
     HwProfile hw;
-    int have_hw = profile_preset(&hw, "h100-80g") == 0;
+    int have_hw = profile_preset(&hw, "dgx-h100") == 0;
     Case cases[] = {
         {"gpt2-124m", model(FAMILY_GPT, 12, 768, 12, 12, 3072, 50257, 1024), 16},
         // the batch llm.c trains GPT-2 124M with: the per-step costs (AdamW, grad norm) over 4x the tokens
@@ -205,7 +205,7 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
             cfg.train.global_batch = k->B;
             cfg.train.precision = PREC_BF16;
             cfg.cluster.nodes = 1, cfg.cluster.gpus_per_node = 1;
-            snprintf(cfg.cluster.hardware, sizeof cfg.cluster.hardware, "h100-80g");
+            snprintf(cfg.cluster.hardware, sizeof cfg.cluster.hardware, "dgx-h100");
             Plan plan;
             memset(&plan, 0, sizeof plan);
             plan.G = 1, plan.num_stages = 1;
