@@ -85,6 +85,11 @@ typedef struct Search {
     char err[512];
 } Search;
 
+// Stage i of S: its kind (which edge parts it holds) and its extra micro-batches in flight
+// under 1F1B with G micro-batches, min(S - i - 1, G - 1).
+static inline int stage_kind(int i, int S) { return (i == 0) | (i == S - 1) << 1; }
+static inline int stage_p(int i, int S, int G) { return S - i - 1 < G - 1 ? S - i - 1 : G - 1; }
+
 // ---- search_space.c
 void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim);
 // meshes of n devices: dp x tp = n, tp dividing gpus_per_node, heads, kv_heads, ffn; tp <= max_tp
@@ -161,6 +166,10 @@ StagePlan cand_unpack(const Cand *c, const Mesh *meshes, const SpaceRules *R, in
 int cand_push(CandList *c, const Cand *x);
 void cand_free(CandList *c);
 
+// ---- search_closest.c
+// Nothing fits: the plan (balanced split, each stage at its least-memory choice) whose worst
+// stage misses device memory by the least, in r->closest (r->have_closest). 0 or -1 (s->err).
+int search_closest_plan(Search *s, SearchResult *r);
 // ---- search_uniform.c
 // Best configuration shared by all S stages of L/S blocks on mesh me (uniform spaces) that is
 // faster than both the incumbent and *best_T: 1 (best_sp, best_T updated), 0 none, -1 error.
