@@ -25,9 +25,11 @@
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/dataloader.h"
+#include "runtime/fileutil.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
 #include "runtime/grid.h"
+#include "models/model.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
 #include "runtime/stop_signal.h"
@@ -412,6 +414,12 @@ static int open_data(Training *t) {
         fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", t->rank, t->err);
         return 1;
     }
+    // rank 0 reads every token once now, so a token outside the vocabulary is an
+    // error at start rather than at the iteration that first reads it
+    int bad = t->root && (dataloader_check_tokens(t->dl, t->err, sizeof t->err) != 0);
+    if (bad) fprintf(stderr, "mist-train: [data] train: %s\n", t->err);
+    commCheck(t->comm, t->comm->all_reduce(t->comm, &bad, &bad, 1, MIST_I32, COMM_MAX, t->grid->world));
+    if (bad) return 1;
     t->val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
     if (cfg->data.val[0] && cfg->data.val_interval > 0) {
         if (dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
@@ -432,6 +440,12 @@ static int resume(Training *t) {
     CkptState *st = &t->st;
     int rank = t->rank;
     const char *ckdir = cfg->checkpoint.dir;
+    // an unusable checkpoint directory found at the first checkpoint would lose
+    // an interval of training: rank 0 (the writer) probes it now
+    int bad_dir = t->root && ckdir[0] && mist_output_dir_check(ckdir, t->err, sizeof t->err) != 0;
+    if (bad_dir) fprintf(stderr, "mist-train: [checkpoint] dir: %s\n", t->err);
+    commCheck(t->comm, t->comm->all_reduce(t->comm, &bad_dir, &bad_dir, 1, MIST_I32, COMM_MAX, t->grid->world));
+    if (bad_dir) return 1;
     if (ckdir[0] && cfg->checkpoint.resume) {
         char path[1024];
         int found = checkpoint_load_latest(ckdir, &cfg->model, st, t->ct, r->num_tensors, path, sizeof path, t->err,
@@ -465,6 +479,16 @@ static int resume(Training *t) {
     return 0;
 }
 
+// The wait allowed while a checkpoint is gathered and written: comm_timeout
+// plus the checkpoint's bytes (weights, m and v in fp32: 12 B per parameter)
+// at CHECKPOINT_SLOW_BYTES_PER_S, a slow network file system's rate, so a
+// checkpoint of 1.3B parameters (15.6 GB) adds 26 minutes. 0 stays 0 (never).
+#define CHECKPOINT_SLOW_BYTES_PER_S 10e6
+static double checkpoint_timeout(double comm_timeout, int64_t params) {
+    if (comm_timeout <= 0) return 0;
+    return comm_timeout + 12.0 * (double)params / CHECKPOINT_SLOW_BYTES_PER_S;
+}
+
 // The checkpoint of iteration it (1-based: it + 1 done): every stage's whole
 // tensors to rank 0, which writes the file; collective.
 static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t nonfinite) {
@@ -480,9 +504,17 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     st->skipped = skipped;
     st->nonfinite = nonfinite;
     int crc = 0;
-    // gathering the state and rank 0's write of a large model can
-    // legitimately keep the others waiting longer than comm_timeout
-    comm->set_timeout(comm, 0);
+    // gathering the state and rank 0's write of a large model can legitimately
+    // keep the others waiting longer than comm_timeout, but a rank that stopped
+    // must still end the job: allow the write at a slow file system's pace
+    comm->set_timeout(comm, checkpoint_timeout(cfg->cluster.comm_timeout, model_param_count(&cfg->model)));
+    // MIST_FAULT_HANG_CHECKPOINT=R:K makes world rank R stop in the checkpoint of
+    // iteration K (tests: the others must still end the job, not wait forever)
+    int hang_rank = -1;
+    long long hang_at = 0;
+    const char *hang = getenv("MIST_FAULT_HANG_CHECKPOINT");
+    if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) == 2 && t->rank == hang_rank && it + 1 == hang_at)
+        for (;;) sleep(60);
     zero_flush(r);
     zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
     // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
@@ -586,7 +618,10 @@ static int train_loop(Training *t) {
             t->run.dl = t->dl, t->run.what = "train";
             stats->has_val = 1;
         }
-        trainlog_iteration(t->log, stats);
+        if (trainlog_iteration(t->log, stats, t->err, sizeof t->err)) {
+            fprintf(stderr, "mist-train: rank %d: %s\n", rank, t->err);
+            comm->abort(comm, 1, "log write error");
+        }
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
@@ -663,8 +698,13 @@ static int final_report(Training *t) {
 }
 
 // Releases whatever the steps took, in the reverse order of their taking.
-static void close_training(Training *t) {
-    if (t->log) trainlog_close(t->log);
+// 1 when the log could not be finished (its last lines may be lost), else 0.
+static int close_training(Training *t) {
+    int rc = 0;
+    if (t->log && trainlog_close(t->log, t->err, sizeof t->err)) {
+        fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
+        rc = 1;
+    }
     if (t->dl) dataloader_close(t->dl);
     if (t->vdl) dataloader_close(t->vdl);
     free(t->ct);
@@ -677,6 +717,7 @@ static void close_training(Training *t) {
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);
     if (t->be) t->be->destroy(t->be);
+    return rc;
 }
 
 int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
@@ -692,6 +733,6 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     int rc = 0;
     for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == 0; i++) rc = steps[i](&t);
     if (rc == 0 && t.stopped) rc = MIST_EXIT_STOPPED;
-    close_training(&t);
+    if (close_training(&t) && (rc == 0 || rc == MIST_EXIT_STOPPED)) rc = 1;
     return rc;
 }

@@ -39,6 +39,18 @@ tap_diag "2 stages, rank 1 (stage 1) stops at step 3: mpirun exited $rc after $d
     num_ok 't < 30' t="$dt"
 tap_ok $? "a pipeline rank that stops at step 3 ends the job with exit 4 and a report naming the send/recv with it (rc $rc, $dt s)"
 
+# a rank that stops inside a checkpoint (after step 3's gather started): the
+# checkpoint phase keeps a time limit (comm_timeout plus the write at a slow
+# disk's pace), so rank 0 does not wait in the gather forever
+export MIST_FAULT_HANG_CHECKPOINT=1:3
+hang ckpt 2 -1:0 -o stage.0.dp=2 -o stage.0.b=4 -o stage.0.zero=1 -o checkpoint.dir="$W/ck" -o checkpoint.interval=3
+unset MIST_FAULT_HANG_CHECKPOINT
+tap_diag "dp 2, rank 1 stops in the checkpoint of step 3: mpirun exited $rc after $dt s; report:" \
+    "$(grep -m1 'has not completed' "$W/ckpt.out" | cut -c1-300)"
+[ $rc -eq 4 ] && grep -q "rank 0: step 3: .* has not completed after [0-9]* s" "$W/ckpt.out" &&
+    num_ok 't < 30' t="$dt"
+tap_ok $? "a rank that stops during a checkpoint ends the job with exit 4, not a hang (rc $rc, $dt s)"
+
 # the steps before the fault ran normally (the timeout does not fire on healthy waits)
 grep -q "iteration        2/" "$W/dp.out" && grep -q "iteration        2/" "$W/pp.out"
 tap_ok $? "steps 1 and 2 complete in both jobs before the fault"
