@@ -468,6 +468,10 @@ static int resume(Training *t) {
             t->start = st->step;
             r->opt.t = st->adam_t;
             if (t->root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)t->start);
+            if (t->root && t->start >= cfg->train.steps)
+                printf("mist: the checkpoint is at iteration %lld, at or past [train] steps = %lld: nothing to train "
+                       "(hint: raise steps, e.g. -o train.steps=%lld, to train on)\n", (long long)t->start,
+                       (long long)cfg->train.steps, (long long)t->start + cfg->train.steps);
         }
     }
     t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)

@@ -65,4 +65,20 @@ if [ -w /dev/full ]; then
 else
     tap_skip "/dev/full is not writable here"
 fi
+
+# 5. a damaged `latest` (binary bytes) is shown as a short escaped excerpt, never echoed raw
+mkdir "$W/ckbin" && printf 'step_\001\377\033[2J' >"$W/ckbin/latest"
+run ckbin -o checkpoint.dir="$W/ckbin" -o checkpoint.resume=1
+[ $rc -ne 0 ] && grep -q "latest' should name a checkpoint like step_00000100.ckpt but holds 'step_\\\\x01\\\\xff\\\\x1b\[2J'" "$W/ckbin.out" &&
+    ! grep -q "$(printf '\033')" "$W/ckbin.out"
+tap_ok $? "a binary 'latest' is named with an escaped excerpt of its content, no raw control bytes (rc $rc)"
+
+# 6. resuming at or past [train] steps says there is nothing to train
+"$TRAIN" "$GPT" -o train.steps=2 -o train.global_batch=4 -o stage.0.dp=1 -o data.val_interval=0 \
+    -o checkpoint.dir="$W/ckdone" >/dev/null 2>&1 </dev/null
+"$TRAIN" "$GPT" -o train.steps=2 -o train.global_batch=4 -o stage.0.dp=1 -o data.val_interval=0 \
+    -o checkpoint.dir="$W/ckdone" -o checkpoint.resume=1 >"$W/done.out" 2>&1 </dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q "at or past \[train\] steps = 2: nothing to train" "$W/done.out"
+tap_ok $? "resuming a finished run exits 0 and says there was nothing to train (rc $rc)"
 tap_end
