@@ -15,6 +15,7 @@
 #include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
 #include "runtime/train.h"
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,7 +421,17 @@ static int open_data(Training *t) {
     if (bad) fprintf(stderr, "mist-train: [data] train: %s\n", t->err);
     commCheck(t->comm, t->comm->all_reduce(t->comm, &bad, &bad, 1, MIST_I32, COMM_MAX, t->grid->world));
     if (bad) return 1;
-    t->val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
+    // val_batches counts global batches, so every plan evaluates the same
+    // val_batches x global_batch sequences: G micro-batches of b on each of the
+    // dp ranks per global batch (b * dp * G = global_batch)
+    int64_t val_micro = (cfg->data.val_batches > 0 ? cfg->data.val_batches : 1) * (int64_t)t->G;
+    if (val_micro > INT32_MAX) {
+        fprintf(stderr, "mist-train: [data] val_batches = %lld: %lld micro-batches per evaluation at G = %d, more than "
+                "%d (hint: lower val_batches)\n", (long long)cfg->data.val_batches, (long long)val_micro, t->G,
+                INT32_MAX);
+        return 1;
+    }
+    t->val_batches = (int)val_micro;
     if (cfg->data.val[0] && cfg->data.val_interval > 0) {
         if (dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
             dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
