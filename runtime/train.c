@@ -535,6 +535,17 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
     if (grid->dp_index == 0) mr_tp_gather(r, host_state, t->global_state, 3);
     if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+    // MIST_FAULT_CHECKPOINT_PAUSE=FILE:SECONDS: rank 0 creates FILE and sleeps
+    // before writing (tests: a stop signal sent while a checkpoint is written)
+    const char *pause = getenv("MIST_FAULT_CHECKPOINT_PAUSE");
+    const char *colon = pause ? strrchr(pause, ':') : NULL;
+    if (t->root && colon) {
+        char marker[1024];
+        snprintf(marker, sizeof marker, "%.*s", (int)(colon - pause), pause);
+        FILE *mf = fopen(marker, "w");
+        if (mf) fclose(mf);
+        sleep((unsigned)atoi(colon + 1));
+    }
     if (t->root)
         crc = checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, st, t->S > 1 ? t->whole_ct : t->ct,
                               t->S > 1 ? t->full.num_tensors : r->num_tensors, t->err, sizeof t->err);
@@ -643,8 +654,15 @@ static int train_loop(Training *t) {
         int stop = stop_signal_pending();
         commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
-                         it + 1 == tc->steps || stop))
+                         it + 1 == tc->steps || stop)) {
             save_checkpoint(t, it, skipped, nonfinite);
+            // a signal that came while the checkpoint was written: stop at it,
+            // rather than train one more iteration and write a second one
+            if (!stop) {
+                stop = stop_signal_pending();
+                commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
+            }
+        }
         if (stop && it + 1 < tc->steps) {
             if (root)
                 fprintf(stderr, "mist-train: signal %d: stopping after iteration %lld of %lld; %s\n", stop,

@@ -33,4 +33,23 @@ rc=$?
 first=$(sed -n 's/.*"iteration": *\([0-9]*\).*/\1/p' "$W/b.jsonl" | head -1)
 [ $rc -eq 0 ] && [ -n "$step" ] && [ "$first" = $((step + 1)) ]
 tap_ok $? "the run resumes from that checkpoint at iteration $((${step:-0} + 1)) (rc $rc, first logged ${first:-none})"
+
+# SIGUSR1 while a checkpoint is being written: the run stops at that checkpoint (it does not
+# train one more iteration and write a second one)
+rm -rf "$W/ck"
+export MIST_FAULT_CHECKPOINT_PAUSE="$W/in-ckpt:2"
+# shellcheck disable=SC2086
+mpirun --oversubscribe -np 2 "$TRAIN" "$GPT" $COMMON -o train.steps=100000 -o checkpoint.interval=3 \
+    >"$W/c.out" 2>&1 </dev/null &
+mpid=$!
+unset MIST_FAULT_CHECKPOINT_PAUSE
+i=0
+while [ ! -e "$W/in-ckpt" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s.%N)
+kill -USR1 "$mpid"
+reap "$mpid" 30
+tap_diag "SIGUSR1 during the checkpoint of iteration 3: exit $rc; $(grep -m1 'stopping after' "$W/c.out")"
+[ $rc -eq 5 ] && grep -q "stopping after iteration 3 " "$W/c.out" && [ "$(cat "$W/ck/latest" 2>/dev/null)" = step_00000003.ckpt ] &&
+    [ "$(ls "$W/ck" | grep -c '^step_.*ckpt$')" -eq 1 ]
+tap_ok $? "SIGUSR1 during a checkpoint write stops the run at that checkpoint, iteration 3, with no second one (rc $rc)"
 tap_end
