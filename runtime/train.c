@@ -405,40 +405,46 @@ static int init_state(Training *t) {
 }
 
 // The training data and the validation data (when [data] val is set with an interval). 0, or 1.
+// Whether any rank failed (collective): 1 or 0. An error every rank hit (the
+// same file, the same setting) is printed once, by rank 0; one that only some
+// ranks hit (a shard unreadable on one node) by each of them, with its rank.
+// Every rank then returns together: nobody waits for a rank that gave up.
+static int failed_anywhere(Training *t, int failed, const char *where) {
+    int count = failed ? 1 : 0;
+    commCheck(t->comm, t->comm->all_reduce(t->comm, &count, &count, 1, MIST_I32, COMM_SUM, t->grid->world));
+    if (failed && count == t->grid->world_size && t->root) fprintf(stderr, "mist-train: %s: %s\n", where, t->err);
+    if (failed && count < t->grid->world_size) fprintf(stderr, "mist-train: rank %d: %s: %s\n", t->rank, where, t->err);
+    return count > 0;
+}
+
 static int open_data(Training *t) {
     const MistConfig *cfg = t->cfg;
     const TrainConfig *tc = &cfg->train;
     const ModelRuntime *r = &t->model;
     int dp = t->dp, dp_index = t->grid->dp_index;
-    if (dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err, sizeof t->err) ||
-        dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err)) {
-        fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", t->rank, t->err);
-        return 1;
-    }
+    int failed = dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err,
+                                 sizeof t->err) ||
+                 dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err);
+    if (failed_anywhere(t, failed, "[data] train")) return 1;
     // rank 0 reads every token once now, so a token outside the vocabulary is an
     // error at start rather than at the iteration that first reads it
-    int bad = t->root && (dataloader_check_tokens(t->dl, t->err, sizeof t->err) != 0);
-    if (bad) fprintf(stderr, "mist-train: [data] train: %s\n", t->err);
-    commCheck(t->comm, t->comm->all_reduce(t->comm, &bad, &bad, 1, MIST_I32, COMM_MAX, t->grid->world));
-    if (bad) return 1;
+    failed = t->root && dataloader_check_tokens(t->dl, t->err, sizeof t->err) != 0;
+    if (failed_anywhere(t, failed, "[data] train")) return 1;
     // val_batches counts global batches, so every plan evaluates the same
     // val_batches x global_batch sequences: G micro-batches of b on each of the
     // dp ranks per global batch (b * dp * G = global_batch)
     int64_t val_micro = (cfg->data.val_batches > 0 ? cfg->data.val_batches : 1) * (int64_t)t->G;
-    if (val_micro > INT32_MAX) {
-        fprintf(stderr, "mist-train: [data] val_batches = %lld: %lld micro-batches per evaluation at G = %d, more than "
-                "%d (hint: lower val_batches)\n", (long long)cfg->data.val_batches, (long long)val_micro, t->G,
-                INT32_MAX);
-        return 1;
-    }
+    failed = val_micro > INT32_MAX;
+    if (failed)
+        snprintf(t->err, sizeof t->err, "%lld micro-batches per evaluation at G = %d, more than %d (hint: lower "
+                 "val_batches)", (long long)val_micro, t->G, INT32_MAX);
+    if (failed_anywhere(t, failed, "[data] val_batches")) return 1;
     t->val_batches = (int)val_micro;
     if (cfg->data.val[0] && cfg->data.val_interval > 0) {
-        if (dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
-            dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
-                                sizeof t->err)) {
-            fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", t->rank, t->err);
-            return 1;
-        }
+        failed = dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
+                 dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
+                                     sizeof t->err);
+        if (failed_anywhere(t, failed, "[data] val")) return 1;
     }
     return 0;
 }
@@ -453,26 +459,20 @@ static int resume(Training *t) {
     const char *ckdir = cfg->checkpoint.dir;
     // an unusable checkpoint directory found at the first checkpoint would lose
     // an interval of training: rank 0 (the writer) probes it now
-    int bad_dir = t->root && ckdir[0] && mist_output_dir_check(ckdir, t->err, sizeof t->err) != 0;
-    if (bad_dir) fprintf(stderr, "mist-train: [checkpoint] dir: %s\n", t->err);
-    commCheck(t->comm, t->comm->all_reduce(t->comm, &bad_dir, &bad_dir, 1, MIST_I32, COMM_MAX, t->grid->world));
-    if (bad_dir) return 1;
+    int failed = t->root && ckdir[0] && mist_output_dir_check(ckdir, t->err, sizeof t->err) != 0;
+    if (failed_anywhere(t, failed, "[checkpoint] dir")) return 1;
     if (ckdir[0] && cfg->checkpoint.resume) {
         char path[1024];
         int found = checkpoint_load_latest(ckdir, &cfg->model, st, t->ct, r->num_tensors, path, sizeof path, t->err,
                                            sizeof t->err);
-        if (found < 0) {
-            fprintf(stderr, "mist-train: rank %d: resume: %s\n", rank, t->err);
-            return 1;
-        }
+        if (failed_anywhere(t, found < 0, "resume")) return 1;
         if (found == 1) {
-            if (st->data_position != dataloader_position(t->dl, st->step)) {
-                fprintf(stderr, "mist-train: rank %d: resume from %s: data position %lld does not match step %lld "
-                        "x global_batch %lld (hint: resume with the global_batch the checkpoint was written with)\n",
-                        rank, path, (long long)st->data_position, (long long)st->step,
-                        (long long)cfg->train.global_batch);
-                return 1;
-            }
+            failed = st->data_position != dataloader_position(t->dl, st->step);
+            if (failed)
+                snprintf(t->err, sizeof t->err, "from %.700s: data position %lld does not match step %lld x global_batch "
+                         "%lld (hint: resume with the global_batch the checkpoint was written with)", path,
+                         (long long)st->data_position, (long long)st->step, (long long)cfg->train.global_batch);
+            if (failed_anywhere(t, failed, "resume")) return 1;
             // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
             mr_tp_scatter(r, t->global_state, t->host_state, 3);
             zero_distribute(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
@@ -487,11 +487,7 @@ static int resume(Training *t) {
     }
     t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
-    if (!t->log) {
-        fprintf(stderr, "mist-train: rank %d: [log]: %s\n", rank, t->err);
-        return 1;
-    }
-    return 0;
+    return failed_anywhere(t, !t->log, "[log]");
 }
 
 // The wait allowed while a checkpoint is gathered and written: comm_timeout

@@ -81,4 +81,10 @@ tap_ok $? "a binary 'latest' is named with an escaped excerpt of its content, no
 rc=$?
 [ $rc -eq 0 ] && grep -q "at or past \[train\] steps = 2: nothing to train" "$W/done.out"
 tap_ok $? "resuming a finished run exits 0 and says there was nothing to train (rc $rc)"
+
+# 7. an error every rank hits (the same missing file) is printed once, not once per rank
+run nodata -o data.train="$W/missing.bin"
+n=$(grep -c "cannot open token shard" "$W/nodata.out")
+[ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q "^mist-train: \[data\] train: cannot open token shard '$W/missing.bin'" "$W/nodata.out"
+tap_ok $? "a data error on both ranks is printed once (rc $rc, printed $n times)"
 tap_end
