@@ -553,6 +553,19 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     comm->set_timeout(comm, cfg->cluster.comm_timeout);
 }
 
+// MIST_STOP_FILE=PATH: after a stop signal and its checkpoint, rank 0 writes the
+// iteration it stopped at to PATH. A batch script cannot rely on the launcher's
+// exit status to learn that the ranks stopped cleanly (mpirun signalled with
+// SIGTERM returns 1 although every rank exits 5); a file it named itself, it can.
+static void write_stop_file(int64_t iteration) {
+    const char *path = getenv("MIST_STOP_FILE");
+    if (!path || !path[0]) return;
+    char text[32], err[512];
+    int n = snprintf(text, sizeof text, "%lld\n", (long long)iteration);
+    if (mist_write_file_atomic(path, text, (size_t)n, err, sizeof err))
+        fprintf(stderr, "mist-train: MIST_STOP_FILE: %s\n", err);
+}
+
 // The iterations: forward and backward of the micro-batches, the gradient
 // norm, the deferred optimizer step, logs, validation, checkpoints, stop
 // signals. 0 (done, or t->stopped), or 1 after too many non-finite iterations.
@@ -666,6 +679,7 @@ static int train_loop(Training *t) {
                         ckdir[0] ? "checkpoint written, resume with -o checkpoint.resume=1"
                                  : "no [checkpoint] dir, so nothing was saved");
             t->stopped = 1;
+            if (root && ckdir[0]) write_stop_file(it + 1);
             break;
         }
     }
