@@ -82,6 +82,9 @@ base | sed 's/^steps = 3/steps = 3\nlr = 1e-400/' > "$tmp/f.ini"
 expect "a number below a double's range is named as such, not 'not a number'" "$tmp/f.ini" "f.ini:12:" \
     "[train] lr = 1e-400: a number too small to represent" "allowed: [0, 10]" "Hint:"
 
+expect "a b hint above b's maximum proposes dp or G instead" "$tmp/ok.ini" "global_batch = 1073741824" \
+    "b would be 536870912, above its maximum 1048576; raise dp or G" -- -o train.global_batch=1073741824
+
 base | tr '\n' '\r' > "$tmp/f.ini"
 expect "CR-only line endings are named, not read as one long line" "$tmp/f.ini" "f.ini:1:" "carriage returns (CR)" \
     "allowed: LF or CRLF" "Hint:"
