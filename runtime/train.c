@@ -305,6 +305,62 @@ static int lay_out_stage(Training *t) {
 }
 
 // Carves every tensor from the arenas and predicts their peaks. 0, or 1.
+// Whether any rank failed (collective): 1 or 0. An error every rank hit (the
+// same file, the same setting) is printed once, by rank 0; one that only some
+// ranks hit (a shard unreadable on one node) by each of them, with its rank.
+// Every rank then returns together: nobody waits for a rank that gave up.
+static int failed_anywhere(Training *t, int failed, const char *where) {
+    int count = failed ? 1 : 0;
+    commCheck(t->comm, t->comm->all_reduce(t->comm, &count, &count, 1, MIST_I32, COMM_SUM, t->grid->world));
+    if (failed && count == t->grid->world_size && t->root) fprintf(stderr, "mist-train: %s: %s\n", where, t->err);
+    if (failed && count < t->grid->world_size) fprintf(stderr, "mist-train: rank %d: %s: %s\n", t->rank, where, t->err);
+    return count > 0;
+}
+
+// The ranks of this job on this node, as the launcher says (Open MPI, MPICH,
+// Slurm); 1 when none does.
+static int64_t local_ranks(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        long long n = v ? atoll(v) : 0;  // SLURM's "4(x2)" form reads as its first count
+        if (n > 0) return n;
+    }
+    return 1;
+}
+
+// On the CPU backend the "device" arena is host memory too: the node's ranks
+// need local_ranks x (device + host peak) bytes. A plan that needs more than the
+// kernel reports available would be ended by the OOM killer mid-run, with only
+// the launcher's message; say it at start instead. 1 with err when short.
+// MIST_HOST_MEMORY_CHECK=0 skips the check (swap, or memory freed later).
+static int host_memory_short(int64_t per_rank, char *err, size_t errlen) {
+    const char *off = getenv("MIST_HOST_MEMORY_CHECK");
+    if (off && !strcmp(off, "0")) return 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;  // not Linux: nothing to compare with
+    char line[256];
+    long long avail_kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &avail_kib) == 1) break;
+    fclose(f);
+    // MIST_FAULT_HOST_MEMORY_AVAILABLE=BYTES stands in for the node's figure (tests)
+    const char *fake = getenv("MIST_FAULT_HOST_MEMORY_AVAILABLE");
+    if (fake) avail_kib = atoll(fake) / 1024;
+    if (avail_kib < 0) return 0;
+    int64_t n = local_ranks(), need = n * per_rank, avail = (int64_t)avail_kib * 1024;
+    if (need <= avail) return 0;
+    char a[32], b[32], c[32];
+    trainlog_format_bytes(per_rank, a, sizeof a);
+    trainlog_format_bytes(need, b, sizeof b);
+    trainlog_format_bytes(avail, c, sizeof c);
+    snprintf(err, errlen, "the plan needs %s of host memory per rank (the CPU backend's device arena and its host "
+             "arena), x %lld rank(s) on this node = %s, but the node has %s available (hint: fewer ranks per node, "
+             "or a plan with less memory: zero, ckpt, a smaller b; MIST_HOST_MEMORY_CHECK=0 tries anyway)", a,
+             (long long)n, b, c);
+    return 1;
+}
+
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
@@ -315,7 +371,8 @@ static int plan_memory(Training *t) {
     }
     comm_select_follow(&t->choice, r->stream);  // the model's kernels write what the collectives send
     mr_memory_predict(r, &t->pred_dev, &t->pred_host);
-    return 0;
+    int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
+    return failed_anywhere(t, failed, "memory");
 }
 
 // Rank 0 prints the run's parameters, predicted peaks and iteration time, and
@@ -405,18 +462,6 @@ static int init_state(Training *t) {
 }
 
 // The training data and the validation data (when [data] val is set with an interval). 0, or 1.
-// Whether any rank failed (collective): 1 or 0. An error every rank hit (the
-// same file, the same setting) is printed once, by rank 0; one that only some
-// ranks hit (a shard unreadable on one node) by each of them, with its rank.
-// Every rank then returns together: nobody waits for a rank that gave up.
-static int failed_anywhere(Training *t, int failed, const char *where) {
-    int count = failed ? 1 : 0;
-    commCheck(t->comm, t->comm->all_reduce(t->comm, &count, &count, 1, MIST_I32, COMM_SUM, t->grid->world));
-    if (failed && count == t->grid->world_size && t->root) fprintf(stderr, "mist-train: %s: %s\n", where, t->err);
-    if (failed && count < t->grid->world_size) fprintf(stderr, "mist-train: rank %d: %s: %s\n", t->rank, where, t->err);
-    return count > 0;
-}
-
 static int open_data(Training *t) {
     const MistConfig *cfg = t->cfg;
     const TrainConfig *tc = &cfg->train;

@@ -87,4 +87,13 @@ run nodata -o data.train="$W/missing.bin"
 n=$(grep -c "cannot open token shard" "$W/nodata.out")
 [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q "^mist-train: \[data\] train: cannot open token shard '$W/missing.bin'" "$W/nodata.out"
 tap_ok $? "a data error on both ranks is printed once (rc $rc, printed $n times)"
+
+# 8. the CPU backend's arenas are host memory: 2 ranks of this plan do not fit in 4 MiB available
+export MIST_FAULT_HOST_MEMORY_AVAILABLE=4194304
+run oom
+unset MIST_FAULT_HOST_MEMORY_AVAILABLE
+tap_diag "2 ranks in 4 MiB: rc $rc: $(grep -m1 'host memory per rank' "$W/oom.out")"
+[ $rc -ne 0 ] && [ "$(grep -c 'host memory per rank' "$W/oom.out")" -eq 1 ] &&
+    grep -q "x 2 rank(s) on this node = .* but the node has 4.00 MiB available" "$W/oom.out" && ! grep -q "iteration  *1/" "$W/oom.out"
+tap_ok $? "a plan whose ranks need more host memory than the node has is refused at start, once (rc $rc)"
 tap_end
