@@ -5,7 +5,7 @@
 // exactly as `mist-plan CONFIG --analyze PLAN` prices it (plan_analyze), the
 // published figure is turned into seconds per iteration by the convention of
 // its source, and the table prints predicted / published time per row with the
-// targets of issue 26 (every row within +-15%, mean |error| <= 8%) as PASS or
+// validation targets (every row within +-15%, mean |error| <= 8%) as PASS or
 // MISS. Nothing is fitted to the rows: the numbers are the model's as it is.
 //
 // usage: bench_validate [--rows FILE] [--json FILE] [--row NAME]...
@@ -88,6 +88,11 @@ static int on_key(void *user, const char *section, const char *key, const char *
     if (m->long_line) {
         snprintf(m->err, sizeof m->err, "%s:%d: a line longer than %d characters (hint: split 'differs' over several "
                  "'differs =' lines)", m->path, m->long_line, INI_MAX_LINE - 2);
+        return 0;
+    }
+    if (!section[0]) {
+        snprintf(m->err, sizeof m->err, "%s:%d: '%s' before any [row-name] section (hint: each row starts with "
+                 "its [name])", m->path, line, key);
         return 0;
     }
     if (m->n == 0 || strcmp(m->rows[m->n - 1].name, section) != 0) {

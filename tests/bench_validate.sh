@@ -110,4 +110,5 @@ expect "a plan that does not match the config is refused naming the row" \
     "[r]\nconfig = $cfg\nplan = $MIST_SRCDIR/benchmarks/validate/mist-l4/gpt-2.7b-flash.plan.ini\npublished = 1\nunit = s/iter\nsource = u\ntable = t\ndiffers = d\n" \
     '\[r\] plan: '
 expect "an empty manifest is refused" "; nothing\n" 'no rows'
+expect "a key before any row is refused" "published = 3\n[r]\n${good}" "m\\.ini:1: 'published' before any \\[row-name\\]"
 tap_end
