@@ -3,6 +3,7 @@
 // process, no MPI launch needed).
 //   mist-calibrate CONFIG.ini [--b LIST] [--tp LIST] [--iters N] [--out FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 1 runtime failure (no memory, cannot write), 2 usage or config error.
+#include <config.h>  // PACKAGE_VERSION
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
             "  --out FILE          the op table (default: standard output)\n"
             "  -o section.key=value override a config value (repeatable)\n"
             "  -h, --help          this text\n"
+            "  -V, --version       print the version and exit\n"
             "\n"
             "exit status: 0 ok, 1 runtime failure, 2 configuration or usage error\n"
             "docs: docs/plan-analyze.md (Measured op table)\n");
@@ -62,6 +64,10 @@ static int parse_args(int argc, char **argv, CalibArgs *a) {
         const char *o = argv[i];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
+            return 0;
+        }
+        if (!strcmp(o, "-V") || !strcmp(o, "--version")) {
+            printf("mist-calibrate (mist) %s\n", PACKAGE_VERSION);
             return 0;
         }
         if (!strcmp(o, "--b") || !strcmp(o, "--tp") || !strcmp(o, "--iters") || !strcmp(o, "--out") ||

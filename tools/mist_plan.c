@@ -5,6 +5,7 @@
 //             [--op-table FILE] [-o section.key=value]...
 // Exit codes: 0 ok, 2 config/usage error, 3 no plan / the plan does not fit.
 #define _POSIX_C_SOURCE 200809L  // open_memstream
+#include <config.h>  // PACKAGE_VERSION
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@ static void usage(FILE *f) {
             "                           its statistics as \"search\")\n"
             "  -o section.key=value     override a config value (repeatable)\n"
             "  -h, --help               this text\n"
+            "  -V, --version            print the version and exit\n"
             "\n"
             "exit status: 0 ok, 2 config or usage error (also: no layout of stages, dp and tp divides the\n"
             "cluster's devices and the global batch), 3 nothing fits (device memory, or the host memory\n"
@@ -87,6 +89,9 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
         const char *o = argv[i];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "-V") || !strcmp(o, "--version")) {
+            printf("mist-plan (mist) %s\n", PACKAGE_VERSION);
             return 0;
         } else if (!strcmp(o, "--analyze")) {
             a->analyze = 1;

@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "  --out FILE            the profile (default: standard output)\n"
             "  --json FILE           the measurements as JSON too: each shape's sizes, seconds and fit\n"
             "  -h, --help            this text\n"
+            "  -V, --version         print the version and exit\n"
             "\n"
             "exit status: 0 ok, 1 runtime failure, 2 usage error\n"
             "docs: docs/plan-analyze.md (Measuring a profile)\n");
@@ -121,6 +122,11 @@ static int parse_args(int argc, char **argv, Args *a, char *err, size_t errlen) 
 int main(int argc, char **argv) {
     Args a;
     char err[1024];
+    for (int i = 1; i < argc; i++)  // before anything starts (MPI, the device): a plain answer
+        if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) {
+            printf("mist-profile (mist) %s\n", PACKAGE_VERSION);
+            return 0;
+        }
     if (launch_check_env(err, sizeof err)) {
         fprintf(stderr, "mist-profile: %s\n", err);
         return 2;

@@ -2,6 +2,7 @@
 // (token = byte value, vocabulary 256; runtime/tokenize.h). Splits the text
 // into a training part (the first 1-F) and a validation part (the rest),
 // each cut into shards.
+#include <config.h>  // PACKAGE_VERSION
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ static void usage(FILE *out) {
             "                     at a paragraph.\n"
             "  --shard-tokens N   at most N tokens per shard file (default 100000000, at most 2147483647)\n"
             "  -h, --help         show this help\n"
+            "  -V, --version      print the version and exit\n"
             "\n"
             "Output: OUT_PREFIX_train.bin and OUT_PREFIX_val.bin when a part fits in one shard, else\n"
             "OUT_PREFIX_train_000.bin, OUT_PREFIX_train_001.bin, ... (likewise for val). The glob\n"
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "-V") || !strcmp(a, "--version")) { printf("mist-tokenize (mist) %s\n", PACKAGE_VERSION); return 0; }
         if (!strcmp(a, "--val-fraction") || !strcmp(a, "--shard-tokens")) {
             if (i + 1 >= argc) return die("%s needs a value (see --help)%s", a, "");
             char *end;
