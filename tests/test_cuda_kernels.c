@@ -351,6 +351,7 @@ static int check_attention(const int *p) {
     return r && det;
 }
 
+// (Few cuDNN shapes: each builds two plans, and cuDNN may compile their kernels at run time.)
 // Where cuDNN loads (library and handle), it must build both plans for a plain shape
 // (multi-head, T a multiple of 64, HS 128): a refusal here is a fault of the graphs
 // (the reason names the call and cuDNN's text). Without cuDNN: skipped with the reason.
@@ -533,10 +534,8 @@ static const Check checks[] = {
     {"attention cudnn plans B=2 T=1024 NH=4 NKV=4 HS=128 (built where cuDNN loads)", check_cudnn_plans,
      {2, 1024, 4, 4, 128, 3}},
     {"attention cudnn B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128, 3}},
-    {"attention cudnn B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 3}},
     {"attention cudnn B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 3}},
     {"attention cudnn B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 3}},
-    {"attention cudnn B=3 T=1 NH=2 NKV=2 HS=64 (one token)", check_attention, {3, 1, 2, 2, 64, 3}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},
@@ -568,7 +567,7 @@ int main(int argc, char **argv) {
         tap_skip(reason);
     } else {
         if (!described) diag("%s", why);
-        ok(described, "cuDNN accepts every descriptor of the attention graphs (GQA HS=64, MHA HS=128)");
+        ok(described, "cuDNN accepts every descriptor and both operation graphs of the attention (GQA HS=64, MHA HS=128)");
     }
     gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
     if (!gpu) {

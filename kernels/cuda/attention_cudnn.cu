@@ -289,6 +289,7 @@ static SdpaPlan *plan_for(int B, int T, int NH, int NKV, int HS, int backward, c
         if (pl->state < 0) {
             fprintf(stderr, "mist cuda backend: cuDNN attention %s for B=%d T=%d NH=%d NKV=%d HS=%d unavailable, "
                             "the own kernels run: %s\n", backward ? "backward" : "forward", B, T, NH, NKV, HS, why);
+            cudnn_graph_destroy(&pl->graph);
             snprintf(pl->graph.why, sizeof pl->graph.why, "%s", why);
         }
     }
@@ -299,13 +300,16 @@ static SdpaPlan *plan_for(int B, int T, int NH, int NKV, int HS, int backward, c
     return pl;
 }
 
+// a plan whose execution failed is not tried again: the shape falls back from then on
 static int run(SdpaPlan *pl, cudaStream_t st, int n, const int64_t *uids, void *const *ptrs) {
     char why[1100];
     cudnnHandle_t handle;
     if (cudnn_load(&handle, why, sizeof why) != 0 ||
         cudnn_execute(handle, st, pl->plan, n, uids, ptrs, pl->workspace, why, sizeof why) != 0) {
-        fprintf(stderr, "mist cuda backend: cuDNN attention %s failed, the own kernels run instead: %s\n",
-                pl->graph.name, why);
+        fprintf(stderr, "mist cuda backend: cuDNN attention %s failed, the own kernels run instead (for this "
+                        "shape from now on): %s\n", pl->graph.name, why);
+        pl->state = -1;
+        snprintf(pl->graph.why, sizeof pl->graph.why, "its execution failed: %.900s", why);
         return -1;
     }
     runs++;
@@ -352,11 +356,14 @@ extern "C" int cuda_attention_cudnn_ready(int B, int T, int NH, int NKV, int HS,
     if (cudnn_load(&handle, why, n) != 0) return -1;
     return plan_for(B, T, NH, NKV, HS, 0, why, n) && plan_for(B, T, NH, NKV, HS, 1, why, n);
 }
-// Both graphs' tensors and operations, finalized one by one (no device needed: no handle,
-// no plan), then destroyed (attention_cudnn.h). Lets a machine without a GPU check the
+// Both graphs' tensors and operations, finalized one by one, then the operation graph
+// (no device needed: no plan), then destroyed (attention_cudnn.h). Lets a machine without a GPU check the
 // graphs' construction.
 extern "C" int cuda_attention_cudnn_describe(int B, int T, int NH, int NKV, int HS, char *why, size_t n) {
     if (cudnn_load_library(why, n) != 0) return -1;
+    cudnnHandle_t handle = NULL;  // where there is a device: older cuDNN wants it for the graph
+    char no_device[700];
+    if (cudnn_load(&handle, no_device, sizeof no_device) != 0) handle = NULL;
     Shape s = {B, T, NH, NKV, HS};
     int ok = 1;
     for (int backward = 0; backward < 2 && ok; backward++) {
@@ -368,6 +375,7 @@ extern "C" int cuda_attention_cudnn_describe(int B, int T, int NH, int NKV, int 
         cudnn_graph_init(g, backward ? "backward" : "forward");
         if (backward) backward_graph(g, s);
         else forward_graph(g, s);
+        if (!g->failed) cudnn_graph_finalize(g, handle);
         if (g->failed) {
             snprintf(why, n, "%s", g->why);
             ok = 0;

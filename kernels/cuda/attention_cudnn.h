@@ -19,7 +19,7 @@ int cuda_attention_cudnn_backward(void *stream, void *dqkv, const void *dout, co
 // reason in why and 0 when cuDNN refused a graph, -1 when there is no cuDNN to ask (no
 // library, no handle, or a build without its headers)
 int cuda_attention_cudnn_ready(int B, int T, int NH, int NKV, int HS, char *why, size_t n);
-// both graphs' descriptors built and finalized without a device (no handle, no plan): 1
+// both graphs' descriptors and operation graphs built and finalized without a device (no plan): 1
 // when cuDNN accepts them all, else the reason in why and 0 for the first refusal (the
 // call, cuDNN's status and its text), -1 when there is no cuDNN library to ask
 int cuda_attention_cudnn_describe(int B, int T, int NH, int NKV, int HS, char *why, size_t n);

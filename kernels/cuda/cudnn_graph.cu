@@ -255,24 +255,37 @@ static int engine_configs(CudnnGraph *g, cudnnBackendDescriptor_t graph, cudnnBa
         fail(g, what, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINEHEUR_RESULTS)", st);
         return -1;
     }
+    if (count == 0 && cudnn_api.GetLastErrorString) {  // why the engines were filtered out
+        char last[400] = "";
+        cudnn_api.GetLastErrorString(last, sizeof last);
+        if (last[0]) snprintf(g->why, sizeof g->why, "%s proposed nothing: %s", what, last);
+    }
     return (int)count;
 }
 
-int cudnn_graph_plan(CudnnGraph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t *plan, int64_t *workspace) {
+cudnnBackendDescriptor_t cudnn_graph_finalize(CudnnGraph *g, cudnnHandle_t handle) {
     const char *what = "operation graph";
     cudnnBackendDescriptor_t graph = CREATE(g, what, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     SET(g, what, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
-    SET(g, what, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    if (handle) SET(g, what, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     finalize(g, what, graph);
-    if (g->failed) return -1;
+    return g->failed ? NULL : graph;
+}
+
+int cudnn_graph_plan(CudnnGraph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t *plan, int64_t *workspace) {
+    cudnnBackendDescriptor_t graph = cudnn_graph_finalize(g, handle);
+    if (!graph) return -1;
     static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     static const char *const mode_names[] = {"mode A", "fallback"};
-    char refusals[400] = "";
+    char refusals[400] = "", empty[400] = "";
     size_t used = 0;
+    int missing_prerequisite = 0;
     for (int m = 0; m < 2; m++) {
         cudnnBackendDescriptor_t cfgs[MAX_CONFIGS];
         int count = engine_configs(g, graph, modes[m], mode_names[m], cfgs);
         if (count < 0) return -1;
+        if (count == 0 && !empty[0]) snprintf(empty, sizeof empty, "%.390s", g->why);
+        if (strstr(g->why, "PREREQUISITE")) missing_prerequisite = 1;
         for (int i = 0; i < count; i++) {
             cudnnBackendDescriptor_t p = NULL;
             cudnnStatus_t st = cudnn_api.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
@@ -293,14 +306,19 @@ int cudnn_graph_plan(CudnnGraph *g, cudnnHandle_t handle, cudnnBackendDescriptor
             }
             char text[300];
             cudnn_status_text(st, text, sizeof text);
+            if (st == CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING) missing_prerequisite = 1;
             if (used < sizeof refusals)
                 used += (size_t)snprintf(refusals + used, sizeof refusals - used, "%s%s config %d: %s",
                                          used ? "; " : "", mode_names[m], i, text);
             if (p) cudnn_api.BackendDestroyDescriptor(p);
         }
     }
-    snprintf(g->why, sizeof g->why, "%s graph: no engine runs it (%s)", g->name,
-             refusals[0] ? refusals : "the heuristics proposed no engine configuration");
+    // cuDNN's fused attention engines compile their kernels at run time: they need the driver
+    // library and NVRTC (libnvrtc.so.<the CUDA major cuDNN was built for>) where the loader finds them
+    snprintf(g->why, sizeof g->why, "%s graph: no engine runs it (%.400s)%s", g->name,
+             refusals[0] ? refusals : empty[0] ? empty : "the heuristics proposed no engine configuration",
+             missing_prerequisite ? "; hint: put NVRTC's lib directory (the CUDA major of this cuDNN) on "
+                                    "LD_LIBRARY_PATH" : "");
     g->failed = 1;
     return -1;
 }

@@ -81,6 +81,9 @@ void cudnn_reduction(CudnnGraph *g, const char *what, cudnnReduceTensorOp_t op, 
                      cudnnBackendDescriptor_t y);
 void cudnn_reshape(CudnnGraph *g, const char *what, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y);
 
+// The operations as one finalized operation graph (a descriptor of g), or NULL; handle
+// may be NULL where cuDNN allows it (9.x since the handle attribute's deprecation)
+cudnnBackendDescriptor_t cudnn_graph_finalize(CudnnGraph *g, cudnnHandle_t handle);
 // The operation graph's execution plan: the heuristics' engine configurations (mode A,
 // then the fallback list) tried in order until one finalizes. 0 with *plan (the caller
 // destroys it) and its workspace size, else -1 with g->why saying what each refusal was.
