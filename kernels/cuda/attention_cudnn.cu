@@ -319,6 +319,7 @@ static int run(SdpaPlan *pl, cudaStream_t st, int n, const int64_t *uids, void *
 extern "C" int cuda_attention_cudnn_forward(void *stream, void *out, float *lse, const void *qkv, int B, int T, int NH,
                                             int NKV, int HS) {
     char why[1100];
+    if (!lse) return -1;  // the graph's statistics output is not optional
     SdpaPlan *pl = plan_for(B, T, NH, NKV, HS, 0, why, sizeof why);
     if (!pl) return -1;
     char *base = (char *)qkv;  // bf16: 2 bytes an element
