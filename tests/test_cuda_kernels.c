@@ -607,8 +607,8 @@ int main(int argc, char **argv) {
         int r = checks[i].fn(checks[i].p);
         if (r == CHECK_SKIPPED) {
             char why[1600];
-            snprintf(why, sizeof why, "%s: %s", checks[i].name,
-                     skip_reason[0] ? skip_reason : "needs the wgmma kernels (a Hopper GPU and a backend built for sm_90a)");
+            const char *wgmma = "needs the wgmma kernels (a Hopper GPU and a backend built for sm_90a)";
+            snprintf(why, sizeof why, "%s: %s", checks[i].name, skip_reason[0] ? skip_reason : wgmma);
             tap_skip(why);
         } else {
             failed |= !ok(r, "%s", checks[i].name);

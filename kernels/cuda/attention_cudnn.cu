@@ -26,7 +26,8 @@
 static const char *const not_built = "the backend was built without cuDNN's headers (cudnn_graph.h)";
 extern "C" int cuda_attention_cudnn_forward(void *, void *, float *, const void *, int, int, int, int, int) {
     static int said;
-    if (!said++) fprintf(stderr, "mist cuda backend: cuDNN attention unavailable: %s; the own kernels run\n", not_built);
+    if (!said++)
+        fprintf(stderr, "mist cuda backend: cuDNN attention unavailable: %s; the own kernels run\n", not_built);
     return -1;
 }
 extern "C" int cuda_attention_cudnn_backward(void *, void *, const void *, const void *, const void *, const float *,
@@ -112,50 +113,65 @@ static CudnnTensorSpec scalar(int64_t uid) {  // a host float passed by value in
 }
 
 // ---------------------------------------------------------------- the graphs
-// scale, then the causal mask: keys after the query get cuDNN's "lowest" (exp gives 0)
-static cudnnBackendDescriptor_t scaled_masked_scores(CudnnGraph *g, const Shape &s, cudnnBackendDescriptor_t S,
-                                                     cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t lowest) {
-    cudnnBackendDescriptor_t scaled = cudnn_tensor(g, "scaled scores", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "S * scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, S, scale, NULL, scaled, 0);
+// y = mode(x[, b]) in fp32 into a new virtual tensor laid out as out
+static cudnnBackendDescriptor_t pointwise_to(CudnnGraph *g, const char *what, CudnnTensorSpec out,
+                                             cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                             cudnnBackendDescriptor_t b) {
+    cudnnBackendDescriptor_t y = cudnn_tensor(g, what, out);
+    cudnn_pointwise(g, what, mode, CUDNN_DATA_FLOAT, x, b, NULL, y, 0);
+    return y;
+}
+
+// the caller tensors both graphs read (the forward writes o and lse, the backward reads them)
+struct Common {
+    cudnnBackendDescriptor_t q, kt, o, lse, scale, lowest;
+};
+static Common common_tensors(CudnnGraph *g, const Shape &s) {
+    Common c;
+    c.q = cudnn_tensor(g, "Q", qkv_view(s, s.NH, UID_Q));
+    c.kt = cudnn_tensor(g, "K^T", qkv_view_t(s, s.NKV, UID_K));
+    c.o = cudnn_tensor(g, "O", out_view(s, UID_O));
+    c.lse = cudnn_tensor(g, "stats (lse)", rows(s, UID_STATS));
+    c.scale = cudnn_tensor(g, "scale", scalar(UID_SCALE));
+    c.lowest = cudnn_tensor(g, "mask value", scalar(UID_LOWEST));
+    return c;
+}
+
+// S = Q K^T, scaled, then the causal mask: keys after the query get cuDNN's "lowest" (exp gives 0)
+static cudnnBackendDescriptor_t masked_scores(CudnnGraph *g, const Shape &s, const Common &c) {
+    const CudnnTensorSpec f32 = scores(s, CUDNN_DATA_FLOAT);  // the scores' virtual fp32 stages
+    cudnnBackendDescriptor_t S = cudnn_tensor(g, "scores", f32);
+    cudnn_matmul(g, "Q K^T", c.q, c.kt, S);
+    cudnnBackendDescriptor_t scaled = pointwise_to(g, "S * scale", f32, CUDNN_POINTWISE_MUL, S, c.scale);
     cudnnBackendDescriptor_t row = cudnn_tensor(g, "row index", scores(s, CUDNN_DATA_INT32));
     cudnn_pointwise(g, "row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scaled, NULL, NULL, row, 2);
     cudnnBackendDescriptor_t col = cudnn_tensor(g, "column index", scores(s, CUDNN_DATA_INT32));
     cudnn_pointwise(g, "column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scaled, NULL, NULL, col, 3);
     cudnnBackendDescriptor_t keep = cudnn_tensor(g, "causal mask", scores(s, CUDNN_DATA_BOOLEAN));
     cudnn_pointwise(g, "row >= col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, 0);
-    cudnnBackendDescriptor_t masked = cudnn_tensor(g, "masked scores", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "causal select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, scaled, lowest, keep, masked,
-                    0);
+    cudnnBackendDescriptor_t masked = cudnn_tensor(g, "masked scores", f32);
+    cudnn_pointwise(g, "causal select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, scaled, c.lowest, keep,
+                    masked, 0);
     return masked;
 }
 
 static void forward_graph(CudnnGraph *g, const Shape &s) {
-    cudnnBackendDescriptor_t q = cudnn_tensor(g, "Q", qkv_view(s, s.NH, UID_Q));
-    cudnnBackendDescriptor_t kt = cudnn_tensor(g, "K^T", qkv_view_t(s, s.NKV, UID_K));
+    const CudnnTensorSpec f32 = scores(s, CUDNN_DATA_FLOAT);  // the scores' virtual fp32 stages
+    Common c = common_tensors(g, s);
     cudnnBackendDescriptor_t v = cudnn_tensor(g, "V", qkv_view(s, s.NKV, UID_V));
-    cudnnBackendDescriptor_t o = cudnn_tensor(g, "O", out_view(s, UID_O));
-    cudnnBackendDescriptor_t lse = cudnn_tensor(g, "stats (lse)", rows(s, UID_STATS));
-    cudnnBackendDescriptor_t scale = cudnn_tensor(g, "scale", scalar(UID_SCALE));
-    cudnnBackendDescriptor_t lowest = cudnn_tensor(g, "mask value", scalar(UID_LOWEST));
-
-    cudnnBackendDescriptor_t S = cudnn_tensor(g, "scores", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_matmul(g, "Q K^T", q, kt, S);
-    cudnnBackendDescriptor_t masked = scaled_masked_scores(g, s, S, scale, lowest);
+    cudnnBackendDescriptor_t masked = masked_scores(g, s, c);
     // softmax with its log-sum-exp kept for the backward
     cudnnBackendDescriptor_t m = cudnn_tensor(g, "row max", rows(s, 0));
     cudnn_reduction(g, "row max", CUDNN_REDUCE_TENSOR_MAX, masked, m);
-    cudnnBackendDescriptor_t centred = cudnn_tensor(g, "S - max", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "S - max", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, masked, m, NULL, centred, 0);
-    cudnnBackendDescriptor_t e = cudnn_tensor(g, "exp", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "exp", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, centred, NULL, NULL, e, 0);
+    cudnnBackendDescriptor_t centred = pointwise_to(g, "S - max", f32, CUDNN_POINTWISE_SUB, masked, m);
+    cudnnBackendDescriptor_t e = pointwise_to(g, "exp", f32, CUDNN_POINTWISE_EXP, centred, NULL);
     cudnnBackendDescriptor_t z = cudnn_tensor(g, "row sum", rows(s, 0));
     cudnn_reduction(g, "row sum", CUDNN_REDUCE_TENSOR_ADD, e, z);
-    cudnnBackendDescriptor_t logz = cudnn_tensor(g, "log sum", rows(s, 0));
-    cudnn_pointwise(g, "log sum", CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, z, NULL, NULL, logz, 0);
-    cudnn_pointwise(g, "lse = max + log sum", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, m, logz, NULL, lse, 0);
-    cudnnBackendDescriptor_t p = cudnn_tensor(g, "P", scores(s, CUDNN_DATA_BFLOAT16));
-    cudnn_pointwise(g, "P = exp / sum", CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, z, NULL, p, 0);
-    cudnn_matmul(g, "P V", p, v, o);
+    cudnnBackendDescriptor_t logz = pointwise_to(g, "log sum", rows(s, 0), CUDNN_POINTWISE_LOG, z, NULL);
+    cudnn_pointwise(g, "lse = max + log sum", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, m, logz, NULL, c.lse, 0);
+    cudnnBackendDescriptor_t p =  // bf16: the engines take P V's A operand in the inputs' type
+        pointwise_to(g, "P = exp / sum", scores(s, CUDNN_DATA_BFLOAT16), CUDNN_POINTWISE_DIV, e, z);
+    cudnn_matmul(g, "P V", p, v, c.o);
 }
 
 // out = a b, or with grouped-query attention (heads < NH) the per-query-head products
@@ -173,12 +189,10 @@ static void product_per_kv_head(CudnnGraph *g, const Shape &s, const char *what,
 }
 
 static void backward_graph(CudnnGraph *g, const Shape &s) {
-    cudnnBackendDescriptor_t q = cudnn_tensor(g, "Q", qkv_view(s, s.NH, UID_Q));
-    cudnnBackendDescriptor_t kt = cudnn_tensor(g, "K^T", qkv_view_t(s, s.NKV, UID_K));
+    const CudnnTensorSpec f32 = scores(s, CUDNN_DATA_FLOAT);  // the scores' virtual fp32 stages
+    Common c = common_tensors(g, s);
     cudnnBackendDescriptor_t vt = cudnn_tensor(g, "V^T", qkv_view_t(s, s.NKV, UID_V));
-    cudnnBackendDescriptor_t o = cudnn_tensor(g, "O", out_view(s, UID_O));
     cudnnBackendDescriptor_t dO = cudnn_tensor(g, "dO", out_view(s, UID_DO));
-    cudnnBackendDescriptor_t lse = cudnn_tensor(g, "stats (lse)", rows(s, UID_STATS));
     cudnnBackendDescriptor_t dq = cudnn_tensor(g, "dQ", qkv_view(s, s.NH, UID_DQ));
     cudnnBackendDescriptor_t dk = cudnn_tensor(g, "dK", qkv_view(s, s.NKV, UID_DK));
     cudnnBackendDescriptor_t dv = cudnn_tensor(g, "dV", qkv_view(s, s.NKV, UID_DV));
@@ -186,50 +200,38 @@ static void backward_graph(CudnnGraph *g, const Shape &s) {
                                UID_DQ_ACCUM);
     acc.reordered_f16x16 = true;  // the layout cuDNN's engines accumulate dQ in
     cudnnBackendDescriptor_t dq_acc = cudnn_tensor(g, "dQ accumulator", acc);
-    cudnnBackendDescriptor_t scale = cudnn_tensor(g, "scale", scalar(UID_SCALE));
-    cudnnBackendDescriptor_t lowest = cudnn_tensor(g, "mask value", scalar(UID_LOWEST));
     cudnnBackendDescriptor_t one = cudnn_tensor(g, "one", scalar(UID_ONE));
 
     // D = rowsum(dO * O) (times 1: where the pattern has its dropout scale)
     CudnnTensorSpec prod = out_view(s, 0);
     prod.type = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t dOo = cudnn_tensor(g, "dO * O", prod);
-    cudnn_pointwise(g, "dO * O", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dO, o, NULL, dOo, 0);
+    cudnnBackendDescriptor_t dOo = pointwise_to(g, "dO * O", prod, CUDNN_POINTWISE_MUL, dO, c.o);
     cudnnBackendDescriptor_t rowdot = cudnn_tensor(g, "rowsum(dO * O)", rows(s, 0));
     cudnn_reduction(g, "rowsum(dO * O)", CUDNN_REDUCE_TENSOR_ADD, dOo, rowdot);
-    cudnnBackendDescriptor_t D = cudnn_tensor(g, "D", rows(s, 0));
-    cudnn_pointwise(g, "D", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rowdot, one, NULL, D, 0);
+    cudnnBackendDescriptor_t D = pointwise_to(g, "D", rows(s, 0), CUDNN_POINTWISE_MUL, rowdot, one);
 
     // P from the recomputed scores and the forward's lse; dV = P^T dO
-    cudnnBackendDescriptor_t S = cudnn_tensor(g, "scores", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_matmul(g, "Q K^T", q, kt, S);
-    cudnnBackendDescriptor_t masked = scaled_masked_scores(g, s, S, scale, lowest);
-    cudnnBackendDescriptor_t centred = cudnn_tensor(g, "S - lse", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "S - lse", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, masked, lse, NULL, centred, 0);
-    cudnnBackendDescriptor_t p = cudnn_tensor(g, "P", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "P = exp(S - lse)", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, centred, NULL, NULL, p, 0);
+    cudnnBackendDescriptor_t masked = masked_scores(g, s, c);
+    cudnnBackendDescriptor_t centred = pointwise_to(g, "S - lse", f32, CUDNN_POINTWISE_SUB, masked, c.lse);
+    cudnnBackendDescriptor_t p = pointwise_to(g, "P = exp(S - lse)", f32, CUDNN_POINTWISE_EXP, centred, NULL);
     cudnnBackendDescriptor_t pt = cudnn_tensor(g, "P^T", scores_t(s));
     cudnn_reshape(g, "P^T", p, pt);
     product_per_kv_head(g, s, "dV = P^T dO", pt, dO, dv);
 
     // dS = P (dP - D) scale; dK = dS^T Q; dQ = dS K
-    cudnnBackendDescriptor_t dP = cudnn_tensor(g, "dP", scores(s, CUDNN_DATA_FLOAT));
+    cudnnBackendDescriptor_t dP = cudnn_tensor(g, "dP", f32);
     cudnn_matmul(g, "dP = dO V^T", dO, vt, dP);
-    cudnnBackendDescriptor_t dP1 = cudnn_tensor(g, "dP * 1", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "dP * 1", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dP, one, NULL, dP1, 0);
-    cudnnBackendDescriptor_t dPD = cudnn_tensor(g, "dP - D", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "dP - D", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dP1, D, NULL, dPD, 0);
-    cudnnBackendDescriptor_t dS0 = cudnn_tensor(g, "P (dP - D)", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "P (dP - D)", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dPD, p, NULL, dS0, 0);
-    cudnnBackendDescriptor_t dS = cudnn_tensor(g, "dS", scores(s, CUDNN_DATA_FLOAT));
-    cudnn_pointwise(g, "dS = P (dP - D) scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dS0, scale, NULL, dS, 0);
+    cudnnBackendDescriptor_t dP1 = pointwise_to(g, "dP * 1", f32, CUDNN_POINTWISE_MUL, dP, one);
+    cudnnBackendDescriptor_t dPD = pointwise_to(g, "dP - D", f32, CUDNN_POINTWISE_SUB, dP1, D);
+    cudnnBackendDescriptor_t dS0 = pointwise_to(g, "P (dP - D)", f32, CUDNN_POINTWISE_MUL, dPD, p);
+    cudnnBackendDescriptor_t dS = pointwise_to(g, "dS = P (dP - D) scale", f32, CUDNN_POINTWISE_MUL, dS0, c.scale);
     cudnnBackendDescriptor_t dSt = cudnn_tensor(g, "dS^T", scores_t(s));
     cudnn_reshape(g, "dS^T", dS, dSt);
-    product_per_kv_head(g, s, "dK = dS^T Q", dSt, q, dk);
+    product_per_kv_head(g, s, "dK = dS^T Q", dSt, c.q, dk);
     CudnnTensorSpec k_spec = qkv_view(s, s.NKV, 0);  // K itself: a reshape of K^T, virtual, so
     k_spec.type = CUDNN_DATA_FLOAT;                   // of the intermediate type as in cuDNN's own graphs
     cudnnBackendDescriptor_t k = cudnn_tensor(g, "K", k_spec);
-    cudnn_reshape(g, "K from K^T", kt, k);
+    cudnn_reshape(g, "K from K^T", c.kt, k);
     cudnn_matmul(g, "dQ = dS K", dS, k, dq_acc);
     cudnn_pointwise(g, "dQ from its accumulator", CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, NULL, NULL, dq,
                     0);
