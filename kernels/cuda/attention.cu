@@ -341,8 +341,8 @@ static int attention_variant(void) {
         abort();
     }
     if (variant != announced) {
-        if (variant != ATT_BASE || announced != -1)
-            fprintf(stderr, "mist cuda backend: attention: %s kernels (MIST_CUDA_ATTENTION)\n", names[variant]);
+        fprintf(stderr, "mist cuda backend: attention: %s (MIST_CUDA_ATTENTION=base|wide|wgmma|cudnn)\n",
+                names[variant]);
         announced = variant;
     }
     return variant;
