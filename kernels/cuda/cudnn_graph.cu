@@ -5,6 +5,8 @@
 
 #ifdef MIST_HAVE_CUDNN
 #include <dlfcn.h>
+#include <glob.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,31 @@ void cudnn_status_text(cudnnStatus_t st, char *out, size_t n) {
     if (cudnn_api.GetLastErrorString) cudnn_api.GetLastErrorString(last, sizeof last);
     snprintf(out, n, "%s%s%s", cudnn_api.GetErrorString ? cudnn_api.GetErrorString(st) : "cuDNN error",
              last[0] ? ": " : "", last);
+}
+
+// cuDNN's fused attention engines compile their kernels with NVRTC, which cuDNN opens by
+// name (libnvrtc.so.<its CUDA major>); the loader answers such a dlopen with a library of
+// that name already loaded. So NVRTC found beside cuDNN is loaded first: in cuDNN's own
+// directory (a CUDA toolkit's lib64) or, for pip's packages (nvidia/cudnn/lib), in
+// nvidia/cuda_nvrtc/lib. Where neither has it, LD_LIBRARY_PATH must.
+static void preload_nvrtc_beside(void *cudnn_lib) {
+    struct link_map *map = NULL;
+    if (dlinfo(cudnn_lib, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_name) return;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", map->l_name);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    *slash = 0;
+    static const char *const patterns[] = {"%s/libnvrtc.so.*", "%s/../../cuda_nvrtc/lib/libnvrtc.so.*",
+                                           "%s/libnvrtc-builtins.so.*", "%s/../../cuda_nvrtc/lib/libnvrtc-builtins.so.*"};
+    for (int i = 0; i < 4; i++) {
+        char pattern[1200];
+        snprintf(pattern, sizeof pattern, patterns[i], dir);
+        glob_t found;
+        if (glob(pattern, 0, NULL, &found) != 0) continue;
+        for (size_t j = 0; j < found.gl_pathc; j++) dlopen(found.gl_pathv[j], RTLD_NOW | RTLD_GLOBAL);
+        globfree(&found);
+    }
 }
 
 static int load_library(char *why, size_t n) {
@@ -49,6 +76,7 @@ static int load_library(char *why, size_t n) {
     CUDNN_SYM(BackendGetAttribute, "cudnnBackendGetAttribute", 1);
     CUDNN_SYM(BackendExecute, "cudnnBackendExecute", 1);
 #undef CUDNN_SYM
+    preload_nvrtc_beside(lib);
     size_t version = cudnn_api.GetVersion();
     if (version < 90000) {
         snprintf(why, n, "%s is cuDNN %zu; the attention graphs need cuDNN >= 9.0", path, version);
