@@ -11,12 +11,17 @@ AC_DEFUN([MIST_CHECK_CUDA], [
     [AS_HELP_STRING([--without-nccl],
       [do not use NCCL even when the CUDA toolkit has it (collectives of GPU memory then go through host memory)])],
     [], [with_nccl=check])
+  AC_ARG_WITH([cudnn],
+    [AS_HELP_STRING([--without-cudnn],
+      [leave out the optional cuDNN attention (MIST_CUDA_ATTENTION=cudnn); only cuDNN's headers are needed to build it, the library is loaded at run time])],
+    [], [with_cudnn=check])
   AC_ARG_VAR([CUDA_ARCH], [GPU architecture for nvcc -arch (default: sm_90)])
   AC_ARG_VAR([NVCC], [CUDA compiler (default: PATH/bin/nvcc)])
   AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc (gcc flags are never passed to nvcc)])
   AS_IF([test "x$CUDA_ARCH" = x], [CUDA_ARCH=sm_90])
   mist_have_cuda=no
   mist_have_nccl=no
+  mist_have_cudnn=no
   AS_CASE([$with_cuda],
     [no], [],
     [yes|check], [CUDA_HOME=/usr/local/cuda],
@@ -35,6 +40,8 @@ AC_DEFUN([MIST_CHECK_CUDA], [
       AC_CHECK_LIB([cublas], [cublasCreate_v2], [], [mist_have_cuda=no])
       AS_IF([test "x$mist_have_cuda" = xyes && test "x$with_nccl" != xno], [
         AC_CHECK_HEADER([nccl.h], [AC_CHECK_LIB([nccl], [ncclCommInitRank], [mist_have_nccl=yes])])])
+      AS_IF([test "x$mist_have_cuda" = xyes && test "x$with_cudnn" != xno], [
+        AC_CHECK_HEADER([cudnn_graph.h], [mist_have_cudnn=yes])])
       CPPFLAGS=$mist_save_CPPFLAGS; LIBS=$mist_save_LIBS; LDFLAGS=$mist_save_LDFLAGS
     ], [AC_MSG_RESULT([no])])
     AS_IF([test "x$mist_have_cuda" = xno && test "x$with_cuda" != xcheck],
@@ -50,6 +57,11 @@ AC_DEFUN([MIST_CHECK_CUDA], [
       AC_DEFINE([HAVE_NCCL], [1], [Define when NCCL is available.])
       CUDA_LIBS="$CUDA_LIBS -lnccl"])
   ], [CUDA_HOME=; NVCC=])
+  AS_IF([test "x$with_cudnn" = xyes && test "x$mist_have_cudnn" = xno],
+    [AC_MSG_ERROR([cuDNN requested (--with-cudnn) but cudnn_graph.h is not under $CUDA_HOME/include. Hint: install cuDNN 9's headers there, or --without-cudnn])])
+  # kernels/cuda/cudnn_graph.cuh also checks for the header itself (builds without configure)
+  AS_IF([test "x$mist_have_cudnn" = xno], [CUDNN_NVCCFLAGS=-DMIST_NO_CUDNN], [CUDNN_NVCCFLAGS=])
+  AC_SUBST([CUDNN_NVCCFLAGS])
   AC_SUBST([CUDA_HOME])
   AC_SUBST([CUDA_CFLAGS])
   AC_SUBST([CUDA_LIBS])

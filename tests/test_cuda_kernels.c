@@ -23,6 +23,7 @@
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu (this test links the CUDA backend)
 void cuda_attention_wgmma_forward_overlap(int on);
 long cuda_matmul_epilogue_fallbacks(void);  // kernels/cuda/matmul.cu
+#include "kernels/cuda/attention_cudnn.h"
 
 static Backend *gpu, *cpu;
 static const double RTOL = 2e-2, ATOL_FRAC = 2e-2;
@@ -275,11 +276,21 @@ static int check_matmul_ld(const int *p) {
 // tiles, double-buffered dK/dV; the same bits as the default required); 2 the wgmma forward and
 // backward (sm_90a builds on Hopper; their products are summed in the tensor cores' own
 // order, so the CPU tolerance and run-to-run reproducibility apply, not the default's bits;
-// the overlapped wgmma forward must give the plain one's bits)
-static const char *const attention_variants[] = {"base", "wide", "wgmma"};
+// the overlapped wgmma forward must give the plain one's bits); 3 cuDNN's SDPA graphs
+// (MIST_CUDA_ATTENTION=cudnn: the CPU tolerance; its backward sums dQ with fp32 atomics,
+// so run-to-run bits are not required), or where cuDNN is missing or refuses the shape the
+// fallback to the default kernels, which must then be right all the same
+static const char *const attention_variants[] = {"base", "wide", "wgmma", "cudnn"};
 static int check_attention(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
     if (p[5] == 2 && !cuda_attention_wgmma_available()) return CHECK_SKIPPED;
+    long cudnn_runs = cuda_attention_cudnn_runs();
+    int cudnn_ready = 0;
+    if (p[5] == 3) {
+        char why[1100];
+        cudnn_ready = cuda_attention_cudnn_ready(B, T, NH, NKV, HS, why, sizeof why) == 1;
+        if (!cudnn_ready) diag("cuDNN attention not used here (%s): checking the fallback to the default kernels", why);
+    }
     if (p[5]) setenv("MIST_CUDA_ATTENTION", attention_variants[p[5]], 1);
     else unsetenv("MIST_CUDA_ATTENTION");
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
@@ -328,10 +339,34 @@ static int check_attention(const int *p) {
         void *tmp[] = {out1, lse1, out0, lse0};
         for (int i = 0; i < 4; i++) gpu->free_device(gpu, tmp[i]);
     }
+    if (p[5] == 3) {
+        long ran = cuda_attention_cudnn_runs() - cudnn_runs;  // forward, backward, backward again
+        if (cudnn_ready && ran != 3) diag("cuDNN ran %ld of the 3 attention calls (the rest fell back)", ran);
+        if (!det) diag("(expected of cuDNN's backward: not required)");
+        det = !cudnn_ready || ran == 3;
+    }
     gpu->free_device(gpu, again);
     t16_free(&qkv); t16_free(&out); t16_free(&dout); t16_free(&dqkv); t32_free(&lse);
     unsetenv("MIST_CUDA_ATTENTION");
     return r && det;
+}
+
+// (Few cuDNN shapes: each builds two plans, and cuDNN may compile their kernels at run time.)
+// Where cuDNN loads (library and handle), it must build both plans for a plain shape
+// (multi-head, T a multiple of 64, HS 128): a refusal here is a fault of the graphs
+// (the reason names the call and cuDNN's text). Without cuDNN, or without the NVRTC its
+// engines compile their kernels with: skipped with the reason.
+static char skip_reason[1200];
+static int check_cudnn_plans(const int *p) {
+    char why[1100];
+    int ready = cuda_attention_cudnn_ready(p[0], p[1], p[2], p[3], p[4], why, sizeof why);
+    if (ready < 0 || (!ready && strstr(why, "NVRTC"))) {  // no cuDNN, or it cannot compile its engines here
+        snprintf(skip_reason, sizeof skip_reason, "cuDNN attention plans: no cuDNN to run them: %s", why);
+        return CHECK_SKIPPED;
+    }
+    if (!ready) diag("cuDNN refused: %s", why);
+    else diag("cuDNN attention plans hold %zu bytes of device memory", cuda_attention_cudnn_reserved_bytes());
+    return ready;
 }
 
 static int check_rotary(const int *p) {
@@ -497,6 +532,11 @@ static const Check checks[] = {
     {"attention wgmma B=1 T=130 NH=2 NKV=1 HS=128 (2 rows in the last tile)", check_attention, {1, 130, 2, 1, 128, 2}},
     {"attention wgmma B=1 T=512 NH=2 NKV=2 HS=64", check_attention, {1, 512, 2, 2, 64, 2}},
     {"attention wgmma B=1 T=200 NH=2 NKV=1 HS=64 (4 key blocks, 8 rows in the last)", check_attention, {1, 200, 2, 1, 64, 2}},
+    {"attention cudnn plans B=2 T=1024 NH=4 NKV=4 HS=128 (built where cuDNN loads)", check_cudnn_plans,
+     {2, 1024, 4, 4, 128, 3}},
+    {"attention cudnn B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128, 3}},
+    {"attention cudnn B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 3}},
+    {"attention cudnn B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 3}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},
@@ -516,11 +556,28 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     int count = (int)(sizeof checks / sizeof checks[0]);
     char err[256] = "";
-    tap_plan(count + 3);
+    tap_plan(count + 4);
+    // no device needed: cuDNN checks each tensor and operation of both attention graphs as
+    // it is finalized (shapes, strides, types); the plans (engines) need the GPU, below
+    char why[1100];
+    int described = cuda_attention_cudnn_describe(2, 100, 4, 2, 64, why, sizeof why);
+    if (described == 1) described = cuda_attention_cudnn_describe(1, 2048, 16, 16, 128, why, sizeof why);
+    if (described < 0) {
+        char reason[1200];
+        snprintf(reason, sizeof reason, "cuDNN attention graphs: no cuDNN: %s", why);
+        tap_skip(reason);
+    } else {
+        if (!described) diag("%s", why);
+        ok(described, "cuDNN accepts every descriptor and both operation graphs of the attention (GQA HS=64, MHA HS=128)");
+    }
     gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
     if (!gpu) {
-        for (int i = 0; i < count + 3; i++) printf("ok %d # SKIP no GPU: %s\n", i + 1, err);
-        return 0;
+        for (int i = 0; i < count + 3; i++) {
+            char reason[300];
+            snprintf(reason, sizeof reason, "no GPU: %s", err);
+            tap_skip(reason);
+        }
+        return tap_failed_ != 0;
     }
     char err2[256] = "";
     Backend *f32 = backend_cuda_create(MIST_F32, 0, err2, sizeof err2);
@@ -547,11 +604,12 @@ int main(int argc, char **argv) {
             tap_skip(why);
             continue;
         }
+        skip_reason[0] = 0;
         int r = checks[i].fn(checks[i].p);
         if (r == CHECK_SKIPPED) {
-            char why[320];
-            snprintf(why, sizeof why, "%s: needs the wgmma kernels (a Hopper GPU and a backend built for sm_90a)",
-                     checks[i].name);
+            char why[1600];
+            const char *wgmma = "needs the wgmma kernels (a Hopper GPU and a backend built for sm_90a)";
+            snprintf(why, sizeof why, "%s: %s", checks[i].name, skip_reason[0] ? skip_reason : wgmma);
             tap_skip(why);
         } else {
             failed |= !ok(r, "%s", checks[i].name);
@@ -559,5 +617,5 @@ int main(int argc, char **argv) {
     }
     cpu->destroy(cpu);
     gpu->destroy(gpu);
-    return failed;
+    return failed || tap_failed_;
 }

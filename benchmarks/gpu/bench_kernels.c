@@ -16,6 +16,7 @@
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
 void cuda_attention_wgmma_forward_overlap(int on);
 long cuda_matmul_epilogue_fallbacks(void);  // kernels/cuda/matmul.cu
+#include "kernels/cuda/attention_cudnn.h"
 
 #define PEAK_TFLOPS 989.0
 #define PEAK_GBS 3350.0
@@ -135,12 +136,21 @@ static void run_att(void *p) {
 }
 // variant: 0 the default kernels, 1 MIST_CUDA_ATTENTION=wide (attention_fwd_wide /
 // attention_bwd_wide), 2 MIST_CUDA_ATTENTION=wgmma (attention_fwd_wgmma / attention_bwd_wgmma,
-// and attention_fwd_wgmma_plain: the forward without overlapping scores and P V)
+// and attention_fwd_wgmma_plain: the forward without overlapping scores and P V), 3
+// MIST_CUDA_ATTENTION=cudnn (attention_fwd_cudnn / attention_bwd_cudnn: cuDNN's SDPA
+// graphs; not timed, with the reason, where cuDNN is missing or refuses the shape)
 static void bench_attention(int B, int T, int NH, int NKV, int HS, int variant) {
-    static const char *const names[3][2] = {{"attention_fwd", "attention_bwd"},
+    static const char *const names[4][2] = {{"attention_fwd", "attention_bwd"},
                                             {"attention_fwd_wide", "attention_bwd_wide"},
-                                            {"attention_fwd_wgmma", "attention_bwd_wgmma"}};
-    static const char *const env[3] = {NULL, "wide", "wgmma"};
+                                            {"attention_fwd_wgmma", "attention_bwd_wgmma"},
+                                            {"attention_fwd_cudnn", "attention_bwd_cudnn"}};
+    static const char *const env[4] = {NULL, "wide", "wgmma", "cudnn"};
+    char why[1100];
+    if (variant == 3 && cuda_attention_cudnn_ready(B, T, NH, NKV, HS, why, sizeof why) != 1) {
+        printf("(attention_fwd_cudnn / attention_bwd_cudnn B=%d T=%d NH=%d NKV=%d HS=%d not timed: %s)\n", B, T, NH,
+               NKV, HS, why);
+        return;
+    }
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
     ATT a = {B, T, NH, NKV, HS, 0, dev_random(nqkv * 2), dev_random(nout * 2), dev_random((size_t)B * NH * T * 4),
              dev_random(nout * 2), dev_random(nqkv * 2)};
@@ -221,13 +231,17 @@ int main(int argc, char **argv) {
     bench_mlp_backward(16384, 3072, 768);   // GPT-2 124M at B 16, T 1024
     bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
     bench_matmul(16384, 2048, 50304, 0, 1);
-    int variants = cuda_attention_wgmma_available() ? 3 : 2;
-    if (variants == 2) printf("(attention_fwd_wgmma / attention_bwd_wgmma not timed: needs a Hopper GPU and a build for sm_90a)\n");
-    for (int variant = 0; variant < variants; variant++) {
+    int wgmma = cuda_attention_wgmma_available();
+    if (!wgmma) printf("(attention_fwd_wgmma / attention_bwd_wgmma not timed: needs a Hopper GPU and a build for sm_90a)\n");
+    for (int variant = 0; variant < 4; variant++) {
+        if (variant == 2 && !wgmma) continue;
         bench_attention(4, 2048, 16, 16, 128, variant);
         bench_attention(8, 1024, 12, 12, 64, variant);
         bench_attention(2, 4096, 32, 8, 128, variant);
     }
+    if (cuda_attention_cudnn_reserved_bytes())
+        printf("(cuDNN attention plans: %.1f MiB of device memory: workspaces and fp32 dQ accumulators)\n",
+               cuda_attention_cudnn_reserved_bytes() / 1048576.0);
     int64_t N = 8192, C = 4096;
     bench_memory(0, "layernorm_fwd+residual", N, C, 4.0 * N * C * 2);
     bench_memory(1, "layernorm_bwd", N, C, (4.0 * N * C + 2.0 * N * C) * 2);  // kernel + weight-grad pass

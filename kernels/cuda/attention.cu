@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/attention_cudnn.h"
 
 // ---------------------------------------------------------------- forward
 template <int HS>
@@ -312,26 +313,39 @@ static void check_shape(const char *who, int NH, int NKV, int HS) {
 // MIST_CUDA_ATTENTION=wide): 128-query forward tiles
 // (attention_forward_wide_kernel) and double-buffered dK/dV query tiles.
 // "wgmma" (experimental, sm_90a builds on Hopper): every product of the
-// forward and the backward on wgmma (attention_wgmma.cu, attention_wgmma_backward.cu). Read at
-// every call (a getenv is nothing next to a launch), so that one process can
-// check and time each.
-enum { ATT_BASE, ATT_WIDE, ATT_WGMMA };
+// forward and the backward on wgmma (attention_wgmma.cu, attention_wgmma_backward.cu).
+// "cudnn" (optional): cuDNN's fused SDPA graphs (attention_cudnn.cu), loaded at run
+// time; where cuDNN is missing or refuses a shape it says why once and the base
+// kernels run. Read at every call (a getenv is nothing next to a launch), so that
+// one process can check and time each; the first call says which was chosen.
+enum { ATT_BASE, ATT_WIDE, ATT_WGMMA, ATT_CUDNN };
 
 static int attention_variant(void) {
+    static const char *const names[] = {"base", "wide", "wgmma", "cudnn"};
+    static int announced = -1;
     const char *v = getenv("MIST_CUDA_ATTENTION");
-    if (!v || !*v || !strcmp(v, "base")) return ATT_BASE;
-    if (!strcmp(v, "wide")) return ATT_WIDE;
-    if (!strcmp(v, "wgmma")) {
+    int variant;
+    if (!v || !*v || !strcmp(v, "base")) variant = ATT_BASE;
+    else if (!strcmp(v, "wide")) variant = ATT_WIDE;
+    else if (!strcmp(v, "cudnn")) variant = ATT_CUDNN;
+    else if (!strcmp(v, "wgmma")) {
         if (!cuda_attention_wgmma_available()) {
             fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION=wgmma needs a Hopper GPU and the backend built for "
                             "sm_90a (./configure CUDA_ARCH=sm_90a); hint: unset it for the default (base)\n");
             abort();
         }
-        return ATT_WGMMA;
+        variant = ATT_WGMMA;
+    } else {
+        fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: base, wide, wgmma, "
+                        "cudnn); hint: unset it for the default (base)\n", v);
+        abort();
     }
-    fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: base, wide, wgmma); "
-                    "hint: unset it for the default (base)\n", v);
-    abort();
+    if (variant != announced) {
+        fprintf(stderr, "mist cuda backend: attention: %s (MIST_CUDA_ATTENTION=base|wide|wgmma|cudnn)\n",
+                names[variant]);
+        announced = variant;
+    }
+    return variant;
 }
 
 template <int HS>
@@ -367,6 +381,9 @@ extern "C" void cuda_attention_forward(Backend *b, BackendStream *s, void *out, 
                                        int B, int T, int NH, int NKV, int HS) {
     check_shape("attention_forward", NH, NKV, HS);
     if (B <= 0 || T <= 0) return;
+    if (attention_variant() == ATT_CUDNN &&
+        cuda_attention_cudnn_forward(cuda_stream(s), out, lse, qkv, B, T, NH, NKV, HS) == 0)
+        return;
     if (HS == 64)
         launch_forward<64>(cuda_stream(s), (bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV);
     else
@@ -409,6 +426,10 @@ extern "C" void cuda_attention_backward(Backend *b, BackendStream *s, void *dqkv
     check_shape("attention_backward", NH, NKV, HS);
     if (B <= 0 || T <= 0) return;
     cudaStream_t st = cuda_stream(s);
+    // cuDNN computes D = rowsum(dout * out) itself
+    if (attention_variant() == ATT_CUDNN &&
+        cuda_attention_cudnn_backward(st, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS) == 0)
+        return;
     float *D = (float *)cuda_scratch(b, (size_t)B * NH * T * sizeof(float), "attention_backward D");  // (B, NH, T)
     size_t rows = (size_t)B * T * NH;
     attention_rowdot_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, st>>>(D, (const bf16 *)dout, (const bf16 *)out, B, T, NH, HS);

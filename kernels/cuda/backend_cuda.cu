@@ -8,6 +8,7 @@
 #include <string.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/device_probe.h"
+#include "kernels/cuda/attention_cudnn.h"
 
 enum {
     SCRATCH_BYTES = 64 << 20,       // reduction partials (see cuda_common.cuh)
@@ -65,7 +66,9 @@ static int cu_is_device_memory(Backend *b, const void *p) {
 }
 static size_t cu_reserved_bytes(Backend *b) {
     CudaCtx *ctx = cuda_ctx(b);
-    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t);
+    // + cuDNN attention's plans (MIST_CUDA_ATTENTION=cudnn): allocated at each shape's first call
+    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t) +
+           cuda_attention_cudnn_reserved_bytes();
 }
 
 static BackendStream *cu_stream_create(Backend *b) {
