@@ -33,7 +33,7 @@ else
         if [ "${FROM_RUN_SH:-0}" = 1 ] && [ -f "$o" ]; then objs="$objs $o"
         else build "$out/obj-train/cuda_$(basename "$f" .cu).o" "$f" "$cuda/bin/nvcc" -arch="$arch" -O3 -std=c++17 -I"$top"; fi
     done
-    for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/expr/*.c "$top"/base/model_family.c "$top"/base/launcher_rank.c \
+    for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/expr/*.c "$top"/base/model_family.c "$top"/base/launcher_rank.c "$top"/base/excerpt.c \
              "$top"/base/profile.c "$top"/base/profile_presets.c "$top"/planner/optable.c "$top"/planner/stage_model.c \
              "$top"/planner/cost_terms.c "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
              "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_memory.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
