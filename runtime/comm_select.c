@@ -28,6 +28,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     memset(out, 0, sizeof *out);
     out->path = COMM_PATH_MPI;
     out->comm = mpi;
+    out->world = world;
     int on_host = be->device_memory_is_host;  // MPI reads it: no staging, no NCCL
     const char *force = getenv("MIST_COMM_STAGED");  // launch_check_env / train validate the value
     int force_staged = force && !strcmp(force, "1");
@@ -62,10 +63,13 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
 #ifdef HAVE_NCCL
-    for (int i = 0; c->path == COMM_PATH_NCCL && i < n; i++) {
-        int rc = c->comm->group_size(c->comm, groups[i]) > 1 ? comm_nccl_prepare(c->comm, groups[i]) : 0;
-        if (rc) return rc;
-    }
+    if (c->path != COMM_PATH_NCCL) return 0;
+    // dp and tp sizes are the same on every rank, so every rank keeps the same ones
+    CommGroup *several[8];
+    int k = 0;
+    for (int i = 0; i < n && k < 8; i++)
+        if (c->comm->group_size(c->comm, groups[i]) > 1) several[k++] = groups[i];
+    if (k > 0) return comm_nccl_prepare(c->comm, c->world, several, k);
 #endif
     return 0;
 }
@@ -77,10 +81,15 @@ void comm_select_describe(const CommChoice *c, char *buf, size_t len) {
     else snprintf(buf, len, "MPI on host memory");
 }
 
-void comm_select_follow(const CommChoice *c, BackendStream *s) {
+int comm_select_follow(const CommChoice *c, BackendStream *s) {
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL) comm_nccl_follow(c->comm, s);
+    if (c->path == COMM_PATH_NCCL) {
+        comm_nccl_follow(c->comm, s);
+        comm_nccl_stream_ordered(c->comm, s != NULL);
+        return s != NULL;
+    }
 #endif
+    return 0;
 }
 
 int comm_select_communicators(const CommChoice *c) {
