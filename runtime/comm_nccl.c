@@ -184,6 +184,14 @@ static void nccl_set_context(const CommBackend *self, const char *c) {
 
 // ---- starting an operation ------------------------------------------------------
 
+// A collective's result: on a non-blocking communicator NCCL may still be
+// enqueueing it (ncclInProgress), and no other call may go to the
+// communicator until it has finished (NCCL's rule), which is waited for here.
+static int issued(Nccl *x, ncclResult_t r, const Link *l) {
+    if (r == ncclInProgress) return nccl_settle(x, l->comm, "enqueueing an NCCL collective", l->rank, l->size);
+    return nccl_rc(x, r, l->comm);
+}
+
 static int nccl_type(MistDtype t, ncclDataType_t *out) {
     switch (t) {
     case MIST_F32: *out = ncclFloat32; return 0;
@@ -244,7 +252,7 @@ static int start_all_reduce(const CommBackend *self, const void *send, void *rec
     int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     enter(x);
-    rc = nccl_rc(x, ncclAllReduce(send, recv, count, nt, nccl_op(op), l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclAllReduce(send, recv, count, nt, nccl_op(op), l->comm, stream(x)), l);
     return started(self, rc, "all_reduce", count, t, l, req);
 }
 
@@ -265,7 +273,7 @@ static int start_reduce_scatter(const CommBackend *self, const void *send, void 
     if (!at_start && recv != mine && overlap(send, block * (size_t)l->size, recv, block)) return ERR_NCCL_OVERLAP;
     void *dst = at_start ? mine : recv;
     enter(x);
-    rc = nccl_rc(x, ncclReduceScatter(send, dst, count, nt, nccl_op(op), l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclReduceScatter(send, dst, count, nt, nccl_op(op), l->comm, stream(x)), l);
     if (!rc && at_start && block) x->be->copy_d2d(x->be, recv, mine, block, x->ns);  // ordered after it on ns
     return started(self, rc, "reduce_scatter", count, t, l, req);
 }
@@ -283,7 +291,7 @@ static int start_all_gather(const CommBackend *self, const void *send, void *rec
     char *mine = (char *)recv + (size_t)l->rank * block;
     if (send != mine && overlap(send, block, recv, block * (size_t)l->size)) return ERR_NCCL_OVERLAP;
     enter(x);
-    rc = nccl_rc(x, ncclAllGather(send, recv, count, nt, l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclAllGather(send, recv, count, nt, l->comm, stream(x)), l);
     return started(self, rc, "all_gather", count, t, l, req);
 }
 
@@ -296,7 +304,7 @@ static int start_broadcast(const CommBackend *self, void *buf, size_t count, Mis
     int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     enter(x);
-    rc = nccl_rc(x, ncclBroadcast(buf, buf, count, nt, root, l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclBroadcast(buf, buf, count, nt, root, l->comm, stream(x)), l);
     return started(self, rc, "broadcast", count, t, l, req);
 }
 

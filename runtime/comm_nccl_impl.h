@@ -27,6 +27,7 @@ typedef struct {
     const CommGroup *g;
     ncclComm_t comm;
     int rank, size;
+    int borrowed;  // comm is another link's (a group of the world's ranks in the world's order)
 } Link;
 #define MAX_LINKS 256
 
@@ -70,6 +71,10 @@ static inline Nccl *nccl_of(const CommBackend *self) { return self->ctx; }
 // NCCL's own last error message (ncclGetLastError)
 int nccl_rc(Nccl *x, ncclResult_t r, ncclComm_t comm);
 double nccl_now(void);
+// Waits until a non-blocking call on comm (init, split, or a collective that
+// said ncclInProgress) has finished: 0, or NCCL's error; past the timeout the
+// job ends with a report naming `what`.
+int nccl_settle(Nccl *x, ncclComm_t comm, const char *what, int rank, int size);
 // g's link, its communicator created on first use (collective over g)
 int nccl_link_of(Nccl *x, const CommGroup *g, const Link **out);
 // destroys the communicators of the links [first, first + n) that have one,

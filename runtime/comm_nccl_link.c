@@ -68,7 +68,7 @@ static void report_stuck(const Nccl *x, const char *what, int rank, int size, do
 
 // Waits until the non-blocking call that made (or finalises) comm has finished:
 // 0, or NCCL's error with its text; past the timeout the job ends.
-static int settle(Nccl *x, ncclComm_t comm, const char *what, int rank, int size) {
+int nccl_settle(Nccl *x, ncclComm_t comm, const char *what, int rank, int size) {
     double t0 = nccl_now();
     long pause = 1000;
     for (;;) {
@@ -105,7 +105,7 @@ static int init_link(Nccl *x, const CommGroup *g, const Link **out) {
     const CommBackend *inner = x->wrap.inner;
     int at = free_link(x);
     if (at < 0) return ERR_NCCL_GROUPS;
-    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g)};
+    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g), 0};
     // the id and whether rank 0 could make it, so that a failure there fails
     // every member instead of leaving them waiting in init
     struct {
@@ -128,7 +128,7 @@ static int init_link(Nccl *x, const CommGroup *g, const Link **out) {
     ncclConfig_t config = nonblocking();
     ncclResult_t r = ncclCommInitRankConfig(&l.comm, l.size, boot.id, l.rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_rc(x, r, NULL);
-    rc = settle(x, l.comm, "ncclCommInitRankConfig", l.rank, l.size);
+    rc = nccl_settle(x, l.comm, "ncclCommInitRankConfig", l.rank, l.size);
     if (rc) {
         ncclCommAbort(l.comm);
         return rc;
@@ -145,19 +145,35 @@ int nccl_link_of(Nccl *x, const CommGroup *g, const Link **out) {
 
 // g's communicator split off the world's (collective over the world: every rank
 // calls it for the same groups in the same order). Colour: the world rank of
-// g's rank 0, the same for every member and different between groups.
-static int split_link(Nccl *x, const Link *world, const CommGroup *g) {
+// g's rank 0, the same for every member and different between groups. A group
+// of every rank in the world's order (dp or tp alone) borrows the world's
+// communicator instead (on every rank or none): another one would only cost
+// NCCL's buffers again.
+static int split_link(Nccl *x, const Link *world, const CommGroup *g, CommGroup *world_group) {
     const CommBackend *inner = x->wrap.inner;
     int at = free_link(x);
     if (at < 0) return ERR_NCCL_GROUPS;
-    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g)};
+    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g), 0};
+    // (a one-rank world's groups split as any other: there are no peers to connect)
+    int32_t same = l.size == world->size && l.rank == world->rank && l.size > 1;
+    int rc = inner->all_reduce(inner, &same, &same, 1, MIST_I32, COMM_SUM, world_group);
+    if (rc) return rc;
+    if (same == world->size) {
+        l.comm = world->comm, l.borrowed = 1;
+        x->links[at] = l;
+        if (at == x->num_links) x->num_links++;
+        return 0;
+    }
     int32_t colour = world->rank;
-    int rc = inner->broadcast(inner, &colour, 1, MIST_I32, 0, (CommGroup *)g);
+    rc = inner->broadcast(inner, &colour, 1, MIST_I32, 0, (CommGroup *)g);
     if (rc) return rc;
     ncclConfig_t config = nonblocking();
+    // the split shares the world's buffers: every collective of this backend goes
+    // on one stream, so the communicators never run at once anyway
+    config.splitShare = 1;
     ncclResult_t r = ncclCommSplit(world->comm, (int)colour, l.rank, &l.comm, &config);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_rc(x, r, world->comm);
-    rc = settle(x, l.comm, "ncclCommSplit", l.rank, l.size);
+    rc = nccl_settle(x, l.comm, "ncclCommSplit", l.rank, l.size);
     if (rc) {
         ncclCommAbort(l.comm);
         return rc;
@@ -175,7 +191,7 @@ int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *cons
     int rc = nccl_link_of(x, world, &w);
     int wi = (int)(w ? w - x->links : 0);
     for (int i = 0; !rc && i < n; i++)
-        if (!find(x, groups[i])) rc = split_link(x, &x->links[wi], groups[i]);  // links do not move
+        if (!find(x, groups[i])) rc = split_link(x, &x->links[wi], groups[i], world);  // links do not move
     if (known && be->device_free_bytes(be, &after) == 0 && before > after) x->device_bytes += before - after;
     return rc;
 }
@@ -186,6 +202,8 @@ void nccl_links_destroy(Nccl *x, Link *first, int n) {
     // on together, no rank's order can block another's; ncclCommDestroy then
     // frees locally. Every rank goes through its links in the same order.
     int failed = 0;
+    for (int i = 0; i < n; i++)
+        if (first[i].borrowed) first[i] = (Link){0};  // its owner destroys the communicator
     for (int i = 0; i < n; i++)
         if (first[i].g && first[i].comm) {
             ncclResult_t r = ncclCommFinalize(first[i].comm);

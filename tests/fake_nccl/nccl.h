@@ -24,8 +24,8 @@ typedef enum {
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 // the fields of NCCL's config that the backend sets (blocking: 0 makes init,
 // split and finalize return ncclInProgress until ncclCommGetAsyncError says otherwise)
-typedef struct { int blocking; } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {1}
+typedef struct { int blocking, splitShare; } ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER {1, 0}
 #define NCCL_SPLIT_NOCOLOR -1
 
 ncclResult_t ncclGetVersion(int *version);
