@@ -5,7 +5,7 @@
 # and each target's measured value beside the target:
 #   GPT-2 124M MFU (>= 0.50), GPT-3 1.3B MFU (>= 0.55) from bench_train's JSON
 #   (OUTDIR/train_*.json, one object per case and line), attention forward
-#   TFLOP/s at T=2048, HS=128 (>= 350; the fastest variant in OUTDIR/bench.log),
+#   TFLOP/s at T=2048, HS=128 (>= 350; the fastest variant in OUTDIR/attention.log, bench_kernels),
 #   predicted vs measured peak device memory (within 1%) and iteration time
 #   (within 10%), per case; bench_train's objects follow as they are.
 #   sh benchmarks/gpu/last_json.sh OUTDIR > last.json
@@ -19,7 +19,7 @@ train=$(ls "$out"/train_*.json 2>/dev/null || true)
     echo "@steps"
     cat "$out/steps.tsv" 2>/dev/null || true
     echo "@attention"
-    grep -E '^attention_fwd' "$out/bench.log" 2>/dev/null | grep 'T=2048' | grep 'HS=128' || true
+    grep -E "^attention_fwd" "$out/attention.log" 2>/dev/null | grep 'T=2048' | grep 'HS=128' || true
     echo "@train"
     # shellcheck disable=SC2086
     [ -z "$train" ] || grep -h '"model":' $train || true
@@ -35,7 +35,7 @@ function field(line, key,    i, rest) {
     sub(/[,}].*/, "", rest)
     return rest
 }
-function num(v) { return v == "" || v == "nan" || v == "-nan" ? "null" : v }
+function num(v) { return (v == "" || v == "nan" || v == "-nan") ? "null" : v }
 BEGIN { part = "env" }
 /^@steps$/ { part = "steps"; next }
 /^@attention$/ { part = "attention"; next }
@@ -53,6 +53,7 @@ part == "attention" {
 }
 part == "train" {
     line = $0; sub(/^[ ,]*/, "", line); sub(/,$/, "", line)
+    gsub(/: -?(nan|inf)/, ": null", line)  # printf writes these; JSON has no such numbers
     rows[++nrows] = line
     model = field(line, "model"); att = field(line, "attention"); mfu = field(line, "mfu")
     if ((model == "gpt2-124m" || model == "gpt3-1.3b") && mfu != "" && mfu + 0 > mfu_best[model] + 0) {
@@ -66,12 +67,12 @@ part == "train" {
     next
 }
 function target(name, value, goal, extra) {
-    printf "    %s: {\"measured\": %s, \"target\": %s%s}", str(name), value == "" ? "null" : value, goal, extra
+    printf "    %s: {\"measured\": %s, \"target\": %s%s}", str(name), (value == "" ? "null" : value), goal, extra
 }
 function list(name, a, n,    i) {
     printf "  %s: [", str(name)
-    for (i = 1; i <= n; i++) printf "%s\n    %s", i > 1 ? "," : "", a[i]
-    printf "%s]", n ? "\n  " : ""
+    for (i = 1; i <= n; i++) printf "%s\n    %s", (i > 1 ? "," : ""), a[i]
+    printf "%s]", (n ? "\n  " : "")
 }
 END {
     printf "{\n"
@@ -80,7 +81,7 @@ END {
     printf "  \"targets\": {\n"
     target("gpt2_124m_mfu", mfu_best["gpt2-124m"], "0.50", ", \"attention\": " str(mfu_att["gpt2-124m"])); printf ",\n"
     target("gpt3_1.3b_mfu", mfu_best["gpt3-1.3b"], "0.55", ", \"attention\": " str(mfu_att["gpt3-1.3b"])); printf ",\n"
-    target("attention_fwd_tflops_T2048_HS128", best ? best : "", "350", ", \"kernel\": " str(best_op)); printf "\n  },\n"
+    target("attention_fwd_tflops_T2048_HS128", (best ? best : ""), "350", ", \"kernel\": " str(best_op)); printf "\n  },\n"
     printf "  \"peak_memory_predicted_vs_measured\": {\"tolerance\": 0.01, "; list("cases", mem, nrows); printf "},\n"
     printf "  \"iteration_time_predicted_vs_measured\": {\"tolerance\": 0.10, "; list("cases", tim, nrows); printf "},\n"
     list("bench_train", rows, nrows); printf "\n}\n"

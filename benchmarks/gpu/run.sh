@@ -37,6 +37,11 @@ nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 
 . "$top/benchmarks/gpu/fresh.sh"
+# PyTorch's wheels bring NCCL and cuDNN to the GPU machine (no MPI there): their folders go on
+# LD_LIBRARY_PATH first, so that the carried programs find them (and are not rebuilt for want of them)
+libdirs=$(find /opt/torch/.venv \( -name 'libnccl.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
+    sed 's|/[^/]*$||' | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 if prebuilt "$out/run.sources.sha256" "$out/test_cuda_kernels" "$out/bench_kernels" "$out/wgmma_probe"; then
     echo "== build: the programs in $out were built from these sources ($arch): not rebuilt"
 else
@@ -116,7 +121,7 @@ step() {
         printf '%-10s %4s s  %s\n' "$name" "$2" "$cmd"
         return 0
     fi
-    if [ "$limit" -lt "$min_step" ]; then
+    if [ "$left" -lt "$min_step" ] && [ "$left" -lt "$2" ]; then
         printf '%s\t0\t0\tskipped: %s s of the budget left\n' "$name" "$left" >>"$out/steps.tsv"
         echo "== $name: skipped ($left s of the budget left)"
         return 0
@@ -130,6 +135,7 @@ step() {
     [ "$rc" = 0 ] || verdict="failed (exit $rc)"
     [ "$rc" != 124 ] && [ "$rc" != 137 ] || verdict="cut at $limit s"
     grep -q '^not ok' "$out/$name.log" && verdict="$verdict, checks failed"
+    grep -q 'SKIP no GPU' "$out/$name.log" && verdict="$verdict, no GPU"
     [ "$verdict" = ok ] || status=1
     printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$dt" "$verdict" >>"$out/steps.tsv"
     tail -5 "$out/$name.log"
@@ -139,11 +145,6 @@ step() {
     keep "$out/$name.log" "$out/steps.tsv" "$out/last.json" "$out"/train_*.json "$out/bench.json" "$out/env.txt"
 }
 
-# env: the device and the libraries this machine has. PyTorch's wheels bring NCCL and cuDNN
-# (no MPI here): their folders go on LD_LIBRARY_PATH for every later step.
-libdirs=$(find /opt/torch/.venv \( -name 'libnccl.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
-    sed 's|/[^/]*$||' | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 {
     echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
     echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -162,7 +163,11 @@ step gpt3 120 "'$out/bench_train' --only gpt3-1.3b --attention $att --json '$out
 step attention 75 "'$out/bench_kernels' --quick --json '$out/bench.json'"
 step nccl 40 "'$out/nccl_check' --timeout 30"
 step tracking 120 "'$out/bench_train' --quick --attention $att --json '$out/train_all.json'"
-step sanitizer 90 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels'"
+if [ -x "$cuda/bin/compute-sanitizer" ]; then
+    step sanitizer 90 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels'"
+else
+    echo "== sanitizer: no $cuda/bin/compute-sanitizer"
+fi
 if [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; then
     step ranks 120 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
 fi
@@ -170,6 +175,7 @@ fi
 [ "${DRY_RUN:-0}" = 1 ] && exit 0
 echo "== summary ($(( $(date +%s) - t_start )) s of $budget)"
 column -t -s "$(printf '\t')" "$out/steps.tsv" 2>/dev/null || cat "$out/steps.tsv"
-cp -f "$out/last.json" "$top/benchmarks/gpu/last.json" 2>/dev/null || true
+# the tree's copy (to commit) only from a run that had a GPU
+[ -z "$(sed -n 's/^device=//p' "$out/env.txt")" ] || cp -f "$out/last.json" "$top/benchmarks/gpu/last.json" 2>/dev/null || true
 keep "$out/last.json"
 exit $status
