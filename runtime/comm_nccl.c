@@ -440,6 +440,9 @@ static void nccl_error_string(const CommBackend *self, int code, char *buf, size
 const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be) {
     Nccl *x = calloc(1, sizeof *x);
     if (!x) return NULL;
+    // NCCL connects every peer at init, not at the first collective that needs
+    // each (runtime/comm_nccl_link.c says why); set before NCCL reads its environment
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     x->be = be;
     x->ns = be->stream_create(be);
     x->entered = be->event_create(be);

@@ -56,8 +56,8 @@ const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be);
 void comm_nccl_follow(const CommBackend *nccl, BackendStream *s);
 // Creates the world's NCCL communicator and splits one for each of groups[0, n)
 // off it now rather than at their first device collective (collective over
-// world: every rank passes its own groups, in the same order, each containing
-// it): at start, so that NCCL takes its device memory (counted in
+// world: every rank passes the same number of slots, in the same order, each
+// its own group or NULL where it has none of more than one rank): at start, so that NCCL takes its device memory (counted in
 // comm_nccl_device_bytes) before the arenas take theirs. 0, or an error code
 // of the backend.
 int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *const *groups, int n);

@@ -11,7 +11,8 @@
 // first collective that needs each algorithm and protocol, after the arenas
 // have taken the card. NCCL_RUNTIME_CONNECT=0 (NCCL >= 2.22) makes init connect
 // everything, so comm_nccl_prepare sees the whole cost in the device's free
-// bytes. A warm-up collective would not do: a one-element all-reduce connects
+// bytes (comm_nccl_new sets it, before NCCL's first call reads its
+// environment; a value the user set wins). A warm-up collective would not do: a one-element all-reduce connects
 // only the protocol its size picks (LL), not the Simple protocol and the NVLS
 // or tree buffers that the large gradient all-reduces use later.
 #include <stdint.h>
@@ -50,8 +51,6 @@ static ncclConfig_t nonblocking(void) {
     c.blocking = 0;
     return c;
 }
-
-static void connect_at_init(void) { setenv("NCCL_RUNTIME_CONNECT", "0", 0); }  // the user's value wins
 
 // The job ends (exit 4, as a hung collective): `what` on a group of `size` ranks
 // has not finished after `waited` seconds.
@@ -124,7 +123,6 @@ static int init_link(Nccl *x, const CommGroup *g, const Link **out) {
     inner->set_context(inner, x->context);
     if (rc) return rc;
     if (!boot.ok) return ERR_NCCL_INIT;
-    connect_at_init();
     ncclConfig_t config = nonblocking();
     ncclResult_t r = ncclCommInitRankConfig(&l.comm, l.size, boot.id, l.rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_rc(x, r, NULL);
@@ -149,15 +147,23 @@ int nccl_link_of(Nccl *x, const CommGroup *g, const Link **out) {
 // of every rank in the world's order (dp or tp alone) borrows the world's
 // communicator instead (on every rank or none): another one would only cost
 // NCCL's buffers again.
+// g NULL: this rank takes part without a group of its own (NCCL_SPLIT_NOCOLOR).
 static int split_link(Nccl *x, const Link *world, const CommGroup *g, CommGroup *world_group) {
     const CommBackend *inner = x->wrap.inner;
     int at = free_link(x);
     if (at < 0) return ERR_NCCL_GROUPS;
-    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g), 0};
+    Link l = {g, NULL, g ? inner->group_rank(inner, g) : 0, g ? inner->group_size(inner, g) : 0, 0};
     // (a one-rank world's groups split as any other: there are no peers to connect)
-    int32_t same = l.size == world->size && l.rank == world->rank && l.size > 1;
+    int32_t same = g && l.size == world->size && l.rank == world->rank && l.size > 1;
     int rc = inner->all_reduce(inner, &same, &same, 1, MIST_I32, COMM_SUM, world_group);
     if (rc) return rc;
+    ncclConfig_t config = nonblocking();
+    if (!g) {
+        ncclComm_t none = NULL;
+        ncclResult_t r = ncclCommSplit(world->comm, NCCL_SPLIT_NOCOLOR, world->rank, &none, &config);
+        if (r != ncclSuccess && r != ncclInProgress) return nccl_rc(x, r, world->comm);
+        return nccl_settle(x, world->comm, "ncclCommSplit", world->rank, world->size);
+    }
     if (same == world->size) {
         l.comm = world->comm, l.borrowed = 1;
         x->links[at] = l;
@@ -167,7 +173,6 @@ static int split_link(Nccl *x, const Link *world, const CommGroup *g, CommGroup 
     int32_t colour = world->rank;
     rc = inner->broadcast(inner, &colour, 1, MIST_I32, 0, (CommGroup *)g);
     if (rc) return rc;
-    ncclConfig_t config = nonblocking();
     // the split shares the world's buffers: every collective of this backend goes
     // on one stream, so the communicators never run at once anyway
     config.splitShare = 1;
@@ -191,7 +196,9 @@ int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *cons
     int rc = nccl_link_of(x, world, &w);
     int wi = (int)(w ? w - x->links : 0);
     for (int i = 0; !rc && i < n; i++)
-        if (!find(x, groups[i])) rc = split_link(x, &x->links[wi], groups[i], world);  // links do not move
+        // every rank takes part in every split (links do not move): one with no group of its
+        // own in this slot, or whose group has its communicator already, without a colour
+        rc = split_link(x, &x->links[wi], groups[i] && !find(x, groups[i]) ? groups[i] : NULL, world);
     if (known && be->device_free_bytes(be, &after) == 0 && before > after) x->device_bytes += before - after;
     return rc;
 }
@@ -200,11 +207,12 @@ void nccl_links_destroy(Nccl *x, Link *first, int n) {
     // ncclCommFinalize is the collective half of a destroy (it flushes the
     // communicator's work with its peers); started on all at once and waited
     // on together, no rank's order can block another's; ncclCommDestroy then
-    // frees locally. Every rank goes through its links in the same order.
+    // frees locally. Every rank goes through its links in the same order: the
+    // last made first, so that split communicators go before the world's they share.
     int failed = 0;
     for (int i = 0; i < n; i++)
         if (first[i].borrowed) first[i] = (Link){0};  // its owner destroys the communicator
-    for (int i = 0; i < n; i++)
+    for (int i = n - 1; i >= 0; i--)
         if (first[i].g && first[i].comm) {
             ncclResult_t r = ncclCommFinalize(first[i].comm);
             failed |= r != ncclSuccess && r != ncclInProgress;
@@ -226,7 +234,7 @@ void nccl_links_destroy(Nccl *x, Link *first, int n) {
                          waited);
         if (busy) backoff(&pause);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = n - 1; i >= 0; i--)
         if (first[i].g && first[i].comm) {
             // a failed finalize leaves peers that may never answer: abort does not wait for them
             if (failed) ncclCommAbort(first[i].comm);

@@ -63,13 +63,19 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
 #ifdef HAVE_NCCL
-    if (c->path != COMM_PATH_NCCL) return 0;
-    // dp and tp sizes are the same on every rank, so every rank keeps the same ones
+    if (c->path != COMM_PATH_NCCL || n > 8) return 0;
+    // a group of one rank needs no communicator; the slots stay (every rank takes part in
+    // every split: pipeline stages can differ in dp and tp), and NCCL is set up where any
+    // rank has a group of several
     CommGroup *several[8];
-    int k = 0;
-    for (int i = 0; i < n && k < 8; i++)
-        if (c->comm->group_size(c->comm, groups[i]) > 1) several[k++] = groups[i];
-    if (k > 0) return comm_nccl_prepare(c->comm, c->world, several, k);
+    int32_t any = 0;
+    for (int i = 0; i < n; i++) {
+        several[i] = c->comm->group_size(c->comm, groups[i]) > 1 ? groups[i] : NULL;
+        any += several[i] != NULL;
+    }
+    int rc = c->comm->all_reduce(c->comm, &any, &any, 1, MIST_I32, COMM_SUM, c->world);
+    if (rc || !any) return rc;
+    return comm_nccl_prepare(c->comm, c->world, several, n);
 #endif
     return 0;
 }

@@ -28,8 +28,8 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 // At start, before the device arenas are allocated: the groups that will carry
 // collectives of device memory get their NCCL communicators now, split off the
 // world's (collective over the world; every rank passes its groups in the same
-// order; groups of one rank are skipped), so that NCCL's buffers are taken
-// first. A no-op off the NCCL path.
+// order, at most 8; groups of one rank need none), so that NCCL's buffers are
+// taken first. A no-op off the NCCL path.
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n);
 // The path in words: "NCCL 2.28.3", "staged through pinned host memory: <why>", "MPI on host memory".
 void comm_select_describe(const CommChoice *c, char *buf, size_t len);
