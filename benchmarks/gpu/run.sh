@@ -18,9 +18,10 @@
 #   sanitizer  compute-sanitizer memcheck on test_cuda_kernels
 #   ranks      several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
 # A step starts only with at least MIN_STEP_S (20) of the budget left and runs at most what
-# is left. After each step its log (and JSON) is copied to $OUT/gpu when $OUT is set, and
-# OUTDIR/last.json (benchmarks/gpu/last_json.sh) is rewritten, then copied too: a run cut
-# short keeps every step that finished. OUTDIR/steps.tsv: step, exit, seconds, status.
+# is left. After each step OUTDIR/last.json (benchmarks/gpu/last_json.sh) is rewritten and,
+# when $OUT is set, copied there with steps.tsv and gpu-logs.tgz (every log and JSON so
+# far): a run cut short keeps every step that finished. OUTDIR/steps.tsv: step, exit,
+# seconds, status. A run that had a GPU also copies last.json to benchmarks/gpu/last.json.
 # Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels),
 # BUDGET_S (420: the steps' total, in seconds), ATTENTION (the attention kernels of the
 # training steps: wgmma), STEPS (a space-separated subset of the step names, in list order),
@@ -97,13 +98,18 @@ attention=${ATTENTION:-wgmma}
 t_start=$(date +%s)
 status=0
 : >"$out/steps.tsv"
+# a kept OUTDIR: the last run's results go (a step of this run that does not run leaves none)
+(cd "$out" && rm -f env.log kernels.log gpt2.log gpt3.log attention.log nccl.log tracking.log sanitizer.log \
+    ranks.log train_*.json bench.json last.json)
 
-# keep COPY...: the files to $OUT/gpu (when $OUT is set), at once
+# keep: what the steps left so far to $OUT (when set): last.json and steps.tsv, and every log
+# and JSON in $OUT/gpu-logs.tgz (few files: the device tool brings back 8 at most)
 keep() {
     [ -n "${OUT:-}" ] || return 0
-    mkdir -p "$OUT/gpu"
-    for f in "$@"; do [ -f "$f" ] && cp -f "$f" "$OUT/gpu/"; done
-    return 0
+    mkdir -p "$OUT"
+    (cd "$out" && tar czf "$OUT/gpu-logs.tgz.part" -- *.log *.json steps.tsv env.txt 2>/dev/null) || true
+    mv -f "$OUT/gpu-logs.tgz.part" "$OUT/gpu-logs.tgz" 2>/dev/null || true
+    cp -f "$out/last.json" "$out/steps.tsv" "$OUT/" 2>/dev/null || true
 }
 # a JSON file cut short (its writer killed by the timeout) is closed, so that it parses
 close_json() {
@@ -142,7 +148,7 @@ step() {
     echo "== $name: $verdict in $dt s"
     for j in "$out"/*.json; do close_json "$j"; done
     sh "$top/benchmarks/gpu/last_json.sh" "$out" >"$out/last.json" || true
-    keep "$out/$name.log" "$out/steps.tsv" "$out/last.json" "$out"/train_*.json "$out/bench.json" "$out/env.txt"
+    keep
 }
 
 {
@@ -177,5 +183,5 @@ echo "== summary ($(( $(date +%s) - t_start )) s of $budget)"
 column -t -s "$(printf '\t')" "$out/steps.tsv" 2>/dev/null || cat "$out/steps.tsv"
 # the tree's copy (to commit) only from a run that had a GPU
 [ -z "$(sed -n 's/^device=//p' "$out/env.txt")" ] || cp -f "$out/last.json" "$top/benchmarks/gpu/last.json" 2>/dev/null || true
-keep "$out/last.json"
+keep
 exit $status
