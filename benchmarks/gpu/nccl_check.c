@@ -247,7 +247,8 @@ int main(int argc, char **argv) {
     }
     t0 = now();
     comm_nccl_free(C);
-    check(1, "destroy: finalised and destroyed in %.2f s", now() - t0);
+    // a destroy that never finishes ends the run (exit 4) from inside: here it has finished
+    printf("# destroy: finalised and destroyed in %.2f s\n", now() - t0);
     be->stream_destroy(be, st);
     be->destroy(be);
     printf("1..%d\nnccl_check: %d passed, %d failed\n", passed + failed, passed, failed);
