@@ -3,69 +3,17 @@
 // Every NCCL call goes on one stream of ours (ns) after an event recorded on
 // the followed stream, then an event recorded on ns marks its end: a request
 // is that event. NCCL enqueues and returns, so several collectives can be in
-// flight while the GPU computes; wait() polls the event (and NCCL's
-// asynchronous error state, and the clock) until it has passed.
-#include <nccl.h>
+// flight while the GPU computes. Stream-ordered (comm_nccl_stream_ordered),
+// completing one is the followed stream waiting on its event: the host never
+// waits; the event is checked afterwards (NCCL's asynchronous errors, the
+// timeout) at every later call. Otherwise wait() polls the event until it has
+// passed. The communicators' lives are in runtime/comm_nccl_link.c.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "runtime/comm_nccl.h"
-#include "runtime/comm_wrap.h"
-
-enum {
-    ERR_NCCL_P2P = -201,    // device point-to-point
-    ERR_NCCL_MIXED = -202,  // one buffer on the device, the other on the host
-    ERR_NCCL_DTYPE = -203,  // a reduction NCCL (or this interface) does not define
-    ERR_NCCL_POOL = -204,
-    ERR_NCCL_GROUPS = -205,
-    ERR_NCCL_OVERLAP = -206,
-    ERR_NCCL_INIT = -207,  // the unique id could not be made on the group's rank 0
-    ERR_NCCL_BASE = -300,  // ERR_NCCL_BASE - r: ncclResult_t r from a call
-};
-
-// The NCCL communicator of each group that has had a device collective. An
-// entry stays where it is until its group is freed (in-flight requests point
-// at it); a freed entry (g NULL) is reused.
-typedef struct {
-    const CommGroup *g;
-    ncclComm_t comm;
-    int rank, size;
-} Link;
-#define MAX_LINKS 256
-
-// One operation in flight: the event on ns that marks its end.
-typedef struct {
-    int in_use;
-    BackendEvent *done;
-    const char *what;
-    size_t count;
-    MistDtype t;
-    const Link *link;
-} Slot;
-
-// One wrapper: the backend it hands out, whose ctx points here.
-typedef struct {
-    CommWrap wrap;                     // the inner (MPI) backend (first: comm_wrap.h)
-    CommBackend iface;                 // what comm_nccl_new returns
-    Backend *be;                       // whose device memory NCCL moves
-    BackendStream *follow, *ns;        // the followed stream, NCCL's stream
-    BackendEvent *entered;             // recorded on `follow` before each call
-    long long calls;
-    int made;                          // communicators created
-    double timeout;
-    char context[128];
-    ncclResult_t last_result;          // for error_string: the call that failed
-    char last_detail[256];
-    Link links[MAX_LINKS];
-    int num_links;
-    Slot slots[COMM_MAX_REQUESTS];
-    int slots_used;  // slots [0, slots_used) have an event
-} Nccl;
-
-static Nccl *nccl_of(const CommBackend *self) { return self->ctx; }
+#include "runtime/comm_nccl_impl.h"
 
 static int on_device(const Nccl *x, const void *p) {
     return p && x->be->is_device_memory && x->be->is_device_memory(x->be, p);
@@ -75,58 +23,6 @@ static int is_slot(const Nccl *x, const CommRequest *r) {
 }
 static cudaStream_t stream(const Nccl *x) { return (cudaStream_t)x->be->native_stream(x->be, x->ns); }
 
-static int nccl_rc(Nccl *x, ncclResult_t r, ncclComm_t comm) {
-    if (r == ncclSuccess) return 0;
-    x->last_result = r;
-    const char *detail = comm ? ncclGetLastError(comm) : NULL;
-    snprintf(x->last_detail, sizeof x->last_detail, "%s", detail ? detail : "");
-    return ERR_NCCL_BASE - (int)r;
-}
-
-// The group's link, its communicator created on first use (collective over
-// the group: every member is in the same collective call).
-static int link_of(Nccl *x, const CommGroup *g, const Link **out) {
-    const CommBackend *inner = x->wrap.inner;
-    for (int i = 0; i < x->num_links; i++)
-        if (x->links[i].g == g) {
-            *out = &x->links[i];
-            return 0;
-        }
-    int at = x->num_links;
-    for (int i = 0; i < x->num_links && at == x->num_links; i++)
-        if (!x->links[i].g) at = i;
-    if (at == MAX_LINKS) return ERR_NCCL_GROUPS;
-    Link l = {g, NULL, inner->group_rank(inner, g), inner->group_size(inner, g)};
-    // the id and whether rank 0 could make it, so that a failure there fails
-    // every member instead of leaving them waiting in init
-    struct {
-        ncclUniqueId id;
-        int32_t ok;
-    } boot;
-    memset(&boot, 0, sizeof boot);
-    if (l.rank == 0) boot.ok = nccl_rc(x, ncclGetUniqueId(&boot.id), NULL) == 0;
-    int rc = inner->broadcast(inner, &boot, sizeof boot, MIST_U8, 0, (CommGroup *)g);
-    if (rc) return rc;
-    if (!boot.ok) return ERR_NCCL_INIT;
-    // ncclCommInitRank waits for every member without a limit: meet in a barrier first,
-    // whose wait runs into [cluster] comm_timeout with the hang report when one never comes
-    char ctx[sizeof x->context + 64];
-    snprintf(ctx, sizeof ctx, "%s%screating an NCCL communicator", x->context, x->context[0] ? ": " : "");
-    inner->set_context(inner, ctx);
-    CommRequest *met = NULL;
-    rc = inner->ibarrier(inner, (CommGroup *)g, &met);
-    if (!rc) rc = inner->wait(inner, met);
-    inner->set_context(inner, x->context);
-    if (rc) return rc;
-    rc = nccl_rc(x, ncclCommInitRank(&l.comm, l.size, boot.id, l.rank), NULL);
-    if (rc) return rc;
-    x->made++;
-    x->links[at] = l;
-    if (at == x->num_links) x->num_links++;
-    *out = &x->links[at];
-    return 0;
-}
-
 // A group freed through this backend takes its communicator with it (a later
 // group at the same address must not find it); no operation on it may be in flight.
 static void nccl_group_free(const CommBackend *self, CommGroup *g) {
@@ -135,15 +31,14 @@ static void nccl_group_free(const CommBackend *self, CommGroup *g) {
     for (int i = 0; g && i < x->num_links; i++)
         if (x->links[i].g == g) {
             x->be->stream_synchronize(x->be, x->ns);
-            ncclCommDestroy(x->links[i].comm);
-            x->links[i] = (Link){0};
+            nccl_links_destroy(x, &x->links[i], 1);
         }
     inner->group_free(inner, g);
 }
 
 // NCCL's stream after the work queued so far on the followed stream (or on
 // the whole device when none is set): the buffers hold what those kernels wrote.
-static void enter(const Nccl *x) {
+static void enter(Nccl *x) {
     Backend *be = x->be;
     if (x->follow) {
         be->event_record(be, x->entered, x->follow);
@@ -153,24 +48,7 @@ static void enter(const Nccl *x) {
     }
 }
 
-static Slot *take(Nccl *x) {
-    for (int i = 0; i < x->slots_used; i++)
-        if (!x->slots[i].in_use) return &x->slots[i];
-    if (x->slots_used == COMM_MAX_REQUESTS) return NULL;
-    Slot *s = &x->slots[x->slots_used];
-    s->done = x->be->event_create(x->be);
-    if (!s->done) return NULL;
-    x->slots_used++;
-    return s;
-}
-
 // ---- completion ----------------------------------------------------------------
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // NCCL's asynchronous error on the slot's communicator (a peer failed, a
 // network error): 0 while there is none
@@ -198,35 +76,99 @@ static void report_hang(const Nccl *x, const Slot *s, double waited) {
     inner->abort(inner, 4, msg);
 }
 
+// One look at an operation in flight: 1 when it has completed (its slot free
+// again), 0 while it runs; *rc: NCCL's asynchronous error, if any (which frees
+// it too). Past the timeout, counted from when it was enqueued, the job ends.
+static int look(Nccl *x, Slot *s, int *rc) {
+    *rc = 0;
+    if (!x->be->event_query(x->be, s->done)) {
+        if ((*rc = async_error(x, s)) == 0) {
+            double waited = nccl_now() - s->since;
+            if (x->timeout > 0 && waited > x->timeout) report_hang(x, s, waited);
+            return 0;
+        }
+    }
+    s->in_use = s->ordered = 0;
+    return 1;
+}
+
+// The stream-ordered operations the host has not seen end: those that have,
+// freed; the first asynchronous error, returned (0: none).
+static int sweep(Nccl *x) {
+    int first = 0, rc;
+    for (int i = 0; i < x->slots_used; i++)
+        if (x->slots[i].in_use && x->slots[i].ordered) {
+            look(x, &x->slots[i], &rc);
+            if (!first) first = rc;
+        }
+    return first;
+}
+
+// The host waits for one operation, polling its event (a peer's failure or a
+// hang must be seen, which a blocking event wait would not).
+static int host_wait(Nccl *x, Slot *s) {
+    int rc;
+    for (unsigned polls = 1;; polls++) {
+        if (x->be->event_query(x->be, s->done)) break;
+        // NCCL's error state and the clock every 256 polls: cheap enough between
+        if (polls % 256 == 0 && look(x, s, &rc)) return rc;
+    }
+    s->in_use = s->ordered = 0;
+    return 0;
+}
+
+static Slot *take(Nccl *x) {
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < x->slots_used; i++)
+            if (!x->slots[i].in_use) return &x->slots[i];
+        if (x->slots_used < COMM_MAX_REQUESTS) break;
+        // every slot busy: the host waits for the stream-ordered ones (completed, they free theirs)
+        if (pass == 0) comm_nccl_drain(&x->iface);
+    }
+    if (x->slots_used == COMM_MAX_REQUESTS) return NULL;
+    Slot *s = &x->slots[x->slots_used];
+    s->done = x->be->event_create(x->be);
+    if (!s->done) return NULL;
+    x->slots_used++;
+    return s;
+}
+
+// Stream-ordered, the followed stream waits on the operation's end: what is
+// queued on it afterwards reads the result, and the host goes on at once.
+static int complete(Nccl *x, Slot *s) {
+    if (x->stream_ordered && x->follow) {
+        x->be->stream_wait_event(x->be, x->follow, s->done);
+        s->ordered = 1;
+        return sweep(x);
+    }
+    return host_wait(x, s);
+}
+
 static int nccl_wait(const CommBackend *self, CommRequest *req) {
     Nccl *x = nccl_of(self);
     const CommBackend *inner = x->wrap.inner;
     if (!is_slot(x, req)) return inner->wait(inner, req);
-    Slot *s = (Slot *)req;
-    int rc = 0;
-    double t0 = now_seconds();
-    // the event is polled rather than waited on, so that a peer's failure
-    // (async error) or a hang (timeout) is seen; the clock every 256 polls
-    for (unsigned polls = 1; !x->be->event_query(x->be, s->done); polls++) {
-        if (polls % 256) continue;
-        if ((rc = async_error(x, s)) != 0) break;
-        double waited = now_seconds() - t0;
-        if (x->timeout > 0 && waited > x->timeout) report_hang(x, s, waited);
-    }
-    s->in_use = 0;
-    return rc;
+    return complete(x, (Slot *)req);
 }
 
 static int nccl_test(const CommBackend *self, CommRequest *req, int *done) {
     Nccl *x = nccl_of(self);
     const CommBackend *inner = x->wrap.inner;
     if (!is_slot(x, req)) return inner->test(inner, req, done);
-    Slot *s = (Slot *)req;
-    int rc = 0;
-    *done = x->be->event_query(x->be, s->done);
-    if (!*done && (rc = async_error(x, s)) != 0) *done = 1;
-    if (*done) s->in_use = 0;
+    int rc;
+    *done = look(x, (Slot *)req, &rc);
     return rc;
+}
+
+int comm_nccl_drain(const CommBackend *nccl) {
+    Nccl *x = nccl_of(nccl);
+    int first = 0;
+    for (int i = 0; i < x->slots_used; i++)
+        if (x->slots[i].in_use && x->slots[i].ordered) {
+            int rc = host_wait(x, &x->slots[i]);
+            if (!first) first = rc;
+        }
+    return first;
 }
 
 static void nccl_set_timeout(const CommBackend *self, double seconds) {
@@ -241,6 +183,14 @@ static void nccl_set_context(const CommBackend *self, const char *c) {
 }
 
 // ---- starting an operation ------------------------------------------------------
+
+// A collective's result: on a non-blocking communicator NCCL may still be
+// enqueueing it (ncclInProgress), and no other call may go to the
+// communicator until it has finished (NCCL's rule), which is waited for here.
+static int issued(Nccl *x, ncclResult_t r, const Link *l) {
+    if (r == ncclInProgress) return nccl_settle(x, l->comm, "enqueueing an NCCL collective", l->rank, l->size);
+    return nccl_rc(x, r, l->comm);
+}
 
 static int nccl_type(MistDtype t, ncclDataType_t *out) {
     switch (t) {
@@ -281,14 +231,14 @@ static int started(const CommBackend *self, int rc, const char *what, size_t cou
         x->be->stream_synchronize(x->be, x->ns);
         return ERR_NCCL_POOL;
     }
-    *s = (Slot){1, s->done, what, count, t, l};
+    *s = (Slot){1, 0, s->done, what, count, t, l, nccl_now()};
     x->be->event_record(x->be, s->done, x->ns);
     x->calls++;
     if (req) {
         *req = (CommRequest *)s;
         return 0;
     }
-    return nccl_wait(self, (CommRequest *)s);
+    return complete(x, s);
 }
 
 static int start_all_reduce(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
@@ -299,10 +249,10 @@ static int start_all_reduce(const CommBackend *self, const void *send, void *rec
     size_t bytes = count * mist_dtype_size(t);
     if (send != recv && overlap(send, bytes, recv, bytes)) return ERR_NCCL_OVERLAP;
     const Link *l;
-    int rc = link_of(x, g, &l);
+    int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     enter(x);
-    rc = nccl_rc(x, ncclAllReduce(send, recv, count, nt, nccl_op(op), l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclAllReduce(send, recv, count, nt, nccl_op(op), l->comm, stream(x)), l);
     return started(self, rc, "all_reduce", count, t, l, req);
 }
 
@@ -315,7 +265,7 @@ static int start_reduce_scatter(const CommBackend *self, const void *send, void 
     ncclDataType_t nt;
     if (!reduction_ok(t) || nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = link_of(x, g, &l);
+    int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     size_t block = count * mist_dtype_size(t);
     char *mine = (char *)send + (size_t)l->rank * block;
@@ -323,7 +273,7 @@ static int start_reduce_scatter(const CommBackend *self, const void *send, void 
     if (!at_start && recv != mine && overlap(send, block * (size_t)l->size, recv, block)) return ERR_NCCL_OVERLAP;
     void *dst = at_start ? mine : recv;
     enter(x);
-    rc = nccl_rc(x, ncclReduceScatter(send, dst, count, nt, nccl_op(op), l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclReduceScatter(send, dst, count, nt, nccl_op(op), l->comm, stream(x)), l);
     if (!rc && at_start && block) x->be->copy_d2d(x->be, recv, mine, block, x->ns);  // ordered after it on ns
     return started(self, rc, "reduce_scatter", count, t, l, req);
 }
@@ -335,13 +285,13 @@ static int start_all_gather(const CommBackend *self, const void *send, void *rec
     ncclDataType_t nt;
     if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = link_of(x, g, &l);
+    int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     size_t block = count * mist_dtype_size(t);
     char *mine = (char *)recv + (size_t)l->rank * block;
     if (send != mine && overlap(send, block, recv, block * (size_t)l->size)) return ERR_NCCL_OVERLAP;
     enter(x);
-    rc = nccl_rc(x, ncclAllGather(send, recv, count, nt, l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclAllGather(send, recv, count, nt, l->comm, stream(x)), l);
     return started(self, rc, "all_gather", count, t, l, req);
 }
 
@@ -351,10 +301,10 @@ static int start_broadcast(const CommBackend *self, void *buf, size_t count, Mis
     ncclDataType_t nt;
     if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = link_of(x, g, &l);
+    int rc = nccl_link_of(x, g, &l);
     if (rc) return rc;
     enter(x);
-    rc = nccl_rc(x, ncclBroadcast(buf, buf, count, nt, root, l->comm, stream(x)), l->comm);
+    rc = issued(x, ncclBroadcast(buf, buf, count, nt, root, l->comm, stream(x)), l);
     return started(self, rc, "broadcast", count, t, l, req);
 }
 
@@ -490,6 +440,9 @@ static void nccl_error_string(const CommBackend *self, int code, char *buf, size
 const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be) {
     Nccl *x = calloc(1, sizeof *x);
     if (!x) return NULL;
+    // NCCL connects every peer at init, not at the first collective that needs
+    // each (runtime/comm_nccl_link.c says why); set before NCCL reads its environment
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     x->be = be;
     x->ns = be->stream_create(be);
     x->entered = be->event_create(be);
@@ -517,12 +470,9 @@ const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be) {
     return w;
 }
 
-int comm_nccl_prepare(const CommBackend *nccl, const CommGroup *g) {
-    const Link *l;
-    return link_of(nccl_of(nccl), g, &l);
-}
-
 void comm_nccl_follow(const CommBackend *nccl, BackendStream *s) { nccl_of(nccl)->follow = s; }
+void comm_nccl_stream_ordered(const CommBackend *nccl, int on) { nccl_of(nccl)->stream_ordered = on != 0; }
+size_t comm_nccl_device_bytes(const CommBackend *nccl) { return nccl_of(nccl)->device_bytes; }
 long long comm_nccl_calls(const CommBackend *nccl) { return nccl_of(nccl)->calls; }
 int comm_nccl_communicators(const CommBackend *nccl) { return nccl_of(nccl)->made; }
 
@@ -539,9 +489,9 @@ void comm_nccl_free(const CommBackend *nccl) {
     if (!nccl) return;
     Nccl *x = nccl_of(nccl);
     Backend *be = x->be;
+    comm_nccl_drain(nccl);  // NCCL's errors were the job's to see; none is left to report here
     if (x->ns) be->stream_synchronize(be, x->ns);
-    for (int i = 0; i < x->num_links; i++)
-        if (x->links[i].g) ncclCommDestroy(x->links[i].comm);
+    nccl_links_destroy(x, x->links, x->num_links);
     for (int i = 0; i < x->slots_used; i++) be->event_destroy(be, x->slots[i].done);
     if (x->entered) be->event_destroy(be, x->entered);
     if (x->ns) be->stream_destroy(be, x->ns);

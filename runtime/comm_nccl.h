@@ -14,11 +14,25 @@
 //
 // Ordering: a collective runs on NCCL's own stream after the work already
 // queued on the followed stream (comm_nccl_follow; the whole device is
-// synchronised while none is set), so the GPU keeps computing while it moves;
-// wait() returns once it has completed (test() says whether it has), so
-// afterwards any stream, and the host, may use the buffers. A wait past
-// the timeout (set_timeout) or an asynchronous NCCL error ends the job with
-// a report naming the operation, like the MPI backend's.
+// synchronised while none is set), so the GPU keeps computing while it moves.
+// Completion (wait(), or the end of a blocking call):
+// - host-ordered (the default): it returns once the collective has completed
+//   (test() says whether it has), so afterwards any stream, and the host, may
+//   use the buffers;
+// - stream-ordered (comm_nccl_stream_ordered, with a followed stream): the
+//   followed stream waits on the collective's end event and the call returns
+//   at once; work queued on that stream afterwards sees the result, the host
+//   after synchronising that stream (or comm_nccl_drain). The host checks such
+//   collectives at every later completion (NCCL's asynchronous errors, the
+//   timeout counted from the enqueue).
+// A collective past the timeout (set_timeout) or an asynchronous NCCL error
+// ends the job with a report naming the operation, like the MPI backend's.
+//
+// Communicators are made non-blocking (ncclCommInitRankConfig, waited on under
+// the timeout); those of the groups given to comm_nccl_prepare are split off
+// the world's (ncclCommSplit), with NCCL connecting everything at init
+// (NCCL_RUNTIME_CONNECT=0), so its buffers are taken before the arenas. Every
+// NCCL error's text carries NCCL's own (ncclGetLastError).
 //
 // Results: reductions are NCCL's: bit-identical on every rank of the group and
 // run to run on the same machines, but the order of the additions is NCCL's
@@ -40,18 +54,31 @@ const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be);
 // The stream whose queued work a collective's buffers come from (the model
 // runtime's); NULL: synchronise the whole device before each collective.
 void comm_nccl_follow(const CommBackend *nccl, BackendStream *s);
-// Creates g's NCCL communicator now rather than at its first device collective
-// (collective over g): at start, so that NCCL takes its device memory before the
-// arenas take theirs. 0, or an error code of the backend.
-int comm_nccl_prepare(const CommBackend *nccl, const CommGroup *g);
+// Creates the world's NCCL communicator and splits one for each of groups[0, n)
+// off it now rather than at their first device collective (collective over
+// world: every rank passes the same number of slots, in the same order, each
+// its own group or NULL where it has none of more than one rank): at start, so that NCCL takes its device memory (counted in
+// comm_nccl_device_bytes) before the arenas take theirs. 0, or an error code
+// of the backend.
+int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *const *groups, int n);
+// Completion as the followed stream waiting on each collective's end (1) or
+// the host waiting for it (0, the default); see Ordering above.
+void comm_nccl_stream_ordered(const CommBackend *nccl, int on);
+// The host waits for every stream-ordered collective still in flight (under
+// the timeout): 0, or the first NCCL error among them.
+int comm_nccl_drain(const CommBackend *nccl);
+// Device bytes NCCL's communicators took in comm_nccl_prepare (the device's
+// free bytes before minus after; 0 where the backend cannot tell).
+size_t comm_nccl_device_bytes(const CommBackend *nccl);
 // Collectives that ran on NCCL through this wrapper so far.
 long long comm_nccl_calls(const CommBackend *nccl);
 // NCCL communicators this wrapper has created so far.
 int comm_nccl_communicators(const CommBackend *nccl);
 // NCCL's version as text ("2.28.3"), or why it cannot say.
 const char *comm_nccl_version(void);
-// Destroys the wrapper's NCCL communicators, stream and events, and the
-// wrapper. Call it before the groups are freed, with no operation in flight.
+// Destroys the wrapper's NCCL communicators (finalised together, then
+// destroyed in the same order on every rank, under the timeout), stream and
+// events, and the wrapper. Call it before the groups are freed.
 // NULL: nothing to free.
 void comm_nccl_free(const CommBackend *nccl);
 

@@ -28,6 +28,7 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
     memset(out, 0, sizeof *out);
     out->path = COMM_PATH_MPI;
     out->comm = mpi;
+    out->world = world;
     int on_host = be->device_memory_is_host;  // MPI reads it: no staging, no NCCL
     const char *force = getenv("MIST_COMM_STAGED");  // launch_check_env / train validate the value
     int force_staged = force && !strcmp(force, "1");
@@ -62,10 +63,19 @@ int comm_select(const CommBackend *mpi, Backend *be, CommGroup *world, CommChoic
 
 int comm_select_prepare(const CommChoice *c, CommGroup *const *groups, int n) {
 #ifdef HAVE_NCCL
-    for (int i = 0; c->path == COMM_PATH_NCCL && i < n; i++) {
-        int rc = c->comm->group_size(c->comm, groups[i]) > 1 ? comm_nccl_prepare(c->comm, groups[i]) : 0;
-        if (rc) return rc;
+    if (c->path != COMM_PATH_NCCL || n > 8) return 0;
+    // a group of one rank needs no communicator; the slots stay (every rank takes part in
+    // every split: pipeline stages can differ in dp and tp), and NCCL is set up where any
+    // rank has a group of several
+    CommGroup *several[8];
+    int32_t any = 0;
+    for (int i = 0; i < n; i++) {
+        several[i] = c->comm->group_size(c->comm, groups[i]) > 1 ? groups[i] : NULL;
+        any += several[i] != NULL;
     }
+    int rc = c->comm->all_reduce(c->comm, &any, &any, 1, MIST_I32, COMM_SUM, c->world);
+    if (rc || !any) return rc;
+    return comm_nccl_prepare(c->comm, c->world, several, n);
 #endif
     return 0;
 }
@@ -77,10 +87,15 @@ void comm_select_describe(const CommChoice *c, char *buf, size_t len) {
     else snprintf(buf, len, "MPI on host memory");
 }
 
-void comm_select_follow(const CommChoice *c, BackendStream *s) {
+int comm_select_follow(const CommChoice *c, BackendStream *s) {
 #ifdef HAVE_NCCL
-    if (c->path == COMM_PATH_NCCL) comm_nccl_follow(c->comm, s);
+    if (c->path == COMM_PATH_NCCL) {
+        comm_nccl_follow(c->comm, s);
+        comm_nccl_stream_ordered(c->comm, s != NULL);
+        return s != NULL;
+    }
 #endif
+    return 0;
 }
 
 int comm_select_communicators(const CommChoice *c) {

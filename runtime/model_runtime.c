@@ -85,7 +85,9 @@ static void release_grads(ModelRuntime *r) {
 // identical without any communication.
 static void tp_sum(ModelRuntime *r, void *buf, size_t count) {
     if (r->tp == 1) return;
-    r->be->stream_synchronize(r->be, r->stream);  // the comm backend reads the finished tensor
+    // the comm backend reads the finished tensor: NCCL, stream-ordered, enqueues the sum
+    // after the stream's work and the stream waits for it; the others read it from the host
+    if (!r->comm_stream_ordered) r->be->stream_synchronize(r->be, r->stream);
     commCheck(r->comm, r->comm->all_reduce(r->comm, buf, buf, count, r->be->dtype, COMM_SUM, r->tpg));
 }
 

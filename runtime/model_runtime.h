@@ -89,6 +89,7 @@ typedef struct ModelRuntime {
     int K;                 // in-flight micro-batch slots: min(S - s, G)
     Backend *be;
     BackendStream *stream;
+    int comm_stream_ordered;  // the comm backend orders its collectives on `stream` (comm_select_follow)
     int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;  // NH, NKV, F, FC, QKV: this tp rank's share; V global; L: the stage's blocks
     // tensor parallelism (Megatron): tp ranks of one stage split every block
     // matrix (column-parallel qkv and fc by output rows, row-parallel

@@ -369,7 +369,8 @@ static int plan_memory(Training *t) {
         if (t->S > 1) t->comm->abort(t->comm, 1, "memory plan failed");
         return 1;
     }
-    comm_select_follow(&t->choice, r->stream);  // the model's kernels write what the collectives send
+    // the model's kernels write what the collectives send (stream-ordered: tp_sum needs no host sync)
+    r->comm_stream_ordered = comm_select_follow(&t->choice, r->stream);
     mr_memory_predict(r, &t->pred_dev, &t->pred_host);
     int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
     return failed_anywhere(t, failed, "memory");

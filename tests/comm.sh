@@ -31,10 +31,13 @@ hang_case() {
 # operation and the context
 hang_case --hang 'hang test: NCCL all_reduce of 4 f32 elements, on a group of 2 ranks .* has not completed after 1 s' \
     "NCCL path, a collective that never completes"
-# a member that never reaches a communicator's creation: the barrier before ncclCommInitRank
-# (which itself would wait without a limit) runs into the timeout on the rank that did
-hang_case --hang-init 'init test: creating an NCCL communicator: barrier, on a group of 2 ranks .* has not completed after 1 s' \
+# a member that never reaches a communicator's creation: the non-blocking ncclCommInitRankConfig
+# (or the unique id's broadcast before it) runs into the timeout on the rank that did
+hang_case --hang-init 'init test: .*on a group of 2 ranks .* has not \(completed\|finished\) after 1 s' \
     "NCCL path, a member that never joins the communicator's creation"
+# a destroy whose collective half (ncclCommFinalize) never finishes: the timeout ends the job
+hang_case --hang-destroy 'destroy test: ncclCommFinalize (destroying the NCCL communicators), on a group of 2 ranks .* has not finished after 1 s' \
+    "NCCL path, a communicator's destroy that never finishes"
 
 # NCCL itself (builds with NCCL): runs where every rank has a GPU of its own, else skips saying why
 if [ -x "$MIST_BUILDDIR/tests/test_comm_nccl_gpu" ]; then

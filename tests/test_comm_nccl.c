@@ -108,16 +108,53 @@ static int hang_init_mode(const CommBackend *mpi, CommGroup *world) {
     fprintf(stderr, "rank %d: the all_reduce without its peer returned %d instead of ending the job\n", me, rc);
     return 1;
 }
+
+// --hang-destroy: NCCL's finalize never finishes (the stand-in's knob): a 1 s timeout ends
+// the job (exit 4) instead of a destroy that waits forever
+static int hang_destroy_mode(const CommBackend *mpi, CommGroup *world) {
+    char err[512];
+    dev_be = backend_cpu_create(MIST_F32, err, sizeof err);
+    if (!dev_be) return 1;
+    C = comm_nccl_new(mpi, dev_be);
+    C->set_timeout(C, 1.0);
+    C->set_context(C, "destroy test");
+    float *d = buf_alloc(4 * sizeof(float));
+    int rc = C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world);
+    setenv("MIST_FAKE_NCCL_FAIL", "finalize", 1);
+    comm_nccl_free(C);
+    fprintf(stderr, "rank %d: the destroy returned (all_reduce %d) instead of ending the job\n", me, rc);
+    return 1;
+}
 #endif
 
-// every device collective ran on NCCL, one communicator per group; host buffers go to MPI
-static void test_routing(CommGroup *world, int n) {
-    // one communicator per group, every device collective on NCCL
-    long long before = comm_nccl_calls(C);
-    check(comm_nccl_communicators(C) == 4, "one NCCL communicator per group: %d made (world, split, dp, tp)",
-          comm_nccl_communicators(C));
+static int elsewhere;  // the stand-in's collectives through other wrappers than C
+
+// of dp and tp, the groups of every rank in the world's order (at more than one rank): those
+// borrow the world's NCCL communicator when prepared (the stand-in's runs prepare them)
+static int world_like(const CommBackend *mpi, CommGroup *world, Grid *grid) {
 #ifdef MIST_FAKE_NCCL
-    check(fake_nccl_live_comms() == 4 && fake_nccl_collectives() == before && before > 100,
+    int k = 0, n = mpi->group_size(mpi, world);
+    CommGroup *g[2] = {grid->dp, grid->tp};
+    for (int i = 0; i < 2; i++) {
+        int same = n > 1 && mpi->group_size(mpi, g[i]) == n && mpi->group_rank(mpi, g[i]) == me, all = 0;
+        MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        k += all;
+    }
+    return k;
+#else
+    return 0;
+#endif
+}
+
+// every device collective ran on NCCL, one communicator per group; host buffers go to MPI
+static void test_routing(const CommBackend *mpi, CommGroup *world, Grid *grid, int n) {
+    // one communicator per group (borrowed ones aside), every device collective on NCCL
+    long long before = comm_nccl_calls(C);
+    int want = 4 - world_like(mpi, world, grid);
+    check(comm_nccl_communicators(C) == want, "one NCCL communicator per group: %d made of %d (world, split, dp, tp)",
+          comm_nccl_communicators(C), want);
+#ifdef MIST_FAKE_NCCL
+    check(fake_nccl_live_comms() == want && fake_nccl_collectives() - elsewhere == before && before > 100,
           "every device collective ran in NCCL: %lld calls, %ld in the stand-in, %d communicators alive", before,
           fake_nccl_collectives(), fake_nccl_live_comms());
 #endif
@@ -156,7 +193,7 @@ static void test_refusals(CommGroup *world) {
     }
 }
 
-static void test_group_free(const CommBackend *mpi, CommGroup *world, int n) {
+static void test_group_free(const CommBackend *mpi, CommGroup *world, Grid *grid, int n) {
     {
         // a group freed through the backend takes its communicator along: the next group (often at
         // the same address) gets its own, or its sums would be the previous group's
@@ -178,7 +215,8 @@ static void test_group_free(const CommBackend *mpi, CommGroup *world, int n) {
               "a freed group's communicator goes with it: the next group's sum is its own (%d made)",
               comm_nccl_communicators(C) - made0);
 #ifdef MIST_FAKE_NCCL
-        check(fake_nccl_live_comms() == 4, "... and is destroyed (%d alive: the suite's 4)", fake_nccl_live_comms());
+        check(fake_nccl_live_comms() == 4 - world_like(mpi, world, grid), "... and is destroyed (%d alive: the suite's)",
+              fake_nccl_live_comms());
 #endif
     }
 }
@@ -191,12 +229,93 @@ static void test_async_error(CommGroup *world) {
         dev_be->event_query = never_done;
         setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
         float *d = buf_alloc(4 * sizeof(float));
-        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "remote process exited",
-                "an asynchronous NCCL error ends the wait with NCCL's text");
+        refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "a peer failed (MIST_FAKE_NCCL_FAIL=async)",
+                "an asynchronous NCCL error ends the wait with NCCL's text and ncclGetLastError's");
         unsetenv("MIST_FAKE_NCCL_FAIL");
         dev_be->event_query = query;
         buf_free(d);
     }
+}
+
+// stream-ordered completion: the followed stream waits on the end event, the host never polls
+static int queries, follow_waits;
+static BackendStream *followed;
+static int counted_query(Backend *b, BackendEvent *e) { return ++queries, 1; }
+static void counted_wait(Backend *b, BackendStream *s, BackendEvent *e) { follow_waits += s == followed; }
+
+static void test_stream_ordered(CommGroup *world, BackendStream *compute, int n) {
+    int (*query)(Backend *, BackendEvent *) = dev_be->event_query;
+    void (*wait_event)(Backend *, BackendStream *, BackendEvent *) = dev_be->stream_wait_event;
+    dev_be->event_query = counted_query, dev_be->stream_wait_event = counted_wait, followed = compute;
+    comm_nccl_follow(C, compute);
+    comm_nccl_stream_ordered(C, 1);
+    float *d = buf_alloc(4 * sizeof(float));
+    for (int i = 0; i < 4; i++) d[i] = (float)(me + 1);
+    queries = follow_waits = 0;
+    int rc = C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world);
+    int sweeps = queries;  // the host looks once at what it has not seen end (itself), never loops
+    CommRequest *req = NULL;
+    int rc2 = C->iall_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world, &req);
+    if (!rc2) rc2 = C->wait(C, req);
+    check(rc == 0 && rc2 == 0 && follow_waits == 2 && sweeps <= 1 && d[0] == (float)(n * (n + 1) / 2 * n),
+          "stream-ordered: a blocking all_reduce and a wait are the followed stream waiting on the end event (%d waits, "
+          "%d event queries; sum %g)", follow_waits, sweeps, d[0]);
+    // an asynchronous NCCL error still comes back on a later completion, with NCCL's text
+    dev_be->event_query = never_done;
+    setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
+    refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "a peer failed",
+            "stream-ordered: NCCL's asynchronous error is returned by the host's check");
+    unsetenv("MIST_FAKE_NCCL_FAIL");
+    dev_be->event_query = query, dev_be->stream_wait_event = wait_event;
+    check(comm_nccl_drain(C) == 0, "drain: nothing left in flight");
+    comm_nccl_stream_ordered(C, 0);
+    buf_free(d);
+}
+
+// communicators: made non-blocking, split off the world's (a group of all the world's ranks in its
+// order borrows the world's); init errors carry NCCL's own text
+static void test_setup(const CommBackend *mpi, CommGroup *world, Grid *grid) {
+    int before = fake_nccl_inits_in_progress();
+    CommGroup *groups[2] = {grid->dp, grid->tp};
+    int rc = comm_nccl_prepare(C, world, groups, 2), splits = 2 - world_like(mpi, world, grid);
+    check(rc == 0 && fake_nccl_splits() == splits && comm_nccl_communicators(C) == 1 + splits &&
+          fake_nccl_inits_in_progress() > before,
+          "prepare: the world's communicator made non-blocking, dp's and tp's split off it or borrowing it (%d splits "
+          "of %d expected, %d made)", fake_nccl_splits(), splits, comm_nccl_communicators(C));
+    // ranks without a group in a slot (rank 0 here) take part in its split all the same
+    {
+        const CommBackend *c3 = comm_nccl_new(mpi, dev_be);
+        CommGroup *rest = NULL;
+        commCheck(mpi, mpi->group_split(mpi, world, me == 0, me, &rest));
+        int n = mpi->group_size(mpi, world), mine = me != 0 && n > 2;  // a group of several ranks
+        CommGroup *slots[1] = {mine ? rest : NULL};
+        int splits0 = fake_nccl_splits();
+        rc = comm_nccl_prepare(c3, world, slots, 1);
+        float *d = buf_alloc(sizeof(float));
+        d[0] = 1;
+        int rc2 = mine ? c3->all_reduce(c3, d, d, 1, MIST_F32, COMM_SUM, rest) : 0;
+        elsewhere += mine;
+        float want = mine ? (float)(n - 1) : 1;
+        check(rc == 0 && rc2 == 0 && d[0] == want && comm_nccl_communicators(c3) == 1 + mine &&
+                  fake_nccl_splits() - splits0 == mine,
+              "prepare with a rank that has no group in a slot: it splits without a colour, the others' sum is "
+              "theirs (%g)", d[0]);
+        buf_free(d);
+        comm_nccl_free(c3);
+        mpi->group_free(mpi, rest);
+    }
+    // a non-blocking init that fails: NCCL's result and its ncclGetLastError text
+    const CommBackend *c2 = comm_nccl_new(mpi, dev_be);
+    const CommBackend *keep = C;
+    C = c2;
+    setenv("MIST_FAKE_NCCL_FAIL", "init", 1);
+    float *d = buf_alloc(4 * sizeof(float));
+    refused(C->all_reduce(C, d, d, 4, MIST_F32, COMM_SUM, world), "init failed on purpose",
+            "a failed non-blocking init: the error names NCCL's result and its last error text");
+    unsetenv("MIST_FAKE_NCCL_FAIL");
+    buf_free(d);
+    comm_nccl_free(C);
+    C = keep;
 }
 
 #endif
@@ -214,6 +333,7 @@ int main(int argc, char **argv) {
 #ifdef MIST_FAKE_NCCL
     if (argc > 1 && !strcmp(argv[1], "--hang")) return hang_mode(mpi, world);
     if (argc > 1 && !strcmp(argv[1], "--hang-init")) return hang_init_mode(mpi, world);
+    if (argc > 1 && !strcmp(argv[1], "--hang-destroy")) return hang_destroy_mode(mpi, world);
 #endif
 
     char err[512];
@@ -230,6 +350,9 @@ int main(int argc, char **argv) {
     }
     C = comm_nccl_new(mpi, dev_be);
     check(!strcmp(C->name, "nccl"), "the wrapper calls itself nccl");
+#ifdef MIST_FAKE_NCCL
+    test_setup(mpi, world, &grid);
+#endif
 
     // every collective with the device synchronised before it (no stream followed)
     test_group("nccl world", world);
@@ -247,17 +370,23 @@ int main(int argc, char **argv) {
     test_concurrent(odd);
     test_errors(world);  // host buffers: the MPI backend's refusals pass through
 
-    test_routing(world, n);
+    test_routing(mpi, world, &grid, n);
     test_refusals(world);
-    test_group_free(mpi, world, n);
+    test_group_free(mpi, world, &grid, n);
 #ifdef MIST_FAKE_NCCL
     test_async_error(world);
+    test_stream_ordered(world, compute, n);
 #endif
     comm_nccl_follow(C, NULL);
+#ifdef MIST_FAKE_NCCL
+    int finalized = fake_nccl_finalized();
+#endif
     comm_nccl_free(C);
     C = mpi;
 #ifdef MIST_FAKE_NCCL
-    check(fake_nccl_live_comms() == 0, "release destroys every communicator (%d alive)", fake_nccl_live_comms());
+    check(fake_nccl_live_comms() == 0 && fake_nccl_finalized() - finalized == 4 - world_like(mpi, world, &grid),
+          "release finalises, then destroys, every communicator (%d finalised, %d alive)",
+          fake_nccl_finalized() - finalized, fake_nccl_live_comms());
 
     // rank 0 of a new group cannot make the unique id: every member's first
     // device collective on it fails, none waits for the others

@@ -283,6 +283,9 @@ int main(int argc, char **argv) {
     int fail = 0, emitted = 0;
     FILE *js = json ? fopen(json, "w") : NULL;
     if (json && !js) { fprintf(stderr, "bench_train: cannot write %s\n", json); return 1; }
+    // each case's object on disk as soon as it is measured: a run cut by a timeout keeps the
+    // cases that finished (benchmarks/gpu/run.sh closes the list)
+    if (js) setvbuf(js, NULL, _IONBF, 0);
     if (js) fprintf(js, "{\"device\": \"%s\", \"results\": [", "cuda:0");
     for (int w = 0; w < nwant; w++) {
         const char *name = attention_names[want[w]];

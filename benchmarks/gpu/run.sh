@@ -1,19 +1,33 @@
 #!/bin/sh
-# Builds the CUDA backend, checks it against the CPU backend and times it, in
-# one go, on a GPU machine that may lack MPI, inih and lp_solve: the objects
-# are compiled with nvcc and gcc directly (no configure). Then runs the
-# end-to-end training benchmark (benchmarks/gpu/train.sh: cpu/cuda loss
-# tracking, GPT-2 124M and GPT-3 1.3B throughput, MFU and memory).
+# The GPU runbook: builds the CUDA backend's programs, then measures what
+# matters most first, each step under its own timeout inside one time budget,
+# on a GPU machine that may lack MPI, inih and lp_solve (the objects are
+# compiled with nvcc and gcc directly, no configure).
 #   benchmarks/gpu/run.sh [OUTDIR]    (default OUTDIR: build-gpu/)
-# Writes OUTDIR/wgmma_probe.log, OUTDIR/test.log, OUTDIR/sanitizer.log, OUTDIR/bench.log, OUTDIR/bench.json,
-# OUTDIR/bench_train.log, OUTDIR/bench_train.json.
-# A kept OUTDIR is rebuilt incrementally, and not at all when its programs were built from the
-# same sources (benchmarks/gpu/fresh.sh): build here with BUILD_ONLY=1, carry OUTDIR to the GPU
-# machine, and no device time goes to compiling.
-# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels), SANITIZE=0 skips compute-sanitizer,
-# TRAIN=0 skips the training benchmark, RANKS=0 skips benchmarks/gpu/ranks.sh (run when gpu-debs/ and a
-# mist-train are in the tree), INIH_DIR (see train.sh), BUILD_ONLY=1 compiles
-# and links everything (train.sh's programs too unless TRAIN=0) and runs nothing.
+# Build here with BUILD_ONLY=1 and carry OUTDIR to the GPU machine: a kept
+# OUTDIR built from the same sources is not rebuilt (benchmarks/gpu/fresh.sh),
+# so no device time goes to compiling.
+# The steps, by value (the list at the end: one `step` line each):
+#   env        device, driver, CUDA; NCCL and cuDNN libraries found (PyTorch's pip wheels)
+#   kernels    every CUDA kernel against the CPU backend (test_cuda_kernels)
+#   gpt2       GPT-2 124M training: ms/iter, MFU, peak memory and time, predicted vs measured
+#   gpt3       the same for GPT-3 1.3B
+#   attention  per-kernel timings (bench_kernels --quick; attention fwd at T=2048, HS=128)
+#   nccl       the NCCL comm backend on NCCL itself, one rank (nccl_check)
+#   tracking   cpu vs cuda loss tracking and every training case (bench_train --quick)
+#   sanitizer  compute-sanitizer memcheck on test_cuda_kernels
+#   ranks      several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
+# A step starts only with at least MIN_STEP_S (20) of the budget left and runs at most what
+# is left. After each step OUTDIR/last.json (benchmarks/gpu/last_json.sh) is rewritten and,
+# when $OUT is set, copied there with steps.tsv and gpu-logs.tgz (every log and JSON so
+# far): a run cut short keeps every step that finished. OUTDIR/steps.tsv: step, exit,
+# seconds, status. A run that had a GPU also copies last.json to benchmarks/gpu/last.json.
+# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels),
+# BUDGET_S (420: the steps' total, in seconds), ATTENTION (the attention kernels of the
+# training steps: wgmma), STEPS (a space-separated subset of the step names, in list order),
+# DRY_RUN=1 (print the steps and their limits, run nothing), TRAIN=0 (skip train.sh's build),
+# INIH_DIR (see train.sh), BUILD_ONLY=1 (compile and link everything, run nothing),
+# NCCL_HOME (where include/nccl.h and lib/libnccl.so are, for nccl_check: $CUDA_HOME).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -24,6 +38,11 @@ nvcc="$cuda/bin/nvcc"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I$top"
 
 . "$top/benchmarks/gpu/fresh.sh"
+# PyTorch's wheels bring NCCL and cuDNN to the GPU machine (no MPI there): their folders go on
+# LD_LIBRARY_PATH first, so that the carried programs find them (and are not rebuilt for want of them)
+libdirs=$(find /opt/torch/.venv \( -name 'libnccl.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
+    sed 's|/[^/]*$||' | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 if prebuilt "$out/run.sources.sha256" "$out/test_cuda_kernels" "$out/bench_kernels" "$out/wgmma_probe"; then
     echo "== build: the programs in $out were built from these sources ($arch): not rebuilt"
 else
@@ -49,45 +68,120 @@ else
     sources_hash >"$out/run.sources.sha256"
 fi
 
+# nccl_check: the NCCL backend on NCCL itself, built where nccl.h is (here); on the GPU machine
+# it is carried, and runs with the NCCL library of PyTorch's wheel (see `libraries` below)
+nccl_home=${NCCL_HOME:-$cuda}
+nccl_srcs="$top/benchmarks/gpu/nccl_check.c $top/runtime/comm_nccl.c $top/runtime/comm_nccl_link.c $top/runtime/comm_wrap.c"
+if [ "$(cat "$out/nccl.sources.sha256" 2>/dev/null)" = "$(sources_hash)" ] && [ -x "$out/nccl_check" ]; then
+    echo "== build: nccl_check in $out was built from these sources: not rebuilt"
+elif [ -f "$nccl_home/include/nccl.h" ]; then
+    nlib=$(dirname "$(ls "$nccl_home"/lib*/libnccl.so* 2>/dev/null | head -1)")
+    # shellcheck disable=SC2086
+    gcc $cflags -I"$nccl_home/include" -I"$cuda/include" -o "$out/nccl_check" $nccl_srcs "$out"/obj/cuda_*.o \
+        "$out"/obj/cpu_*.o -L"$nlib" -lnccl -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static \
+        -ldl -lpthread -lrt -lstdc++ -lm
+    sources_hash >"$out/nccl.sources.sha256"
+else
+    echo "== build: no $nccl_home/include/nccl.h: nccl_check not built (NCCL_HOME=...)"
+fi
+
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     [ "${TRAIN:-1}" != 0 ] && FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out"
     exit 0
 fi
+[ -x "$out/bench_train" ] || FROM_RUN_SH=1 BUILD_ONLY=1 sh "$top/benchmarks/gpu/train.sh" "$out" || true
 
+# ---- the runbook -----------------------------------------------------------------------
+budget=${BUDGET_S:-420}
+min_step=${MIN_STEP_S:-20}
+attention=${ATTENTION:-wgmma}
+t_start=$(date +%s)
 status=0
-# informational (the attention wgmma checks below are the pass/fail): which descriptor layouts this GPU reads as assumed
-echo "== wgmma layout probe (benchmarks/gpu/wgmma_probe.cu)"
-"$out/wgmma_probe" 2>&1 | tee "$out/wgmma_probe.log" || true
+: >"$out/steps.tsv"
+# a kept OUTDIR: the last run's results go (a step of this run that does not run leaves none)
+(cd "$out" && rm -f env.log kernels.log gpt2.log gpt3.log attention.log nccl.log tracking.log sanitizer.log \
+    ranks.log train_*.json bench.json last.json)
 
-echo "== correctness vs the CPU backend"
-"$out/test_cuda_kernels" 2>&1 | tee "$out/test.log" || status=1
-if grep -q '^not ok' "$out/test.log"; then status=1; fi
-# on a Hopper GPU with a build for sm_90a the wgmma checks must run, not skip
-if [ "$arch" = sm_90a ] && nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | grep -q '^9\.' &&
-    grep -q 'needs the wgmma kernels' "$out/test.log"; then
-    echo "$0: a Hopper GPU, but the wgmma attention checks were skipped (see $out/test.log)" >&2
-    status=1
+# keep: what the steps left so far to $OUT (when set): last.json and steps.tsv, and every log
+# and JSON in $OUT/gpu-logs.tgz (few files: the device tool brings back 8 at most)
+keep() {
+    [ -n "${OUT:-}" ] || return 0
+    mkdir -p "$OUT"
+    (cd "$out" && tar czf "$OUT/gpu-logs.tgz.part" -- *.log *.json steps.tsv env.txt 2>/dev/null) || true
+    mv -f "$OUT/gpu-logs.tgz.part" "$OUT/gpu-logs.tgz" 2>/dev/null || true
+    cp -f "$out/last.json" "$out/steps.tsv" "$OUT/" 2>/dev/null || true
+}
+# a JSON file cut short (its writer killed by the timeout) is closed, so that it parses
+close_json() {
+    [ -s "$1" ] || return 0
+    tail -c 4 "$1" | grep -q ']}' || printf '\n]}\n' >>"$1"
+}
+# step NAME LIMIT COMMAND: runs COMMAND (sh -c) with its output in OUTDIR/NAME.log, for at
+# most LIMIT seconds and what is left of the budget; records it, keeps its files
+step() {
+    name=$1 limit=$2 cmd=$3
+    case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+    left=$(( budget - ($(date +%s) - t_start) ))
+    [ "$limit" -le "$left" ] || limit=$left
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        printf '%-10s %4s s  %s\n' "$name" "$2" "$cmd"
+        return 0
+    fi
+    if [ "$left" -lt "$min_step" ] && [ "$left" -lt "$2" ]; then
+        printf '%s\t0\t0\tskipped: %s s of the budget left\n' "$name" "$left" >>"$out/steps.tsv"
+        echo "== $name: skipped ($left s of the budget left)"
+        return 0
+    fi
+    echo "== $name (at most $limit s): $cmd"
+    t0=$(date +%s)
+    rc=0
+    timeout -k 5 "$limit" sh -c "$cmd" >"$out/$name.log" 2>&1 || rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    verdict=ok
+    [ "$rc" = 0 ] || verdict="failed (exit $rc)"
+    [ "$rc" != 124 ] && [ "$rc" != 137 ] || verdict="cut at $limit s"
+    grep -q '^not ok' "$out/$name.log" && verdict="$verdict, checks failed"
+    grep -q 'SKIP no GPU' "$out/$name.log" && verdict="$verdict, no GPU"
+    [ "$verdict" = ok ] || status=1
+    printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$dt" "$verdict" >>"$out/steps.tsv"
+    tail -5 "$out/$name.log"
+    echo "== $name: $verdict in $dt s"
+    for j in "$out"/*.json; do close_json "$j"; done
+    sh "$top/benchmarks/gpu/last_json.sh" "$out" >"$out/last.json" || true
+    keep
+}
+
+{
+    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+    echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+    echo "cuda_driver_api=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+    echo "cuda_build=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -1)"
+    echo "arch=$arch"
+    echo "library_dirs=$libdirs"
+    echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} >"$out/env.txt"
+
+att=$attention
+step env 15 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'libnccl.so*' -o -name 'libcudnn*.so*' \\) 2>/dev/null; ldd '$out/nccl_check' 2>/dev/null | grep -i nccl"
+step kernels 60 "'$out/test_cuda_kernels'"
+step gpt2 90 "'$out/bench_train' --only gpt2-124m --attention $att --json '$out/train_gpt2.json'"
+step gpt3 120 "'$out/bench_train' --only gpt3-1.3b --attention $att --json '$out/train_gpt3.json'"
+step attention 75 "'$out/bench_kernels' --quick --json '$out/bench.json'"
+step nccl 40 "'$out/nccl_check' --timeout 30"
+step tracking 120 "'$out/bench_train' --quick --attention $att --json '$out/train_all.json'"
+if [ -x "$cuda/bin/compute-sanitizer" ]; then
+    step sanitizer 90 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels'"
+else
+    echo "== sanitizer: no $cuda/bin/compute-sanitizer"
+fi
+if [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; then
+    step ranks 120 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
 fi
 
-if [ "${SANITIZE:-1}" != 0 ] && [ -x "$cuda/bin/compute-sanitizer" ]; then
-    echo "== compute-sanitizer (memcheck) on the correctness test"
-    "$cuda/bin/compute-sanitizer" --tool memcheck --error-exitcode 9 "$out/test_cuda_kernels" >"$out/sanitizer.log" 2>&1 \
-        && echo "memcheck: clean" || { echo "memcheck: errors (see $out/sanitizer.log)"; tail -30 "$out/sanitizer.log"; status=1; }
-fi
-
-echo "== timings"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader 2>/dev/null || true
-"$out/bench_kernels" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
-
-if [ "${TRAIN:-1}" != 0 ]; then
-    echo "== end-to-end training (benchmarks/gpu/train.sh)"
-    FROM_RUN_SH=1 sh "$top/benchmarks/gpu/train.sh" "$out" || status=1
-fi
-
-# several ranks sharing the GPU(s), when the Open MPI packages and a CUDA build of mist-train
-# were carried here (benchmarks/gpu/ranks.sh; docs/cuda-backend.md)
-if [ "${RANKS:-1}" != 0 ] && [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; then
-    echo "== several ranks (benchmarks/gpu/ranks.sh)"
-    sh "$top/benchmarks/gpu/ranks.sh" run "$top/gpu-debs" "$out/ranks" "$top/mist-train" || status=1
-fi
+[ "${DRY_RUN:-0}" = 1 ] && exit 0
+echo "== summary ($(( $(date +%s) - t_start )) s of $budget)"
+column -t -s "$(printf '\t')" "$out/steps.tsv" 2>/dev/null || cat "$out/steps.tsv"
+# the tree's copy (to commit) only from a run that had a GPU
+[ -z "$(sed -n 's/^device=//p' "$out/env.txt")" ] || cp -f "$out/last.json" "$top/benchmarks/gpu/last.json" 2>/dev/null || true
+keep
 exit $status

@@ -22,10 +22,18 @@ typedef enum {
     ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9
 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+// the fields of NCCL's config that the backend sets (blocking: 0 makes init,
+// split and finalize return ncclInProgress until ncclCommGetAsyncError says otherwise)
+typedef struct { int blocking, splitShare; } ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER {1, 0}
+#define NCCL_SPLIT_NOCOLOR -1
 
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state);
@@ -40,7 +48,12 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclD
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream);
 
-// test knobs: calls into the fake so far (collectives), communicators alive
+// test knobs: calls into the fake so far (collectives), communicators alive,
+// communicators made by split, non-blocking inits that returned ncclInProgress,
+// finalized before their destroy
 long fake_nccl_collectives(void);
 int fake_nccl_live_comms(void);
+int fake_nccl_splits(void);
+int fake_nccl_inits_in_progress(void);
+int fake_nccl_finalized(void);
 #endif

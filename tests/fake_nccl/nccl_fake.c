@@ -4,13 +4,19 @@
 // What it cannot show: NCCL's streams and its real transports.
 //
 // A communicator is an MPI communicator of the ranks that called
-// ncclCommInitRank with the same id: the id names its rank 0 (world rank and
-// a serial number); the others send that rank their world ranks and get the
-// member list back, and MPI_Comm_create_group (collective over the members
-// only) makes it. MIST_FAKE_NCCL_FAIL=unique_id makes ncclGetUniqueId fail,
-// =async makes ncclCommGetAsyncError report a remote error.
+// ncclCommInitRank(Config) with the same id: the id names its rank 0 (world
+// rank and a serial number); the others send that rank their world ranks and
+// get the member list back, and MPI_Comm_create_group (collective over the
+// members only) makes it. Non-blocking (config.blocking = 0), those messages
+// are posted and ncclCommGetAsyncError moves them on, saying ncclInProgress
+// until the communicator is made, as NCCL does. ncclCommSplit is
+// MPI_Comm_split of the parent. MIST_FAKE_NCCL_FAIL=unique_id makes
+// ncclGetUniqueId fail, =async makes ncclCommGetAsyncError report a remote
+// error, =init makes a non-blocking init fail in progress (with a text for
+// ncclGetLastError), =finalize makes ncclCommFinalize never finish.
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,12 +26,28 @@
 struct ncclComm {
     MPI_Comm comm;
     int rank, size;
+    // a non-blocking init in progress: its posted messages and what they fill
+    int pending, tag, root_world;
+    int *members, *pairs, mine[2];
+    MPI_Request *reqs;
+    int nreq;
+    ncclResult_t failed;  // a non-blocking call's end, once it has one
+    int stuck;            // MIST_FAKE_NCCL_FAIL=finalize
 };
 
 static long collectives;
-static int live;
+static int live, splits, inits_in_progress, finalized;
+static char last_error[256] = "";
 long fake_nccl_collectives(void) { return collectives; }
 int fake_nccl_live_comms(void) { return live; }
+int fake_nccl_splits(void) { return splits; }
+int fake_nccl_inits_in_progress(void) { return inits_in_progress; }
+int fake_nccl_finalized(void) { return finalized; }
+
+static int failing(const char *what) {
+    const char *fail = getenv("MIST_FAKE_NCCL_FAIL");
+    return fail && !strcmp(fail, what);
+}
 
 ncclResult_t ncclGetVersion(int *version) {
     *version = 0;
@@ -38,7 +60,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
                                  "NCCL operation in progress"};
     return (unsigned)r < sizeof text / sizeof *text ? text[r] : "unknown result code";
 }
-const char *ncclGetLastError(ncclComm_t comm) { return "(fake NCCL)"; }
+const char *ncclGetLastError(ncclComm_t comm) { return last_error; }
 
 typedef struct {
     int32_t root_world, serial;
@@ -46,8 +68,10 @@ typedef struct {
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     static int32_t serial;
-    const char *fail = getenv("MIST_FAKE_NCCL_FAIL");
-    if (fail && !strcmp(fail, "unique_id")) return ncclSystemError;
+    if (failing("unique_id")) {
+        snprintf(last_error, sizeof last_error, "fake NCCL: no unique id (MIST_FAKE_NCCL_FAIL=unique_id)");
+        return ncclSystemError;
+    }
     FakeId f;
     MPI_Comm_rank(MPI_COMM_WORLD, &f.root_world);
     f.serial = ++serial;
@@ -56,57 +80,125 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id, int rank) {
-    FakeId f;
-    memcpy(&f, id.internal, sizeof f);
-    if (n < 1 || rank < 0 || rank >= n) return ncclInvalidArgument;
-    int tag = 1000 + f.serial % 20000, me;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    int *members = malloc((size_t)n * sizeof *members);
-    struct ncclComm *c = calloc(1, sizeof *c);
-    if (!members || !c) return ncclSystemError;
-    if (rank == 0) {
-        members[0] = me;
-        for (int i = 1; i < n; i++) {
-            int pair[2];
-            MPI_Recv(pair, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            members[pair[0]] = pair[1];
-        }
-        for (int i = 1; i < n; i++) MPI_Send(members, n, MPI_INT, members[i], tag, MPI_COMM_WORLD);
+// the members' messages posted: rank 0 receives every other member's (group
+// rank, world rank), the others send theirs and receive the member list
+static void post(struct ncclComm *c) {
+    int n = c->size;
+    c->nreq = 0;
+    if (c->rank == 0) {
+        c->members[0] = c->root_world;
+        for (int i = 1; i < n; i++)
+            MPI_Irecv(c->pairs + 2 * (i - 1), 2, MPI_INT, MPI_ANY_SOURCE, c->tag, MPI_COMM_WORLD, &c->reqs[c->nreq++]);
     } else {
-        int pair[2] = {rank, me};
-        MPI_Send(pair, 2, MPI_INT, f.root_world, tag, MPI_COMM_WORLD);
-        MPI_Recv(members, n, MPI_INT, f.root_world, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Comm_rank(MPI_COMM_WORLD, &c->mine[1]);
+        c->mine[0] = c->rank;
+        MPI_Isend(c->mine, 2, MPI_INT, c->root_world, c->tag, MPI_COMM_WORLD, &c->reqs[c->nreq++]);
+        MPI_Irecv(c->members, n, MPI_INT, c->root_world, c->tag, MPI_COMM_WORLD, &c->reqs[c->nreq++]);
+    }
+}
+
+// moves a pending init on: once every message has arrived, the communicator is made
+static void progress(struct ncclComm *c) {
+    int done = 0;
+    MPI_Testall(c->nreq, c->reqs, &done, MPI_STATUSES_IGNORE);
+    if (!done) return;
+    int n = c->size;
+    if (c->rank == 0) {
+        for (int i = 1; i < n; i++) c->members[c->pairs[2 * (i - 1)]] = c->pairs[2 * (i - 1) + 1];
+        for (int i = 1; i < n; i++) MPI_Send(c->members, n, MPI_INT, c->members[i], c->tag, MPI_COMM_WORLD);
     }
     MPI_Group world, g;
     MPI_Comm_group(MPI_COMM_WORLD, &world);
-    MPI_Group_incl(world, n, members, &g);
-    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c->comm);
+    MPI_Group_incl(world, n, c->members, &g);
+    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, c->tag, &c->comm);
     MPI_Group_free(&g);
     MPI_Group_free(&world);
-    free(members);
-    if (rc != MPI_SUCCESS) {
-        free(c);
-        return ncclSystemError;
-    }
-    c->rank = rank, c->size = n;
+    c->pending = 0;
+    c->failed = rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    if (rc == MPI_SUCCESS) live++;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    FakeId f;
+    memcpy(&f, id.internal, sizeof f);
+    if (n < 1 || rank < 0 || rank >= n) return ncclInvalidArgument;
+    struct ncclComm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->rank = rank, c->size = n, c->tag = 1000 + f.serial % 20000, c->root_world = f.root_world;
+    c->members = malloc((size_t)n * sizeof *c->members);
+    c->pairs = malloc((size_t)2 * (size_t)n * sizeof *c->pairs);
+    c->reqs = malloc((size_t)(n + 1) * sizeof *c->reqs);
+    if (!c->members || !c->pairs || !c->reqs) return ncclSystemError;
     *out = c;
+    c->pending = 1;
+    int blocking = !config || config->blocking;
+    if (!blocking && failing("init")) {
+        c->pending = 0, c->failed = ncclSystemError;
+        snprintf(last_error, sizeof last_error, "fake NCCL: init failed on purpose (MIST_FAKE_NCCL_FAIL=init)");
+        inits_in_progress++;
+        return ncclInProgress;
+    }
+    post(c);
+    if (!blocking) {
+        inits_in_progress++;
+        return ncclInProgress;
+    }
+    while (c->pending) progress(c);
+    return c->failed;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id, int rank) {
+    return ncclCommInitRankConfig(out, n, id, rank, NULL);
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
+    MPI_Comm sub;
+    *out = NULL;
+    if (MPI_Comm_split(parent->comm, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub) != MPI_SUCCESS)
+        return ncclSystemError;
+    if (sub == MPI_COMM_NULL) return ncclSuccess;
+    struct ncclComm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->comm = sub;
+    MPI_Comm_rank(sub, &c->rank);
+    MPI_Comm_size(sub, &c->size);
+    *out = c;
+    splits++;
     live++;
     return ncclSuccess;
 }
 
+// the collective half of a destroy: every member flushes (a barrier here)
+ncclResult_t ncclCommFinalize(ncclComm_t c) {
+    if (!c || c->pending) return ncclInvalidUsage;
+    if (failing("finalize")) {
+        c->stuck = 1;
+        return ncclInProgress;
+    }
+    finalized++;
+    return MPI_Barrier(c->comm) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
-    MPI_Comm_free(&c->comm);
+    if (!c->pending && c->failed == ncclSuccess) {
+        MPI_Comm_free(&c->comm);
+        live--;
+    }
+    free(c->members), free(c->pairs), free(c->reqs);
     free(c);
-    live--;
     return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
-// MIST_FAKE_NCCL_FAIL=async: every communicator reports a peer's failure
+// A pending init is moved on; MIST_FAKE_NCCL_FAIL=async: every communicator reports a peer's failure
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
-    const char *fail = getenv("MIST_FAKE_NCCL_FAIL");
-    *state = fail && !strcmp(fail, "async") ? ncclRemoteError : ncclSuccess;
+    if (c->pending) progress(c);
+    if (c->pending || c->stuck) *state = ncclInProgress;
+    else if (c->failed != ncclSuccess) *state = c->failed;
+    else if (failing("async")) {
+        snprintf(last_error, sizeof last_error, "fake NCCL: a peer failed (MIST_FAKE_NCCL_FAIL=async)");
+        *state = ncclRemoteError;
+    } else *state = ncclSuccess;
     return ncclSuccess;
 }
 
