@@ -47,7 +47,7 @@ expect "an s beyond int is refused" "${H}qkv 4 99999999999 1 1 1\n" 'qkv s = 999
 expect "tp 0 is refused" "${H}qkv 4 64 0 1 1\n" 'qkv tp = 0'
 # op names: those of the model description
 expect "an unknown op name is refused with the allowed names" "${H}qvk 4 64 1 1 1\n" \
-    't.optable:2: ' "unknown op 'qvk'" 'allowed: embedding ln1 qkv rotary attention attn_proj ln2 fc swiglu fc_proj residual lnf lm_head crossentropy'
+    't.optable:2: ' "unknown op 'qvk'" 'allowed: embedding pos_embedding ln1 qkv rotary attention attn_proj attn_residual ln2 fc gelu swiglu fc_proj residual lnf lm_head crossentropy'
 expect "a seventh field is refused" "${H}qkv 4 64 1 1 1 1\n" 't.optable:2: ' 'expected 6 fields'
 expect "a short entry is refused" "${H}qkv 4 64 1 1\n" 't.optable:2: ' 'expected 6 fields .*got 5'
 expect "a duplicate entry is refused" "${H}qkv 4 64 1 1 1\n# again\nqkv 4 64 1 2 2\n" 't.optable:4: ' 'duplicate entry for op qkv'
