@@ -238,10 +238,9 @@ static void preset_dgx(HwProfile *p, const DgxNode *d) {
 // bandwidth across two DGX A100 (nccl issue 812, NVIDIA) = 24 GB/s per NIC
 // (nccl issue 1048: one HDR HCA reaches 24 GB/s). PCIe Gen4 x16: 25 GB/s
 // pinned (nvbandwidth issue 42, A100-SXM4: 25.13 GB/s). 108 SMs; GEMMs at
-// 85% of peak per full wave (NVIDIA's Matrix Multiplication Background guide
-// shows large fp16 cuBLAS GEMMs at 250-270 TFLOP/s); attention at 55% of peak
-// at seq 2048, head size 128 (FlashAttention-2, arXiv 2307.08691: 50-73% of
-// A100 peak forward, fwd + bwd a little lower).
+// 85% of peak per full wave (assumed, a little under the H200 fit); attention
+// at 55% of peak at seq 2048, head size 128 (FlashAttention-2, arXiv
+// 2307.08691: 50-73% of A100 peak forward, fwd + bwd a little lower).
 static const DgxNode dgx_a100_80g = {"dgx-a100-80g", 80, 312, 19.5, 2039, 230, 24, 25, 5e-6, 108, 0.85, 0.82};
 // H100 SXM5 80GB: 989 TFLOP/s bf16 dense, 67 fp32, 3350 GB/s HBM3; 80 GiB as
 // the h100-80g preset had it. NVLink 4 via NVSwitch: NCCL reaches 370 GB/s
