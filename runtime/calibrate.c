@@ -306,12 +306,10 @@ int calibrate_write(const char *path, const char *device, const CalibEntry *e, i
     return rc;
 }
 
-// The ops the runtime runs inside a measured neighbour (models/ops.h): GELU in
-// fc's epilogue, the attention residual in ln2's kernel, the position rows in
-// the embedding lookup. Their time is in that entry, so they are listed at 0
-// (the planner would otherwise add its own estimate on top and report a
-// fallback). Appends to e[n..max); returns the new count.
-static int append_fused(const ModelConfig *m, CalibEntry *e, int n, int max) {
+// The ops the runtime runs inside a measured neighbour (models/ops.h) are
+// listed at 0: the planner would otherwise add its own estimate on top of the
+// neighbour's time and report a fallback.
+int calibrate_add_fused(const ModelConfig *m, CalibEntry *e, int n, int max) {
     int measured = n;
     for (int i = 0; i < measured; i++) {
         const char *fused = NULL;
@@ -347,11 +345,11 @@ int calibrate_run(const ModelConfig *m, MistDtype cpu_dtype, const int *bs, int 
         }
         snprintf(device, devlen, "the cpu backend (%s)", cpu_dtype == MIST_BF16 ? "bf16" : "fp32");
     }
-    int max = nb * ntp * (CALIB_OPS + 3);  // + the three fused ops' zero entries
+    int max = nb * ntp * (CALIB_OPS + CALIB_FUSED);
     CalibEntry *e = calloc((size_t)max, sizeof *e);
     int n = e ? calibrate_ops(be, m, bs, nb, tps, ntp, 2, iters, e, max, err, errlen) : -1;
     if (!e) snprintf(err, errlen, "out of host memory");
-    if (n >= 0) n = append_fused(m, e, n, max);
+    if (n >= 0) n = calibrate_add_fused(m, e, n, max);
     if (n >= 0 && calibrate_write(path, device, e, n, err, errlen) != 0) n = -1;
     free(e);
     be->destroy(be);
