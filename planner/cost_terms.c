@@ -1,5 +1,5 @@
 // The terms of a stage model (planner/cost_terms.h): symbolic helpers, per-op
-// compute time (roofline or a measured table), the optimizer step, and the
+// compute time (GEMM model, attention curve, roofline, or a measured table), the optimizer step, and the
 // times of collectives, pipeline sends and host copies, as expressions of a
 // stage configuration (docs/design.md §4). stage_model.c, schedule.c and memory.c
 // build a stage's times and memory from them.

@@ -78,7 +78,7 @@ typedef struct {
     int has_pre, has_post;
 } StageBuild;
 
-Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
+Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, the model or the table
 Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
 Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
 // ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)

@@ -1,6 +1,7 @@
 // A measured per-op latency table: when the cost model finds an op of the
-// model description here (same op name, micro-batch b, sequence s, TP degree),
-// it uses the measured forward/backward seconds instead of the roofline.
+// model description here (same op name, sequence s, TP degree, and a
+// micro-batch b measured or between two measured), it uses the measured
+// forward/backward seconds instead of its own model.
 //
 // File format (text, one entry per line, '#' starts a comment):
 //   mist-optable 1

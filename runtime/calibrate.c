@@ -20,7 +20,7 @@ static const char *const op_names[CALIB_OPS] = {"qkv", "attention", "attn_proj",
                                                 "ln2", "lnf", "rotary", "swiglu", "embedding", "crossentropy"};
 
 // Whether the model has the op at this tp degree. The vocabulary-parallel
-// embedding and cross-entropy (tp > 1) are not measured: the roofline stays.
+// embedding and cross-entropy (tp > 1) are not measured: the model's time stays.
 static int op_applies(const ModelConfig *m, int op, int tp) {
     switch (op) {
     case CAL_LN2: return !m->parallel_block;

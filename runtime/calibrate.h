@@ -2,7 +2,7 @@
 // attention, norms, rotary, SwiGLU, and at tp = 1 the embedding and the
 // cross-entropy), written as the planner's op table (planner/optable.h) so that
 // `mist-plan --op-table` predicts with this device's real kernel speeds
-// instead of the roofline's fixed efficiency.
+// instead of the cost model's estimates.
 //
 // A tensor-parallel rank of a Megatron layer runs the same kernels on a
 // slice of the weights (qkv: ceil(heads/tp) query and ceil(kv/tp) kv heads;
