@@ -191,6 +191,42 @@ static int set_once(ProfileParse *pp, const char *sec, const char *key, const ch
 
 static int set_key(ProfileParse *pp, const char *sec, const char *key, const char *val);
 
+// The shape-aware compute keys of [compute] (base/profile.h): 1 read, 0
+// refused (the message is set), -1 not one of them.
+static int compute_shape_key(ProfileParse *pp, const char *sec, const char *key, const char *val) {
+    HwProfile *p = pp->p;
+    if (!strcmp(key, "gemm_sms")) {
+        double x;
+        if (!number_in(pp, sec, key, val, 0, 0, 1024, 1, "expected an integer 0..1024 (0 = every matmul at "
+                       "flops_efficiency; e.g. 132)", &x))
+            return 0;
+        if (x != (int)x) return fail(pp, sec, key, val, "expected an integer 0..1024 (e.g. 132)");
+        p->gemm_sms = (int)x;
+        return 1;
+    }
+    if (!strcmp(key, "gemm_tile")) {
+        int m, n, used = 0;
+        if (sscanf(val, "%dx%d%n", &m, &n, &used) != 2 || val[used] || m < 1 || n < 1 || m > 1024 || n > 1024)
+            return fail(pp, sec, key, val, "expected MxN, the GEMM output tile in elements, each 1..1024 (e.g. 128x128)");
+        p->gemm_tile_m = m, p->gemm_tile_n = n;
+        return 1;
+    }
+    if (!strcmp(key, "gemm_efficiency")) return fraction(pp, sec, key, val, &p->gemm_efficiency);
+    if (!strcmp(key, "gemm_k_overhead"))
+        return number_in(pp, sec, key, val, 0, 0, 1e6, 1, "expected elements of K in [0, 1e6] (e.g. 160)",
+                         &p->gemm_k_overhead);
+    if (!strcmp(key, "attention_efficiency"))
+        return number_in(pp, sec, key, val, 0, 0, 1, 1, "expected a fraction in [0, 1] (0 = attention at "
+                         "flops_efficiency; e.g. 0.3)", &p->attention_efficiency);
+    if (!strcmp(key, "attention_seq_half"))
+        return number_in(pp, sec, key, val, 0, 0, 1e7, 1, "expected a sequence length in [0, 1e7] (e.g. 667)",
+                         &p->attention_seq_half);
+    if (!strcmp(key, "attention_head_half"))
+        return number_in(pp, sec, key, val, 0, 0, 1e5, 1, "expected a head size in [0, 1e5] (e.g. 16)",
+                         &p->attention_head_half);
+    return -1;
+}
+
 static int handler(void *user, const char *sec, const char *key, const char *val) {
     ProfileParse *pp = user;
     if (pp->failed) return 1;  // keep the first message
@@ -238,7 +274,9 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
         if (!strcmp(key, "launch_us"))
             return number_in(pp, sec, key, val, 0, 1, 1000, 1e-6, "expected microseconds of kernel launch overhead "
                              "in (0, 1000] (e.g. 5)", &p->launch_seconds);
-        return fail(pp, sec, key, val, "unknown key (allowed: base, name, memory_gib, host_memory_gib, gpus_per_node, launch_us)");
+        if (!strcmp(key, "usable_memory_fraction")) return fraction(pp, sec, key, val, &p->usable_memory_fraction);
+        return fail(pp, sec, key, val, "unknown key (allowed: base, name, memory_gib, usable_memory_fraction, "
+                                       "host_memory_gib, gpus_per_node, launch_us)");
     }
     if (!strcmp(sec, "compute")) {
         if (!strcmp(key, "peak_tflops_bf16")) return peak_tflops(pp, sec, key, val, &p->peak_flops[DT_BF16]);
@@ -249,8 +287,12 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
             return number_in(pp, sec, key, val, 1e-3, 0, 1e6, 1e9, "expected GB/s in [0.001, 1e6] (e.g. 2039)",
                              &p->mem_bandwidth);
         if (!strcmp(key, "bandwidth_efficiency")) return fraction(pp, sec, key, val, &p->bandwidth_efficiency);
+        int r = compute_shape_key(pp, sec, key, val);
+        if (r >= 0) return r;
         return fail(pp, sec, key, val, "unknown key (allowed: peak_tflops_bf16, peak_tflops_fp16, peak_tflops_fp32, "
-                                       "flops_efficiency, memory_bandwidth_gbps, bandwidth_efficiency)");
+                                       "flops_efficiency, memory_bandwidth_gbps, bandwidth_efficiency, gemm_sms, "
+                                       "gemm_tile, gemm_efficiency, gemm_k_overhead, attention_efficiency, "
+                                       "attention_seq_half, attention_head_half)");
     }
     if (!strcmp(sec, "collective")) {
         if (!strcmp(key, "all_gather_factor")) return coll_factor(pp, sec, key, val, &p->coll_factor[COLL_ALL_GATHER]);
@@ -395,17 +437,37 @@ int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errle
         return -1;
     }
     if (p->peak_flops[DT_FP16] <= 0) p->peak_flops[DT_FP16] = p->peak_flops[DT_BF16];
+    if (p->gemm_sms > 0 && (p->gemm_tile_m < 1 || p->gemm_efficiency <= 0)) {
+        snprintf(err, errlen, "%s: gemm_sms = %d needs [compute] gemm_tile and gemm_efficiency too (or gemm_sms = 0 "
+                 "for the fixed flops_efficiency)", name_or_path, p->gemm_sms);
+        return -1;
+    }
     return 0;
 }
 
+int64_t profile_capacity_bytes(const HwProfile *p) {
+    double f = p->usable_memory_fraction > 0 ? p->usable_memory_fraction : 1.0;
+    return (int64_t)((double)p->memory_bytes * f);
+}
+
 void profile_write_ini(const HwProfile *p, FILE *f) {
-    fprintf(f, "[profile]\nname = %s\nmemory_gib = %.6g\nhost_memory_gib = %.9g\ngpus_per_node = %d\nlaunch_us = %.6g\n\n",
-            p->name, p->memory_bytes / GiB, p->host_memory_bytes / GiB, p->gpus_per_node, p->launch_seconds * 1e6);
+    fprintf(f, "; mist hardware profile. Units: memory in GiB (2^30 bytes); bandwidths in GB/s (1e9 bytes/s);\n"
+               "; times in seconds unless the key says _us; FLOP/s in TFLOP/s (1e12)\n");
+    fprintf(f, "[profile]\nname = %s\nmemory_gib = %.6g\nusable_memory_fraction = %.6g\nhost_memory_gib = %.9g\n"
+               "gpus_per_node = %d\nlaunch_us = %.6g\n\n", p->name, p->memory_bytes / GiB,
+            p->usable_memory_fraction > 0 ? p->usable_memory_fraction : 1.0, p->host_memory_bytes / GiB,
+            p->gpus_per_node, p->launch_seconds * 1e6);
     fprintf(f, "[compute]\npeak_tflops_bf16 = %.6g\npeak_tflops_fp16 = %.6g\npeak_tflops_fp32 = %.6g\n",
             p->peak_flops[DT_BF16] / 1e12, p->peak_flops[DT_FP16] / 1e12, p->peak_flops[DT_FP32] / 1e12);
-    fprintf(f, "flops_efficiency = %.6g\nmemory_bandwidth_gbps = %.6g\nbandwidth_efficiency = %.6g\n\n",
+    fprintf(f, "flops_efficiency = %.6g\nmemory_bandwidth_gbps = %.6g\nbandwidth_efficiency = %.6g\n",
             p->flops_efficiency, p->mem_bandwidth / 1e9, p->bandwidth_efficiency);
-    fprintf(f, "[collective]\n; NODESxGPUS = k (GB/s bus bandwidth) beta (s)\n");
+    if (p->gemm_sms > 0)
+        fprintf(f, "gemm_sms = %d\ngemm_tile = %dx%d\ngemm_efficiency = %.6g\ngemm_k_overhead = %.6g\n", p->gemm_sms,
+                p->gemm_tile_m, p->gemm_tile_n, p->gemm_efficiency, p->gemm_k_overhead);
+    if (p->attention_efficiency > 0)
+        fprintf(f, "attention_efficiency = %.6g\nattention_seq_half = %.6g\nattention_head_half = %.6g\n",
+                p->attention_efficiency, p->attention_seq_half, p->attention_head_half);
+    fprintf(f, "\n[collective]\n; NODESxGPUS = k (GB/s bus bandwidth) beta (s)\n");
     fprintf(f, "all_gather_factor = %.6g\nreduce_scatter_factor = %.6g\nall_reduce_factor = %.6g\n",
             p->coll_factor[0], p->coll_factor[1], p->coll_factor[2]);
     fprintf(f, "staged = %d\n", p->staged_collectives);

@@ -43,6 +43,20 @@ typedef struct {
     double mem_bandwidth;          // device memory bytes/s (HBM / GDDR)
     double bandwidth_efficiency;   // achievable fraction of mem_bandwidth for streaming ops
     double launch_seconds;         // per-kernel launch overhead added to every op
+    // Shape-aware compute (docs/design.md "Compute time"; constants per preset in
+    // docs/hardware.md). gemm_sms = 0: every matmul at flops_efficiency of peak
+    // (the cpu preset, and a profile file that does not set the keys).
+    int gemm_sms;                    // streaming multiprocessors a GEMM's output tiles spread over
+    int gemm_tile_m, gemm_tile_n;    // output tile of the library's large-GEMM kernels (elements)
+    double gemm_efficiency;          // fraction of peak one full wave of tiles reaches
+    double gemm_k_overhead;          // each tile's fixed prologue/epilogue, as extra K (elements)
+    // attention_efficiency = 0: attention at flops_efficiency like a matmul; else its own
+    // curve: peak * eff * s / (s + seq_half) * hd / (hd + head_half)
+    double attention_efficiency;
+    double attention_seq_half;       // sequence length at which attention reaches half its efficiency
+    double attention_head_half;      // head size at which it reaches half
+    // the planner's device capacity = memory_bytes * usable_memory_fraction (1 unless set)
+    double usable_memory_fraction;
     int gpus_per_node;             // devices per node the fits were made on (TP stays inside)
     LinkFit coll[PROFILE_SHAPES][PROFILE_SHAPES];  // [log2 nodes][log2 gpus per node] all-gather fit
     double coll_factor[COLL_COUNT];  // multipliers: all-gather 1.0, reduce-scatter 1.1, all-reduce 2.1
@@ -78,6 +92,9 @@ const char *profile_preset_current_name(const char *name);
 // may start from a preset with `[profile] base = NAME` and override fields.
 // Returns 0, or -1 with a message naming file/line/key in err.
 int profile_load(HwProfile *p, const char *name_or_path, char *err, size_t errlen);
+
+// The planner's device capacity: memory_bytes * usable_memory_fraction.
+int64_t profile_capacity_bytes(const HwProfile *p);
 
 // Index of a group size in the shape table: log2, clamped.
 int profile_shape_index(int n);

@@ -64,6 +64,25 @@ static void set_slowdown(HwProfile *p, unsigned mask, double c, double n, double
     for (int s = 0; s < STREAM_COUNT; s++) p->slowdown[mask][s] = (mask & STREAM_MASK(s)) ? v[s] : 1.0;
 }
 
+// GEMM time model (docs/design.md, "Compute time"): sms, the output tile,
+// the fraction of peak a full wave reaches and each tile's fixed cost in K.
+static void set_gemm(HwProfile *p, int sms, int tile_m, int tile_n, double efficiency, double k_overhead) {
+    p->gemm_sms = sms;
+    p->gemm_tile_m = tile_m;
+    p->gemm_tile_n = tile_n;
+    p->gemm_efficiency = efficiency;
+    p->gemm_k_overhead = k_overhead;
+}
+
+// Attention curve: efficiency * s/(s + 667) * hd/(hd + 16); the two half
+// points are fitted to our H200 attention kernel at (seq, head size) =
+// (1024, 64), (2048, 128), (4096, 128) (benchmarks/gpu/bench_kernels_h200.json).
+static void set_attention(HwProfile *p, double efficiency) {
+    p->attention_efficiency = efficiency;
+    p->attention_seq_half = 667;
+    p->attention_head_half = 16;
+}
+
 static void common_defaults(HwProfile *p, const char *name) {
     memset(p, 0, sizeof *p);
     strncpy(p->name, name, sizeof p->name - 1);
@@ -71,6 +90,7 @@ static void common_defaults(HwProfile *p, const char *name) {
     p->coll_factor[COLL_REDUCE_SCATTER] = 1.1;
     p->coll_factor[COLL_ALL_REDUCE] = 2.1;
     p->bandwidth_efficiency = 0.8;
+    p->usable_memory_fraction = 1.0;
     p->gpus_per_node = 8;
     for (unsigned m = 0; m < STREAM_SUBSETS; m++)
         for (int s = 0; s < STREAM_COUNT; s++) p->slowdown[m][s] = 1.0;
@@ -90,6 +110,13 @@ static void preset_l4(HwProfile *p) {
     // Mist's op table: fc1 (2048x8192, b=1, s=2048) = 68.7 GFLOP in 1.267 ms
     // = 54 TFLOP/s, 45% of the bf16 peak (the L4 throttles its clock).
     p->flops_efficiency = 0.45;
+    // The GEMM and attention curves fitted to the same table (docs/hardware.md):
+    // 58 SMs, 128x128 tiles, 48.5% of peak per full wave, 160 elements of K per
+    // tile of fixed cost: its 40 GEMM times (5 shapes x b = 1..8, forward and
+    // backward) within +-6% but attn_proj at b = 1 (-15%); flash attention
+    // (flash_attn_qkvpacked, fwd + bwd) 34 TFLOP/s at seq 2048, head size 128.
+    set_gemm(p, 58, 128, 128, 0.485, 160);
+    set_attention(p, 0.424);
     p->mem_bandwidth = 300 * GB;  // GDDR6
     p->launch_seconds = 5e-6;
     p->gpus_per_node = 8;
@@ -169,6 +196,9 @@ typedef struct {
     double nic_busbw;       // nccl-tests bus bandwidth one NIC carries across nodes, GB/s
     double pcie_gbs;        // pinned host<->device copy rate (PCIe), GB/s
     double launch_seconds;  // assumed per-kernel launch overhead
+    int sms;                // streaming multiprocessors (datasheet)
+    double gemm_efficiency; // fraction of peak of a full wave of 128x128 tiles
+    double attention_efficiency;  // the attention curve's scale (set_attention)
 } DgxNode;
 
 // A ring collective is bound by its slowest hop. Inside a node every GPU has
@@ -184,7 +214,10 @@ static void preset_dgx(HwProfile *p, const DgxNode *d) {
     p->peak_flops[DT_BF16] = d->bf16_tflops * TFLOPS;
     p->peak_flops[DT_FP16] = d->bf16_tflops * TFLOPS;
     p->peak_flops[DT_FP32] = d->fp32_tflops * TFLOPS;
-    p->flops_efficiency = 0.7;  // assumed, as for the GCP A100 presets: large cuBLAS GEMMs
+    p->flops_efficiency = 0.7;  // the fixed fraction before the GEMM model; unused while gemm_sms > 0
+    // K overhead 416: fitted with the efficiency to our H200 GEMMs (docs/hardware.md)
+    set_gemm(p, d->sms, 128, 128, d->gemm_efficiency, 416);
+    set_attention(p, d->attention_efficiency);
     p->mem_bandwidth = d->hbm_gbs * GB;
     p->launch_seconds = d->launch_seconds;
     for (int n = 0; n < PROFILE_SHAPES; n++)
@@ -204,19 +237,24 @@ static void preset_dgx(HwProfile *p, const DgxNode *d) {
 // GPUs (nccl-tests issue 175: 232.5 GB/s). 8x HDR 200 Gb/s: 192 GB/s bus
 // bandwidth across two DGX A100 (nccl issue 812, NVIDIA) = 24 GB/s per NIC
 // (nccl issue 1048: one HDR HCA reaches 24 GB/s). PCIe Gen4 x16: 25 GB/s
-// pinned (nvbandwidth issue 42, A100-SXM4: 25.13 GB/s).
-static const DgxNode dgx_a100_80g = {"dgx-a100-80g", 80, 312, 19.5, 2039, 230, 24, 25, 5e-6};
+// pinned (nvbandwidth issue 42, A100-SXM4: 25.13 GB/s). 108 SMs; GEMMs at
+// 85% of peak per full wave (assumed, a little under the H200 fit); attention
+// at 55% of peak at seq 2048, head size 128 (FlashAttention-2, arXiv
+// 2307.08691: 50-73% of A100 peak forward, fwd + bwd a little lower).
+static const DgxNode dgx_a100_80g = {"dgx-a100-80g", 80, 312, 19.5, 2039, 230, 24, 25, 5e-6, 108, 0.85, 0.82};
 // H100 SXM5 80GB: 989 TFLOP/s bf16 dense, 67 fp32, 3350 GB/s HBM3; 80 GiB as
 // the h100-80g preset had it. NVLink 4 via NVSwitch: NCCL reaches 370 GB/s
 // ring bus bandwidth of the 450 GB/s line rate (nccl-tests issue 212,
 // NVIDIA). 8x NDR 400 Gb/s: 46-48 GB/s per NIC (nccl-tests issue 290,
 // NVIDIA), 47 here. PCIe Gen5 x16: 52.8 GB/s device->host measured on H100
 // (nvbandwidth issue 24); host->device assumed the same (55.4 GB/s both ways
-// on one H200, measured with cudaMemcpyAsync of 256 MiB pinned).
-static const DgxNode dgx_h100 = {"dgx-h100", 80, 989, 67, 3350, 370, 47, 52.8, 4e-6};
+// on one H200, measured with cudaMemcpyAsync of 256 MiB pinned). 132 SMs;
+// GEMM efficiency 0.88 and attention 0.315 (21% of peak at seq 2048, head size
+// 128, fwd + bwd) fitted to our kernels on the H200 (bench_kernels_h200.json).
+static const DgxNode dgx_h100 = {"dgx-h100", 80, 989, 67, 3350, 370, 47, 52.8, 4e-6, 132, 0.88, 0.315};
 // H200 SXM 141 GB HBM3e: 140 GiB (the driver reports 143771 MiB),
 // 4800 GB/s; the same GH100 compute and the same NVLink 4 / NDR fabric as DGX H100.
-static const DgxNode dgx_h200 = {"dgx-h200", 140, 989, 67, 4800, 370, 47, 52.8, 4e-6};
+static const DgxNode dgx_h200 = {"dgx-h200", 140, 989, 67, 4800, 370, 47, 52.8, 4e-6, 132, 0.88, 0.315};
 
 // The CPU backend: each MPI rank emulates a device in host memory; streams run
 // in order, so overlapped transfers serialise (slowdown = number of streams).

@@ -48,6 +48,7 @@ static ModelOp *new_op(Shapes *z, const char *name, ModelOpKind kind) {
     Expr zero = num(z, 0);
     op->params = op->flops_fwd = op->flops_bwd = op->hw_flops_fwd = op->hw_flops_bwd = zero;
     op->bytes_fwd = op->bytes_bwd = op->tp_comm_fwd = op->tp_comm_bwd = zero;
+    op->gemm_m = op->gemm_n = op->gemm_k = zero;
     return op;
 }
 
@@ -87,39 +88,41 @@ static void add_tensor(Shapes *z, const char *name, Expr elems, int f32, int sav
 // all-reduce payload of one (N,C) storage tensor, 0 when tp = 1
 static Expr allreduce_nc(Shapes *z) { return mul(z, z->comm, xb(z, mul(z, z->N, z->C))); }
 
-// out (N,out) = inp (N,in) @ W^T [+ bias] [then gelu, keeping pre_gelu].
-// Forward 2*N*in*out FLOPs; backward dinp and dW, 2x. Bytes: forward reads inp,
-// W, bias, writes out (and pre_gelu); backward reads dout, W, inp, dout again,
-// writes dinp, read-modify-writes dW (and dbias), and with gelu reads pre_gelu
-// and rewrites dout in place.
-static ModelOp *add_matmul(Shapes *z, const char *name, Expr in, Expr out, int has_bias, int gelu) {
-    ModelOp *op = new_op(z, name, gelu ? MOP_MATMUL_GELU : MOP_MATMUL);
+// out (N,out) = inp (N,in) @ W^T [+ bias]. Forward 2*N*in*out FLOPs; backward
+// dinp and dW, 2x. Bytes: forward reads inp, W, bias, writes out; backward
+// reads dout, W, inp, dout again, writes dinp, read-modify-writes dW (and dbias).
+static ModelOp *add_matmul(Shapes *z, const char *name, Expr in, Expr out, int has_bias) {
+    ModelOp *op = new_op(z, name, MOP_MATMUL);
     Expr w = mul(z, in, out);
     Expr nin = mul(z, z->N, in), nout = mul(z, z->N, out);
     op->flops_fwd = op->hw_flops_fwd = scale(z, 2, mul(z, z->N, w));
     op->flops_bwd = op->hw_flops_bwd = scale(z, 4, mul(z, z->N, w));
+    op->gemm_m = z->N, op->gemm_n = out, op->gemm_k = in;
     Expr fwd = add(z, add(z, nin, w), nout);
     Expr bwd = add(z, add(z, scale(z, 2, nout), w), add(z, scale(z, 2, nin), scale(z, 2, w)));
     if (has_bias) {
         fwd = add(z, fwd, out);
         bwd = add(z, bwd, add(z, nout, scale(z, 2, out)));
     }
-    if (gelu) {
-        fwd = add(z, fwd, nout);
-        bwd = add(z, bwd, scale(z, 3, nout));
-        // tanh-GELU epilogue: about 10 FLOPs per element forward, 15 backward
-        op->hw_flops_fwd = add(z, op->hw_flops_fwd, scale(z, 10, nout));
-        op->hw_flops_bwd = add(z, op->hw_flops_bwd, scale(z, 15, nout));
-    }
     op->bytes_fwd = xb(z, fwd);
     op->bytes_bwd = xb(z, bwd);
     return op;
 }
 
-// LayerNorm / RMSNorm over (N,C), optionally fused with the residual add that
-// produces its input (res_out = inp + res_in: reads two (N,C) tensors and
-// writes two, where the plain norm reads one and writes one).
-static ModelOp *add_norm(Shapes *z, const char *name, const char *w_name, const char *b_name, int fused_residual) {
+// tanh-GELU in fc's epilogue over its (N,out) output: forward writes the
+// pre-activation too; backward (in fc_proj's dinp product) reads it and
+// rewrites dout in place. About 10 FLOPs per element forward, 15 backward.
+static void add_gelu(Shapes *z, Expr out) {
+    ModelOp *op = new_op(z, "gelu", MOP_GELU);
+    Expr nout = mul(z, z->N, out);
+    op->bytes_fwd = xb(z, nout);
+    op->bytes_bwd = xb(z, scale(z, 3, nout));
+    op->hw_flops_fwd = scale(z, 10, nout);
+    op->hw_flops_bwd = scale(z, 15, nout);
+}
+
+// LayerNorm / RMSNorm over (N,C): reads one (N,C) and writes one.
+static ModelOp *add_norm(Shapes *z, const char *name, const char *w_name, const char *b_name) {
     const ModelConfig *m = z->m;
     int ln = m->norm == NORM_LAYERNORM;
     ModelOp *op = new_op(z, name, MOP_NORM);
@@ -128,14 +131,23 @@ static ModelOp *add_norm(Shapes *z, const char *name, const char *w_name, const 
     Expr nc = mul(z, z->N, z->C);
     Expr stats = scale(z, ln ? 2 : 1, z->N);
     Expr wb = scale(z, ln ? 2 : 1, z->C);
-    Expr fwd = add(z, scale(z, fused_residual ? 4 : 2, nc), wb);
+    Expr fwd = add(z, scale(z, 2, nc), wb);
     // backward: read dout, inp, w, stats; read-modify-write dinp (+=) and dw, db
     Expr bwd = add(z, scale(z, 4, nc), scale(z, 3, wb));
     op->bytes_fwd = add(z, xb(z, fwd), fb(z, stats));
     op->bytes_bwd = add(z, xb(z, bwd), fb(z, stats));
-    op->hw_flops_fwd = scale(z, (ln ? 8 : 5) + (fused_residual ? 1 : 0), nc);
+    op->hw_flops_fwd = scale(z, ln ? 8 : 5, nc);
     op->hw_flops_bwd = scale(z, ln ? 12 : 8, nc);
     return op;
+}
+
+// mid = x + attention projection, which the runtime adds inside ln2's kernel:
+// it reads one more (N,C) and writes one more (mid) than the plain norm
+static void add_attn_residual(Shapes *z) {
+    ModelOp *op = new_op(z, "attn_residual", MOP_RESIDUAL);
+    Expr nc = mul(z, z->N, z->C);
+    op->bytes_fwd = xb(z, scale(z, 2, nc));
+    op->hw_flops_fwd = nc;
 }
 
 // x_out = x + branch output: read two (N,C), write one
@@ -153,17 +165,24 @@ static void build_pre(Shapes *z) {
     const ModelConfig *m = z->m;
     ModelOp *op = new_op(z, "embedding", MOP_EMBEDDING);
     add_param(z, op, "wte", m->vocab, m->hidden, 1, 1);
-    int learned = m->position == POS_LEARNED;
-    if (learned) add_param(z, op, "wpe", m->seq_len, m->hidden, 0, 1);
     Expr nc = mul(z, z->N, z->C);
-    // forward: gather the token rows (and position rows), write (N,C);
-    // backward: read dout, read-modify-write the gathered rows of dwte (and dwpe)
-    op->bytes_fwd = xb(z, scale(z, learned ? 3 : 2, nc));
-    op->bytes_bwd = xb(z, scale(z, learned ? 5 : 3, nc));
-    op->hw_flops_fwd = learned ? nc : num(z, 0);
-    op->hw_flops_bwd = scale(z, learned ? 2 : 1, nc);
+    // forward: gather the token rows, write (N,C); backward: read dout,
+    // read-modify-write the gathered rows of dwte
+    op->bytes_fwd = xb(z, scale(z, 2, nc));
+    op->bytes_bwd = xb(z, scale(z, 3, nc));
+    op->hw_flops_bwd = nc;
     // vocab-parallel: each rank holds V/tp rows and the (N,C) partial sums are all-reduced
     op->tp_comm_fwd = allreduce_nc(z);
+    if (m->position == POS_LEARNED) {
+        // the position rows, added in the same kernel: read them (forward);
+        // read-modify-write dwpe's rows (backward)
+        ModelOp *pos = new_op(z, "pos_embedding", MOP_EMBEDDING);
+        add_param(z, pos, "wpe", m->seq_len, m->hidden, 0, 1);
+        pos->bytes_fwd = xb(z, nc);
+        pos->bytes_bwd = xb(z, scale(z, 2, nc));
+        pos->hw_flops_fwd = nc;
+        pos->hw_flops_bwd = nc;
+    }
 }
 
 static void build_block(Shapes *z) {
@@ -173,9 +192,9 @@ static void build_block(Shapes *z) {
     int64_t h = m->hidden, a = m->heads, kv = m->kv_heads, hd = h / a, F = m->ffn_hidden;
     Expr N = z->N, C = z->C;
 
-    add_norm(z, "ln1", "ln1_w", "ln1_b", 0);
+    add_norm(z, "ln1", "ln1_w", "ln1_b");
 
-    ModelOp *qkv = add_matmul(z, "qkv", C, z->qkv_tp, bias, 0);
+    ModelOp *qkv = add_matmul(z, "qkv", C, z->qkv_tp, bias);
     add_param(z, qkv, "qkv_w", (a + 2 * kv) * hd, h, 1, 1);
     if (bias) add_param(z, qkv, "qkv_b", (a + 2 * kv) * hd, 1, 1, 0);
     // per rank: whole heads, ceil(a/tp) query and ceil(kv/tp) kv heads (a kv head is
@@ -205,7 +224,7 @@ static void build_block(Shapes *z) {
         att->bytes_bwd = add(z, xb(z, add(z, scale(z, 2, q), scale(z, 2, o))), fb(z, lse));
     }
 
-    ModelOp *proj = add_matmul(z, "attn_proj", z->att_tp, C, 0, 0);
+    ModelOp *proj = add_matmul(z, "attn_proj", z->att_tp, C, 0);
     add_param(z, proj, "attn_proj_w", h, a * hd, 2, 1);
     if (bias) {
         // the row-parallel bias is added once, after the all-reduce: replicated
@@ -215,12 +234,16 @@ static void build_block(Shapes *z) {
     }
     if (!parallel) proj->tp_comm_fwd = allreduce_nc(z);
 
-    if (!parallel) add_norm(z, "ln2", "ln2_w", "ln2_b", 1);
+    if (!parallel) {
+        add_attn_residual(z);
+        add_norm(z, "ln2", "ln2_w", "ln2_b");
+    }
 
-    ModelOp *fc = add_matmul(z, "fc", C, z->fc_tp, bias, !swiglu);
+    ModelOp *fc = add_matmul(z, "fc", C, z->fc_tp, bias);
     add_param(z, fc, "fc_w", swiglu ? 2 * F : F, h, 1, 1);
     if (bias) add_param(z, fc, "fc_b", swiglu ? 2 * F : F, 1, 1, 0);
     if (!parallel) fc->tp_comm_bwd = allreduce_nc(z);
+    if (!swiglu) add_gelu(z, z->fc_tp);
 
     if (swiglu) {
         ModelOp *act = new_op(z, "swiglu", MOP_SWIGLU);
@@ -231,7 +254,7 @@ static void build_block(Shapes *z) {
         act->hw_flops_bwd = scale(z, 10, nf);
     }
 
-    ModelOp *fcp = add_matmul(z, "fc_proj", z->f_tp, C, 0, 0);
+    ModelOp *fcp = add_matmul(z, "fc_proj", z->f_tp, C, 0);
     add_param(z, fcp, "fc_proj_w", h, F, 2, 1);
     if (bias) {
         add_param(z, fcp, "fc_proj_b", h, 1, 0, 0);
@@ -284,8 +307,8 @@ static void build_post(Shapes *z) {
     const ModelConfig *m = z->m;
     int ln = m->norm == NORM_LAYERNORM;
     Expr N = z->N, C = z->C;
-    add_norm(z, "lnf", "lnf_w", "lnf_b", 0);
-    ModelOp *head = add_matmul(z, "lm_head", C, z->v_tp, 0, 0);
+    add_norm(z, "lnf", "lnf_w", "lnf_b");
+    ModelOp *head = add_matmul(z, "lm_head", C, z->v_tp, 0);
     // tied: the weight is wte (PRE), so it is not a parameter of this part
     if (!m->tied_embeddings) add_param(z, head, "lm_head_w", m->vocab, m->hidden, 1, 1);
     head->tp_comm_bwd = allreduce_nc(z);

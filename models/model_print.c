@@ -28,6 +28,11 @@ void model_ops_print(FILE *f, ExprCtx *cx, const ModelOpList *ops) {
         field(f, cx, "bytes_bwd", op->bytes_bwd);
         field(f, cx, "tp_comm_fwd", op->tp_comm_fwd);
         field(f, cx, "tp_comm_bwd", op->tp_comm_bwd);
+        if (op->kind == MOP_MATMUL || op->kind == MOP_MATMUL_GELU) {  // the forward GEMM (m x n, inner k)
+            field(f, cx, "gemm_m", op->gemm_m);
+            field(f, cx, "gemm_n", op->gemm_n);
+            field(f, cx, "gemm_k", op->gemm_k);
+        }
     }
     for (int i = 0; i < ops->n_tensors; i++) {
         const ModelTensor *t = &ops->tensor[i];

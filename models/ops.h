@@ -35,6 +35,10 @@ typedef enum {
 
 #define MODEL_OP_MAX_PARAMS 2
 #define MODEL_MAX_OPS 16
+// Ops whose kernel the runtime fuses into a neighbour's: gelu (fc's epilogue),
+// attn_residual (ln2 adds it), pos_embedding (the embedding lookup adds it).
+// They stay ops of their own so that a table measured on a runtime that runs
+// them apart prices them; a table of ours lists them at 0 (mist-calibrate).
 
 typedef struct {
     char name[32];
@@ -46,6 +50,11 @@ typedef struct {
     Expr hw_flops_fwd, hw_flops_bwd;  // FLOPs the kernels execute
     Expr bytes_fwd, bytes_bwd;        // bytes read + written by the kernels
     Expr tp_comm_fwd, tp_comm_bwd;    // all-reduce payload bytes (0 when tp = 1)
+    // a matmul's forward GEMM, out (m x n) = inp (m x k) W^T, per rank: m = b*s
+    // rows, n output and k input features (0 for other ops). Its backward runs
+    // dinp (m x k, inner n) and dW (n x k, inner m), the planner's GEMM model
+    // prices all three from these (docs/design.md, "Compute time")
+    Expr gemm_m, gemm_n, gemm_k;
 } ModelOp;
 
 // An activation tensor of the part (the list in models/model.h).

@@ -60,7 +60,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
     a->G = plan->G;
     a->world = plan_world_size(plan);
     a->params_total = model_param_count(m);
-    a->capacity = cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory : hw->memory_bytes;
+    a->capacity = cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory : profile_capacity_bytes(hw);
     int gpn = cfg->cluster.gpus_per_node > 0 ? cfg->cluster.gpus_per_node : hw->gpus_per_node;
     a->ranks_per_node = gpn < a->world ? gpn : a->world;
     a->host_capacity = host_capacity_per_rank(cfg, hw, a->ranks_per_node);
@@ -117,6 +117,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
         a->mfu = a->model_flops / (a->iteration_seconds * a->world * a->peak_flops);
         a->hfu = a->hw_flops / (a->iteration_seconds * a->world * a->peak_flops);
     }
+    optable_plan_misses(table, cfg, plan, &a->table_misses);
     return 0;
 }
 
@@ -245,5 +246,7 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
                 bytes_int(o[ST_BUFFERS_BWD]), bytes_int(o[ST_TRANSIENT_FWD]), bytes_int(o[ST_TRANSIENT_BWD]),
                 bytes_int(o[ST_LOGITS]), bytes_int(o[ST_HOST]));
     }
-    fprintf(f, "]}\n");
+    fprintf(f, "], \"fallbacks\": ");  // the op table's uncovered shapes (optable_report.h)
+    optable_misses_print_json(&a->table_misses, f);
+    fprintf(f, "}\n");
 }

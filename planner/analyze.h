@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "planner/stage_model.h"
+#include "planner/optable_report.h"
 #include "base/plan.h"
 #include "base/profile.h"
 #include "base/schema.h"
@@ -41,6 +42,7 @@ typedef struct {
     int first_bad;               // first stage that does not fit, -1 if all fit
     char hardware[64];
     int staged_collectives;  // the profile's: collectives through host memory, copies on the critical path
+    OptableMisses table_misses;  // the shapes the op table does not cover (none without a table)
 } PlanAnalysis;
 
 // Host bytes each rank may keep (offloaded states and activations, I/O and

@@ -1,5 +1,5 @@
 // The terms of a stage model (planner/cost_terms.h): symbolic helpers, per-op
-// compute time (roofline or a measured table), the optimizer step, and the
+// compute time (GEMM model, attention curve, roofline, or a measured table), the optimizer step, and the
 // times of collectives, pipeline sends and host copies, as expressions of a
 // stage configuration (docs/design.md §4). stage_model.c, schedule.c and memory.c
 // build a stage's times and memory from them.
@@ -47,32 +47,93 @@ Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const doub
     return cost_select_power_of_two(x, tp, at, n);
 }
 
-// ---- compute
+// ---- compute (docs/design.md, "Compute time")
 
-// Roofline of one op: max(flops / (peak * eff), bytes / (bw * eff)) + launch.
-static Expr roofline(StageBuild *sb, Expr flops, Expr bytes, int matmul) {
-    ExprCtx *x = sb->x;
-    const HwProfile *hw = sb->hw;
-    double flops_rate = hw->peak_flops[sb->me->compute] * (matmul ? hw->flops_efficiency : 1.0);
-    // rates as multiplies by their reciprocals: cheaper than a divide in batched
-    // evaluation and merged with the FLOP / byte counts' constants (an ulp apart)
-    Expr t_flops = ex_mul(x, flops, ex_num(x, 1.0 / flops_rate));
-    Expr t_bytes = ex_mul(x, bytes, ex_num(x, 1.0 / (hw->mem_bandwidth * hw->bandwidth_efficiency)));
-    return ex_add(x, ex_max(x, t_flops, t_bytes), ex_num(x, hw->launch_seconds));
+static Expr memory_time(StageBuild *sb, Expr bytes) {
+    return ex_mul(sb->x, bytes, ex_num(sb->x, 1.0 / (sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency)));
 }
 
-// A measured table entry overrides the roofline for the (b, tp) it lists:
-// select on b == entry.b and tp == entry.tp.
-static Expr with_table(StageBuild *sb, const char *op, Expr roof, int backward) {
-    if (!sb->table) return roof;
+// One GEMM, out (m x n) with inner dimension k, on the tile-and-wave model:
+// the library cuts the output into tm x tn tiles, one per SM at a time; the
+// tiles run in waves = ceil(tiles / sms), and each wave takes as long as one
+// tile: 2 tm tn (k + k0) FLOPs at peak * efficiency / sms, k0 being the tile's
+// fixed prologue and epilogue. A partial last wave costs a whole wave, a
+// small m or n wastes a tile's unused rows: both fall out of the two ceils.
+static Expr gemm_time(StageBuild *sb, Expr m, Expr n, Expr k) {
     ExprCtx *x = sb->x;
-    Expr e = roof;
-    for (int i = 0; i < sb->table->n; i++) {
-        const OpTimeEntry *t = &sb->table->entry[i];
-        if (strcmp(t->op, op) || t->s != sb->cfg->model.seq_len) continue;
-        Expr b_is = ex_mul(x, cost_ge(sb, sb->s[SYM_B], ex_num(x, t->b)), cost_ge(sb, ex_num(x, t->b), sb->s[SYM_B]));
-        Expr tp_is = ex_mul(x, cost_ge(sb, sb->s[SYM_TP], ex_num(x, t->tp)), cost_ge(sb, ex_num(x, t->tp), sb->s[SYM_TP]));
-        e = ex_select(x, ex_mul(x, b_is, tp_is), ex_num(x, backward ? t->bwd_seconds : t->fwd_seconds), e);
+    const HwProfile *hw = sb->hw;
+    double sms = hw->gemm_sms, tm = hw->gemm_tile_m, tn = hw->gemm_tile_n;
+    Expr tiles = ex_mul(x, ex_ceil(x, ex_div(x, m, ex_num(x, tm))), ex_ceil(x, ex_div(x, n, ex_num(x, tn))));
+    Expr waves = ex_ceil(x, ex_div(x, tiles, ex_num(x, sms)));
+    double wave_per_k = sms * 2 * tm * tn / (hw->peak_flops[sb->me->compute] * hw->gemm_efficiency);
+    return ex_mul(x, ex_mul(x, waves, ex_add(x, k, ex_num(x, hw->gemm_k_overhead))), ex_num(x, wave_per_k));
+}
+
+// The fraction of peak attention runs at: its own curve in the sequence
+// length and head size (flash-style kernels keep one query tile against the
+// whole key sequence; short sequences and narrow heads leave the tensor cores
+// waiting on softmax and loads), or the matmul fraction without one.
+static double attention_efficiency(const StageBuild *sb) {
+    const HwProfile *hw = sb->hw;
+    if (hw->attention_efficiency <= 0) return hw->flops_efficiency;
+    double s = sb->cfg->model.seq_len, hd = (double)sb->cfg->model.hidden / sb->cfg->model.heads;
+    return hw->attention_efficiency * s / (s + hw->attention_seq_half) * hd / (hd + hw->attention_head_half);
+}
+
+// The model's time of one op, forward or backward: compute or memory bound,
+// whichever is longer, plus one launch.
+static Expr op_model_time(StageBuild *sb, const OpExprs *op, int backward) {
+    ExprCtx *x = sb->x;
+    const HwProfile *hw = sb->hw;
+    Expr flops = backward ? op->bwd_flops : op->fwd_flops, bytes = backward ? op->bwd_bytes : op->fwd_bytes;
+    Expr t_compute;
+    if (op->cls == OPC_GEMM && hw->gemm_sms > 0) {
+        // forward out = inp W^T; backward dinp (m x k, inner n) and dW (n x k, inner m)
+        t_compute = backward ? ex_add(x, gemm_time(sb, op->gemm_m, op->gemm_k, op->gemm_n),
+                                      gemm_time(sb, op->gemm_n, op->gemm_k, op->gemm_m))
+                             : gemm_time(sb, op->gemm_m, op->gemm_n, op->gemm_k);
+    } else {
+        double eff = op->cls == OPC_GEMM ? hw->flops_efficiency : op->cls == OPC_ATTENTION ? attention_efficiency(sb) : 1.0;
+        // a rate as a multiply by its reciprocal: cheaper than a divide in batched evaluation
+        t_compute = ex_mul(x, flops, ex_num(x, 1.0 / (hw->peak_flops[sb->me->compute] * eff)));
+    }
+    return ex_add(x, ex_max(x, t_compute, memory_time(sb, bytes)), ex_num(x, hw->launch_seconds));
+}
+
+// 1 when the integer symbol v equals c, else 0 (as selects on v - c +- 0.5)
+static Expr equals(StageBuild *sb, Expr v, double c, Expr yes, Expr no) {
+    ExprCtx *x = sb->x;
+    return ex_select(x, ex_sub(x, v, ex_num(x, c - 0.5)), ex_select(x, ex_sub(x, ex_num(x, c + 0.5), v), yes, no), no);
+}
+
+// A measured table overrides the model per op and shape (docs/plan-analyze.md,
+// "Measured op table"): at one tp, the entries measured at b_1 < ... < b_n
+// give the time at b_i exactly, linear interpolation between neighbours, and
+// beyond b_n the line through the last two (mist-plan warns). Below b_1, at a
+// single measured b other than b, or at an unmeasured tp the model's time
+// stands (a fallback, reported); with --strict-op-table a fallback or an
+// extrapolation costs OPTABLE_REFUSED_SECONDS, so the search never picks it.
+static Expr with_table(StageBuild *sb, const char *op, Expr model, int backward) {
+    const OpTable *t = sb->table;
+    if (!t) return model;
+    ExprCtx *x = sb->x;
+    Expr b = sb->s[SYM_B];
+    Expr refused = ex_num(x, OPTABLE_REFUSED_SECONDS), fallback = t->strict ? refused : model;
+    OptableCurve curve;
+    Expr e = fallback;
+    for (int from = 0; optable_curve(t, op, sb->cfg->model.seq_len, &from, &curve);) {
+        Expr v = fallback;
+        const double *tv = backward ? curve.bwd_seconds : curve.fwd_seconds;
+        if (curve.n == 1) v = equals(sb, b, curve.b[0], ex_num(x, tv[0]), v);
+        for (int k = 0; k + 1 < curve.n; k++) {  // the segment from b_k on (the last one extends past b_n)
+            double slope = (tv[k + 1] - tv[k]) / (curve.b[k + 1] - curve.b[k]);
+            Expr line = ex_add(x, ex_num(x, tv[k]), ex_mul(x, ex_num(x, slope), ex_sub(x, b, ex_num(x, curve.b[k]))));
+            // a line falling below zero past b_n (a noisy last point) is floored at the last time
+            if (k + 2 == curve.n && slope < 0) line = ex_max(x, line, ex_num(x, tv[k + 1]));
+            v = ex_select(x, ex_sub(x, b, ex_num(x, curve.b[k] - 0.5)), line, v);
+        }
+        if (t->strict && curve.n > 1) v = ex_select(x, ex_sub(x, b, ex_num(x, curve.b[curve.n - 1] + 0.5)), refused, v);
+        e = equals(sb, sb->s[SYM_TP], curve.tp, v, e);
     }
     return e;
 }
@@ -81,9 +142,7 @@ static Expr part_compute(StageBuild *sb, const PartExprs *part, int backward) {
     Expr sum = sb->zero;
     for (int i = 0; i < part->n_ops; i++) {
         const OpExprs *op = &part->op[i];
-        Expr roof = backward ? roofline(sb, op->bwd_flops, op->bwd_bytes, op->matmul)
-                              : roofline(sb, op->fwd_flops, op->fwd_bytes, op->matmul);
-        sum = ex_add(sb->x, sum, with_table(sb, op->name, roof, backward));
+        sum = ex_add(sb->x, sum, with_table(sb, op->name, op_model_time(sb, op, backward), backward));
     }
     return sum;
 }
@@ -107,8 +166,7 @@ Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped) {
     const ModelExprs *me = sb->me;
     double bytes_per_param = me->param_bytes == 4 ? 28.0 : 24.0 + me->grad_bytes + me->param_bytes;
     Expr bytes = ex_mul(x, params_stepped, ex_num(x, bytes_per_param));
-    Expr t = ex_mul(x, bytes, ex_num(x, 1.0 / (sb->hw->mem_bandwidth * sb->hw->bandwidth_efficiency)));
-    return ex_mul(x, cost_gt0(sb, params_stepped), ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+    return ex_mul(x, cost_gt0(sb, params_stepped), ex_add(x, memory_time(sb, bytes), ex_num(x, sb->hw->launch_seconds)));
 }
 
 // ---- transfers

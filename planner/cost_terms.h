@@ -15,11 +15,14 @@
 // config, and takes params and activations from models/model.h. Bytes and
 // elements are per TP rank.
 #define PART_MAX_OPS 48
+// How an op's time is modelled (cost_terms.c, docs/design.md "Compute time")
+typedef enum { OPC_MEMORY, OPC_GEMM, OPC_ATTENTION } OpClass;
 typedef struct {
     char name[32];
     Expr fwd_flops, bwd_flops;  // FLOPs the kernels execute (ModelOp hw_flops_*)
     Expr fwd_bytes, bwd_bytes;  // bytes read + written
-    int matmul;                   // runs at the matmul efficiency (else bandwidth-bound elementwise)
+    OpClass cls;
+    Expr gemm_m, gemm_n, gemm_k;  // OPC_GEMM: the forward GEMM (ModelOp gemm_*)
 } OpExprs;
 
 typedef struct {
@@ -75,7 +78,7 @@ typedef struct {
     int has_pre, has_post;
 } StageBuild;
 
-Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, roofline or table
+Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, the model or the table
 Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
 Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
 // ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)

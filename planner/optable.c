@@ -12,15 +12,23 @@
 // The op names of models/model_build.c's three parts, the names the cost model
 // looks an entry up by: an entry under any other name would never be used.
 const char *const optable_op_names[] = {
-    "embedding",                                                                    // pre
-    "ln1", "qkv", "rotary", "attention", "attn_proj", "ln2", "fc", "swiglu", "fc_proj", "residual",  // block
+    "embedding", "pos_embedding",                                                   // pre
+    "ln1", "qkv", "rotary", "attention", "attn_proj", "attn_residual", "ln2", "fc", "gelu", "swiglu", "fc_proj",
+    "residual",                                                                     // block
     "lnf", "lm_head", "crossentropy",                                               // post
     NULL};
 
+// Ops our runtime runs inside a neighbour's kernel (models/ops.h): their time
+// is in that op's entry, so a table of ours lists them at 0.
+static int fused_op(const char *op) {
+    return !strcmp(op, "gelu") || !strcmp(op, "attn_residual") || !strcmp(op, "pos_embedding");
+}
 // Ops whose backward may take no time: crossentropy's gradient is computed in
-// its forward pass (mist-calibrate counts it all as forward), residual has no
-// backward kernel.
-static int zero_bwd_allowed(const char *op) { return !strcmp(op, "crossentropy") || !strcmp(op, "residual"); }
+// its forward pass (mist-calibrate counts it all as forward), residuals have
+// no backward kernel, and the fused ops.
+static int zero_bwd_allowed(const char *op) {
+    return !strcmp(op, "crossentropy") || !strcmp(op, "residual") || fused_op(op);
+}
 
 static int add_entry(OpTable *t, const OpTimeEntry *e) {
     if (t->n == t->cap) {
@@ -133,7 +141,7 @@ static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e,
         char *end;
         errno = 0;
         us[i] = strtod(field[4 + i], &end);
-        int zero_ok = i == 1 && zero_bwd_allowed(e->op);
+        int zero_ok = i == 1 ? zero_bwd_allowed(e->op) : fused_op(e->op);
         // a finite, positive time: NaN, infinities and absurdly long calls
         // would turn the predicted iteration time and MFU into nonsense
         if (end == field[4 + i] || *end || errno || !isfinite(us[i]) || !(zero_ok ? us[i] >= 0 : us[i] > 0) ||
@@ -141,8 +149,10 @@ static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e,
             return fail(err, errlen, path, lineno, "%s %s = %.64s: not a time in range; allowed: microseconds in "
                         "%s0, %g]%s. Hint: the mean time of one call, per TP rank", e->op, name, field[4 + i],
                         zero_ok ? "[" : "(", OPTABLE_MAX_US,
-                        i == 1 && !zero_ok ? " (0 only for the backward of crossentropy, fused into its forward, "
-                                             "and of residual)" : "");
+                        !zero_ok ? (i == 1 ? " (0 only for the backward of crossentropy, fused into its forward, "
+                                             "of the residuals, and of gelu and pos_embedding)"
+                                           : " (0 only for gelu, attn_residual and pos_embedding, which our "
+                                             "runtime fuses into fc, ln2 and embedding)") : "");
     }
     e->fwd_seconds = us[0] * 1e-6;
     e->bwd_seconds = us[1] * 1e-6;
@@ -222,4 +232,59 @@ const OpTimeEntry *optable_find(const OpTable *t, const char *op, int b, int s, 
         if (e->b == b && e->s == s && e->tp == tp && !strcmp(e->op, op)) return e;
     }
     return NULL;
+}
+
+int optable_curve(const OpTable *t, const char *op, int s, int *from, OptableCurve *c) {
+    if (!t) return 0;
+    for (int i = *from; i < t->n; i++) {
+        const OpTimeEntry *e = &t->entry[i];
+        if (e->s != s || strcmp(e->op, op)) continue;
+        int seen = 0;  // this tp's curve was returned at an earlier entry
+        for (int j = 0; j < i && !seen; j++)
+            seen = t->entry[j].s == s && t->entry[j].tp == e->tp && !strcmp(t->entry[j].op, op);
+        if (seen) continue;
+        *from = i + 1;
+        c->tp = e->tp;
+        c->n = 0;
+        for (int j = i; j < t->n && c->n < OPTABLE_CURVE_MAX; j++) {
+            const OpTimeEntry *f = &t->entry[j];
+            if (f->s != s || f->tp != e->tp || strcmp(f->op, op)) continue;
+            int k = c->n++;  // insertion by b (no duplicates: optable_load refuses them)
+            while (k > 0 && c->b[k - 1] > f->b) {
+                c->b[k] = c->b[k - 1], c->fwd_seconds[k] = c->fwd_seconds[k - 1], c->bwd_seconds[k] = c->bwd_seconds[k - 1];
+                k--;
+            }
+            c->b[k] = f->b, c->fwd_seconds[k] = f->fwd_seconds, c->bwd_seconds[k] = f->bwd_seconds;
+        }
+        return 1;
+    }
+    *from = t->n;
+    return 0;
+}
+
+OptableRule optable_rule(const OpTable *t, const char *op, int b, int s, int tp) {
+    OptableCurve c;
+    for (int from = 0; optable_curve(t, op, s, &from, &c);) {
+        if (c.tp != tp) continue;
+        for (int k = 0; k < c.n; k++)
+            if (c.b[k] == b) return OPTABLE_EXACT;
+        if (c.n < 2 || b < c.b[0]) return OPTABLE_MODEL;
+        return b > c.b[c.n - 1] ? OPTABLE_EXTRAPOLATED : OPTABLE_INTERPOLATED;
+    }
+    return OPTABLE_MODEL;
+}
+
+const char *optable_rule_name(OptableRule r) {
+    static const char *names[] = {"measured", "interpolated", "extrapolated", "model"};
+    return (unsigned)r <= OPTABLE_MODEL ? names[r] : "?";
+}
+
+int optable_check_seq(const OpTable *t, const char *path, int seq, char *err, size_t errlen) {
+    if (!t || t->n == 0) return 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->entry[i].s == seq) return 0;
+    snprintf(err, errlen, "%s: the op table was measured at seq_len %d (line entries' s), the model has seq_len %d; "
+             "allowed: a table with entries at s = %d. Hint: measure it at this length (mist-calibrate CONFIG), or "
+             "plan with the config's [model] seq_len = %d", path, t->entry[0].s, seq, seq, t->entry[0].s);
+    return -1;
 }

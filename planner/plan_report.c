@@ -43,6 +43,24 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
     printf("}\n");
 }
 
+// The op table's uncovered shapes of the plan shown, once each on stderr;
+// with --strict-op-table any of them refuses the plan: 2, else 0.
+static int report_table_misses(const PlanAnalysis *an, const OpTable *table) {
+    const OptableMisses *m = &an->table_misses;
+    if (!table || !table->strict || m->n == 0) {
+        optable_misses_print_text(m, stderr);
+        return 0;
+    }
+    fprintf(stderr, "mist-plan: --strict-op-table: the op table does not cover %d shape%s of the plan:", m->n + m->more,
+            m->n + m->more == 1 ? "" : "s");
+    for (int i = 0; i < m->n; i++)
+        fprintf(stderr, "%s %s b=%d s=%d tp=%d (%s)", i ? "," : "", m->miss[i].op, m->miss[i].b, m->miss[i].s,
+                m->miss[i].tp, m->miss[i].rule == OPTABLE_MODEL ? "missing" : "beyond the largest measured b");
+    fprintf(stderr, ". Hint: measure them (mist-calibrate --b and --tp), or drop --strict-op-table to price them "
+                    "with the model\n");
+    return 2;
+}
+
 int plan_report_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
                        int json, int compare, Plan *found) {
     static SearchResult r;
@@ -69,6 +87,7 @@ int plan_report_search(const MistConfig *cfg, const HwProfile *hw, const OpTable
         fprintf(stderr, "mist-plan: internal error: the search's plan does not analyze: %s\n", err);
         return 1;
     }
+    if (shown && report_table_misses(&an, table) != 0) return 2;
     if (shown) {
         if (json) print_json_with_search(&an, cfg, &st, so, &r, compare ? &cmp : NULL);
         else {
@@ -99,6 +118,7 @@ int plan_report_analysis(const MistConfig *cfg, const Plan *plan, const HwProfil
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;
     }
+    if (report_table_misses(&an, table) != 0) return 2;
     if (json) analysis_print_json(&an, cfg, stdout);
     else analysis_print_text(&an, cfg, stdout);
     if (an.all_fit) return 0;

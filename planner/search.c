@@ -591,7 +591,7 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     s.B = cfg->train.global_batch;
     s.capacity = opt->capacity > 0 ? opt->capacity
                  : cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory
-                                                  : hw->memory_bytes;
+                                                  : profile_capacity_bytes(hw);
     s.host_capacity = host_capacity_per_rank(cfg, hw, opt->gpus_per_node);
     s.incumbent = INFINITY;
     s.t_start = search_now();

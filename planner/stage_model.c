@@ -123,9 +123,11 @@ static int transplant(ExprCtx *dst, ExprCtx *src, Expr b, Expr tp, double s, dou
     return 0;
 }
 
-// Matmuls and attention run at the matmul efficiency of the profile; the
-// rest (norms, residual adds, activations, lookups, the loss) are elementwise.
-static int op_is_matmul(ModelOpKind k) { return k == MOP_MATMUL || k == MOP_MATMUL_GELU || k == MOP_ATTENTION; }
+// Matmuls run on the GEMM model, attention on its own curve; the rest (norms,
+// residual adds, activations, lookups, the loss) are elementwise.
+static OpClass op_class(ModelOpKind k) {
+    return k == MOP_MATMUL || k == MOP_MATMUL_GELU ? OPC_GEMM : k == MOP_ATTENTION ? OPC_ATTENTION : OPC_MEMORY;
+}
 
 // One part's ops, executed FLOPs (hw_flops: causal attention, elementwise
 // arithmetic) and bytes, and its tensor-parallel all-reduce payloads.
@@ -139,7 +141,8 @@ static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const
         o->bwd_flops = map[mo->hw_flops_bwd];
         o->fwd_bytes = map[mo->bytes_fwd];
         o->bwd_bytes = map[mo->bytes_bwd];
-        o->matmul = op_is_matmul(mo->kind);
+        o->cls = op_class(mo->kind);
+        o->gemm_m = map[mo->gemm_m], o->gemm_n = map[mo->gemm_n], o->gemm_k = map[mo->gemm_k];
         p->tp_comm_fwd = ex_add(x, p->tp_comm_fwd, map[mo->tp_comm_fwd]);
         p->tp_comm_bwd = ex_add(x, p->tp_comm_bwd, map[mo->tp_comm_bwd]);
     }

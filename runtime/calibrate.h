@@ -2,7 +2,7 @@
 // attention, norms, rotary, SwiGLU, and at tp = 1 the embedding and the
 // cross-entropy), written as the planner's op table (planner/optable.h) so that
 // `mist-plan --op-table` predicts with this device's real kernel speeds
-// instead of the roofline's fixed efficiency.
+// instead of the cost model's estimates.
 //
 // A tensor-parallel rank of a Megatron layer runs the same kernels on a
 // slice of the weights (qkv: ceil(heads/tp) query and ceil(kv/tp) kv heads;
@@ -24,6 +24,7 @@ typedef struct {
 } CalibEntry;
 
 #define CALIB_OPS 13  // op kinds; a model has those of its architecture
+#define CALIB_FUSED 3  // ops the runtime fuses into a measured one (calibrate_add_fused)
 
 // Times each op of the model at every (b, tp) pair (s = the model's seq_len): `warmup`
 // untimed calls, then the mean of `iters` timed ones, forward and backward
@@ -31,6 +32,12 @@ typedef struct {
 // with a message in err (out of device memory, bad shape).
 int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, const int *tps, int ntp, int warmup,
                   int iters, CalibEntry *out, int max, char *err, size_t errlen);
+
+// Appends, for each entry of e[0..n) whose kernel also runs a fused op (fc
+// GELU's epilogue, ln2 the attention residual, embedding the position rows),
+// that op's entry at 0 (its time is in the measured one); up to max entries,
+// returns the new count.
+int calibrate_add_fused(const ModelConfig *m, CalibEntry *e, int n, int max);
 
 // Writes the entries as an op table ("mist-optable 1"), with a comment line
 // naming the device, to path (atomically) or, path NULL, to standard output;

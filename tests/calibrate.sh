@@ -14,15 +14,19 @@ rc=$?
 tap_diag "$(cat "$W/cal.err")"
 # the tiny GPT's ops: qkv attention attn_proj fc fc_proj lm_head ln1 ln2 lnf at every (b, tp),
 # embedding and crossentropy at tp = 1: 2 x (9 + 2) + 2 x 9 = 40 lines "op b s tp fwd bwd", with s =
-# the model's seq_len, fwd > 0 and bwd > 0 (crossentropy's bwd is 0: one fused pass)
+# the model's seq_len, fwd > 0 and bwd > 0 (crossentropy's bwd is 0: one fused pass); and the ops
+# the runtime fuses into them at 0 0: gelu with fc and attn_residual with ln2 at every (b, tp),
+# pos_embedding with embedding at tp = 1: 4 + 4 + 2 = 10 more
 entries=$(awk -v num_re="$num_re" '!/^#/ && NF == 6 && $3 == 64 && $5 ~ num_re && $6 ~ num_re && $5 > 0 &&
     ($6 > 0 || ($1 == "crossentropy" && $6 == 0))' \
     "$W/t.optable" | wc -l)
+fused=$(awk '!/^#/ && NF == 6 && $5 == 0 && $6 == 0 && ($1 == "gelu" || $1 == "attn_residual" ||
+    ($1 == "pos_embedding" && $4 == 1))' "$W/t.optable" | wc -l)
 combos=$(awk '!/^#/ && NF == 6 { print $1, $2, $4 }' "$W/t.optable" | sort -u | wc -l)
 tp2_vocab=$(awk '!/^#/ && $4 == 2 && ($1 == "embedding" || $1 == "crossentropy")' "$W/t.optable" | wc -l)
-[ $rc -eq 0 ] && [ "$(head -1 "$W/t.optable")" = "mist-optable 1" ] && [ "$entries" -eq 40 ] && [ "$combos" -eq 40 ] &&
-    [ "$tp2_vocab" -eq 0 ]
-tap_ok $? "mist-calibrate: the tiny GPT's 40 entries at b 1,2 and tp 1,2 (no vocabulary-parallel ones), positive times (rc $rc)"
+[ $rc -eq 0 ] && [ "$(head -1 "$W/t.optable")" = "mist-optable 1" ] && [ "$entries" -eq 40 ] && [ "$fused" -eq 10 ] &&
+    [ "$combos" -eq 50 ] && [ "$tp2_vocab" -eq 0 ]
+tap_ok $? "mist-calibrate: the tiny GPT's 40 entries at b 1,2 and tp 1,2 (no vocabulary-parallel ones), positive times, and 10 fused ops at 0 (rc $rc, $entries + $fused)"
 
 # the planner reads the table; with it the predicted iteration time is the measured one's, not the roofline's
 STAGE="-o stage.0.b=2 -o plan.G=8 -o stage.0.dp=1"  # 16 sequences = b 2 x dp 1 x G 8
@@ -60,7 +64,8 @@ rc=$?
 [ $rc -eq 2 ] && grep -q -- "--iters 1e3: allowed: an integer 1..1000000" "$W/cal11.err"
 tap_ok $? "mist-calibrate --iters 1e3 exits 2 (rc $rc)"
 
-# parallel (Falcon-style) blocks have no ln2: the table lists the other ops, and the planner reads it
+# parallel (Falcon-style) blocks have no ln2 (nor attn_residual): the table lists the other ops, GELU
+# at 0 (fused into fc), and the planner reads it
 FALCON="$MIST_SRCDIR/examples/tiny-falcon.ini"
 "$CAL" "$FALCON" --b 4 --iters 1 --out "$W/f.optable" 2>"$W/calf.err"
 rc=$?
@@ -68,7 +73,7 @@ ops=$(awk '!/^#/ && NF == 6 { print $1 }' "$W/f.optable" | sort | tr '\n' ' ')
 "$PLAN" "$FALCON" --analyze --json --hardware cpu --op-table "$W/f.optable" >"$W/f.plan" 2>"$W/f.plan.err"
 rcp=$?
 [ $rc -eq 0 ] && [ $rcp -eq 0 ] &&
-    [ "$ops" = "attention attn_proj crossentropy embedding fc fc_proj lm_head ln1 lnf qkv rotary " ]
+    [ "$ops" = "attention attn_proj crossentropy embedding fc fc_proj gelu lm_head ln1 lnf qkv rotary " ]
 tap_ok $? "tiny-falcon (parallel blocks, rotary): every op but ln2 timed, the planner reads the table (rc $rc, $rcp; $ops)"
 
 # usage errors exit 2 with a message naming the option

@@ -137,4 +137,12 @@ for ex in "$MIST_SRCDIR"/examples/*.ini; do
     [ $rc -eq 0 ] || sed 's/^/#   /' "$tmp/ex.err"
 done
 
+# the profile's usable_memory_fraction: the planner's capacity is memory x fraction
+capacity() { sed -n 's/.*"capacity_bytes": \([0-9]*\).*/\1/p'; }
+printf '[profile]\nbase = cpu\nusable_memory_fraction = 0.5\n' >"$tmp/half.ini"
+full=$("$PLAN" "$TINY" --analyze --json --hardware cpu 2>/dev/null | capacity)
+half=$("$PLAN" "$TINY" --analyze --json --hardware "$tmp/half.ini" 2>/dev/null | capacity)
+[ -n "$full" ] && [ -n "$half" ] && [ "$half" -eq $((full / 2)) ]
+tap_ok $? "usable_memory_fraction = 0.5 halves the planner's capacity ($full -> $half bytes)"
+
 tap_end

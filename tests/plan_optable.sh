@@ -47,7 +47,7 @@ expect "an s beyond int is refused" "${H}qkv 4 99999999999 1 1 1\n" 'qkv s = 999
 expect "tp 0 is refused" "${H}qkv 4 64 0 1 1\n" 'qkv tp = 0'
 # op names: those of the model description
 expect "an unknown op name is refused with the allowed names" "${H}qvk 4 64 1 1 1\n" \
-    't.optable:2: ' "unknown op 'qvk'" 'allowed: embedding ln1 qkv rotary attention attn_proj ln2 fc swiglu fc_proj residual lnf lm_head crossentropy'
+    't.optable:2: ' "unknown op 'qvk'" 'allowed: embedding pos_embedding ln1 qkv rotary attention attn_proj attn_residual ln2 fc gelu swiglu fc_proj residual lnf lm_head crossentropy'
 expect "a seventh field is refused" "${H}qkv 4 64 1 1 1 1\n" 't.optable:2: ' 'expected 6 fields'
 expect "a short entry is refused" "${H}qkv 4 64 1 1\n" 't.optable:2: ' 'expected 6 fields .*got 5'
 expect "a duplicate entry is refused" "${H}qkv 4 64 1 1 1\n# again\nqkv 4 64 1 2 2\n" 't.optable:4: ' 'duplicate entry for op qkv'
@@ -83,5 +83,80 @@ tap_ok $? "a line of exactly 511 characters is read ($at_limit s)"
 ce=$(iteration "${H}crossentropy 4 64 1 5 0\nresidual 4 64 1 5 0\n")
 [ -n "$ce" ] && [ "$ce" != "$roof" ]
 tap_ok $? "crossentropy and residual may have a zero backward ($roof s -> $ce s)"
+
+# fused ops (gelu, attn_residual, pos_embedding) may be 0 both ways; others may not have a zero forward
+fz=$(iteration "${H}gelu 4 64 1 0 0\nattn_residual 4 64 1 0 0\npos_embedding 4 64 1 0 0\n")
+[ -n "$fz" ] && [ "$fz" != "$roof" ]
+tap_ok $? "gelu, attn_residual and pos_embedding may be 0 (fused into fc, ln2, embedding): $roof s -> $fz s"
+expect "a zero forward of residual is refused" "${H}residual 4 64 1 0 0\n" 'residual fwd_us = 0' '0 only for gelu, attn_residual and pos_embedding'
+
+# micro-batch sizes between measured ones: linear in b (tiny runs b = 4): measured at 2 and 8
+# gives at 4 the time of an entry at 4 with the interpolated value; beyond the largest, the
+# line through the last two (and a warning); tp and s must match
+exact=$(iteration "${H}qkv 4 64 1 2000 5000\n")
+between=$(iteration "${H}qkv 2 64 1 1000 2000\nqkv 8 64 1 4000 11000\n")
+[ -n "$exact" ] && [ "$exact" != "$roof" ] && [ "$between" = "$exact" ]
+tap_ok $? "b between two measured sizes interpolates linearly (b 2, 8 -> 4: $between s = exact $exact s)"
+beyond=$(iteration "${H}qkv 1 64 1 500 1250\nqkv 2 64 1 1000 2500\n")
+exact4=$(iteration "${H}qkv 4 64 1 2000 5000\n")
+[ -n "$beyond" ] && [ "$beyond" = "$exact4" ]
+tap_ok $? "b beyond the largest measured extrapolates from the last two (b 1, 2 -> 4: $beyond s = $exact4 s)"
+printf "${H}qkv 1 64 1 500 1250\nqkv 2 64 1 1000 2500\n" >"$tmp/x.optable"
+"$PLAN" "$TINY" --analyze --json --hardware cpu --op-table "$tmp/x.optable" >"$tmp/x.json" 2>"$tmp/x.err"
+grep -q 'warning: op table: qkv at b=4 s=64 tp=1 is beyond the largest measured b; extrapolated' "$tmp/x.err" &&
+    grep -q '{"op": "qkv", "b": 4, "s": 64, "tp": 1, "rule": "extrapolated"}' "$tmp/x.json"
+tap_ok $? "an extrapolation is a warning on stderr and a JSON fallbacks row with rule extrapolated"
+
+# a fallback to the model: once per (op, shape) on stderr and in the JSON, though two stages share it
+printf "${H}qkv 4 64 1 2000 5000\n" >"$tmp/f.optable"
+"$PLAN" "$TINY" --analyze --json --hardware cpu --op-table "$tmp/f.optable" -o plan.stages=2 -o stage.0.layers=1 \
+    -o stage.0.dp=2 -o stage.1.layers=1 -o stage.1.dp=2 -o stage.1.tp=1 -o stage.1.b=4 -o plan.G=2 >"$tmp/f.json" 2>"$tmp/f.err"
+rc=$?
+n_ln1=$(grep -c 'no entry for ln1 at b=4 s=64 tp=1' "$tmp/f.err")
+[ $rc -eq 0 ] && [ "$n_ln1" -eq 1 ] && ! grep -q 'for qkv' "$tmp/f.err" &&
+    grep -q '"fallbacks": \[.*{"op": "ln1", "b": 4, "s": 64, "tp": 1, "rule": "model"}' "$tmp/f.json" &&
+    ! grep -q '"op": "qkv"' "$tmp/f.json"
+tap_ok $? "a fallback is reported once per (op, shape) on stderr ($n_ln1 line for ln1 over 2 stages) and in JSON fallbacks, a measured op not (rc $rc)"
+"$PLAN" "$TINY" --analyze --json --hardware cpu >"$tmp/n.json" 2>&1
+grep -q '"fallbacks": \[\]' "$tmp/n.json"
+tap_ok $? "without an op table the JSON fallbacks array is empty"
+
+# --strict-op-table refuses a plan with a shape the table lacks, naming it; a table covering
+# every op of the plan (interpolated included) passes
+out=$("$PLAN" "$TINY" --analyze --hardware cpu --op-table "$tmp/f.optable" --strict-op-table 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--strict-op-table: the op table does not cover' &&
+    printf '%s' "$out" | grep -q 'ln1 b=4 s=64 tp=1 (missing)' && ! printf '%s' "$out" | grep -q 'qkv b=4'
+tap_ok $? "--strict-op-table refuses a plan with unmeasured shapes, naming them (rc $rc)"
+: >"$tmp/all.optable"
+printf "${H}" >>"$tmp/all.optable"
+for op in embedding pos_embedding ln1 qkv attention attn_proj attn_residual ln2 fc gelu fc_proj residual lnf lm_head crossentropy; do
+    printf "%s 2 64 1 100 100\n%s 8 64 1 400 400\n" $op $op >>"$tmp/all.optable"
+done
+"$PLAN" "$TINY" --analyze --hardware cpu --op-table "$tmp/all.optable" --strict-op-table >/dev/null 2>"$tmp/all.err"
+rc=$?
+[ $rc -eq 0 ] && [ ! -s "$tmp/all.err" ]
+tap_ok $? "--strict-op-table passes a plan whose every op is measured or interpolated, silently (rc $rc)"
+out=$("$PLAN" "$TINY" -o plan.mode=auto --hardware cpu --op-table "$tmp/all.optable" --strict-op-table --json 2>&1)
+rc=$?
+b_found=$(printf '%s' "$out" | sed -n 's/.*"stages": \[{[^}]*"b": \([0-9]*\).*/\1/p')
+[ $rc -eq 0 ] && [ -n "$b_found" ] && [ "$b_found" -ge 2 ] && [ "$b_found" -le 8 ]
+tap_ok $? "a strict search keeps to the measured micro-batch range (b = $b_found in [2, 8], rc $rc)"
+out=$("$PLAN" "$TINY" --analyze --hardware cpu --strict-op-table 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'needs --op-table'
+tap_ok $? "--strict-op-table without --op-table exits 2 saying so"
+
+# a table measured at another sequence length is an error naming both lengths
+out=$("$PLAN" "$TINY" --analyze --hardware cpu --op-table "$(printf "${H}qkv 4 128 1 1 1\n" >"$tmp/s.optable"; echo "$tmp/s.optable")" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'measured at seq_len 128' && printf '%s' "$out" | grep -q 'the model has seq_len 64'
+tap_ok $? "an op table at seq_len 128 for a model at 64 exits 2 naming both (rc $rc)"
+
+# Mist's reference case (GPT-1.3B, 2 x L4, b 8, G 2, every block checkpointed) with Mist's own L4
+# op table: within 5% of the 11.329 s the Mist artifact measured (docs/plan-analyze.md)
+SB="$MIST_SRCDIR/benchmarks/mist_l4"
+t=$("$PLAN" "$SB/small-base.ini" --analyze --json --op-table "$SB/l4.optable" --strict-op-table 2>"$tmp/sb.err" |
+    sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
+awk -v t="$t" 'BEGIN { exit !(t != "" && t / 11.329 > 0.95 && t / 11.329 < 1.05) }'
+tap_ok $? "Mist's small-base case with Mist's L4 table: $t s against 11.329 s measured (within 5%, no fallback)"
 
 tap_end

@@ -247,6 +247,65 @@ static void test_hand_time(const MistConfig *cfg) {
     stage_model_free(&m);
 }
 
+// The GEMM model by hand (docs/design.md, "Compute time"): out (m x n), inner
+// k, on tm x tn tiles over S SMs takes ceil(ceil(m/tm) ceil(n/tn) / S) waves
+// of 2 tm tn (k + k0) S / (peak eff) each.
+static double gemm_by_hand(double m, double n, double k, const HwProfile *hw) {
+    double tiles = ceil(m / hw->gemm_tile_m) * ceil(n / hw->gemm_tile_n);
+    double S = hw->gemm_sms;
+    return ceil(tiles / S) * S * 2 * hw->gemm_tile_m * hw->gemm_tile_n * (k + hw->gemm_k_overhead) /
+           (hw->peak_flops[DT_BF16] * hw->gemm_efficiency);
+}
+
+static double block_time(const MistConfig *cfg, const HwProfile *hw, int b) {
+    MistConfig c = *cfg;
+    c.model.layers = 1;
+    c.train.global_batch = b;
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, &c, hw, NULL, 0, 0, err, sizeof err) != 0) return NAN;
+    double o[ST_OUTPUTS];
+    StageConfig sc = stage(1, b, 1, 1, 0, 0, 1, 0);
+    stage_eval_scalar(&m, &sc, o);
+    stage_model_free(&m);
+    return o[ST_T];
+}
+
+// One block with the GEMM model on against the fixed-fraction roofline at
+// efficiency 1, bandwidth unbounded: the difference is the four GEMMs' model
+// time (forward out = inp W^T; backward dinp (m x k, inner n) and dW (n x k,
+// inner m)) less their 6 m n k / peak. Tiles that do not divide the shapes and
+// an SM count that does not divide the tiles (dinp of qkv: 16 tiles on 3 SMs,
+// 6 waves), so both quantizations count.
+static void test_gemm_model(const MistConfig *cfg) {
+    HwProfile flat;
+    profile_preset(&flat, "cpu");
+    flat.peak_flops[DT_BF16] = 1e12;
+    flat.flops_efficiency = 1.0;
+    flat.mem_bandwidth = 1e30;
+    flat.launch_seconds = 0;
+    HwProfile tiled = flat;
+    tiled.gemm_sms = 3, tiled.gemm_tile_m = 24, tiled.gemm_tile_n = 16;
+    tiled.gemm_efficiency = 0.5, tiled.gemm_k_overhead = 8;
+    double h = 64, F = 256, M = 3 * 32;  // b = 3, s = 32
+    const double shape[4][2] = {{3 * h, h}, {h, h}, {F, h}, {h, F}};  // qkv, attn_proj, fc, fc_proj: n, k
+    double want = 0;
+    for (int i = 0; i < 4; i++) {
+        double n = shape[i][0], k = shape[i][1];
+        want += gemm_by_hand(M, n, k, &tiled) + gemm_by_hand(M, k, n, &tiled) + gemm_by_hand(n, k, M, &tiled);
+        want -= 6 * M * n * k / 1e12;
+    }
+    double got = block_time(cfg, &tiled, 3) - block_time(cfg, &flat, 3);
+    ok(near(got, want, 1e-15, 1e-9, "gemm"), "GEMM model: one block's four GEMMs by hand, tiles and waves (%.6g s)", want);
+    // attention on its own curve: attention_efficiency * s/(s + seq_half) *
+    // hd/(hd + head_half) is the same time as a flat fraction of that value
+    HwProfile curve = tiled, flat_att = tiled;
+    curve.attention_efficiency = 0.6, curve.attention_seq_half = 32, curve.attention_head_half = 16;
+    flat_att.flops_efficiency = 0.6 * 32.0 / (32 + 32) * 16.0 / (16 + 16);  // s = 32, head size 64 / 4 = 16
+    double a = block_time(cfg, &curve, 2), b = block_time(cfg, &flat_att, 2);
+    ok(near(a, b, 1e-15, 1e-12, "att"), "attention curve: 0.6 s/(s+32) hd/(hd+16) at s 32, hd 16 = a flat 0.15 (%.6g s)", a);
+}
+
 static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
     char err[256];
@@ -588,6 +647,7 @@ int main(void) {
     test_zero(&cfg, &hw);
     test_flops(&cfg);
     test_hand_time(&cfg);
+    test_gemm_model(&cfg);
     test_memory_shape(&cfg, &hw);
     test_memory_hand(&cfg, &hw);
     test_memory_pipeline_hand(&cfg, &hw);

@@ -348,9 +348,29 @@ static void test_bytes_and_transients(void) {
     fclose(mem);
     int named = text != NULL;
     for (int i = 0; named && i < y.ops.n_ops; i++) named = strstr(text, y.ops.op[i].name) != NULL;
-    ok(named && strstr(text, "matmul_gelu") && strstr(text, "lse"), "model_ops_print lists ops, kinds and tensors");
+    ok(named && strstr(text, "matmul") && strstr(text, "gelu") && strstr(text, "gemm_k") && strstr(text, "lse"),
+       "model_ops_print lists ops, kinds, GEMM shapes and tensors");
     free(text);
     sym_free(&y);
+    // every matmul's GEMM (m x n, inner k) is its forward FLOPs, 2 m n k, with m = b*s rows,
+    // at tp 1 and 2 (n or k split per rank), in the block and the head
+    int gemms = 0, consistent = 1;
+    for (int tp = 1; tp <= 2; tp++)
+        for (int part = PART_BLOCK; part <= PART_POST; part++) {
+            Sym z;
+            sym_build(&z, &g, (ModelPart)part, 2, 64, tp, 4);
+            for (int i = 0; i < z.ops.n_ops; i++) {
+                const ModelOp *op = &z.ops.op[i];
+                if (op->kind != MOP_MATMUL) continue;
+                gemms++;
+                double m = ev(&z, op->gemm_m), n = ev(&z, op->gemm_n), k = ev(&z, op->gemm_k);
+                if (m != 128 || !(n > 0 && k > 0) || !near(2 * m * n * k, ev(&z, op->hw_flops_fwd), 0, 1e-12, op->name))
+                    consistent = 0;
+            }
+            sym_free(&z);
+        }
+    ok(gemms == 10 && consistent, "each of the %d matmuls (block and head, tp 1 and 2) has m = b*s and 2mnk = its FLOPs",
+       gemms);
 }
 
 int main(void) {

@@ -230,6 +230,18 @@ static void test_profile_files(void) {
         for (int s = 0; s < STREAM_COUNT; s++) same &= fabs(a.slowdown[m][s] - b.slowdown[m][s]) < 1e-9;
     same &= llabs(a.host_memory_bytes - b.host_memory_bytes) < 4096 && a.host_memory_bytes > 0;
     ok(same && fabs(a.h2d.k - b.h2d.k) < 1e-6 * a.h2d.k, "a written profile reads back the same");
+    ok(a.gemm_sms == 58 && b.gemm_sms == a.gemm_sms && b.gemm_tile_m == a.gemm_tile_m &&
+           b.gemm_tile_n == a.gemm_tile_n && b.gemm_efficiency == a.gemm_efficiency &&
+           b.gemm_k_overhead == a.gemm_k_overhead && b.attention_efficiency == a.attention_efficiency &&
+           b.attention_seq_half == a.attention_seq_half && b.attention_head_half == a.attention_head_half &&
+           b.usable_memory_fraction == a.usable_memory_fraction,
+       "a written profile reads back the GEMM model, the attention curve and the usable fraction");
+    f = fopen(path, "r");
+    char head[256] = "";
+    if (f && !fgets(head, sizeof head, f)) head[0] = 0;
+    if (f) fclose(f);
+    ok(strstr(head, "GB/s (1e9 bytes/s)") && strstr(head, "GiB (2^30 bytes)"),
+       "a written profile states its units in its first line (%s)", head);
 
     // a file starting from a preset, overriding some fields
     const char *pf = write_file("mine.ini",
@@ -271,6 +283,41 @@ static void test_profile_files(void) {
 
 // Ranges: checked on the value as written, bounded so that every scaled value and
 // every time computed from it stays finite and printable.
+// usable_memory_fraction scales the planner's capacity; the GEMM model's keys
+// are read, and refused with the key and the range when out of it
+static void test_compute_shape_keys(void) {
+    HwProfile p;
+    char err[512];
+    profile_preset(&p, "dgx-h100");
+    ok(p.usable_memory_fraction == 1.0 && profile_capacity_bytes(&p) == p.memory_bytes,
+       "a preset's usable fraction defaults to 1: capacity = memory");
+    const char *pf = write_file("frac.ini", "[profile]\nbase = dgx-h100\nusable_memory_fraction = 0.9\n[compute]\n"
+                                            "gemm_sms = 100\ngemm_tile = 64x128\ngemm_efficiency = 0.6\n"
+                                            "gemm_k_overhead = 32\nattention_efficiency = 0.4\n");
+    int rc = profile_load(&p, pf, err, sizeof err);
+    if (rc) diag("%s", err);
+    ok(rc == 0 && profile_capacity_bytes(&p) == (int64_t)(0.9 * (double)p.memory_bytes) && p.gemm_sms == 100 &&
+           p.gemm_tile_m == 64 && p.gemm_tile_n == 128 && p.gemm_efficiency == 0.6 && p.gemm_k_overhead == 32 &&
+           p.attention_efficiency == 0.4,
+       "usable_memory_fraction 0.9 scales the capacity; gemm_* and attention_efficiency are read");
+    const struct { const char *name, *text, *key, *range; } bad[] = {
+        {"tile.ini", "[profile]\nbase = gcp-l4\n[compute]\ngemm_tile = 128\n", "gemm_tile", "MxN"},
+        {"sms.ini", "[profile]\nbase = gcp-l4\n[compute]\ngemm_sms = 1.5\n", "gemm_sms", "0..1024"},
+        {"frac0.ini", "[profile]\nbase = gcp-l4\nusable_memory_fraction = 0\n", "usable_memory_fraction", "[0.001, 1]"},
+        {"att.ini", "[profile]\nbase = gcp-l4\n[compute]\nattention_efficiency = 2\n", "attention_efficiency", "[0, 1]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pf = write_file(bad[i].name, bad[i].text);
+        rc = profile_load(&p, pf, err, sizeof err);
+        ok(rc != 0 && strstr(err, bad[i].name) && strstr(err, bad[i].key) && strstr(err, bad[i].range),
+           "%s out of range names the key and the range (%s)", bad[i].key, err);
+    }
+    pf = write_file("half.ini", "[profile]\nbase = cpu\n[compute]\ngemm_sms = 8\n");
+    rc = profile_load(&p, pf, err, sizeof err);
+    ok(rc != 0 && strstr(err, "gemm_tile") && strstr(err, "gemm_efficiency"),
+       "gemm_sms without a tile and an efficiency is an error naming them (%s)", err);
+}
+
 static void test_value_ranges(void) {
     HwProfile p;
     char err[512];
@@ -463,6 +510,7 @@ int main(void) {
     test_transfer_times();
     test_profile_files();
     test_value_ranges();
+    test_compute_shape_keys();
     test_keys_and_lines();
     test_line_fit();
     test_measured_cells();

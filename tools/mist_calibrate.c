@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "forward and backward, on this machine's first GPU (or the CPU backend when there\n"
             "is none, or with MIST_DEVICE=cpu), at the model's seq_len, for every micro-batch\n"
             "b and tensor-parallel degree tp listed, and writes them as an op table that\n"
-            "`mist-plan --op-table FILE` uses instead of the roofline for those ops.\n"
+            "`mist-plan --op-table FILE` uses instead of the model for those ops.\n"
             "\n"
             "options:\n"
             "  --b LIST            micro-batch sizes, comma separated (default 1,2,4)\n"

@@ -2,7 +2,7 @@
 // cluster size, without an MPI launch (it never calls MPI_Init).
 //   mist-plan CONFIG.ini [--nodes N --gpus-per-node M] [--space NAME] [--out PLAN.ini] ...
 //   mist-plan CONFIG.ini --analyze [PLAN.ini] [--hardware NAME|FILE] [--json]
-//             [--op-table FILE] [-o section.key=value]...
+//             [--op-table FILE [--strict-op-table]] [-o section.key=value]...
 // Exit codes: 0 ok, 2 config/usage error, 3 no plan / the plan does not fit.
 #define _POSIX_C_SOURCE 200809L  // open_memstream
 #include <config.h>  // PACKAGE_VERSION
@@ -62,7 +62,8 @@ static void usage(FILE *f) {
             "                           Mist measured), dgx-a100-80g, dgx-h100, dgx-h200, cpu (see\n"
             "                           docs/hardware.md), or a profile INI file (default: [cluster]\n"
             "                           hardware, else cpu)\n"
-            "  --op-table FILE          measured per-op latencies overriding the roofline\n"
+            "  --op-table FILE          measured per-op latencies overriding the model (docs/plan-analyze.md)\n"
+            "  --strict-op-table        refuse a plan with a shape the op table neither lists nor interpolates\n"
             "  --json                   print one JSON object instead of the table (a search adds\n"
             "                           its statistics as \"search\")\n"
             "  -o section.key=value     override a config value (repeatable)\n"
@@ -78,7 +79,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *config_path, *plan_path, *hardware, *op_table, *out_path, *space_name;
     const char *overrides[MAX_OVERRIDES];
-    int n_overrides, analyze, json, compare, nodes, gpn, frontier_max, threads;
+    int n_overrides, analyze, json, compare, nodes, gpn, frontier_max, threads, strict_table;
     PlanSpace space;
 } PlanArgs;
 
@@ -100,6 +101,8 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
             a->json = 1;
         } else if (!strcmp(o, "--compare")) {
             a->compare = 1;
+        } else if (!strcmp(o, "--strict-op-table")) {
+            a->strict_table = 1;
         } else if (!strcmp(o, "--nodes") || !strcmp(o, "--gpus-per-node") || !strcmp(o, "--frontier-max") ||
                    !strcmp(o, "--threads")) {
             char *end = NULL;
@@ -288,6 +291,15 @@ int main(int argc, char **argv) {
             return 2;
         }
         tablep = &table;
+        table.strict = a.strict_table;
+        if (optable_check_seq(&table, a.op_table, cfg.model.seq_len, err, sizeof err) != 0) {
+            fprintf(stderr, "mist-plan: %s\n", err);
+            optable_free(&table);
+            return 2;
+        }
+    } else if (a.strict_table) {
+        fprintf(stderr, "mist-plan: --strict-op-table needs --op-table FILE (the table to hold the plan to)\n");
+        return 2;
     }
     rc = a.analyze ? analyze(&cfg, &hw, tablep, &a) : search(&cfg, &hw, hw_name, tablep, &a);
     if (tablep) optable_free(tablep);

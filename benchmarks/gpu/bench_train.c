@@ -215,16 +215,17 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
             if (plan_analyze(&a, &cfg, &plan, &hw, NULL, err, sizeof err) == 0) pred_ms = a.iteration_seconds * 1e3;
             else fprintf(stderr, "bench_train: cost model: %s\n", err);
             // the same with the GEMMs and attention measured on this GPU (mist-calibrate's table)
-            CalibEntry ce[CALIB_OPS];
-            OpTimeEntry te[CALIB_OPS];
+            CalibEntry ce[CALIB_OPS + CALIB_FUSED];
+            OpTimeEntry te[CALIB_OPS + CALIB_FUSED];
             int one = 1, nce = calibrate_ops(gpu, &k->m, &k->B, 1, &one, 1, 2, 5, ce, CALIB_OPS, err, sizeof err);
+            if (nce > 0) nce = calibrate_add_fused(&k->m, ce, nce, CALIB_OPS + CALIB_FUSED);
             for (int i = 0; i < nce; i++) {
                 memset(&te[i], 0, sizeof te[i]);
                 snprintf(te[i].op, sizeof te[i].op, "%s", ce[i].op);
                 te[i].b = ce[i].b, te[i].s = ce[i].s, te[i].tp = ce[i].tp;
                 te[i].fwd_seconds = ce[i].fwd_us * 1e-6, te[i].bwd_seconds = ce[i].bwd_us * 1e-6;
             }
-            OpTable table = {.n = nce > 0 ? nce : 0, .cap = CALIB_OPS, .entry = te};
+            OpTable table = {.n = nce > 0 ? nce : 0, .cap = CALIB_OPS + CALIB_FUSED, .entry = te};
             if (nce > 0 && plan_analyze(&a, &cfg, &plan, &hw, &table, err, sizeof err) == 0)
                 pred_table_ms = a.iteration_seconds * 1e3;
             else fprintf(stderr, "bench_train: cost model with the op table: %s\n", err);
