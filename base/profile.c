@@ -196,7 +196,7 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
 static int compute_shape_key(ProfileParse *pp, const char *sec, const char *key, const char *val) {
     HwProfile *p = pp->p;
     if (!strcmp(key, "gemm_sms")) {
-        double x;
+        double x = 0;  // set by number_in when it returns 1
         if (!number_in(pp, sec, key, val, 0, 0, 1024, 1, "expected an integer 0..1024 (0 = every matmul at "
                        "flops_efficiency; e.g. 132)", &x))
             return 0;
