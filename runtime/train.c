@@ -102,6 +102,10 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
         t[i].ndim = p->spec.cols == 1 ? 1 : 2;
         t[i].shape[0] = p->spec.rows;
         t[i].shape[1] = p->spec.cols;
+        // the padded vocabulary rows (all zero) are not stored: the file holds
+        // the real V rows, the first V*C floats of the row-major tensor, so a
+        // checkpoint written with any [model] vocab_pad loads under any other
+        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w")) t[i].shape[0] = r->V;
         t[i].param = w + p->goffset;
         t[i].adam_m = m + p->goffset;
         t[i].adam_v = v + p->goffset;
