@@ -65,7 +65,7 @@ static int cu_is_device_memory(Backend *b, const void *p) {
 }
 static size_t cu_reserved_bytes(Backend *b) {
     CudaCtx *ctx = cuda_ctx(b);
-    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t);
+    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_sort_bytes;
 }
 
 static BackendStream *cu_stream_create(Backend *b) {
@@ -127,8 +127,7 @@ static void cu_destroy(Backend *b) {
         cuda_matmul_destroy(b);
         if (ctx->scratch) cudaFree(ctx->scratch);
         if (ctx->lt_workspace) cudaFree(ctx->lt_workspace);
-        if (ctx->host_tokens) cudaFreeHost(ctx->host_tokens);
-        if (ctx->dev_order) cudaFree(ctx->dev_order);
+        if (ctx->token_sort) cudaFree(ctx->token_sort);
         free(ctx);
     }
     free(b);
