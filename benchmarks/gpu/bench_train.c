@@ -255,7 +255,8 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
     return fail;
 }
 
-static const char *const attention_names[] = {"base", "wide", "wgmma"};
+static const char *const attention_names[] = {"base", "wide", "wgmma", "cudnn"};
+#define NUM_ATTENTION (int)(sizeof attention_names / sizeof *attention_names)
 
 int main(int argc, char **argv) {
     const char *json = NULL;
@@ -267,18 +268,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
-        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL] [--attention base,wide,wgmma]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL] [--attention base,wide,wgmma,cudnn]\n", argv[0]); return 2; }
     }
     // the variants asked for, in order; each must be one of attention_names
     int want[8], nwant = 0;
     for (const char *p = attention; *p && nwant < 8;) {
         size_t n = strcspn(p, ",");
         int found = -1;
-        for (int v = 0; v < 3; v++)
+        for (int v = 0; v < NUM_ATTENTION; v++)
             if (strlen(attention_names[v]) == n && !strncmp(p, attention_names[v], n)) found = v;
         if (found < 0) {
             fprintf(stderr, "bench_train: --attention '%s': '%.*s' is not a variant (allowed: base, wide, wgmma, "
-                            "comma-separated)\n", attention, (int)n, p);
+                            "cudnn, comma-separated)\n", attention, (int)n, p);
             return 2;
         }
         want[nwant++] = found;
