@@ -59,7 +59,7 @@ part == "train" {
     if ((model == "gpt2-124m" || model == "gpt3-1.3b") && mfu != "" && mfu + 0 > mfu_best[model] + 0) {
         mfu_best[model] = mfu; mfu_att[model] = att
     }
-    dev = field(line, "peak_device_bytes")
+    dev = field(line, "device_peak_bytes")
     mem[nrows] = "{\"model\": " str(model) ", \"attention\": " str(att) ", \"predicted_bytes\": " num(field(line, "peak_predicted_bytes")) \
         ", \"arena_bytes\": " num(field(line, "peak_measured_bytes")) ", \"device_bytes\": " num(dev) "}"
     tim[nrows] = "{\"model\": " str(model) ", \"attention\": " str(att) ", \"measured_ms\": " num(field(line, "ms_per_iter")) \
