@@ -13,7 +13,8 @@
 #include "planner/stage_model.h"
 
 const char *const adjust_names[ADJ_COUNT] = {"plain_attention", "attention_dropout", "grad_allreduce_after_backward",
-                                             "fp32_grad_allreduce_after_backward"};
+                                             "fp32_grad_allreduce_after_backward", "grad_accumulation_add",
+                                             "fp32_grad_accumulation_add"};
 
 int adjust_parse(const char *name, char *allowed, size_t cap) {
     for (int k = 0; k < ADJ_COUNT; k++)
@@ -102,6 +103,24 @@ static double grad_allreduce_after_backward(const StageAnalysis *st, const MistC
     return fmax(0, whole - exposed);
 }
 
+// grad_accumulation_add: PyTorch accumulates a parameter's gradient over micro-batches with an
+// elementwise add into .grad (the first micro-batch's gradient is kept as it is), Megatron's DDP
+// likewise into its main_grad buffer: per micro-batch after the first, read both and write one,
+// 3 x the stage's gradient bytes, memory-bound; (G - 1) / G of it per micro-batch on average (the
+// Mist artifact's own analyzer prices its grad-acc add the same way, and its L4 table's add of
+// 50.3M fp16 elements in 1.249 ms is 242 GB/s, the L4 profile's 300 GB/s x 0.8). Ours needs no
+// add: the weight-gradient GEMM accumulates into the gradient buffer.
+// fp32_grad_accumulation_add: DeepSpeed's bf16 optimizer after every micro-batch's backward runs
+// hp_grad.add_(lp.grad.to(float32)): the copy reads e and writes 4 bytes, the add reads 4 + 4 and
+// writes 4, per parameter, every micro-batch (the fp32 gradients start at zero): (e + 16) / e x
+// the stage's gradient bytes.
+static double grad_accumulation_add(const StageAnalysis *st, const MistConfig *cfg, const HwProfile *hw, int G,
+                                    int fp32) {
+    double e = cfg->train.precision == PREC_FP32 ? 4 : 2, bw = hw->mem_bandwidth * hw->bandwidth_efficiency;
+    if (fp32) return (e + 16) / e * st->out[ST_GRADS] / bw;
+    return G > 1 ? (G - 1.0) / G * 3 * st->out[ST_GRADS] / bw : 0;
+}
+
 // The iteration with the adjustments of mask: per stage, per-call terms times the calls of one
 // micro-batch (every block once forward and once backward, a checkpointed block's forward once
 // more) go into the steady time t; the all-reduce into the edge time d.
@@ -116,6 +135,8 @@ static double iteration_with(const PlanAnalysis *a, const MistConfig *cfg, const
         if (mask & 1u << ADJ_PLAIN_ATTENTION) plain_attention(&x, &f, &b), fwd += f, bwd += b;
         if (mask & 1u << ADJ_ATTENTION_DROPOUT) attention_dropout(&x, &f, &b), fwd += f, bwd += b;
         t[i] += st->sp.layers * (fwd + bwd) + st->sp.ckpt * fwd;
+        if (mask & 1u << ADJ_GRAD_ACCUMULATION_ADD) t[i] += grad_accumulation_add(st, cfg, hw, a->G, 0);
+        if (mask & 1u << ADJ_FP32_GRAD_ACCUMULATION_ADD) t[i] += grad_accumulation_add(st, cfg, hw, a->G, 1);
         if (mask & 1u << ADJ_GRAD_ALLREDUCE_AFTER_BW) d[i] += grad_allreduce_after_backward(st, cfg, hw, 0);
         if (mask & 1u << ADJ_FP32_GRAD_ALLREDUCE_AFTER_BW) d[i] += grad_allreduce_after_backward(st, cfg, hw, 1);
     }

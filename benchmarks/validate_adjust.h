@@ -17,6 +17,8 @@ typedef enum {
     ADJ_ATTENTION_DROPOUT,       // dropout on the attention probabilities (the s x s mask)
     ADJ_GRAD_ALLREDUCE_AFTER_BW, // the DP gradient all-reduce after the last backward, not overlapped
     ADJ_FP32_GRAD_ALLREDUCE_AFTER_BW,  // the same of fp32 gradients (a bf16 run accumulating in fp32)
+    ADJ_GRAD_ACCUMULATION_ADD,   // each micro-batch's gradients added into the accumulated ones by a separate add
+    ADJ_FP32_GRAD_ACCUMULATION_ADD,  // the same into fp32 gradients, through an fp32 copy (DeepSpeed's bf16 optimizer)
     ADJ_COUNT
 } AdjustKind;
 

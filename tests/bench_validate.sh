@@ -115,12 +115,17 @@ expect "an unknown adjustment is refused with the allowed names" "[r]\n${good}ad
     'allowed: plain_attention, attention_dropout, grad_allreduce_after_backward'
 expect "an empty adjust is refused" "[r]\n${good}adjust = ,\n" 'm\.ini:9: \[r\] adjust is empty; allowed: plain_attention'
 # plain_attention on an L4 row: the s x s scores' traffic makes it slower, by what the model prices
-printf "[r]\n${good}adjust = plain_attention\nadjust = attention_dropout\n" >"$tmp/adj.ini"
+printf "[r]\n${good}adjust = plain_attention\nadjust = attention_dropout, grad_accumulation_add, fp32_grad_accumulation_add\n" >"$tmp/adj.ini"
 "$BENCH" --rows "$tmp/adj.ini" --json "$tmp/adj.json" >"$tmp/adj.out" 2>&1; rc=$?
 if [ "$json" = jq ]; then
     jq -e '.rows[0] | .adjustments.plain_attention > 0 and .adjustments.attention_dropout > 0
            and .adjusted_seconds > .predicted_seconds' "$tmp/adj.json" >/dev/null
     tap_ok $? "repeated adjust keys add up: plain_attention and attention_dropout both price > 0 (rc $rc)"
+    # the fp32 add moves (e + 16) / e = 9x the gradient bytes every micro-batch, the plain one
+    # 3x on (G - 1) / G of them (G = 2 here): 6x as much
+    jq -e '.rows[0].adjustments | .grad_accumulation_add > 0
+           and (.fp32_grad_accumulation_add / .grad_accumulation_add - 6 | fabs) < 1e-6' "$tmp/adj.json" >/dev/null
+    tap_ok $? "grad_accumulation_add prices 3 x the gradient bytes x (G-1)/G, the fp32 one (e + 16) x every micro-batch"
 else
     tap_skip "jq is not installed to read the adjusted row"
 fi
