@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$BENCH" --rows "$ROWS" --json "$tmp/v.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
 tap_ok $rc "bench_validate prices every row (rc $rc)"
-grep -Eq '^mean \|error\| .*: (PASS|MISS)$' "$tmp/out"
+grep -Eq '^adjusted: mean \|error\| .*: (PASS|MISS)$' "$tmp/out"
 tap_ok $? "the table ends with the summary line and PASS or MISS"
 
 # well-formed JSON: jq, else python3; neither here: say so
@@ -48,14 +48,30 @@ if [ "$json" = jq ]; then
     [ -z "$bad" ] || tap_diag "rows with missing or inconsistent fields: $bad"
     [ -z "$bad" ]
     tap_ok $? "every row has its times, ratio = predicted / published, error, preset, source and differences"
-    # the summary is the rows' mean and max |error|, and PASS only when the targets hold
-    jq -e '(.rows | map(.error_pct | fabs)) as $e
-           | (.summary.mean_abs_error_pct - ($e | add / length) | fabs) < 1e-3
+    # adjusted: the ratio and error agree with the adjusted time, which is the raw time plus the
+    # adjustments (each priced alone, so their sum is the total up to the 1F1B max); no adjust:
+    # adjusted = raw
+    bad=$(jq -r '.rows[] | select(((.adjusted_ratio - .adjusted_seconds / .published_seconds | fabs) < 1e-5
+            and (.adjusted_error_pct - 100 * (.adjusted_ratio - 1) | fabs) < 1e-3
+            and (if (.adjustments | length) == 0 then (.adjusted_seconds - .predicted_seconds | fabs) < 1e-9
+                 else (.adjustments | to_entries | all(.value >= 0)) and .adjusted_seconds >= .predicted_seconds end)) | not)
+            | .row' "$tmp/v.json")
+    [ -z "$bad" ] || tap_diag "rows whose adjusted figures disagree: $bad"
+    [ -z "$bad" ]
+    tap_ok $? "every row's adjusted time, ratio and error agree; a row without adjust is not adjusted"
+    n_adj=$(jq '[.rows[] | select((.adjustments | length) > 0)] | length' "$tmp/v.json")
+    n_decl=$(grep -c '^adjust *=' "$ROWS")
+    [ "$n_adj" -eq "$n_decl" ]
+    tap_ok $? "the rows with adjustments are the rows that declare them ($n_adj of $n_decl)"
+    # the summary is the rows' mean and max adjusted |error| (the raw mean beside), and PASS only when the targets hold
+    jq -e '(.rows | map(.adjusted_error_pct | fabs)) as $e
+           | (.summary.raw_mean_abs_error_pct - (.rows | map(.error_pct | fabs) | add / length) | fabs) < 1e-3
+             and (.summary.mean_abs_error_pct - ($e | add / length) | fabs) < 1e-3
              and (.summary.max_abs_error_pct - ($e | max) | fabs) < 1e-3
              and .summary.rows == ($e | length)
              and .summary.within_row_target == ($e | map(select(. <= 15)) | length)
              and .summary.pass == (($e | max) <= 15 and ($e | add / length) <= 8)' "$tmp/v.json" >/dev/null
-    tap_ok $? "the summary's mean, max, count within 15% and PASS/MISS follow from the rows"
+    tap_ok $? "the summary's mean, max, count within 15% and PASS/MISS follow from the rows' adjusted errors"
     pass=$(jq -r 'if .summary.pass then "PASS" else "MISS" end' "$tmp/v.json")
     tail -2 "$tmp/out" | grep -q ": $pass\$"
     tap_ok $? "the printed verdict is the JSON's ($pass)"
@@ -94,6 +110,27 @@ printf "[r]\n$good" >"$tmp/ok.ini"
 tap_ok $? "a one-row manifest with absolute paths is priced (the checks below differ from it in one line)"
 expect "an unknown key is refused with the allowed keys" "[r]\n${good}speed = 3\n" \
     'm\.ini:9: \[r\] unknown key .speed.' 'allowed: config, plan, op_table'
+expect "an unknown adjustment is refused with the allowed names" "[r]\n${good}adjust = plain_attention, flash\n" \
+    "m\\.ini:9: \\[r\\] adjust = plain_attention, flash: unknown adjustment 'flash'" \
+    'allowed: plain_attention, attention_dropout, grad_allreduce_after_backward'
+expect "an empty adjust is refused" "[r]\n${good}adjust = ,\n" 'm\.ini:9: \[r\] adjust is empty; allowed: plain_attention'
+# plain_attention on an L4 row: the s x s scores' traffic makes it slower, by what the model prices
+printf "[r]\n${good}adjust = plain_attention\nadjust = attention_dropout, grad_accumulation_add, fp32_grad_accumulation_add\n" >"$tmp/adj.ini"
+"$BENCH" --rows "$tmp/adj.ini" --json "$tmp/adj.json" >"$tmp/adj.out" 2>&1; rc=$?
+if [ "$json" = jq ]; then
+    jq -e '.rows[0] | .adjustments.plain_attention > 0 and .adjustments.attention_dropout > 0
+           and .adjusted_seconds > .predicted_seconds' "$tmp/adj.json" >/dev/null
+    tap_ok $? "repeated adjust keys add up: plain_attention and attention_dropout both price > 0 (rc $rc)"
+    # the fp32 add moves (e + 16) / e = 9x the gradient bytes every micro-batch, the plain one
+    # 3x on (G - 1) / G of them (G = 2 here): 6x as much
+    jq -e '.rows[0].adjustments | .grad_accumulation_add > 0
+           and (.fp32_grad_accumulation_add / .grad_accumulation_add - 6 | fabs) < 1e-6' "$tmp/adj.json" >/dev/null
+    tap_ok $? "grad_accumulation_add prices 3 x the gradient bytes x (G-1)/G, the fp32 one (e + 16) x every micro-batch"
+else
+    tap_skip "jq is not installed to read the adjusted row"
+fi
+grep -q 'plain_attention +' "$tmp/adj.out"
+tap_ok $? "the table lists the row's adjustments with what each adds"
 expect "a row without differs is refused" "[r]\nconfig = $cfg\nplan = $plan\npublished = 1\nunit = s/iter\nsource = u\ntable = t\n" \
     'm\.ini:2: \[r\] has no .differs.'
 long=$(printf '%0250d' 0)

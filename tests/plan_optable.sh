@@ -153,8 +153,9 @@ tap_ok $? "an op table at seq_len 128 for a model at 64 exits 2 naming both (rc 
 
 # Mist's reference case (GPT-1.3B, 2 x L4, b 8, G 2, every block checkpointed) with Mist's own L4
 # op table: within 5% of the 11.329 s the Mist artifact measured (docs/plan-analyze.md)
-SB="$MIST_SRCDIR/benchmarks/mist_l4"
-t=$("$PLAN" "$SB/small-base.ini" --analyze --json --op-table "$SB/l4.optable" --strict-op-table 2>"$tmp/sb.err" |
+SB="$MIST_SRCDIR/benchmarks/validate/mist-l4"
+t=$("$PLAN" "$SB/gpt-1.3b-2gpu.ini" --analyze "$SB/test-small-base.plan.ini" --json \
+        --op-table "$SB/l4-gpt-1.3b-plain.optable" --strict-op-table 2>"$tmp/sb.err" |
     sed -n 's/.*"iteration_seconds": \([0-9.e+-]*\).*/\1/p')
 awk -v t="$t" 'BEGIN { exit !(t != "" && t / 11.329 > 0.95 && t / 11.329 < 1.05) }'
 tap_ok $? "Mist's small-base case with Mist's L4 table: $t s against 11.329 s measured (within 5%, no fallback)"
