@@ -638,6 +638,8 @@ static int train_loop(Training *t) {
     // the skip-and-abort path (set it on every rank: the decision must agree)
     const char *fault = getenv("MIST_FAULT_NAN_FROM");
     int64_t nan_from = fault ? atoll(fault) : 0;
+    const char *fault_grad = getenv("MIST_FAULT_NAN_GRAD");
+    int64_t nan_grad_at = fault_grad ? atoll(fault_grad) : 0;
     // MIST_FAULT_HANG=R:K makes world rank R stop taking part at iteration K
     // (it sleeps), to test that the others end the job after [cluster] comm_timeout
     int hang_rank = -1;
@@ -654,7 +656,10 @@ static int train_loop(Training *t) {
         if (rank == hang_rank && it + 1 == hang_at)
             for (;;) sleep(60);  // fault injection (tests): never returns; the job is ended by the others
         t->run.dl = t->dl;
-        double loss_sum = pipe_train_iteration(&t->pipe, it, dloss, &t->train_data);
+        // MIST_FAULT_NAN_GRAD=k: iteration k's backward starts from a NaN loss
+        // gradient, so every gradient is NaN while the loss stays finite (tests)
+        float dl = nan_grad_at > 0 && it + 1 == nan_grad_at ? NAN : dloss;
+        double loss_sum = pipe_train_iteration(&t->pipe, it, dl, &t->train_data);
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
         if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
         be->stream_synchronize(be, r->stream);

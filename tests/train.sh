@@ -134,6 +134,17 @@ tap_ok $? "NaN loss: steps skipped with a warning, exit 1 after max_nonfinite co
 grep -q "skipped: 1" "$W/nan.out" && ! grep -q "iteration        4/" "$W/nan.out"
 tap_ok $? "the first non-finite step is logged as skipped and no step runs after the abort"
 
+# 6b. a NaN in the gradients (the loss stays finite): that step is skipped and counted, training goes on
+export MIST_FAULT_NAN_GRAD=3
+run 2 nangrad $SHORT -o stage.0.dp=2 -o stage.0.b=4 -o train.steps=6 -o log.interval=1 -o log.jsonl="$W/nangrad.jsonl"
+rc=$?
+unset MIST_FAULT_NAN_GRAD
+last=$(tail -n 1 "$W/nangrad.jsonl" 2>/dev/null)
+[ $rc -eq 0 ] && grep -q "iteration 3: loss [0-9.]*, grad norm nan not finite; step skipped (1 in a row" "$W/nangrad.out" &&
+    printf '%s' "$last" | grep -q '"iteration": 6,.*"skipped": 1, "nonfinite": 1' &&
+    printf '%s' "$last" | grep -q '"loss": [0-9]' && printf '%s' "$last" | grep -q '"grad_norm": [0-9]'
+tap_ok $? "a NaN gradient at step 3 (finite loss): the step is skipped and counted, steps 4-6 train with finite losses (rc $rc)"
+
 # 7. a plan that the profile says does not fit: a warning naming the stage and the bytes, and
 #    the run goes on (the machine may have more than the profile says: the allocations decide)
 run 1 misfit -o train.steps=1 -o train.global_batch=8 -o stage.0.dp=1 -o stage.0.b=8 \
