@@ -74,4 +74,10 @@ tail -c +1025 "$data/tiny_train.bin" >"$work/one_body"
 [ $rc -eq 0 ] && [ "$(ls "$work"/split_train_*.bin | wc -l)" -eq 3 ] && [ -e "$work/split_train_000.bin" ] &&
     cmp -s "$work/split_body" "$work/one_body" && cmp -s "$work/split_val.bin" "$data/tiny_val.bin"
 tap_ok $? "--shard-tokens 100000: train_000..002 hold the same tokens as the single shard; val still fits in one"
+# a missing output directory is created, and said so (once: not when it exists)
+"$tok" "$data/corpus.txt" "$work/new/dir/tiny" >"$work/mk1" 2>&1; rc1=$?
+"$tok" "$data/corpus.txt" "$work/new/dir/tiny" >"$work/mk2" 2>&1; rc2=$?
+[ $rc1 -eq 0 ] && grep -q "created the directory '$work/new/dir' for the shards" "$work/mk1" &&
+    [ $rc2 -eq 0 ] && ! grep -q "created the directory" "$work/mk2" && [ -s "$work/new/dir/tiny_train.bin" ]
+tap_ok $? "a missing output directory is created and named; an existing one is not mentioned"
 tap_end

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "runtime/shard.h"  // SHARD_MAX_TOKENS
 #include "runtime/tokenize.h"
 
@@ -72,8 +73,15 @@ int main(int argc, char **argv) {
     }
     char err[1024];
     int no_val;
+    // the shards' directory is created when missing: say so, a typo in it would otherwise go unseen
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *slash = strrchr(dir, '/');
+    struct stat st;
+    int created = slash && slash != dir && (*slash = 0, stat(dir, &st) != 0);
     if (tokenize_text_file(input, prefix, val_fraction, shard_tokens, stdout, &no_val, err, sizeof err) != 0)
         return die("%s%s", err, "");
+    if (created) fprintf(stderr, "mist-tokenize: created the directory '%s' for the shards\n", dir);
     if (no_val)
         fprintf(stderr, "mist-tokenize: warning: no validation data written (the text is too short for the fraction)\n");
     return 0;
