@@ -132,6 +132,13 @@ CkptReader *ckpt_reader_open(const char *path, char *err, size_t errlen) {
         ckpt_reader_close(r);
         return NULL;
     }
+    if (!S_ISREG(st.st_mode)) {  // a directory reads as a 4096-byte "file" on most file systems
+        snprintf(err, errlen, "checkpoint '%s' is %s, not a checkpoint file (hint: `latest` and the step_*.ckpt names "
+                 "in [checkpoint] dir must be files; move the %s away)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", S_ISDIR(st.st_mode) ? "directory" : "entry");
+        ckpt_reader_close(r);
+        return NULL;
+    }
     uint64_t size = (uint64_t)st.st_size;
     unsigned char hb[CKPT_HEADER_BYTES];
     if (size < CKPT_HEADER_BYTES || read_at(r->fd, hb, sizeof hb, 0) != 0) {

@@ -96,4 +96,11 @@ tap_diag "2 ranks in 4 MiB: rc $rc: $(grep -m1 'host memory per rank' "$W/oom.ou
 [ $rc -ne 0 ] && [ "$(grep -c 'host memory per rank' "$W/oom.out")" -eq 1 ] &&
     grep -q "x 2 rank(s) on this node = .* but the node has 4.00 MiB available" "$W/oom.out" && ! grep -q "iteration  *1/" "$W/oom.out"
 tap_ok $? "a plan whose ranks need more host memory than the node has is refused at start, once (rc $rc)"
+
+# 10. a directory where the checkpoint file should be is named as such (not "truncated: 4096 bytes")
+mkdir -p "$W/ckdir/step_00000002.ckpt" && echo step_00000002.ckpt >"$W/ckdir/latest"
+run ckisdir -o checkpoint.dir="$W/ckdir" -o checkpoint.resume=1
+[ $rc -ne 0 ] && grep -q "step_00000002.ckpt' is a directory, not a checkpoint file" "$W/ckisdir.out" &&
+    ! grep -q "truncated" "$W/ckisdir.out"
+tap_ok $? "a directory named as the checkpoint is reported as a directory (rc $rc)"
 tap_end
