@@ -16,7 +16,6 @@
 #include "runtime/comm_wrap.h"
 
 enum {
-    ERR_NCCL_P2P = -201,    // device point-to-point
     ERR_NCCL_MIXED = -202,  // one buffer on the device, the other on the host
     ERR_NCCL_DTYPE = -203,  // a reduction NCCL (or this interface) does not define
     ERR_NCCL_POOL = -204,
@@ -63,6 +62,11 @@ typedef struct {
     int num_links;
     Slot slots[COMM_MAX_REQUESTS];
     int slots_used;  // slots [0, slots_used) have an event
+    // device messages of the open p2p group (nccl_p2p_group): their end events are
+    // recorded after ncclGroupEnd, which is when NCCL enqueues them
+    int p2p_open;
+    Slot *p2p_pending[COMM_MAX_REQUESTS];
+    int p2p_num;
 } Nccl;
 
 static Nccl *nccl_of(const CommBackend *self) { return self->ctx; }
@@ -419,43 +423,81 @@ static int nccl_broadcast(const CommBackend *self, void *buf, size_t count, Mist
     return start_broadcast(self, buf, count, t, root, g, NULL);
 }
 
-// point to point: host buffers only (a device message would need both sides
-// in one NCCL group call, which the interface's separate send / recv cannot say)
-static int nccl_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
-                     CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(nccl_of(self), buf) ? ERR_NCCL_P2P : inner->send(inner, buf, count, t, peer, tag, g);
+// point to point: device buffers on ncclSend / ncclRecv (peer: the rank in the
+// group; NCCL has no tags: messages between two ranks match in the order they
+// start), host buffers to the inner backend. Messages started between
+// p2p_group(1) and p2p_group(0) go into one NCCL group; one started alone is a
+// group of its own.
+static int nccl_p2p_group(const CommBackend *self, int begin) {
+    Nccl *x = nccl_of(self);
+    if (begin) {
+        enter(x);  // the messages read what the followed stream wrote
+        x->p2p_open = 1, x->p2p_num = 0;
+        return nccl_rc(x, ncclGroupStart(), NULL);
+    }
+    x->p2p_open = 0;
+    int rc = nccl_rc(x, ncclGroupEnd(), NULL);
+    for (int i = 0; i < x->p2p_num; i++) {
+        x->be->event_record(x->be, x->p2p_pending[i]->done, x->ns);
+        x->calls++;
+    }
+    x->p2p_num = 0;
+    return rc;
 }
-static int nccl_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(nccl_of(self), buf) ? ERR_NCCL_P2P : inner->recv(inner, buf, count, t, peer, tag, g);
+
+static int p2p_start(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer,
+                     CommGroup *g, CommRequest **req) {
+    Nccl *x = nccl_of(self);
+    ncclDataType_t nt;
+    *req = NULL;
+    if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
+    const Link *l;
+    int rc = link_of(x, g, &l), alone = !x->p2p_open;
+    if (rc) return rc;
+    if (alone && (rc = nccl_p2p_group(self, 1)) != 0) return rc;
+    Slot *s = take(x);
+    if (!s) rc = ERR_NCCL_POOL;
+    else rc = nccl_rc(x, send ? ncclSend(buf, count, nt, peer, l->comm, stream(x))
+                              : ncclRecv(buf, count, nt, peer, l->comm, stream(x)), l->comm);
+    if (!rc) {
+        *s = (Slot){1, s->done, send ? "send" : "recv", count, t, l};
+        x->p2p_pending[x->p2p_num++] = s;
+        *req = (CommRequest *)s;
+    }
+    if (alone) {
+        int end = nccl_p2p_group(self, 0);
+        rc = rc ? rc : end;
+    }
+    return rc;
 }
+
 static int nccl_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
                       CommGroup *g, CommRequest **req) {
     const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(nccl_of(self), buf)) {
-        *req = NULL;
-        return ERR_NCCL_P2P;
-    }
+    if (on_device(nccl_of(self), buf)) return p2p_start(self, 1, (void *)buf, count, t, peer, g, req);
     return inner->isend(inner, buf, count, t, peer, tag, g, req);
 }
 static int nccl_irecv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
                       CommRequest **req) {
     const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(nccl_of(self), buf)) {
-        *req = NULL;
-        return ERR_NCCL_P2P;
-    }
+    if (on_device(nccl_of(self), buf)) return p2p_start(self, 0, buf, count, t, peer, g, req);
     return inner->irecv(inner, buf, count, t, peer, tag, g, req);
+}
+static int nccl_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                     CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = nccl_isend(self, buf, count, t, peer, tag, g, &req);
+    return rc ? rc : nccl_wait(self, req);
+}
+static int nccl_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = nccl_irecv(self, buf, count, t, peer, tag, g, &req);
+    return rc ? rc : nccl_wait(self, req);
 }
 
 static void nccl_error_string(const CommBackend *self, int code, char *buf, size_t len) {
     const Nccl *x = nccl_of(self);
     switch (code) {
-    case ERR_NCCL_P2P:
-        snprintf(buf, len, "a point-to-point message of device memory: the NCCL comm backend moves device memory in "
-                           "collectives only; send a host buffer");
-        return;
     case ERR_NCCL_MIXED:
         snprintf(buf, len, "one buffer in device memory and the other in host memory: NCCL needs both on the device");
         return;
@@ -508,6 +550,7 @@ const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be) {
     w->iall_gather = nccl_iall_gather;
     w->ibroadcast = nccl_ibroadcast;
     w->isend = nccl_isend;
+    w->p2p_group = nccl_p2p_group;
     w->irecv = nccl_irecv;
     w->wait = nccl_wait;
     w->test = nccl_test;

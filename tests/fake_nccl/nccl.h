@@ -39,6 +39,11 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclD
                            cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
 
 // test knobs: calls into the fake so far (collectives), communicators alive
 long fake_nccl_collectives(void);

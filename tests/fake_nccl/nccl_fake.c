@@ -185,3 +185,42 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
     if (c->rank == root && send != recv) memmove(recv, send, count * k.size);
     return result(MPI_Bcast(recv, (int)count, k.dt, root, c->comm));
 }
+
+// Point to point: the sends and receives of a group start together as MPI
+// nonblocking messages at ncclGroupEnd, which returns when all are done (the
+// stand-in's stream is the calling thread); one outside a group is a group of
+// its own. Between two ranks they match in the order they start, as in NCCL.
+enum { FAKE_MAX_P2P = 4096 };
+static struct {
+    int open, n;
+    MPI_Request req[FAKE_MAX_P2P];
+} group;
+
+ncclResult_t ncclGroupStart(void) {
+    group.open = 1;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    int rc = MPI_Waitall(group.n, group.req, MPI_STATUSES_IGNORE);
+    group.open = 0, group.n = 0;
+    return result(rc);
+}
+
+static ncclResult_t p2p(int send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+    Kind k;
+    if (peer < 0 || peer >= c->size || begin(t, ncclSum, &k) || group.n == FAKE_MAX_P2P) return ncclInvalidArgument;
+    int alone = !group.open;
+    MPI_Request *r = &group.req[group.n++];
+    int rc = send ? MPI_Isend(buf, (int)count, k.dt, peer, 0, c->comm, r)
+                  : MPI_Irecv(buf, (int)count, k.dt, peer, 0, c->comm, r);
+    if (rc != MPI_SUCCESS) return ncclSystemError;
+    return alone ? ncclGroupEnd() : ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return p2p(1, (void *)send, count, t, peer, c);
+}
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return p2p(0, recv, count, t, peer, c);
+}
