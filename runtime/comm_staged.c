@@ -235,30 +235,29 @@ static int staged_broadcast(const CommBackend *self, void *buf, size_t count, Mi
 // a receive copies it to the device when it completes: the pipeline's price of a
 // message on this backend (planner/schedule.c) holds both copies.
 
-static int staged_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
-                        CommGroup *g, CommRequest **req) {
+static int staged_p2p(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer, int tag,
+                      CommGroup *g, CommRequest **req) {
     Staged *x = staged_of(self);
     const CommBackend *inner = x->wrap.inner;
-    if (!on_device(x, buf)) return inner->isend(inner, buf, count, t, peer, tag, g, req);
+    if (!on_device(x, buf))
+        return send ? inner->isend(inner, buf, count, t, peer, tag, g, req)
+                    : inner->irecv(inner, buf, count, t, peer, tag, g, req);
     size_t bytes = count * mist_dtype_size(t);
     int rc = 0;
     Slot *s = take(x, bytes, &rc);
     if (!s) return rc;
-    fill(x, s, 0, buf, bytes);
-    rc = inner->isend(inner, s->buf, count, t, peer, tag, g, &s->inner);
-    return started(x, s, rc, NULL, 0, 0, req);
+    if (send) fill(x, s, 0, buf, bytes);
+    rc = send ? inner->isend(inner, s->buf, count, t, peer, tag, g, &s->inner)
+              : inner->irecv(inner, s->buf, count, t, peer, tag, g, &s->inner);
+    return started(x, s, rc, send ? NULL : buf, 0, send ? 0 : bytes, req);  // a receive lands in buf
+}
+static int staged_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                        CommGroup *g, CommRequest **req) {
+    return staged_p2p(self, 1, (void *)buf, count, t, peer, tag, g, req);
 }
 static int staged_irecv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag,
                         CommGroup *g, CommRequest **req) {
-    Staged *x = staged_of(self);
-    const CommBackend *inner = x->wrap.inner;
-    if (!on_device(x, buf)) return inner->irecv(inner, buf, count, t, peer, tag, g, req);
-    size_t bytes = count * mist_dtype_size(t);
-    int rc = 0;
-    Slot *s = take(x, bytes, &rc);
-    if (!s) return rc;
-    rc = inner->irecv(inner, s->buf, count, t, peer, tag, g, &s->inner);
-    return started(x, s, rc, buf, 0, bytes, req);
+    return staged_p2p(self, 0, buf, count, t, peer, tag, g, req);
 }
 static int staged_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
                        CommGroup *g) {
