@@ -452,6 +452,8 @@ static int p2p_start(const CommBackend *self, int send, void *buf, size_t count,
     *req = NULL;
     if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
+    // the group's communicator exists by now (the pipeline's world group is made at
+    // start: runtime/train.c), so no communicator is created inside an open group
     int rc = link_of(x, g, &l), alone = !x->p2p_open;
     if (rc) return rc;
     if (alone && (rc = nccl_p2p_group(self, 1)) != 0) return rc;
