@@ -56,7 +56,7 @@ const KeySpec config_keys[] = {
     {"data", "train", KEY_PATH, MC(data.train), 0, 0, NULL, "token shard file or glob (llm.c format)"},
     {"data", "val", KEY_PATH, MC(data.val), 0, 0, NULL, "validation shard file or glob; empty = none"},
     {"data", "val_interval", KEY_INT, MC(data.val_interval), 0, BIG, NULL, "evaluate every N iterations; 0 = never"},
-    {"data", "val_batches", KEY_INT, MC(data.val_batches), 1, BIG, NULL, "micro-batches per evaluation"},
+    {"data", "val_batches", KEY_INT, MC(data.val_batches), 1, 1000000, NULL, "global batches per evaluation: val_batches x global_batch sequences under any plan"},
     {"data", "shuffle", KEY_BOOL, MC(data.shuffle), 0, 1, NULL, "visit sequences in a seeded random order"},
     // [cluster]
     {"cluster", "nodes", KEY_INT, MC(cluster.nodes), 1, 100000, NULL, "nodes in the job"},

@@ -114,9 +114,11 @@ static int parse_float(const char *v, double *out) {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || errno == ERANGE || !isfinite(x)) return -1;
+    if (end == v) return -1;
     while (isspace((unsigned char)*end)) end++;
-    if (*end) return -1;
+    if (*end || isnan(x)) return -1;
+    // a number, but beyond what a double holds (1e-400 underflows, 1e400 overflows)
+    if (errno == ERANGE || !isfinite(x)) return -2;
     *out = x;
     return 0;
 }
@@ -204,7 +206,12 @@ static int set_value(Loader *ld, const KeySpec *k, void *base, const char *secti
     }
     case KEY_FLOAT: {
         double v;
-        if (parse_float(value, &v))
+        int prc = parse_float(value, &v);
+        if (prc == -2)
+            return loader_fail(ld, origin, "[%s] %s = %s: a number too %s to represent (a double holds magnitudes "
+                               "from about 1e-308 to 1e308); allowed: [%g, %g]. Hint: %s", section, k->name, value,
+                               fabs(strtod(value, NULL)) < 1 ? "small" : "large", k->min, k->max, k->hint);
+        if (prc)
             return loader_fail(ld, origin, "[%s] %s = %s: not a number; allowed: numbers in [%g, %g]. Hint: %s",
                                section, k->name, value, k->min, k->max, k->hint);
         if (v < k->min || v > k->max)
@@ -409,6 +416,10 @@ static char *counting_reader(char *str, int num, void *stream) {
     // its newline, before EOF, held a NUL byte that strlen stopped at
     if (len < (size_t)num - 1 && (len == 0 || str[len - 1] != '\n') && !feof(ld->file) && !ld->nul_line)
         ld->nul_line = ld->line + 1;
+    // a carriage return that does not end the line: CR-only (classic Mac) line
+    // endings, which fgets reads as one long line
+    char *cr = strchr(str, '\r');
+    if (cr && cr[1] != '\n' && cr[1] != 0 && !ld->cr_line) ld->cr_line = ld->line + 1;
     ld->line++;
     const char *p = str;
     while (isspace((unsigned char)*p)) p++;
@@ -607,6 +618,11 @@ int loader_parse(Loader *ld, MistConfig *cfg) {
         ld->failed = 0;
         return loader_fail(ld, ld->nul_line, "a NUL byte in this line; allowed: text. Hint: the file may be binary or "
                            "damaged; save it as plain text");
+    }
+    if (ld->cr_line) {  // what the lines it merged caused is not the error: the line endings are
+        ld->failed = 0;
+        return loader_fail(ld, ld->cr_line, "carriage returns (CR) end the lines of this file; allowed: LF or CRLF "
+                           "line endings. Hint: convert it, e.g. tr '\\r' '\\n' < FILE > FILE.ini");
     }
     if (ld->failed) return MIST_EXIT_CONFIG;
     if (ld->long_line)

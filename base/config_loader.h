@@ -25,6 +25,7 @@ typedef struct {
     int max_line;                      // that limit in characters (without newline and NUL)
     int indented;                      // the line being parsed is indented text (inih continues the value above)
     int nul_line;                      // first line holding a NUL byte (the text after it would be lost)
+    int cr_line;                       // first line with a carriage return inside it (CR-only line endings)
     FILE *file;
     char *err;
     size_t errlen;

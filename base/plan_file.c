@@ -131,8 +131,13 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
         if (per_iter != global_batch) {
             int64_t dpG = (int64_t)st->dp * p->G;
             char hint[160];
-            if (global_batch % dpG == 0)
+            int bk = config_key_find("stage", "b");
+            double b_max = bk >= 0 ? config_keys[bk].max : 1e300;
+            if (global_batch % dpG == 0 && (double)(global_batch / dpG) <= b_max)
                 snprintf(hint, sizeof hint, "set b = %lld", (long long)(global_batch / dpG));
+            else if (global_batch % dpG == 0)
+                snprintf(hint, sizeof hint, "b would be %lld, above its maximum %.0f; raise dp or G so that "
+                         "global_batch / (dp * G) <= %.0f", (long long)(global_batch / dpG), b_max, b_max);
             else
                 snprintf(hint, sizeof hint, "dp * G = %lld does not divide global_batch; change dp or G so that it "
                          "does", (long long)dpG);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "base/profile.h"
+#include "base/excerpt.h"
 
 #define GiB 1073741824.0
 
@@ -97,7 +98,12 @@ static int parse_numbers(const char *v, double *out, int max) {
 
 static int fail(ProfileParse *pp, const char *section, const char *key, const char *value, const char *why) {
     if (!pp->failed) {
-        snprintf(pp->err, pp->errlen, "[%s] %s = %s: %s", section, key, value, why);
+        // excerpts: the wrong file (hardware = /etc/passwd) must not be echoed
+        char sx[MIST_EXCERPT_BUF], kx[MIST_EXCERPT_BUF], vx[MIST_EXCERPT_BUF];
+        snprintf(pp->err, pp->errlen, "[%s] %s = %s: %s%s", mist_excerpt(section, sx, sizeof sx),
+                 mist_excerpt(key, kx, sizeof kx), mist_excerpt(value, vx, sizeof vx), why,
+                 section[0] ? "" : ". Hint: a hardware profile file starts with a [profile] section (docs/plan-analyze.md); "
+                 "is this the right file?");
         pp->fail_line = pp->line;
     }
     pp->failed = 1;
@@ -205,7 +211,7 @@ static int set_key(ProfileParse *pp, const char *sec, const char *key, const cha
         // byte counts: at least about 1 MiB (a tinier value would round to 0
         // bytes, which reads as unset), at most 1e7 GiB (fits an int64_t)
         if (!strcmp(key, "memory_gib")) {
-            double x;
+            double x = 0;  // set by number_in when it returns 1
             if (!number_in(pp, sec, key, val, 1e-3, 0, 1e7, GiB, "expected GiB of device memory in [0.001, 1e7] "
                            "(e.g. 80)", &x))
                 return 0;

@@ -612,6 +612,7 @@ int plan_search(const MistConfig *cfg, const HwProfile *hw, const OpTable *table
     }
     s.N = (int)devices;
     result->ranks = s.N;
+    result->space = opt->space;
     if (s.B < 1 || s.L < 1) {
         snprintf(err, errlen, "search: global_batch %lld, layers %d; allowed: both >= 1", (long long)s.B, s.L);
         return 2;

@@ -92,6 +92,7 @@ typedef struct {
     // memory together (cluster_bytes); 0 when not the case or the host is not checked
     double states_bytes, cluster_bytes;
     int ranks;                 // devices searched over (nodes x GPUs per node)
+    PlanSpace space;           // the space searched (a hint never proposes the one already used)
 } SearchResult;
 
 // Search. Returns 0 when a plan fits (result->found), 3 when nothing in the

@@ -72,5 +72,10 @@ void search_print_no_fit(const SearchResult *r, const MistConfig *cfg, FILE *f) 
                    "(%d)\n", cfg->model.seq_len);
     else
         fprintf(f, "hint: more devices or nodes, a device with more memory, a smaller global batch or sequence "
-                   "(%d), or a larger space (--space full)\n", cfg->model.seq_len);
+                   "(%d)%s\n", cfg->model.seq_len, r->space == SPACE_FULL ? "" : ", or a larger space (--space full)");
+    // the other memory can be short too: a plan whose device states spill to the
+    // host must also fit there, and the closest plan is judged by one of the two
+    if (r->states_bytes > 0 && r->host_capacity > 0)
+        fprintf(f, "note: device and host memory together (%.2f GiB over %d ranks) are short of the states' %.2f GiB: "
+                   "both are needed\n", r->cluster_bytes / 1073741824.0, r->ranks, r->states_bytes / 1073741824.0);
 }

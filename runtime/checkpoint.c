@@ -3,6 +3,7 @@
 #define _FILE_OFFSET_BITS 64
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/checkpoint.h"
+#include "base/excerpt.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -262,8 +263,10 @@ int ckpt_find_latest_err(const char *dir, char *path, size_t len, char *err, siz
         name[strcspn(name, "\r\n")] = '\0';
         if (!got || step_of(name) < 0) {
             closedir(d);
+            char shown[MIST_EXCERPT_BUF];  // a damaged `latest` may hold binary bytes: never echo them raw
             snprintf(err, errlen, "'%s' should name a checkpoint like step_00000100.ckpt but holds '%s' (hint: fix it "
-                     "or delete it to resume from the highest step_*.ckpt in the directory)", latest, name);
+                     "or delete it to resume from the highest step_*.ckpt in the directory)", latest,
+                     mist_excerpt(name, shown, sizeof shown));
             return -1;
         }
         closedir(d);

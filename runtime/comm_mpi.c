@@ -31,6 +31,7 @@ struct CommRequest {
     size_t count;
     MistDtype dtype;
     int group_rank, group_size, peer;  // peer: the other rank of a send/recv, the root of a broadcast; -1 none
+    MPI_Comm group_comm;      // its group's communicator (MPI_COMM_NULL: none), to name the ranks that are missing
 };
 
 // Our own error codes are negative, MPI's are >= 0.
@@ -128,6 +129,7 @@ static CommRequest *req_take(const CommBackend *self, const char *what, size_t c
         r->in_use = 1;
         r->what = what, r->count = count, r->dtype = t, r->peer = peer;
         r->group_rank = g ? g->rank : -1, r->group_size = g ? g->size : 0;
+        r->group_comm = g ? g->comm : MPI_COMM_NULL;
     }
     pthread_mutex_unlock(&x->pool_lock);
     return r;
@@ -168,19 +170,80 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// Which ranks of the group are not waiting: every rank whose wait timed out
+// tells every other rank so (one int on MPI_COMM_WORLD under a tag nothing else
+// uses: the groups run on duplicated communicators), then listens for the
+// others' notes for HANG_GRACE seconds. Ranks of the group from which no note
+// came are not in a timed-out operation: dead, stuck in computation, or in
+// another operation. Writes them, as world ranks, into buf.
+#define HANG_TAG 32001  // <= 32767, the least MPI_TAG_UB the standard allows
+#define HANG_GRACE 1.5  // seconds; the ranks of one stuck step time out within it of each other
+
+static void missing_ranks(const CommRequest *r, double grace, char *buf, size_t len) {
+    buf[0] = 0;
+    int me, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    char *waiting = calloc((size_t)n, 1);
+    MPI_Request *sends = calloc((size_t)n, sizeof *sends);
+    int *group_world = calloc((size_t)(r->group_size > 0 ? r->group_size : 1), sizeof *group_world);
+    if (!waiting || !sends || !group_world || r->group_comm == MPI_COMM_NULL) goto out;
+    waiting[me] = 1;
+    for (int i = 0; i < n; i++)
+        if (i != me) MPI_Isend(&me, 1, MPI_INT, i, HANG_TAG, MPI_COMM_WORLD, &sends[i]);
+        else sends[i] = MPI_REQUEST_NULL;
+    for (double t0 = now_seconds(); now_seconds() - t0 < grace;) {
+        int flag = 0, from;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, HANG_TAG, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) { struct timespec nap = {0, 1000000}; nanosleep(&nap, NULL); continue; }
+        MPI_Recv(&from, 1, MPI_INT, st.MPI_SOURCE, HANG_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (from >= 0 && from < n) waiting[from] = 1;
+    }
+    // the group's ranks in world numbering
+    MPI_Group g, world;
+    MPI_Comm_group(r->group_comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int *in_group = calloc((size_t)r->group_size, sizeof *in_group);
+    if (in_group) {
+        for (int i = 0; i < r->group_size; i++) in_group[i] = i;
+        MPI_Group_translate_ranks(g, r->group_size, in_group, world, group_world);
+        size_t o = 0;
+        int listed = 0;
+        for (int i = 0; i < r->group_size && o + 16 < len; i++) {
+            int w = group_world[i];
+            if (w == MPI_UNDEFINED || w < 0 || w >= n || waiting[w]) continue;
+            o += (size_t)snprintf(buf + o, len - o, "%s%d", listed++ ? ", " : "", w);
+        }
+        free(in_group);
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&world);
+out:
+    free(waiting);
+    free(sends);  // the notes may still be in flight: the job ends next
+    free(group_world);
+}
+
 static void report_hang(const CommBackend *self, const CommRequest *r, double waited) {
     const MpiContext *x = mpi_ctx(self);
-    char peer[48] = "", elems[64] = "", msg[768];
+    char peer[48] = "", elems[64] = "", missing[256], who[320], msg[1280];
     if (r->peer >= 0) snprintf(peer, sizeof peer, " with rank %d of the group", r->peer);
     if (strcmp(r->what, "barrier"))  // a barrier moves no elements
         snprintf(elems, sizeof elems, " of %zu %s elements", r->count, mist_dtype_name(r->dtype));
+    missing_ranks(r, x->wait_timeout < 2 * HANG_GRACE ? 0.5 * x->wait_timeout : HANG_GRACE, missing, sizeof missing);
+    if (missing[0])
+        snprintf(who, sizeof who, "Not waiting in a timed-out operation: world rank(s) %s of the group (they may have "
+                 "died, be stuck in computation, or be running a different operation)", missing);
+    else
+        snprintf(who, sizeof who, "Every rank of the group is waiting in a timed-out operation: they may be running "
+                 "different operations (their own reports name theirs)");
     snprintf(msg, sizeof msg,
              "%s%s%s%s%s, on a group of %d ranks (this rank is %d in it), has not completed after "
-             "%.0f s. The other ranks of the group have not joined it: one may have died, be stuck, or be running a "
-             "different operation (their own reports, if any, name theirs). Hint: [cluster] comm_timeout = %g s; "
+             "%.0f s. %s. Hint: [cluster] comm_timeout = %g s; "
              "raise it if one step can legitimately take longer, 0 turns the check off",
              x->wait_context, x->wait_context[0] ? ": " : "", r->what, elems, peer, r->group_size, r->group_rank,
-             waited, x->wait_timeout);
+             waited, who, x->wait_timeout);
     mpi_abort(self, 4, msg);
 }
 

@@ -31,6 +31,10 @@ int64_t dataloader_num_samples(const DataLoader *dl);
 int64_t dataloader_num_tokens(const DataLoader *dl);
 int dataloader_num_shards(const DataLoader *dl);
 
+// Reads every token once and checks each is below the vocabulary: 0, or -1 with
+// err naming the shard, the token's index and byte offset. Run at start.
+int dataloader_check_tokens(DataLoader *dl, char *err, size_t errlen);
+
 // Fill inputs/targets, each (count, T) int32 row-major, with global samples
 // [first, first+count). Returns 0, or -1 with err naming the file, the position
 // and the value of a token >= vocab, or an I/O error.

@@ -122,6 +122,32 @@ int mist_output_check(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+int mist_output_dir_check(const char *dir, char *err, size_t errlen) {
+    // a real probe file, not access(2): root passes access() on a read-only
+    // mount, and only a write shows a file system that refuses files
+    char probe[4096 + 32];
+    if (strlen(dir) >= 4096) {
+        snprintf(err, errlen, "path too long: %.80s...", dir);
+        return -1;
+    }
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "'%s' exists and is not a directory (hint: name a directory, or remove the file)", dir);
+        return -1;
+    }
+    if (mist_mkdir_p(dir, err, errlen) != 0) return -1;
+    snprintf(probe, sizeof probe, "%s/.mist-write-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create files in '%s': %s (hint: choose a writable directory)", dir,
+                 strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 int mist_write_file_atomic(const char *path, const void *data, size_t bytes, char *err, size_t errlen) {
     char tmp[4096 + 8];
     if (strlen(path) >= 4096) {

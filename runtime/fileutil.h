@@ -20,6 +20,10 @@ int mist_write_file_atomic(const char *path, const void *data, size_t bytes, cha
 // Whether PATH can be written (before long work whose result goes there): 0, or -1
 // with err (a directory, no write permission on the file or its directory).
 int mist_output_check(const char *path, char *err, size_t errlen);
+// Whether files can be created in DIR (created when missing), probed by creating
+// one: 0, or -1 with err (a file where the directory should be, no permission,
+// a read-only file system). Checked at start, before work that would be lost.
+int mist_output_dir_check(const char *dir, char *err, size_t errlen);
 // NAME itself, or a placeholder when it is longer than 120 characters: for a name (a
 // profile file's path) in a comment line of an INI file mist writes, whose readers refuse
 // lines over 200 characters (inih).

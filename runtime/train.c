@@ -15,6 +15,7 @@
 #include <config.h>  // the build's config (HAVE_CUDA), not base/schema.h
 #include "runtime/train.h"
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,11 @@
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/dataloader.h"
+#include "runtime/fileutil.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
 #include "runtime/grid.h"
+#include "models/model.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
 #include "runtime/stop_signal.h"
@@ -303,6 +306,62 @@ static int lay_out_stage(Training *t) {
 }
 
 // Carves every tensor from the arenas and predicts their peaks. 0, or 1.
+// Whether any rank failed (collective): 1 or 0. An error every rank hit (the
+// same file, the same setting) is printed once, by rank 0; one that only some
+// ranks hit (a shard unreadable on one node) by each of them, with its rank.
+// Every rank then returns together: nobody waits for a rank that gave up.
+static int failed_anywhere(Training *t, int failed, const char *where) {
+    int count = failed ? 1 : 0;
+    commCheck(t->comm, t->comm->all_reduce(t->comm, &count, &count, 1, MIST_I32, COMM_SUM, t->grid->world));
+    if (failed && count == t->grid->world_size && t->root) fprintf(stderr, "mist-train: %s: %s\n", where, t->err);
+    if (failed && count < t->grid->world_size) fprintf(stderr, "mist-train: rank %d: %s: %s\n", t->rank, where, t->err);
+    return count > 0;
+}
+
+// The ranks of this job on this node, as the launcher says (Open MPI, MPICH,
+// Slurm); 1 when none does.
+static int64_t local_ranks(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        long long n = v ? atoll(v) : 0;  // SLURM's "4(x2)" form reads as its first count
+        if (n > 0) return n;
+    }
+    return 1;
+}
+
+// On the CPU backend the "device" arena is host memory too: the node's ranks
+// need local_ranks x (device + host peak) bytes. A plan that needs more than the
+// kernel reports available would be ended by the OOM killer mid-run, with only
+// the launcher's message; say it at start instead. 1 with err when short.
+// MIST_HOST_MEMORY_CHECK=0 skips the check (swap, or memory freed later).
+static int host_memory_short(int64_t per_rank, char *err, size_t errlen) {
+    const char *off = getenv("MIST_HOST_MEMORY_CHECK");
+    if (off && !strcmp(off, "0")) return 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;  // not Linux: nothing to compare with
+    char line[256];
+    long long avail_kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &avail_kib) == 1) break;
+    fclose(f);
+    // MIST_FAULT_HOST_MEMORY_AVAILABLE=BYTES stands in for the node's figure (tests)
+    const char *fake = getenv("MIST_FAULT_HOST_MEMORY_AVAILABLE");
+    if (fake) avail_kib = atoll(fake) / 1024;
+    if (avail_kib < 0) return 0;
+    int64_t n = local_ranks(), need = n * per_rank, avail = (int64_t)avail_kib * 1024;
+    if (need <= avail) return 0;
+    char a[32], b[32], c[32];
+    trainlog_format_bytes(per_rank, a, sizeof a);
+    trainlog_format_bytes(need, b, sizeof b);
+    trainlog_format_bytes(avail, c, sizeof c);
+    snprintf(err, errlen, "the plan needs %s of host memory per rank (the CPU backend's device arena and its host "
+             "arena), x %lld rank(s) on this node = %s, but the node has %s available (hint: fewer ranks per node, "
+             "or a plan with less memory: zero, ckpt, a smaller b; MIST_HOST_MEMORY_CHECK=0 tries anyway)", a,
+             (long long)n, b, c);
+    return 1;
+}
+
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
@@ -313,7 +372,8 @@ static int plan_memory(Training *t) {
     }
     comm_select_follow(&t->choice, r->stream);  // the model's kernels write what the collectives send
     mr_memory_predict(r, &t->pred_dev, &t->pred_host);
-    return 0;
+    int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
+    return failed_anywhere(t, failed, "memory");
 }
 
 // Rank 0 prints the run's parameters, predicted peaks and iteration time, and
@@ -408,19 +468,29 @@ static int open_data(Training *t) {
     const TrainConfig *tc = &cfg->train;
     const ModelRuntime *r = &t->model;
     int dp = t->dp, dp_index = t->grid->dp_index;
-    if (dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err, sizeof t->err) ||
-        dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err)) {
-        fprintf(stderr, "mist-train: rank %d: [data] train: %s\n", t->rank, t->err);
-        return 1;
-    }
-    t->val_batches = cfg->data.val_batches > 0 ? (int)cfg->data.val_batches : 1;
+    int failed = dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err,
+                                 sizeof t->err) ||
+                 dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err);
+    if (failed_anywhere(t, failed, "[data] train")) return 1;
+    // rank 0 reads every token once now, so a token outside the vocabulary is an
+    // error at start rather than at the iteration that first reads it
+    failed = t->root && dataloader_check_tokens(t->dl, t->err, sizeof t->err) != 0;
+    if (failed_anywhere(t, failed, "[data] train")) return 1;
+    // val_batches counts global batches, so every plan evaluates the same
+    // val_batches x global_batch sequences: G micro-batches of b on each of the
+    // dp ranks per global batch (b * dp * G = global_batch)
+    int64_t val_micro = (cfg->data.val_batches > 0 ? cfg->data.val_batches : 1) * (int64_t)t->G;
+    failed = val_micro > INT32_MAX;
+    if (failed)
+        snprintf(t->err, sizeof t->err, "%lld micro-batches per evaluation at G = %d, more than %d (hint: lower "
+                 "val_batches)", (long long)val_micro, t->G, INT32_MAX);
+    if (failed_anywhere(t, failed, "[data] val_batches")) return 1;
+    t->val_batches = (int)val_micro;
     if (cfg->data.val[0] && cfg->data.val_interval > 0) {
-        if (dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
-            dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
-                                sizeof t->err)) {
-            fprintf(stderr, "mist-train: rank %d: [data] val: %s\n", t->rank, t->err);
-            return 1;
-        }
+        failed = dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
+                 dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
+                                     sizeof t->err);
+        if (failed_anywhere(t, failed, "[data] val")) return 1;
     }
     return 0;
 }
@@ -433,37 +503,47 @@ static int resume(Training *t) {
     CkptState *st = &t->st;
     int rank = t->rank;
     const char *ckdir = cfg->checkpoint.dir;
+    // an unusable checkpoint directory found at the first checkpoint would lose
+    // an interval of training: rank 0 (the writer) probes it now
+    int failed = t->root && ckdir[0] && mist_output_dir_check(ckdir, t->err, sizeof t->err) != 0;
+    if (failed_anywhere(t, failed, "[checkpoint] dir")) return 1;
     if (ckdir[0] && cfg->checkpoint.resume) {
         char path[1024];
         int found = checkpoint_load_latest(ckdir, &cfg->model, st, t->ct, r->num_tensors, path, sizeof path, t->err,
                                            sizeof t->err);
-        if (found < 0) {
-            fprintf(stderr, "mist-train: rank %d: resume: %s\n", rank, t->err);
-            return 1;
-        }
+        if (failed_anywhere(t, found < 0, "resume")) return 1;
         if (found == 1) {
-            if (st->data_position != dataloader_position(t->dl, st->step)) {
-                fprintf(stderr, "mist-train: rank %d: resume from %s: data position %lld does not match step %lld "
-                        "x global_batch %lld (hint: resume with the global_batch the checkpoint was written with)\n",
-                        rank, path, (long long)st->data_position, (long long)st->step,
-                        (long long)cfg->train.global_batch);
-                return 1;
-            }
+            failed = st->data_position != dataloader_position(t->dl, st->step);
+            if (failed)
+                snprintf(t->err, sizeof t->err, "from %.700s: data position %lld does not match step %lld x global_batch "
+                         "%lld (hint: resume with the global_batch the checkpoint was written with)", path,
+                         (long long)st->data_position, (long long)st->step, (long long)cfg->train.global_batch);
+            if (failed_anywhere(t, failed, "resume")) return 1;
             // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
             mr_tp_scatter(r, t->global_state, t->host_state, 3);
             zero_distribute(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
             t->start = st->step;
             r->opt.t = st->adam_t;
             if (t->root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)t->start);
+            if (t->root && t->start >= cfg->train.steps)
+                printf("mist: the checkpoint is at iteration %lld, at or past [train] steps = %lld: nothing to train "
+                       "(hint: raise steps, e.g. -o train.steps=%lld, to train on)\n", (long long)t->start,
+                       (long long)cfg->train.steps, (long long)t->start + cfg->train.steps);
         }
     }
     t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
-    if (!t->log) {
-        fprintf(stderr, "mist-train: rank %d: [log]: %s\n", rank, t->err);
-        return 1;
-    }
-    return 0;
+    return failed_anywhere(t, !t->log, "[log]");
+}
+
+// The wait allowed while a checkpoint is gathered and written: comm_timeout
+// plus the checkpoint's bytes (weights, m and v in fp32: 12 B per parameter)
+// at CHECKPOINT_SLOW_BYTES_PER_S, a slow network file system's rate, so a
+// checkpoint of 1.3B parameters (15.6 GB) adds 26 minutes. 0 stays 0 (never).
+#define CHECKPOINT_SLOW_BYTES_PER_S 10e6
+static double checkpoint_timeout(double comm_timeout, int64_t params) {
+    if (comm_timeout <= 0) return 0;
+    return comm_timeout + 12.0 * (double)params / CHECKPOINT_SLOW_BYTES_PER_S;
 }
 
 // The checkpoint of iteration it (1-based: it + 1 done): every stage's whole
@@ -481,14 +561,33 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     st->skipped = skipped;
     st->nonfinite = nonfinite;
     int crc = 0;
-    // gathering the state and rank 0's write of a large model can
-    // legitimately keep the others waiting longer than comm_timeout
-    comm->set_timeout(comm, 0);
+    // gathering the state and rank 0's write of a large model can legitimately
+    // keep the others waiting longer than comm_timeout, but a rank that stopped
+    // must still end the job: allow the write at a slow file system's pace
+    comm->set_timeout(comm, checkpoint_timeout(cfg->cluster.comm_timeout, model_param_count(&cfg->model)));
+    // MIST_FAULT_HANG_CHECKPOINT=R:K makes world rank R stop in the checkpoint of
+    // iteration K (tests: the others must still end the job, not wait forever)
+    int hang_rank = -1;
+    long long hang_at = 0;
+    const char *hang = getenv("MIST_FAULT_HANG_CHECKPOINT");
+    if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) == 2 && t->rank == hang_rank && it + 1 == hang_at)
+        for (;;) sleep(60);
     zero_flush(r);
     zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
     // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
     if (grid->dp_index == 0) mr_tp_gather(r, host_state, t->global_state, 3);
     if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+    // MIST_FAULT_CHECKPOINT_PAUSE=FILE:SECONDS: rank 0 creates FILE and sleeps
+    // before writing (tests: a stop signal sent while a checkpoint is written)
+    const char *pause = getenv("MIST_FAULT_CHECKPOINT_PAUSE");
+    const char *colon = pause ? strrchr(pause, ':') : NULL;
+    if (t->root && colon) {
+        char marker[1024];
+        snprintf(marker, sizeof marker, "%.*s", (int)(colon - pause), pause);
+        FILE *mf = fopen(marker, "w");
+        if (mf) fclose(mf);
+        sleep((unsigned)atoi(colon + 1));
+    }
     if (t->root)
         crc = checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, st, t->S > 1 ? t->whole_ct : t->ct,
                               t->S > 1 ? t->full.num_tensors : r->num_tensors, t->err, sizeof t->err);
@@ -498,6 +597,19 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     }
     commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
     comm->set_timeout(comm, cfg->cluster.comm_timeout);
+}
+
+// MIST_STOP_FILE=PATH: after a stop signal and its checkpoint, rank 0 writes the
+// iteration it stopped at to PATH. A batch script cannot rely on the launcher's
+// exit status to learn that the ranks stopped cleanly (mpirun signalled with
+// SIGTERM returns 1 although every rank exits 5); a file it named itself, it can.
+static void write_stop_file(int64_t iteration) {
+    const char *path = getenv("MIST_STOP_FILE");
+    if (!path || !path[0]) return;
+    char text[32], err[512];
+    int n = snprintf(text, sizeof text, "%lld\n", (long long)iteration);
+    if (mist_write_file_atomic(path, text, (size_t)n, err, sizeof err))
+        fprintf(stderr, "mist-train: MIST_STOP_FILE: %s\n", err);
 }
 
 // The iterations: forward and backward of the micro-batches, the gradient
@@ -587,15 +699,25 @@ static int train_loop(Training *t) {
             t->run.dl = t->dl, t->run.what = "train";
             stats->has_val = 1;
         }
-        trainlog_iteration(t->log, stats);
+        if (trainlog_iteration(t->log, stats, t->err, sizeof t->err)) {
+            fprintf(stderr, "mist-train: rank %d: %s\n", rank, t->err);
+            comm->abort(comm, 1, "log write error");
+        }
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.
         int stop = stop_signal_pending();
         commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
-                         it + 1 == tc->steps || stop))
+                         it + 1 == tc->steps || stop)) {
             save_checkpoint(t, it, skipped, nonfinite);
+            // a signal that came while the checkpoint was written: stop at it,
+            // rather than train one more iteration and write a second one
+            if (!stop) {
+                stop = stop_signal_pending();
+                commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
+            }
+        }
         if (stop && it + 1 < tc->steps) {
             if (root)
                 fprintf(stderr, "mist-train: signal %d: stopping after iteration %lld of %lld; %s\n", stop,
@@ -603,6 +725,7 @@ static int train_loop(Training *t) {
                         ckdir[0] ? "checkpoint written, resume with -o checkpoint.resume=1"
                                  : "no [checkpoint] dir, so nothing was saved");
             t->stopped = 1;
+            if (root && ckdir[0]) write_stop_file(it + 1);
             break;
         }
     }
@@ -664,8 +787,13 @@ static int final_report(Training *t) {
 }
 
 // Releases whatever the steps took, in the reverse order of their taking.
-static void close_training(Training *t) {
-    if (t->log) trainlog_close(t->log);
+// 1 when the log could not be finished (its last lines may be lost), else 0.
+static int close_training(Training *t) {
+    int rc = 0;
+    if (t->log && trainlog_close(t->log, t->err, sizeof t->err)) {
+        fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
+        rc = 1;
+    }
     if (t->dl) dataloader_close(t->dl);
     if (t->vdl) dataloader_close(t->vdl);
     free(t->ct);
@@ -678,6 +806,7 @@ static void close_training(Training *t) {
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);
     if (t->be) t->be->destroy(t->be);
+    return rc;
 }
 
 int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
@@ -693,6 +822,6 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     int rc = 0;
     for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == 0; i++) rc = steps[i](&t);
     if (rc == 0 && t.stopped) rc = MIST_EXIT_STOPPED;
-    close_training(&t);
+    if (close_training(&t) && (rc == 0 || rc == MIST_EXIT_STOPPED)) rc = 1;
     return rc;
 }

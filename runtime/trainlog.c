@@ -138,8 +138,8 @@ TrainLog *trainlog_open_resume(const LogConfig *cfg, int rank, int64_t first_ite
     return open_log(cfg, rank, first_iteration, err, errlen);
 }
 
-void trainlog_iteration(TrainLog *t, const IterStats *s) {
-    if (!t || !t->active) return;
+int trainlog_iteration(TrainLog *t, const IterStats *s, char *err, size_t errlen) {
+    if (!t || !t->active) return 0;
     char buf[1024];
     if (s->iteration == 1 || s->iteration % t->interval == 0 || s->iteration == s->steps) {  // the first shows the starting loss
         trainlog_format_line(s, buf, sizeof buf);
@@ -148,20 +148,35 @@ void trainlog_iteration(TrainLog *t, const IterStats *s) {
     }
     if (t->jsonl) {
         trainlog_format_json(s, buf, sizeof buf);
-        fprintf(t->jsonl, "%s\n", buf);
-        fflush(t->jsonl);  // a crash keeps every finished iteration
+        // a full disk shows at the write or, buffered, at the flush: either way
+        // the line is lost, so the run must say so instead of going on
+        // (a crash keeps every finished iteration: hence the flush per line)
+        int len = (int)strlen(buf) + 1;
+        errno = 0;
+        if (fprintf(t->jsonl, "%s\n", buf) != len || fflush(t->jsonl) != 0) {
+            snprintf(err, errlen, "cannot write iteration %" PRId64 " to the log file '%s' ([log] jsonl): %s "
+                     "(hint: free space on its file system, or set [log] jsonl to another path)",
+                     s->iteration, t->jsonl_path, errno ? strerror(errno) : "short write");
+            return -1;
+        }
     }
+    return 0;
 }
 
 void trainlog_set_stream(TrainLog *t, FILE *out) {
     if (t && out) t->out = out;
 }
 
-void trainlog_close(TrainLog *t) {
-    if (!t) return;
-    if (t->jsonl && fclose(t->jsonl) != 0)
-        fprintf(stderr, "mist: warning: could not finish writing '%s': %s\n", t->jsonl_path, strerror(errno));
+int trainlog_close(TrainLog *t, char *err, size_t errlen) {
+    if (!t) return 0;
+    int rc = 0;
+    if (t->jsonl && fclose(t->jsonl) != 0) {
+        snprintf(err, errlen, "could not finish writing the log file '%s' ([log] jsonl): %s", t->jsonl_path,
+                 strerror(errno));
+        rc = -1;
+    }
     free(t);
+    return rc;
 }
 
 // x with 17 significant digits, or null when it is not a positive finite number

@@ -36,10 +36,13 @@ TrainLog *trainlog_open(const LogConfig *cfg, int rank, char *err, size_t errlen
 // first_iteration is the first (1-based) iteration the resumed run logs, i.e.
 // the checkpoint's step + 1.
 TrainLog *trainlog_open_resume(const LogConfig *cfg, int rank, int64_t first_iteration, char *err, size_t errlen);
-void trainlog_iteration(TrainLog *t, const IterStats *s);
+// Prints the line (every interval) and appends the JSONL line; -1 with err when
+// the JSONL line could not be written whole (a full disk, say).
+int trainlog_iteration(TrainLog *t, const IterStats *s, char *err, size_t errlen);
 // Where the lines go (stdout by default).
 void trainlog_set_stream(TrainLog *t, FILE *out);
-void trainlog_close(TrainLog *t);
+// Closes the log; -1 with err when the JSONL file could not be finished.
+int trainlog_close(TrainLog *t, char *err, size_t errlen);
 
 // The Megatron-style line for s (no trailing newline); returns its length.
 int trainlog_format_line(const IterStats *s, char *buf, size_t len);

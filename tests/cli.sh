@@ -117,8 +117,8 @@ tap_ok $? "a single-process dry run previews the 32-rank gpt3-13b plan ($rows ro
 SB="$MIST_SRCDIR/examples/slurm.sbatch"
 out=$(bash "$SB" 2>&1); rc=$?
 bash -n "$SB" && [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'usage: sbatch examples/slurm.sbatch CONFIG.ini' &&
-    grep -q '^#SBATCH --signal=USR1@120' "$SB" && grep -q 'rc" -eq 5' "$SB" && grep -q '^srun .*--kill-on-bad-exit=1' "$SB" &&
+    grep -q '^#SBATCH --signal=USR1@120' "$SB" && grep -q 'MIST_STOP_FILE' "$SB" && grep -q '^srun .*--kill-on-bad-exit=1' "$SB" &&
     [ "$(sed -n 's/^#SBATCH --nodes=\([0-9]*\).*/\1/p' "$SB")" -eq 4 ] &&
     [ "$(sed -n 's/^#SBATCH --ntasks-per-node=\([0-9]*\).*/\1/p' "$SB")" -eq 8 ]
-tap_ok $? "examples/slurm.sbatch: valid bash, a usage message without a config, USR1 two minutes early, requeue on exit 5, a dead rank ends the step"
+tap_ok $? "examples/slurm.sbatch: valid bash, a usage message without a config, USR1 two minutes early, requeue after a clean stop, a dead rank ends the step"
 tap_end

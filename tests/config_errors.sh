@@ -78,6 +78,25 @@ expect "wrong type: integer" "$tmp/f.ini" "f.ini:3:" "[model] layers = four" "no
 base | sed 's/^steps = 3/steps = 3\nlr = fast/' > "$tmp/f.ini"
 expect "wrong type: number" "$tmp/f.ini" "f.ini:12:" "[train] lr = fast" "not a number" "Hint:"
 
+base | sed 's/^steps = 3/steps = 3\nlr = 1e-400/' > "$tmp/f.ini"
+expect "a number below a double's range is named as such, not 'not a number'" "$tmp/f.ini" "f.ini:12:" \
+    "[train] lr = 1e-400: a number too small to represent" "allowed: [0, 10]" "Hint:"
+
+expect "a b hint above b's maximum proposes dp or G instead" "$tmp/ok.ini" "global_batch = 1073741824" \
+    "b would be 536870912, above its maximum 1048576; raise dp or G" -- -o train.global_batch=1073741824
+
+base | tr '\n' '\r' > "$tmp/f.ini"
+expect "CR-only line endings are named, not read as one long line" "$tmp/f.ini" "f.ini:1:" "carriage returns (CR)" \
+    "allowed: LF or CRLF" "Hint:"
+
+# the wrong file as a hardware profile: a short escaped excerpt, never the file's raw content
+{ printf 'root:x:0:0:root:/root:/bin/bash\001\002\003'; head -c 100 /dev/zero | tr '\0' 'x'; printf '\n'; } > "$tmp/passwd"
+expect "a hardware file of the wrong kind is shown as a short escaped excerpt" "$tmp/ok.ini" "unknown section" \
+    'root = x:0:0:root:/root:/bin/bash\x01\x02\x03xx' "starts with a [profile] section" -- -o cluster.hardware="$tmp/passwd"
+out=$("$TRAIN" --dry-run -o cluster.hardware="$tmp/passwd" "$tmp/ok.ini" 2>&1 </dev/null)
+! printf '%s' "$out" | grep -q 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'
+tap_ok $? "the excerpt stops after 40 characters of the file"
+
 base | sed 's/^family = gpt/family = gpt\nbias = maybe/' > "$tmp/f.ini"
 expect "wrong type: boolean" "$tmp/f.ini" "f.ini:3:" "[model] bias = maybe" "true|false" "Hint:"
 

@@ -153,6 +153,13 @@ tap_ok $? "an unknown --space exits 2 naming the allowed ones"
     grep -q 'Closest' "$tmp/err"
 tap_ok $? "GPT-3 22B on one L4 without offloading: exit 3, the closest plan and its shortfall"
 [ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
+grep -q 'or a larger space (--space full)' "$tmp/err"
+tap_ok $? "... and its hint offers the larger space"
+"$PLAN" "$GPT22" $AUTO --nodes 1 --gpus-per-node 1 --hardware gcp-l4 --space full -o cluster.host_memory=64GiB \
+    >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 3 ] && grep -q '^hint: ' "$tmp/err" && ! grep -q -- '--space full' "$tmp/err"
+tap_ok $? "with --space full already, the no-fit hint does not offer it (rc $rc)"
+[ $rc -eq 3 ] || tap_diag "rc $rc" "$(cat "$tmp/err")"
 
 # (-np 4 under a checkpoint path longer than an INI line: the saved file names no path)
 for np in 2 4; do

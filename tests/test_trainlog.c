@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "runtime/trainlog.h"
 #include "tests/tap.h"
 
@@ -189,9 +190,9 @@ static void test_jsonl(void) {
     for (int64_t it = 1; it <= 5; it++) {
         IterStats s = stats(it);
         if (it == 3) s.loss = NAN, s.grad_norm = INFINITY;
-        trainlog_iteration(t, &s);
+        trainlog_iteration(t, &s, err, sizeof err);
     }
-    trainlog_close(t);
+    trainlog_close(t, err, sizeof err);
     fclose(out);
 
     static char lines[16][1024];
@@ -226,9 +227,9 @@ static void test_jsonl(void) {
     trainlog_set_stream(r, sink);
     for (int64_t it = 4; it <= 6; it++) {
         IterStats s = stats(it);
-        trainlog_iteration(r, &s);
+        trainlog_iteration(r, &s, err, sizeof err);
     }
-    trainlog_close(r);
+    trainlog_close(r, err, sizeof err);
     if (sink) fclose(sink);
     n = read_lines(cfg.jsonl, lines, 16);
     int seq = n == 6;
@@ -244,8 +245,8 @@ static void test_jsonl(void) {
     snprintf(other.jsonl, sizeof other.jsonl, "%s/logs/rank1.jsonl", dir);
     TrainLog *r1 = trainlog_open(&other, 1, err, sizeof err);
     IterStats s = stats(1);
-    trainlog_iteration(r1, &s);
-    trainlog_close(r1);
+    trainlog_iteration(r1, &s, err, sizeof err);
+    trainlog_close(r1, err, sizeof err);
     FILE *f = fopen(other.jsonl, "r");
     ok(r1 != NULL && f == NULL, "rank 1: no file is created");
     if (f) fclose(f);
@@ -301,12 +302,39 @@ static void test_summary(void) {
        "... and is valid JSON with \"final\": null and \"timing\": null");
 }
 
+// A full disk: /dev/full accepts the open and fails every write with ENOSPC.
+// The lost line must be reported, never dropped in silence.
+static void test_jsonl_full_disk(void) {
+    if (access("/dev/full", W_OK) != 0) {
+        tap_skip("/dev/full is not writable here: the full-disk check needs it");
+        return;
+    }
+    LogConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.interval = 1;
+    snprintf(cfg.jsonl, sizeof cfg.jsonl, "/dev/full");
+    char err[1024] = "";
+    TrainLog *t = trainlog_open(&cfg, 0, err, sizeof err);
+    ok(t != NULL, "open a JSONL log on /dev/full (%s)", err);
+    if (!t) return;
+    FILE *sink = fopen("/dev/null", "w");
+    trainlog_set_stream(t, sink);
+    IterStats s = stats(1);
+    err[0] = 0;
+    int rc = trainlog_iteration(t, &s, err, sizeof err);
+    ok(rc == -1 && strstr(err, "/dev/full") && strstr(err, "iteration 1") && strstr(err, "No space left"),
+       "a JSONL line that cannot be written is an error naming the file, the iteration and the cause (%s)", err);
+    trainlog_close(t, err, sizeof err);
+    if (sink) fclose(sink);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/mist_test_trainlog_XXXXXX");
     if (!mkdtemp(dir)) tap_skip_all("cannot create a temporary directory");
     test_checker();
     test_line();
     test_jsonl();
+    test_jsonl_full_disk();
     test_summary();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

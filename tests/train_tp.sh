@@ -88,7 +88,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
     # shellcheck disable=SC2086
     run "$ini" $((dp * tp)) "$name" $var -o train.precision="$prec" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
         -o stage.0.b="$b" -o plan.G="$G" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" \
-        -o stage.0.go="$go" -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o data.val_interval=10 -o data.val_batches="$G"
+        -o stage.0.go="$go" -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o data.val_interval=10 -o data.val_batches=1
     rc=$?
     ref=$model-ref; tol=1e-5
     [ "$variant" != - ] && ref=$model-$variant-ref

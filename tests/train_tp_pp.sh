@@ -70,7 +70,7 @@ while read -r name model variant G stages; do
     args=$(stage_args "$G" $stages)
     np=$(echo "$args" | tail -1)
     # shellcheck disable=SC2046,SC2086
-    run "$ini" "$np" "$name" $var -o data.val_interval=10 -o data.val_batches=$((2 * G)) $(echo "$args" | head -1)
+    run "$ini" "$np" "$name" $var -o data.val_interval=10 -o data.val_batches=2 $(echo "$args" | head -1)
     rc=$?
     ref=$model-$variant-ref
     if [ "$name" = "$ref" ]; then ld=0; vd=0; wd=0; else

@@ -24,8 +24,8 @@ LLAMA="$MIST_SRCDIR/examples/tiny-llama.ini"
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-zero-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 STEPS=20
-# validation reads val_batches x b*dp sequences, which differ across these plans: compare
-# training losses only (loss_diff in tests/lib_train.sh)
+# training losses are compared (loss_diff in tests/lib_train.sh); validation reads the same
+# val_batches x global_batch sequences under every plan
 KEY=loss
 COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=5 -o log.interval=1000
  -o data.val_interval=0 -o checkpoint.keep=1"
