@@ -397,8 +397,9 @@ static int nccl_broadcast(const CommBackend *self, void *buf, size_t count, Mist
 // stream (the messages read what it wrote)
 static int group_start(Nccl *x) {
     enter(x);
-    x->p2p_started = 1;
-    return nccl_rc(x, ncclGroupStart(), NULL);
+    int rc = nccl_rc(x, ncclGroupStart(), NULL);
+    x->p2p_started = rc == 0;
+    return rc;
 }
 
 // ncclGroupEnd enqueues the group's messages. On non-blocking communicators it
@@ -481,22 +482,24 @@ static int nccl_irecv(const CommBackend *self, void *buf, size_t count, MistDtyp
     return inner->irecv(inner, buf, count, t, peer, tag, g, req);
 }
 // blocking: a device message is a group of its own, completed as wait() would
+static int blocking_p2p(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer,
+                        CommGroup *g) {
+    Nccl *x = nccl_of(self);
+    CommRequest *req = NULL;
+    if (x->p2p_open) return ERR_NCCL_GROUP_USAGE;
+    int rc = p2p_start(x, send, buf, count, t, peer, g, &req);
+    return rc ? rc : nccl_wait(self, req);
+}
 static int nccl_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
                      CommGroup *g) {
     const CommBackend *inner = comm_wrap_inner(self);
-    CommRequest *req = NULL;
     if (!on_device(nccl_of(self), buf)) return inner->send(inner, buf, count, t, peer, tag, g);
-    if (nccl_of(self)->p2p_open) return ERR_NCCL_GROUP_USAGE;
-    int rc = nccl_isend(self, buf, count, t, peer, tag, g, &req);
-    return rc ? rc : nccl_wait(self, req);
+    return blocking_p2p(self, 1, (void *)buf, count, t, peer, g);
 }
 static int nccl_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
     const CommBackend *inner = comm_wrap_inner(self);
-    CommRequest *req = NULL;
     if (!on_device(nccl_of(self), buf)) return inner->recv(inner, buf, count, t, peer, tag, g);
-    if (nccl_of(self)->p2p_open) return ERR_NCCL_GROUP_USAGE;
-    int rc = nccl_irecv(self, buf, count, t, peer, tag, g, &req);
-    return rc ? rc : nccl_wait(self, req);
+    return blocking_p2p(self, 0, buf, count, t, peer, g);
 }
 
 static void nccl_error_string(const CommBackend *self, int code, char *buf, size_t len) {

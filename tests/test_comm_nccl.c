@@ -377,6 +377,28 @@ static void test_setup(const CommBackend *mpi, CommGroup *world, Grid *grid) {
         comm_nccl_free(c3);
         mpi->group_free(mpi, rest);
     }
+    // the world in a slot (the pipeline's messages go over it): made, not split; messages then run on it
+    {
+        const CommBackend *c4 = comm_nccl_new(mpi, dev_be);
+        CommGroup *slots[1] = {world};
+        int splits0 = fake_nccl_splits(), n = mpi->group_size(mpi, world);
+        rc = comm_nccl_prepare(c4, world, slots, 1);
+        float *out = buf_alloc(sizeof(float)), *in = buf_alloc(sizeof(float));
+        out[0] = (float)me, in[0] = -1;
+        CommRequest *rq[2] = {NULL, NULL};
+        int rc2 = c4->p2p_group(c4, 1);
+        rc2 |= c4->isend(c4, out, 1, MIST_F32, (me + 1) % n, 9, world, &rq[0]);
+        rc2 |= c4->irecv(c4, in, 1, MIST_F32, (me + n - 1) % n, 9, world, &rq[1]);
+        rc2 |= c4->p2p_group(c4, 0);
+        if (!rc2) rc2 = c4->wait(c4, rq[0]) | c4->wait(c4, rq[1]);
+        check(rc == 0 && rc2 == 0 && fake_nccl_splits() == splits0 && comm_nccl_communicators(c4) == 1 &&
+                  in[0] == (float)((me + n - 1) % n),
+              "prepare with the world in a slot: one communicator, no split, a ring of messages on it (got %g)",
+              in[0]);
+        elsewhere += 2;  // the stand-in counts each message
+        buf_free(out), buf_free(in);
+        comm_nccl_free(c4);
+    }
     // a non-blocking init that fails: NCCL's result and its ncclGetLastError text
     const CommBackend *c2 = comm_nccl_new(mpi, dev_be);
     const CommBackend *keep = C;

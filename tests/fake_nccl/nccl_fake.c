@@ -248,12 +248,19 @@ static int begin(ncclDataType_t t, ncclRedOp_t op, Kind *k) {
     return 0;
 }
 
+// a group of this communicator's ended with ncclInProgress and nobody has asked since (NCCL's rule)
+static int busy(const struct ncclComm *c) {
+    if (c->enqueueing)
+        snprintf(last_error, sizeof last_error, "fake NCCL: a call on a communicator still enqueueing a group");
+    return c->enqueueing;
+}
+
 static ncclResult_t result(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t stream) {
     Kind k;
-    if (c->enqueueing) return ncclInvalidUsage;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, op, &k)) return ncclInvalidArgument;
     return result(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, k.dt, k.op, c->comm));
 }
@@ -262,7 +269,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t stream) {
     Kind k;
-    if (c->enqueueing) return ncclInvalidUsage;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, op, &k)) return ncclInvalidArgument;
     void *tmp = malloc(count * k.size + 1);
     if (!tmp) return ncclSystemError;
@@ -275,7 +282,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t stream) {
     Kind k;
-    if (c->enqueueing) return ncclInvalidUsage;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, ncclSum, &k)) return ncclInvalidArgument;
     int in_place = (const char *)send == (char *)recv + (size_t)c->rank * count * k.size;
     return result(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, k.dt, recv, (int)count, k.dt, c->comm));
@@ -284,7 +291,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t stream) {
     Kind k;
-    if (c->enqueueing) return ncclInvalidUsage;
+    if (busy(c)) return ncclInvalidUsage;
     if (root < 0 || root >= c->size || begin(t, ncclSum, &k)) return ncclInvalidArgument;
     if (c->rank == root && send != recv) memmove(recv, send, count * k.size);
     return result(MPI_Bcast(recv, (int)count, k.dt, root, c->comm));
@@ -321,7 +328,7 @@ ncclResult_t ncclGroupEnd(void) {
 
 static ncclResult_t p2p(int send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
     Kind k;
-    if (c->enqueueing) return ncclInvalidUsage;
+    if (busy(c)) return ncclInvalidUsage;
     if (peer < 0 || peer >= c->size || begin(t, ncclSum, &k) || group.n == FAKE_MAX_P2P) return ncclInvalidArgument;
     int alone = !group.open;
     group.comm[group.n] = c;
