@@ -27,6 +27,7 @@ const KeySpec config_keys[] = {
     {"model", "kv_heads", KEY_INT, MC(model.kv_heads), 1, 4096, NULL, "key/value heads (GQA); must divide heads; default = heads"},
     {"model", "ffn_hidden", KEY_INT, MC(model.ffn_hidden), 1, 1 << 22, NULL, "MLP inner width; default 4h (gpt) or 8h/3 rounded up to 256 (llama)"},
     {"model", "vocab", KEY_INT, MC(model.vocab), 2, 1 << 24, NULL, "vocabulary size (256 for byte-level data)"},
+    {"model", "vocab_pad", KEY_INT, MC(model.vocab_pad), 1, 4096, NULL, "embedding and LM-head rows rounded up to a multiple of this (1 = none); padded logits never enter the loss"},
     {"model", "seq_len", KEY_INT, MC(model.seq_len), 1, 1 << 20, NULL, "sequence length s in tokens"},
     {"model", "norm", KEY_ENUM, MC(model.norm), 0, 0, norm_names, "layernorm (gpt) or rmsnorm (llama)"},
     {"model", "activation", KEY_ENUM, MC(model.activation), 0, 0, act_names, "gelu (tanh form, gpt) or swiglu (llama)"},

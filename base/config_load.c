@@ -438,6 +438,7 @@ void config_defaults(MistConfig *cfg) {
     m->hidden = 768;
     m->heads = 12;
     m->vocab = 50257;
+    m->vocab_pad = MODEL_VOCAB_PAD_DEFAULT;
     m->seq_len = 1024;
     m->norm = NORM_LAYERNORM;
     m->activation = ACT_GELU;

@@ -6,6 +6,11 @@
 #include <string.h>
 #include "base/schema.h"
 
+int model_vocab_padded(const ModelConfig *m) {
+    int pad = m->vocab_pad > 1 ? m->vocab_pad : 1;
+    return (int)(((int64_t)m->vocab + pad - 1) / pad * pad);
+}
+
 int model_default_ffn(ActKind activation, int hidden) {
     // SwiGLU (Llama): 2/3 of 4h, 8h/3 rounded down, then up to a multiple of 256
     // (4096 -> 11008, 5120 -> 13824); GELU: 4h
@@ -19,6 +24,7 @@ ModelConfig model_family_config(ModelFamily family, int layers, int hidden, int 
     int llama = family == FAMILY_LLAMA;
     m.family = family;
     m.layers = layers, m.hidden = hidden, m.heads = heads, m.kv_heads = heads, m.vocab = vocab, m.seq_len = seq_len;
+    m.vocab_pad = MODEL_VOCAB_PAD_DEFAULT;
     m.norm = llama ? NORM_RMSNORM : NORM_LAYERNORM;
     m.activation = llama ? ACT_SWIGLU : ACT_GELU;
     m.position = llama ? POS_ROTARY : POS_LEARNED;

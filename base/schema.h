@@ -30,6 +30,7 @@ typedef struct {
     int kv_heads;        // key/value heads (GQA); == heads for multi-head attention
     int ffn_hidden;      // MLP inner width (4h for GPT, ~8h/3 rounded for Llama SwiGLU)
     int vocab;           // V (real vocabulary)
+    int vocab_pad;       // the embedding/LM-head rows are V rounded up to this multiple (1 or 0: none)
     int seq_len;         // s
     NormKind norm;
     ActKind activation;
@@ -119,5 +120,14 @@ typedef struct {
 ModelConfig model_family_config(ModelFamily family, int layers, int hidden, int heads, int vocab, int seq_len);
 // The MLP width a configuration gets when it does not set ffn_hidden.
 int model_default_ffn(ActKind activation, int hidden);
+
+// [model] vocab_pad when unset: GPT-2's 50257 rows become 50304 = 393 * 128, so
+// the LM-head GEMM's vocabulary dimension is a whole number of 128-wide tiles
+// (an odd dimension sends cuBLASLt to align-1 kernels at a fraction of the speed)
+#define MODEL_VOCAB_PAD_DEFAULT 128
+// Rows of the token embedding and the LM head: V rounded up to vocab_pad. The
+// rows V..Vp-1 stay zero: no token selects them and their logits are left out
+// of the softmax, so they get zero gradient and the loss is that of V rows.
+int model_vocab_padded(const ModelConfig *m);
 
 #endif

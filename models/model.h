@@ -75,7 +75,8 @@ typedef struct {
 // (-1 when out is too small for max, or the config is not a model: heads must
 // divide hidden, kv_heads divide heads)
 int model_params(const ModelConfig *m, ModelPart part, ParamSpec *out, int max);
-// whole model, exact (GPT-2 small tied: 124,439,808)
+// whole model, exact, over the real vocabulary (GPT-2 small tied: 124,439,808; the
+// [model] vocab_pad rows that model_params stores are not counted)
 int64_t model_param_count(const ModelConfig *m);
 
 // 1 when tensor parallelism of degree tp can shard the model as the runtime does:

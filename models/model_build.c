@@ -164,7 +164,7 @@ static ModelOp *add_residual(Shapes *z, const char *name) {
 static void build_pre(Shapes *z) {
     const ModelConfig *m = z->m;
     ModelOp *op = new_op(z, "embedding", MOP_EMBEDDING);
-    add_param(z, op, "wte", m->vocab, m->hidden, 1, 1);
+    add_param(z, op, "wte", model_vocab_padded(m), m->hidden, 1, 1);
     Expr nc = mul(z, z->N, z->C);
     // forward: gather the token rows, write (N,C); backward: read dout,
     // read-modify-write the gathered rows of dwte
@@ -308,9 +308,14 @@ static void build_post(Shapes *z) {
     int ln = m->norm == NORM_LAYERNORM;
     Expr N = z->N, C = z->C;
     add_norm(z, "lnf", "lnf_w", "lnf_b");
+    // the GEMM runs over the padded vocabulary (time, memory); model FLOPs
+    // (MFU's numerator) count the real one: 2*N*C*V forward, 4*N*C*V backward
     ModelOp *head = add_matmul(z, "lm_head", C, z->v_tp, 0);
+    Expr ncv = mul(z, mul(z, N, C), per_tp(z, m->vocab));
+    head->flops_fwd = scale(z, 2, ncv);
+    head->flops_bwd = scale(z, 4, ncv);
     // tied: the weight is wte (PRE), so it is not a parameter of this part
-    if (!m->tied_embeddings) add_param(z, head, "lm_head_w", m->vocab, m->hidden, 1, 1);
+    if (!m->tied_embeddings) add_param(z, head, "lm_head_w", model_vocab_padded(m), m->hidden, 1, 1);
     head->tp_comm_bwd = allreduce_nc(z);
 
     ModelOp *ce = new_op(z, "crossentropy", MOP_CROSSENTROPY);
@@ -371,7 +376,7 @@ int model_build(ExprCtx *cx, const ModelConfig *m, ModelPart part, ModelOpList *
     z.att_tp = mul(&z, z.a_tp, z.hd);
     z.f_tp = per_tp(&z, m->ffn_hidden);
     z.fc_tp = m->activation == ACT_SWIGLU ? scale(&z, 2, z.f_tp) : z.f_tp;
-    z.v_tp = per_tp(&z, m->vocab);
+    z.v_tp = per_tp(&z, model_vocab_padded(m));  // the padded rows split over tp
     z.comm = ex_select(cx, ex_sub(cx, out->tp, ex_num(cx, 1)), ex_num(cx, 1), ex_num(cx, 0));
     switch (part) {
     case PART_PRE: build_pre(&z); break;

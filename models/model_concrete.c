@@ -37,8 +37,11 @@ int model_params(const ModelConfig *m, ModelPart part, ParamSpec *out, int max) 
 int64_t model_param_count(const ModelConfig *m) {
     ParamSpec spec[MODEL_MAX_PARAMS];
     int64_t total = 0;
+    // the model's parameters: the padded vocabulary rows (always zero) are storage, not parameters
+    ModelConfig real = *m;
+    real.vocab_pad = 1;
     for (int part = PART_PRE; part <= PART_POST; part++) {
-        int n = model_params(m, (ModelPart)part, spec, MODEL_MAX_PARAMS);
+        int n = model_params(&real, (ModelPart)part, spec, MODEL_MAX_PARAMS);
         if (n < 0) return -1;
         int64_t sum = 0;
         for (int i = 0; i < n; i++) sum += spec[i].rows * spec[i].cols;

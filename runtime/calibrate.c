@@ -148,15 +148,16 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     }
     if (op == CAL_EMBEDDING) {
         int learned = m->position == POS_LEARNED;
+        size_t rows = (size_t)model_vocab_padded(m);  // the table's padded rows; tokens stay below V
         o->in = C, o->out = m->vocab;
         o->tokens = device_tokens(be, N, m->vocab, seed);
-        o->w = device_random(be, (size_t)m->vocab * C, seed), o->dw = device_random(be, (size_t)m->vocab * C, seed);
+        o->w = device_random(be, rows * C, seed), o->dw = device_random(be, rows * C, seed);
         if (learned) o->wpe = device_random(be, (size_t)m->seq_len * C, seed), o->dwpe = device_random(be, (size_t)m->seq_len * C, seed);
         o->y = device_random(be, N * C, seed), o->dy = device_random(be, N * C, seed);
         return o->tokens && o->w && o->dw && (!learned || (o->wpe && o->dwpe)) && o->y && o->dy ? 0 : -1;
     }
     if (op == CAL_CROSSENTROPY) {
-        o->out = m->vocab, o->ld = (m->vocab + 7) / 8 * 8;
+        o->out = m->vocab, o->ld = (model_vocab_padded(m) + 7) / 8 * 8;  // the real columns of padded rows
         o->tokens = device_tokens(be, N, m->vocab, seed);
         o->x = device_random(be, N * o->ld, seed);  // logits, the gradient written in place
         o->lse = be->alloc_device(be, N * sizeof(float));  // losses
@@ -175,7 +176,7 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     case CAL_ATTN_PROJ: o->in = NHt * HS, o->out = C; break;
     case CAL_FC: o->in = C, o->out = swiglu ? 2 * Ft : Ft, o->has_bias = m->bias, o->gelu = !swiglu; break;
     case CAL_FC_PROJ: o->in = Ft, o->out = C, o->gelu_in = !swiglu; break;
-    default: o->in = C, o->out = ceil_div(m->vocab, tp); break;  // CAL_LM_HEAD
+    default: o->in = C, o->out = ceil_div(model_vocab_padded(m), tp); break;  // CAL_LM_HEAD over the padded rows
     }
     o->ld = op == CAL_LM_HEAD ? (o->out + 7) / 8 * 8 : o->out;  // the runtime's logits stride
     o->x = device_random(be, N * o->in, seed);

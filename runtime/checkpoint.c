@@ -31,9 +31,24 @@ static int fail(CkptWriter *w, const char *fmt, const char *a, const char *b) {
     return -1;
 }
 
+// MIST_FAULT_DISK_BYTES=N: the file system holds N bytes of a checkpoint and then
+// is full (tests: a full disk, without mounting a small one)
+static int disk_full_at(int64_t pos, size_t bytes) {
+    const char *v = getenv("MIST_FAULT_DISK_BYTES");
+    if (!v || pos + (int64_t)bytes <= atoll(v)) return 0;
+    errno = ENOSPC;
+    return 1;
+}
+
 static int write_bytes(CkptWriter *w, const void *data, size_t bytes) {
-    if (bytes && fwrite(data, 1, bytes, w->f) != bytes)
-        return fail(w, "cannot write checkpoint '%s': %s (hint: is the disk full?)", w->tmp, strerror(errno));
+    if (bytes && (disk_full_at(w->pos, bytes) || fwrite(data, 1, bytes, w->f) != bytes)) {
+        // the bytes written before the failure: with the file size, what the disk was short of
+        char what[160];
+        snprintf(what, sizeof what, "%s after %lld bytes written, writing %zu more", strerror(errno),
+                 (long long)w->pos, bytes);
+        return fail(w, "cannot write checkpoint '%s': %s (hint: is the disk full? the previous checkpoint is kept)",
+                    w->tmp, what);
+    }
     w->body_crc = crc32c_update(w->body_crc, data, bytes);
     w->pos += bytes;
     return 0;

@@ -284,20 +284,22 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
     be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
                      PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
     be->matmul_forward_ld(be, st, logits, lnf, PARAM(r->lm_head), N, r->C, r->Vt, r->Vs);  // (N, Vt), stride Vs
-    // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot)
+    // losses (N); with dloss != 0 logits become dL/dlogits = dloss * (softmax - onehot).
+    // Only the real vocabulary's columns enter (V, or this rank's Vr): the
+    // padded columns hold 0 (zero weight rows) and so does their gradient.
     if (r->tp == 1) {
         be->crossentropy_forward_backward(be, st, arena_ptr(&r->t_losses), logits, mr_targets(r), N, r->V, r->Vs,
                                           dloss);
     } else {  // vocabulary-parallel: global row max, then global sum of exp and the target's logit
         float *rowmax = arena_ptr(&r->t_ce_stats), *stats = rowmax + N;
-        be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vt, r->Vs);
+        be->crossentropy_vocab_max(be, st, rowmax, logits, N, r->Vr, r->Vs);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(r->comm, rowmax, rowmax, (size_t)N, MIST_F32, COMM_MAX, r->tpg));
-        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vt, r->Vs);
+        be->crossentropy_vocab_stats(be, st, stats, logits, rowmax, mr_targets(r), r->v0, N, r->Vr, r->Vs);
         be->stream_synchronize(be, st);
         commCheck(r->comm, r->comm->all_reduce(r->comm, stats, stats, 2 * (size_t)N, MIST_F32, COMM_SUM, r->tpg));
         be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, mr_targets(r), r->v0,
-                                      N, r->Vt, r->Vs, dloss);
+                                      N, r->Vr, r->Vs, dloss);
     }
     if (dloss == 0.0f) {  // evaluation: drop every activation
         arena_release(&r->logits);

@@ -91,12 +91,14 @@ typedef struct ModelRuntime {
     BackendStream *stream;
     int comm_stream_ordered;  // the comm backend orders its collectives on `stream` (comm_select_follow)
     int B, T, C, NH, NKV, HS, F, FC, QKV, V, L;  // NH, NKV, F, FC, QKV: this tp rank's share; V global; L: the stage's blocks
+    int Vp;  // rows of wte and the LM head: V rounded up to [model] vocab_pad (rows V..Vp-1 stay zero)
     // tensor parallelism (Megatron): tp ranks of one stage split every block
     // matrix (column-parallel qkv and fc by output rows, row-parallel
     // attn_proj and fc_proj by input columns) and the vocabulary of wte and
     // the LM head (rows [v0, v0 + Vt)); norms, wpe and the biases of
     // row-parallel layers are replicated. tp = 1: no tensor parallelism.
     int tp, tp_rank, v0, Vt;
+    int Vr;  // of the rank's Vt rows, the real ones (v0 + Vr <= V): the loss reads only these logits
     int Vs;  // row stride of the logits: Vt rounded up to 8 (16-byte aligned rows)
     size_t Pglobal;        // parameters of the whole model (every tp shard together)
     struct CommGroup *tpg; // the tp group (runtime/grid.h), used when tp > 1

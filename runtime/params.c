@@ -136,6 +136,7 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     r->FC = m->activation == ACT_SWIGLU ? 2 * r->F : r->F;
     r->QKV = (r->NH + 2 * r->NKV) * r->HS;
     r->V = m->vocab;
+    r->Vp = model_vocab_padded(m);
     r->L = pipe.num_layers;
     r->ckpt = ckpt;
     r->dp = dp;
@@ -208,13 +209,17 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     // the vocabulary range of this rank's wte rows and LM head rows (the same
     // split); a stage holding neither (pipeline middle) keeps the whole range
     r->v0 = 0;
-    r->Vt = r->V;
+    r->Vt = r->Vp;
     for (int i = 0; i < r->num_tensors; i++)
         if (!strcmp(r->tensors[i].name, "wte") || !strcmp(r->tensors[i].name, "lm_head_w")) {
             r->v0 = (int)r->tensors[i].shard.first[0];
             r->Vt = (int)r->tensors[i].shard.count[0];
         }
     r->Vs = (r->Vt + 7) / 8 * 8;
+    // the padded rows' logits are lnf . 0 = 0 and never reach the softmax: the
+    // loss kernels see the real columns only, so dL/dlogits stays 0 there and
+    // the padded rows of the head get zero gradient (and stay zero under AdamW)
+    r->Vr = r->V - r->v0 < 0 ? 0 : r->V - r->v0 < r->Vt ? r->V - r->v0 : r->Vt;
     return 0;
 }
 
@@ -226,6 +231,9 @@ static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
+
+// the tensors with one row per vocabulary entry (padded to Vp rows)
+static int is_vocab_tensor(const ParamTensor *t) { return !strcmp(t->name, "wte") || !strcmp(t->name, "lm_head_w"); }
 
 float mr_init_value(const ModelRuntime *r, int k, size_t i, uint64_t seed) {
     const ParamTensor *t = &r->tensors[k];
@@ -272,9 +280,13 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     }
     for (int k = 0; k < r->num_tensors; k++) {
         const ParamTensor *t = &r->tensors[k];
-        // drawn by global index: the same model under any tp
-        for (size_t i = 0; i < t->count; i++)
-            w[t->offset + i] = mr_init_value(r, k, (size_t)tp_shard_global_index(&t->shard, &t->spec, (int64_t)i), seed);
+        // drawn by global index: the same model under any tp (and any vocab_pad:
+        // the real rows keep their indices, the padded rows of wte/lm_head_w are 0)
+        size_t real = is_vocab_tensor(t) ? (size_t)r->V * (size_t)t->spec.cols : SIZE_MAX;
+        for (size_t i = 0; i < t->count; i++) {
+            size_t g = (size_t)tp_shard_global_index(&t->shard, &t->spec, (int64_t)i);
+            w[t->offset + i] = g < real ? mr_init_value(r, k, g, seed) : 0.0f;
+        }
     }
     zero_distribute(r, w, NULL, NULL);
     free(w);

@@ -19,6 +19,10 @@ void stop_signal_install(void) {
     sa.sa_flags = SA_RESTART;  // interrupted reads and writes carry on
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    // a write past the file size limit (ulimit -f, a quota) would kill the rank
+    // with SIGXFSZ and no word; ignored, the write fails with EFBIG and the
+    // checkpoint or log that was being written reports it like a full disk
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 int stop_signal_pending(void) { return received; }

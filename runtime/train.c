@@ -26,6 +26,7 @@
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/dataloader.h"
+#include "runtime/device_peak.h"
 #include "runtime/fileutil.h"
 #include "runtime/train_flops.h"
 #include "planner/search.h"
@@ -105,6 +106,10 @@ static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
         t[i].ndim = p->spec.cols == 1 ? 1 : 2;
         t[i].shape[0] = p->spec.rows;
         t[i].shape[1] = p->spec.cols;
+        // the padded vocabulary rows (all zero) are not stored: the file holds
+        // the real V rows, the first V*C floats of the row-major tensor, so a
+        // checkpoint written with any [model] vocab_pad loads under any other
+        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w")) t[i].shape[0] = r->V;
         t[i].param = w + p->goffset;
         t[i].adam_m = m + p->goffset;
         t[i].adam_v = v + p->goffset;
@@ -204,6 +209,7 @@ typedef struct {
     double timed[TIMED_MAX];
     int64_t timed_n;
     double sum_total, sum_compute, sum_wait, sum_norm;  // over every timed iteration
+    DevicePeak device_peak;  // the device's own count of the run's memory (runtime/device_peak.h)
 } Training;
 
 // The backend of this rank's device and the path of its collectives; messages
@@ -366,6 +372,7 @@ static int host_memory_short(int64_t per_rank, char *err, size_t errlen) {
 
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
+    device_peak_start(&t->device_peak, t->be);  // before the arenas: they are the bulk of the run's memory
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
         // the other stages may have planned theirs and would wait for this one at the first exchange
@@ -375,6 +382,7 @@ static int plan_memory(Training *t) {
     // the model's kernels write what the collectives send (stream-ordered: tp_sum needs no host sync)
     r->comm_stream_ordered = comm_select_follow(&t->choice, r->stream);
     mr_memory_predict(r, &t->pred_dev, &t->pred_host);
+    device_peak_sample(&t->device_peak, t->be);
     int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
     return failed_anywhere(t, failed, "memory");
 }
@@ -653,6 +661,7 @@ static int train_loop(Training *t) {
         double loss = loss_sum / ((double)G * dp * r->B * r->T);
         if (nan_from > 0 && it + 1 >= nan_from) loss = NAN;  // fault injection (tests)
         be->stream_synchronize(be, r->stream);
+        device_peak_sample(&t->device_peak, be);
         // gradients are summed over dp (dloss already divides by the global token
         // count); the norm covers every rank's shard of every stage
         double t_norm = now_s();
@@ -765,8 +774,11 @@ static int final_report(Training *t) {
                1e3 * timing.mean_compute, 1e3 * timing.mean_wait, 1e3 * timing.mean_norm, 1e3 * timing.mean_other);
     }
     // predicted vs measured peaks of every rank
-    RankMemory mine = {t->rank, grid->stage, t->pred_dev, (int64_t)arena_peak_bytes(&r->dev), t->pred_host,
-                       (int64_t)arena_peak_bytes(&r->host)};
+    device_peak_sample(&t->device_peak, t->be);
+    int64_t device_peak = device_peak_bytes(&t->device_peak), arena_dev = (int64_t)arena_peak_bytes(&r->dev);
+    RankMemory mine = {t->rank, grid->stage, t->pred_dev, arena_dev, t->pred_host,
+                       (int64_t)arena_peak_bytes(&r->host), device_peak >= 0 ? device_peak : arena_dev,
+                       device_peak >= 0};
     RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
     commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
     if (root) {
@@ -776,6 +788,14 @@ static int final_report(Training *t) {
         printf("mist: measured peak on rank 0: device %s (%lld B, predicted %lld B), host %s (%lld B, "
                "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)t->pred_dev, b2,
                (long long)mine.measured_host_peak_bytes, (long long)t->pred_host);
+        trainlog_format_bytes(mine.device_peak_bytes, a, sizeof a);
+        if (mine.device_peak_from_device)
+            printf("mist: device peak on rank 0 as the device counts it (free memory before the arenas - least free "
+                   "since): %s (%lld B; arena %lld B, predicted %lld B)\n", a, (long long)mine.device_peak_bytes,
+                   (long long)arena_dev, (long long)t->pred_dev);
+        else
+            printf("mist: device peak on rank 0: %s (%lld B) is the arena's: the %s backend's device memory is host "
+                   "memory, there is no device to ask\n", a, (long long)mine.device_peak_bytes, t->be->name);
         char line[256];
         if (comm_select_device_calls(&t->choice, t->rank, line, sizeof line) > 0) printf("mist: %s\n", line);
         if (cfg->log.summary[0] &&

@@ -186,7 +186,7 @@ static int json_positive(char *buf, size_t len, double x) {
 
 int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, const IterStats *last,
                            const RunTiming *timing, char *err, size_t errlen) {
-    size_t cap = 256 + (size_t)(n > 0 ? n : 0) * 320 + 1024;
+    size_t cap = 256 + (size_t)(n > 0 ? n : 0) * 400 + 1024;
     char *buf = malloc(cap);
     if (!buf) { snprintf(err, errlen, "out of host memory"); return -1; }
     size_t len = (size_t)snprintf(buf, cap, "{\n  \"ranks\": [");
@@ -195,9 +195,11 @@ int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, con
         len += (size_t)snprintf(buf + len, cap - len,
                                 "%s\n    {\"rank\": %d, \"stage\": %d, \"predicted_device_peak_bytes\": %" PRId64
                                 ", \"measured_device_peak_bytes\": %" PRId64 ", \"predicted_host_peak_bytes\": %" PRId64
-                                ", \"measured_host_peak_bytes\": %" PRId64 "}",
+                                ", \"measured_host_peak_bytes\": %" PRId64 ", \"device_peak_bytes\": %" PRId64
+                                ", \"device_peak_source\": \"%s\"}",
                                 i ? "," : "", m->rank, m->stage, m->predicted_device_peak_bytes,
-                                m->measured_device_peak_bytes, m->predicted_host_peak_bytes, m->measured_host_peak_bytes);
+                                m->measured_device_peak_bytes, m->predicted_host_peak_bytes, m->measured_host_peak_bytes,
+                                m->device_peak_bytes, m->device_peak_from_device ? "device" : "arena");
     }
     len += (size_t)snprintf(buf + len, cap - len, "%s],\n  \"final\": ", n ? "\n  " : "");
     if (last) len += (size_t)trainlog_format_json(last, buf + len, cap - len);

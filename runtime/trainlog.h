@@ -53,8 +53,12 @@ void trainlog_format_bytes(int64_t bytes, char *buf, size_t len);
 
 typedef struct {
     int rank, stage;
-    int64_t predicted_device_peak_bytes, measured_device_peak_bytes,
+    int64_t predicted_device_peak_bytes, measured_device_peak_bytes,  // measured: the arena's peak
             predicted_host_peak_bytes, measured_host_peak_bytes;
+    // the device's own count (runtime/device_peak.h) when device_peak_from_device,
+    // else (CPU backend) the arena's peak again
+    int64_t device_peak_bytes;
+    int device_peak_from_device;
 } RankMemory;
 
 // The run's time per iteration against the planner's.

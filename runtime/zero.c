@@ -567,8 +567,8 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
     Backend *be = r->be;
     const MrUnit *U = &r->units[0];
     // wte opens unit 0 on both stages; this tp rank holds its vocabulary rows
-    // [v0, v0 + Vt) of the whole (V, C)
-    size_t x = r->x, C = (size_t)r->C, count = (size_t)r->Vt * C, whole_n = (size_t)r->V * C;
+    // [v0, v0 + Vt) of the whole (Vp, C), padded rows included
+    size_t x = r->x, C = (size_t)r->C, count = (size_t)r->Vt * C, whole_n = (size_t)r->Vp * C;
     size_t lo, len;  // the unit positions this rank holds reduced (zero >= 1: its shard)
     if (r->zero == 0) lo = 0, len = U->padded;
     else lo = (size_t)r->dp_rank * U->shard, len = U->shard;
@@ -578,12 +578,12 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
     if (r->zero >= 1 && use_comm(r))  // the other shards of this stage's dp group
         commCheck(r->comm, r->comm->all_gather(r->comm, full + lo * x, full, U->shard, be->dtype, r->dpg));
     // The two stages may split the vocabulary over different tp degrees, so
-    // the sum is taken over the whole (V, C) gradient: the stage's tp shards
-    // are gathered first. Shard t holds rows [t * ceil(V/tp), ...), so the
-    // shards padded to ceil(V/tp) rows, in tp order, are the whole tensor.
+    // the sum is taken over the whole (Vp, C) gradient: the stage's tp shards
+    // are gathered first. Shard t holds rows [t * ceil(Vp/tp), ...), so the
+    // shards padded to ceil(Vp/tp) rows, in tp order, are the whole tensor.
     char *whole = full, *gathered = NULL;
     if (r->tp > 1) {
-        size_t per = (size_t)((r->V + r->tp - 1) / r->tp) * C;
+        size_t per = (size_t)((r->Vp + r->tp - 1) / r->tp) * C;
         char *mine = calloc(per ? per : 1, x);
         gathered = calloc(per * (size_t)r->tp + 1, x);
         if (!mine || !gathered) r->comm->abort(r->comm, 1, "zero.c: out of host memory for the tied embedding gradient");

@@ -373,8 +373,33 @@ static void test_bytes_and_transients(void) {
        gemms);
 }
 
+// [model] vocab_pad: wte holds the padded rows and the LM head's GEMM runs over them
+// (kernel FLOPs: 2 forward + 4 backward per multiply-add of the padded rows),
+// while the parameter count and the model FLOPs (MFU) keep the real vocabulary
+static void test_vocab_pad(void) {
+    ModelConfig padded = gpt(12, 768, 12, 50257, 1024), plain = padded;
+    plain.vocab_pad = 1;
+    int Vp = (50257 + 127) / 128 * 128;
+    ParamSpec spec[MODEL_MAX_PARAMS];
+    int n = model_params(&padded, PART_PRE, spec, MODEL_MAX_PARAMS);
+    ok(n > 0 && !strcmp(spec[0].name, "wte") && spec[0].rows == Vp && model_vocab_padded(&padded) == Vp,
+       "GPT-2 by default: wte holds %d rows (50257 rounded up to 128)", n > 0 ? (int)spec[0].rows : -1);
+    n = model_params(&plain, PART_PRE, spec, MODEL_MAX_PARAMS);
+    ok(n > 0 && spec[0].rows == 50257, "vocab_pad = 1: wte holds the 50257 rows");
+    ok(model_param_count(&padded) == model_param_count(&plain) && model_param_count(&plain) == 124439808,
+       "the parameter count is the real vocabulary's under any vocab_pad");
+    double B = 8, s = 1024;
+    ok(model_flops_train(&padded, B, 1024) == model_flops_train(&plain, B, 1024),
+       "model FLOPs (MFU) count the real vocabulary");
+    double extra = model_flops_kernels(&padded, B, 1024, 0) - model_flops_kernels(&plain, B, 1024, 0);
+    double gemm = 6 * B * s * 768 * (Vp - 50257);
+    ok(extra >= gemm && extra < gemm * 1.01, "kernel FLOPs add the padded rows' LM-head GEMMs: %g (GEMMs %g)", extra,
+       gemm);
+}
+
 int main(void) {
     test_param_counts();
+    test_vocab_pad();
     test_param_layout();
     test_flops();
     test_activations();

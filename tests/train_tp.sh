@@ -31,7 +31,8 @@ COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.
 # ---- 1. the matrix -----------------------------------------------------------
 # variant: the model change of a row (its reference is the 1-rank run of the
 # same variant): untied / tied embeddings, kv4 = 4 kv heads (Llama at tp=4),
-# v258 = a vocabulary of 258 (tp=4 shards of 65, 65, 65, 63 rows), par = parallel
+# v258 = a vocabulary of 258 with vocab_pad = 1 (tp=4 shards of 65, 65, 65, 63 rows;
+# the padded split: tests/train_vocab_pad.sh), par = parallel
 # (Falcon-style) blocks: one all-reduce of both branches' partial sums each way
 # name           model variant prec dp tp zero ckpt G wo  go  oo  ao   (b = 8 / (dp * G))
 cat >"$W/matrix" <<'EOF'
@@ -80,7 +81,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
         untied) var="-o model.tied_embeddings=0" ;;
         tied) var="-o model.tied_embeddings=1" ;;
         kv4) var="-o model.kv_heads=4" ;;
-        v258) var="-o model.vocab=258" ;;
+        v258) var="-o model.vocab=258 -o model.vocab_pad=1" ;;
         par) var="-o model.parallel_block=1" ;;
         *) var="" ;;
     esac

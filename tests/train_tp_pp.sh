@@ -33,7 +33,7 @@ COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.
 # ---- 1. the matrix -----------------------------------------------------------
 # name model variant G stages (layers/dp/tp/zero/ckpt/offload per stage); b = 8 / (dp * G).
 # A row's reference is the 1-rank run of the same model variant (its -ref row):
-# tied / untied embeddings, v258 = a vocabulary of 258 (tp = 2: 129 rows per
+# tied / untied embeddings, v258 = a vocabulary of 258, unpadded (tp = 2: 129 rows per
 # rank; tp = 4: 65, 65, 65, 63). Validation (forward only through the stages)
 # runs at steps 10 and 20 over 2G micro-batches of 8/G sequences: the same 16
 # sequences for every plan.
@@ -64,7 +64,7 @@ while read -r name model variant G stages; do
     case $variant in
         untied) var="-o model.tied_embeddings=0" ;;
         tied) var="-o model.tied_embeddings=1" ;;
-        v258) var="-o model.tied_embeddings=1 -o model.vocab=258" ;;
+        v258) var="-o model.tied_embeddings=1 -o model.vocab=258 -o model.vocab_pad=1" ;;
     esac
     # shellcheck disable=SC2086
     args=$(stage_args "$G" $stages)

@@ -11,7 +11,8 @@
 //    micro-batch per step (fwd + bwd + grad norm + AdamW), synthetic tokens,
 //    timed with CUDA events after warm-up. Reports tokens/s, MFU against the
 //    profile's dense bf16 peak (Megatron model FLOPs, models/model_flops.h),
-//    measured vs predicted peak device memory (runtime memory plan), and the
+//    peak device memory: predicted (runtime memory plan), the arena's count and
+//    the device's own (cudaMemGetInfo sampled after every step, runtime/device_peak.h), and the
 //    cost model's predicted iteration time (planner/analyze.h, dgx-h100), with
 //    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
@@ -31,6 +32,7 @@
 #include "planner/analyze.h"
 #include "base/profile.h"
 #include "runtime/calibrate.h"
+#include "runtime/device_peak.h"
 #include "runtime/model_runtime.h"
 
 int cuda_attention_wgmma_available(void);  // kernels/cuda/attention_wgmma.cu
@@ -177,15 +179,18 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
         {"gpt3-1.3b", model(FAMILY_GPT, 24, 2048, 16, 16, 8192, 50304, 2048), 8},
     };
     printf("\n== throughput (attention %s): one GPU, bf16, one micro-batch per step (fwd + bwd + AdamW)\n", attention);
-    printf("%-14s %5s %6s %10s %12s %8s %7s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter", "tokens/s",
-           "TFLOP/s", "MFU", "peak meas.", "peak pred.", "pred. ms", "pred./meas.", "op-table ms");
+    printf("%-14s %5s %6s %10s %12s %8s %7s %14s %14s %14s %12s %12s %14s\n", "model", "B", "seq", "ms/iter",
+           "tokens/s", "TFLOP/s", "MFU", "peak arena", "peak pred.", "peak device", "pred. ms", "pred./meas.",
+           "op-table ms");
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         static Run u;
         Case *k = &cases[c];
         if (only && strcmp(only, k->name)) continue;
+        DevicePeak dpeak;
+        device_peak_start(&dpeak, gpu);  // before the arenas
         if (setup(&u, gpu, &k->m, k->B, 0)) { fail = 1; continue; }
         int warm = 3, timed = quick ? 5 : 20;
-        for (int s = 0; s < warm; s++) step(&u, gpu, s, k->m.vocab, 1e-4f);
+        for (int s = 0; s < warm; s++) step(&u, gpu, s, k->m.vocab, 1e-4f), device_peak_sample(&dpeak, gpu);
         BackendEvent *e0 = gpu->event_create(gpu), *e1 = gpu->event_create(gpu);
         gpu->event_record(gpu, e0, u.r.stream);
         for (int s = 0; s < timed; s++) step(&u, gpu, warm + s, k->m.vocab, 1e-4f);
@@ -231,15 +236,17 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
             else fprintf(stderr, "bench_train: cost model with the op table: %s\n", err);
         }
         size_t measured = arena_peak_bytes(&u.r.dev);
-        printf("%-14s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name, k->B,
-               k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
-               (long long)u.predicted_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
+        device_peak_sample(&dpeak, gpu);  // the timed steps ran one after another: their allocations stay
+        long long device_peak = (long long)device_peak_bytes(&dpeak);
+        printf("%-14s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name,
+               k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
+               (long long)u.predicted_peak, device_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
         if (js)
             fprintf(js, "%s\n  {\"attention\": \"%s\", \"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
                         "\"tflops\": %.2f, \"mfu\": %.4f, \"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, "
-                        "\"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f}",
+                        "\"device_peak_bytes\": %lld, \"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f}",
                     (*emitted)++ ? "," : "", attention, k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
-                    measured, (long long)u.predicted_peak, pred_ms, pred_table_ms);
+                    measured, (long long)u.predicted_peak, device_peak, pred_ms, pred_table_ms);
         fail |= (int64_t)measured != u.predicted_peak;
         breakdown(&u, gpu, warm + timed, k->m.vocab);
         gpu->event_destroy(gpu, e0), gpu->event_destroy(gpu, e1);
@@ -248,7 +255,8 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
     return fail;
 }
 
-static const char *const attention_names[] = {"base", "wide", "wgmma"};
+static const char *const attention_names[] = {"base", "wide", "wgmma", "cudnn"};
+#define NUM_ATTENTION (int)(sizeof attention_names / sizeof *attention_names)
 
 int main(int argc, char **argv) {
     const char *json = NULL;
@@ -260,18 +268,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
-        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL] [--attention base,wide,wgmma]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only MODEL] [--attention base,wide,wgmma,cudnn]\n", argv[0]); return 2; }
     }
     // the variants asked for, in order; each must be one of attention_names
     int want[8], nwant = 0;
     for (const char *p = attention; *p && nwant < 8;) {
         size_t n = strcspn(p, ",");
         int found = -1;
-        for (int v = 0; v < 3; v++)
+        for (int v = 0; v < NUM_ATTENTION; v++)
             if (strlen(attention_names[v]) == n && !strncmp(p, attention_names[v], n)) found = v;
         if (found < 0) {
             fprintf(stderr, "bench_train: --attention '%s': '%.*s' is not a variant (allowed: base, wide, wgmma, "
-                            "comma-separated)\n", attention, (int)n, p);
+                            "cudnn, comma-separated)\n", attention, (int)n, p);
             return 2;
         }
         want[nwant++] = found;

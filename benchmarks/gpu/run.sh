@@ -163,7 +163,7 @@ step() {
 
 att=$attention
 step env 15 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'libnccl.so*' -o -name 'libcudnn*.so*' \\) 2>/dev/null; ldd '$out/nccl_check' 2>/dev/null | grep -i nccl"
-step kernels 60 "'$out/test_cuda_kernels'"
+step kernels 120 "'$out/test_cuda_kernels'"
 step gpt2 90 "'$out/bench_train' --only gpt2-124m --attention $att --json '$out/train_gpt2.json'"
 step gpt3 120 "'$out/bench_train' --only gpt3-1.3b --attention $att --json '$out/train_gpt3.json'"
 step attention 75 "'$out/bench_kernels' --quick --json '$out/bench.json'"

@@ -67,8 +67,7 @@ static int cu_is_device_memory(Backend *b, const void *p) {
 static size_t cu_reserved_bytes(Backend *b) {
     CudaCtx *ctx = cuda_ctx(b);
     // + cuDNN attention's plans (MIST_CUDA_ATTENTION=cudnn): allocated at each shape's first call
-    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_capacity * sizeof(int32_t) +
-           cuda_attention_cudnn_reserved_bytes();
+    return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_sort_bytes + cuda_attention_cudnn_reserved_bytes();
 }
 
 static BackendStream *cu_stream_create(Backend *b) {
@@ -130,8 +129,7 @@ static void cu_destroy(Backend *b) {
         cuda_matmul_destroy(b);
         if (ctx->scratch) cudaFree(ctx->scratch);
         if (ctx->lt_workspace) cudaFree(ctx->lt_workspace);
-        if (ctx->host_tokens) cudaFreeHost(ctx->host_tokens);
-        if (ctx->dev_order) cudaFree(ctx->dev_order);
+        if (ctx->token_sort) cudaFree(ctx->token_sort);
         free(ctx);
     }
     free(b);

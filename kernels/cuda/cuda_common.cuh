@@ -39,9 +39,8 @@ typedef struct {
     void *lt_workspace;     // cuBLASLt workspace
     size_t lt_workspace_bytes;
     void *lt_handle;        // cublasLtHandle_t
-    int32_t *host_tokens;   // pinned staging for embedding backward
-    int32_t *dev_order;     // device: positions sorted by token, then segment table
-    size_t token_capacity;  // elements in host_tokens / dev_order
+    void *token_sort;       // embedding backward: tokens and positions sorted on the device, CUB's temporaries
+    size_t token_sort_bytes;
     int sm_count;
 } CudaCtx;
 

@@ -5,13 +5,13 @@
 // The backward adds each output row's gradient into the wte row of its token.
 // Many positions can share a token, so a parallel scatter would need atomics
 // (and their order would change the bits). Instead the positions are grouped
-// by token on the host (a stable sort of B*T ints: tokens are tiny next to
-// the activations), and one thread per (token, channel) sums its positions in
-// position order, then adds the sum to wte once. Deterministic, no atomics;
-// the cost is one stream synchronisation per call.
+// by token on the device: a stable radix sort of the (token, position) pairs
+// (CUB, stream-ordered), then one block per sorted position; the block that
+// starts a run of equal tokens sums the run's rows in position order (stable
+// sort) and adds the sum to wte once. Deterministic, no atomics, no host copy
+// and no synchronisation: the tokens never leave the device.
 #include <stdint.h>
-#include <algorithm>
-#include <vector>
+#include <cub/device/device_radix_sort.cuh>
 #include "kernels/cuda/cuda_common.cuh"
 
 __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte, const bf16 *wpe,
@@ -26,15 +26,22 @@ __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const
     }
 }
 
-// grid (U unique tokens, channel blocks); order = positions sorted by token,
-// seg[u]..seg[u+1] the positions of token uniq[u]
-__global__ void embedding_wte_backward_kernel(bf16 *dwte, const bf16 *dout, const int32_t *order,
-                                              const int32_t *uniq, const int32_t *seg, int C) {
-    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+__global__ void iota_kernel(int32_t *v, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v[i] = i;
+}
+
+// grid (N sorted positions, channel blocks); keys = tokens sorted (stable),
+// pos = their positions. Block k works only when k starts a run of one token
+// inside this rank's rows [v0, v0 + Vt): dwte[token - v0] += sum of the run.
+__global__ void embedding_wte_backward_kernel(bf16 *dwte, const bf16 *dout, const int32_t *keys, const int32_t *pos,
+                                              int N, int v0, int Vt, int C) {
+    int k = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    int32_t tok = keys[k];
+    int64_t local = (int64_t)tok - v0;
+    if (c >= C || (k > 0 && keys[k - 1] == tok) || local < 0 || local >= Vt) return;
     float s = 0.0f;
-    for (int k = seg[u]; k < seg[u + 1]; k++) s += ld(dout, (size_t)order[k] * C + c);
-    size_t o = (size_t)uniq[u] * C + c;
+    for (int j = k; j < N && keys[j] == tok; j++) s += ld(dout, (size_t)pos[j] * C + c);
+    size_t o = (size_t)local * C + c;
     st(dwte, o, ld(dwte, o) + s);
 }
 
@@ -73,46 +80,26 @@ extern "C" void cuda_embedding_backward_range(Backend *b, BackendStream *s, void
         embedding_wpe_backward_kernel<<<cuda_blocks(n, 256), 256, 0, st>>>((bf16 *)dwpe, (const bf16 *)dout, B, T, C);
         CUDA_CHECK_LAUNCH();
     }
-    size_t need = 3 * (size_t)N + 1;  // order (<= N) | uniq (<= N) | seg (<= N+1)
-    if (need > ctx->token_capacity) {
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        if (ctx->host_tokens) CUDA_CHECK(cudaFreeHost(ctx->host_tokens));
-        if (ctx->dev_order) CUDA_CHECK(cudaFree(ctx->dev_order));
-        CUDA_CHECK(cudaMallocHost((void **)&ctx->host_tokens, need * sizeof(int32_t)));
-        CUDA_CHECK(cudaMalloc((void **)&ctx->dev_order, need * sizeof(int32_t)));
-        ctx->token_capacity = need;
+    // device buffers: sorted tokens | positions | sorted positions | CUB's temporary storage
+    size_t temp = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, tokens, (int32_t *)nullptr, (const int32_t *)nullptr,
+                                               (int32_t *)nullptr, N, 0, 32, st));
+    size_t lists = ((3 * (size_t)N * sizeof(int32_t)) + 255) / 256 * 256, need = lists + temp;
+    if (need > ctx->token_sort_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(st));  // an earlier call may still read the old buffer
+        if (ctx->token_sort) CUDA_CHECK(cudaFree(ctx->token_sort));
+        CUDA_CHECK(cudaMalloc(&ctx->token_sort, need));
+        ctx->token_sort_bytes = need;
     }
-    CUDA_CHECK(cudaMemcpyAsync(ctx->host_tokens, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    // the positions whose token this rank holds, grouped by token (stable: in position order)
-    std::vector<int32_t> tok(ctx->host_tokens, ctx->host_tokens + N), order;
-    order.reserve(N);
-    for (int i = 0; i < N; i++) {
-        int64_t local = (int64_t)tok[i] - v0;
-        if (local >= 0 && local < Vt) order.push_back(i);
-    }
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) { return tok[a] < tok[c]; });
-    int M = (int)order.size(), U = 0;
-    int32_t *h = ctx->host_tokens, *uniq = h + M, *seg = nullptr;
-    std::vector<int32_t> segs;
-    for (int k = 0; k < M; k++) {
-        if (k == 0 || tok[order[k]] != tok[order[k - 1]]) {
-            uniq[U++] = tok[order[k]] - v0;  // the rank's row of that token
-            segs.push_back(k);
-        }
-    }
-    if (U == 0) return;  // no token of this rank's rows: dwte unchanged
-    segs.push_back(M);
-    for (int k = 0; k < M; k++) h[k] = order[k];
-    seg = uniq + U;
-    for (int u = 0; u <= U; u++) seg[u] = segs[u];
-    CUDA_CHECK(cudaMemcpyAsync(ctx->dev_order, h, (size_t)(M + 2 * U + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    dim3 grid(U, (C + 127) / 128);
-    embedding_wte_backward_kernel<<<grid, 128, 0, st>>>((bf16 *)dwte, (const bf16 *)dout, ctx->dev_order,
-                                                        ctx->dev_order + M, ctx->dev_order + M + U, C);
+    int32_t *keys = (int32_t *)ctx->token_sort, *pos = keys + N, *pos_sorted = pos + N;
+    iota_kernel<<<cuda_blocks((size_t)N, 256), 256, 0, st>>>(pos, N);
     CUDA_CHECK_LAUNCH();
-    // the pinned staging buffer is reused by the next call: wait for the upload
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs((char *)ctx->token_sort + lists, temp, tokens, keys, pos, pos_sorted, N,
+                                               0, 32, st));
+    dim3 grid(N, (C + 127) / 128);
+    embedding_wte_backward_kernel<<<grid, 128, 0, st>>>((bf16 *)dwte, (const bf16 *)dout, keys, pos_sorted, N, v0, Vt,
+                                                        C);
+    CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void cuda_embedding_backward(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
