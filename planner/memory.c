@@ -37,7 +37,10 @@
 // in-flight slots, int32 targets and fp32 per-token losses (N = b*s each):
 //   4 + 4N (K + 1) + 4N,
 // and at tp > 1 3N fp32 of vocabulary-parallel cross-entropy statistics.
-// The pipeline boundary has no device buffer: it moves through the host.
+// The pipeline boundary (runtime/pipeline_run.c): per neighbouring stage one
+// receive and two send buffers (a send may still be in flight while the next
+// one is filled) of the (b, s, h) residual stream or its gradient, in device
+// memory (the comm backend moves them device to device): 3 x N h per neighbour.
 //
 // ---- activations of one micro-batch (bytes from models/model.h)
 //   X  the block input x (the one tensor a checkpointed block keeps)
@@ -80,10 +83,7 @@
 //   peak_bwd = states + buffers + K M + max(T_bwd, [post] (H + D))
 // Host: offloaded states + K (L - c) O (each set's swapped-out tensors wait
 // on the host until its backward) + token staging (ids, targets, losses: 4N
-// each) + every DP rank's losses of a micro-batch (4 dp N) + the pipeline
-// boundary, per neighbouring stage one receive and two send buffers (a send
-// may still be in flight while the next one is filled) of the (b, s, h)
-// residual stream or its gradient: 3 x N h per neighbour.
+// each) + every DP rank's losses of a micro-batch (4 dp N).
 //
 // Outputs: weights, grads, optimizer (device parts of the states), buffers
 // (both phases), activations = K M + [post] H, logits = H,
@@ -337,15 +337,14 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr io = ex_add(x, ex_num(x, 4), ex_mul(x, ex_add(x, p, ex_num(x, 2)), tokens));
     io = ex_add(x, io, ac_post[AC_LOSSES]);
     io = ex_add(x, io, ex_mul(x, cost_gt0(sb, ex_sub(x, sb->s[SYM_TP], one)), ex_mul(x, ex_num(x, 3), tokens)));
-    buffers = ex_add(x, buffers, io);
-    // host: token ids, targets, losses, every DP rank's losses of a
-    // micro-batch; and the pipeline boundary (b, s, h) activation in host
-    // buffers, one receive and two sends per neighbouring stage (a send may
-    // still be in flight while the next one is filled)
-    Expr host_io = ex_mul(x, ex_add(x, ex_num(x, 3), dp), tokens);
+    // the pipeline boundary: the (b, s, h) activation or its gradient, one
+    // receive and two send buffers per neighbouring stage, in device memory
     Expr boundary = ex_mul(x, ex_num(x, (double)me->param_bytes * sb->cfg->model.seq_len * sb->cfg->model.hidden), b);
     int neighbours = !sb->has_pre + !sb->has_post;
-    host_io = ex_add(x, host_io, ex_mul(x, ex_num(x, 3.0 * neighbours), boundary));
+    io = ex_add(x, io, ex_mul(x, ex_num(x, 3.0 * neighbours), boundary));
+    buffers = ex_add(x, buffers, io);
+    // host: token ids, targets, losses, every DP rank's losses of a micro-batch
+    Expr host_io = ex_mul(x, ex_add(x, ex_num(x, 3), dp), tokens);
 
     // ---- activations
     Expr ac[AC_COUNT];

@@ -141,6 +141,30 @@ static Expr edge_part_time(StageBuild *sb, const PartExprs *part, Expr *extra, E
     return steady;
 }
 
+// One boundary of a stage, per micro-batch, as runtime/pipeline_run.c runs it:
+// the stage sends one (b, s, h) tensor across it and receives one (the
+// activation one way, its gradient the other). A send starts after its pass
+// and runs beside the stage's next work (NCCL on its own stream; MPI
+// nonblocking); the receive is waited for before the pass that reads it, so
+// it is on the critical path: latency + bytes / bandwidth of the link
+// (cost_p2p: across nodes when the stage fills whole nodes). Each pass also
+// copies the tensor once on the device (into its send buffer, or out of its
+// receive buffer): 2 bytes of memory traffic per byte, two copies a boundary.
+// A profile measured with collectives staged through host memory (no NCCL)
+// prices the comm backend the runtime then takes (runtime/comm_staged.c):
+// every message is copied to the host when it starts and back when it has
+// arrived, both on the critical path; its fitted lines include those copies,
+// so the message costs at least d2h + h2d.
+static Expr boundary_seconds(StageBuild *sb, Expr bytes) {
+    ExprCtx *x = sb->x;
+    const HwProfile *hw = sb->hw;
+    Expr message = cost_p2p(sb, bytes);
+    if (hw->staged_collectives) message = ex_max(x, message, ex_add(x, cost_d2h(sb, bytes), cost_h2d(sb, bytes)));
+    Expr copy = ex_add(x, ex_mul(x, bytes, ex_num(x, 2.0 / (hw->mem_bandwidth * hw->bandwidth_efficiency))),
+                       ex_num(x, hw->launch_seconds));
+    return ex_add(x, message, ex_mul(x, ex_num(x, 2), copy));
+}
+
 void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
@@ -221,13 +245,8 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr edge_t = sb->zero, edge_d = sb->zero;
     if (sb->has_pre) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->pre, &edge_d, &flops));
     if (sb->has_post) edge_t = ex_add(x, edge_t, edge_part_time(sb, &me->post, &edge_d, &flops));
-    // The runtime moves boundary tensors through host memory (runtime/model_runtime.c):
-    // the sender copies device->host, MPI carries the bytes, the receiver copies
-    // host->device, one after the other. So each side of a boundary pays its
-    // send's link time plus one copy each way per micro-batch (its own send's
-    // d2h, its receive's h2d from the other direction).
-    Expr act = blk->output;  // (b, s, h) per rank
-    Expr side = ex_add(x, cost_p2p(sb, act), ex_add(x, cost_d2h(sb, act), cost_h2d(sb, act)));
+    // pipeline sends: per micro-batch and neighbouring stage (docs/pipeline.md)
+    Expr side = boundary_seconds(sb, blk->output);  // the (b, s, h) residual stream per rank
     if (!sb->has_post) edge_t = ex_add(x, edge_t, side);  // send activations forward, receive their grads
     if (!sb->has_pre) edge_t = ex_add(x, edge_t, side);   // receive activations, send input grads backward
 

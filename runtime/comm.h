@@ -79,6 +79,11 @@ struct CommBackend {
     int (*irecv)(const CommBackend *self, void *buf, size_t count, MistDtype dtype, int peer, int tag, CommGroup *g,
                  CommRequest **req);
     int (*ibarrier)(const CommBackend *self, CommGroup *g, CommRequest **req);
+    // Optional (NULL: every message starts on its own, as on MPI): the isend / irecv calls
+    // between p2p_group(self, 1) and p2p_group(self, 0) start together, as one NCCL group,
+    // so that messages whose peers start them in another order cannot wait on each other.
+    // No other call and no wait may come between the two.
+    int (*p2p_group)(const CommBackend *self, int begin);
     int (*wait)(const CommBackend *self, CommRequest *req);             // completes and releases req
     int (*test)(const CommBackend *self, CommRequest *req, int *done);  // *done = 1: completed and released
 

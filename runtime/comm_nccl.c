@@ -1,8 +1,8 @@
-// Collectives of device memory on NCCL (comm_nccl.h).
+// Collectives and messages of device memory on NCCL (comm_nccl.h).
 //
 // Every NCCL call goes on one stream of ours (ns) after an event recorded on
 // the followed stream, then an event recorded on ns marks its end: a request
-// is that event. NCCL enqueues and returns, so several collectives can be in
+// is that event (a message's, recorded when its group ends). NCCL enqueues and returns, so several collectives can be in
 // flight while the GPU computes. Stream-ordered (comm_nccl_stream_ordered),
 // completing one is the followed stream waiting on its event: the host never
 // waits; the event is checked afterwards (NCCL's asynchronous errors, the
@@ -148,6 +148,7 @@ static int nccl_wait(const CommBackend *self, CommRequest *req) {
     Nccl *x = nccl_of(self);
     const CommBackend *inner = x->wrap.inner;
     if (!is_slot(x, req)) return inner->wait(inner, req);
+    if (x->p2p_open) return ERR_NCCL_GROUP_USAGE;  // its messages are not enqueued before the group's end
     return complete(x, (Slot *)req);
 }
 
@@ -155,6 +156,8 @@ static int nccl_test(const CommBackend *self, CommRequest *req, int *done) {
     Nccl *x = nccl_of(self);
     const CommBackend *inner = x->wrap.inner;
     if (!is_slot(x, req)) return inner->test(inner, req, done);
+    *done = 0;
+    if (x->p2p_open) return ERR_NCCL_GROUP_USAGE;
     int rc;
     *done = look(x, (Slot *)req, &rc);
     return rc;
@@ -241,6 +244,13 @@ static int started(const CommBackend *self, int rc, const char *what, size_t cou
     return complete(x, s);
 }
 
+// g's link for a collective, which may not go inside an open p2p group: NCCL
+// would launch it with the group's messages, and making a communicator there
+// would wait on itself
+static int collective_link(Nccl *x, const CommGroup *g, const Link **l) {
+    return x->p2p_open ? ERR_NCCL_GROUP_USAGE : nccl_link_of(x, g, l);
+}
+
 static int start_all_reduce(const CommBackend *self, const void *send, void *recv, size_t count, MistDtype t,
                             CommOp op, CommGroup *g, CommRequest **req) {
     Nccl *x = nccl_of(self);
@@ -249,7 +259,7 @@ static int start_all_reduce(const CommBackend *self, const void *send, void *rec
     size_t bytes = count * mist_dtype_size(t);
     if (send != recv && overlap(send, bytes, recv, bytes)) return ERR_NCCL_OVERLAP;
     const Link *l;
-    int rc = nccl_link_of(x, g, &l);
+    int rc = collective_link(x, g, &l);
     if (rc) return rc;
     enter(x);
     rc = issued(x, ncclAllReduce(send, recv, count, nt, nccl_op(op), l->comm, stream(x)), l);
@@ -265,7 +275,7 @@ static int start_reduce_scatter(const CommBackend *self, const void *send, void 
     ncclDataType_t nt;
     if (!reduction_ok(t) || nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = nccl_link_of(x, g, &l);
+    int rc = collective_link(x, g, &l);
     if (rc) return rc;
     size_t block = count * mist_dtype_size(t);
     char *mine = (char *)send + (size_t)l->rank * block;
@@ -285,7 +295,7 @@ static int start_all_gather(const CommBackend *self, const void *send, void *rec
     ncclDataType_t nt;
     if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = nccl_link_of(x, g, &l);
+    int rc = collective_link(x, g, &l);
     if (rc) return rc;
     size_t block = count * mist_dtype_size(t);
     char *mine = (char *)recv + (size_t)l->rank * block;
@@ -301,7 +311,7 @@ static int start_broadcast(const CommBackend *self, void *buf, size_t count, Mis
     ncclDataType_t nt;
     if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
     const Link *l;
-    int rc = nccl_link_of(x, g, &l);
+    int rc = collective_link(x, g, &l);
     if (rc) return rc;
     enter(x);
     rc = issued(x, ncclBroadcast(buf, buf, count, nt, root, l->comm, stream(x)), l);
@@ -369,42 +379,145 @@ static int nccl_broadcast(const CommBackend *self, void *buf, size_t count, Mist
     return start_broadcast(self, buf, count, t, root, g, NULL);
 }
 
-// point to point: host buffers only (a device message would need both sides
-// in one NCCL group call, which the interface's separate send / recv cannot say)
-static int nccl_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
-                     CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(nccl_of(self), buf) ? ERR_NCCL_P2P : inner->send(inner, buf, count, t, peer, tag, g);
+// ---- point to point ------------------------------------------------------------------
+//
+// Device messages run on ncclSend / ncclRecv (peer: the rank in the group).
+// NCCL has no tags: messages between two ranks match in the order they start.
+// A send's kernel waits for its receiver, so two ranks that each send first
+// and then receive would wait on each other on one stream; inside one NCCL
+// group (ncclGroupStart / End) the messages are launched together and cannot.
+// The messages between p2p_group(1) and p2p_group(0) are one group (opened at
+// the first of them: a group without device messages costs nothing); one
+// started outside is a group of its own. Requests are slots as for the
+// collectives: each message's end event is recorded on ns after
+// ncclGroupEnd, when NCCL has enqueued the group, and completes as they do
+// (stream-ordered or host-ordered).
+
+// The open group's NCCL half: after the work queued so far on the followed
+// stream (the messages read what it wrote)
+static int group_start(Nccl *x) {
+    enter(x);
+    int rc = nccl_rc(x, ncclGroupStart(), NULL);
+    x->p2p_started = rc == 0;
+    return rc;
 }
-static int nccl_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(nccl_of(self), buf) ? ERR_NCCL_P2P : inner->recv(inner, buf, count, t, peer, tag, g);
+
+// ncclGroupEnd enqueues the group's messages. On non-blocking communicators it
+// can say ncclInProgress: then each of the group's communicators must leave
+// that state before another call goes to it (NCCL's rule), which is waited for
+// under the timeout. The end events go on ns after the group either way, so
+// that no request is left without one.
+static int group_end(Nccl *x) {
+    ncclResult_t r = ncclGroupEnd();
+    int rc = r == ncclInProgress ? 0 : nccl_rc(x, r, NULL);
+    for (int i = 0; r == ncclInProgress && !rc && i < x->p2p_num; i++) {
+        const Link *l = x->p2p_pending[i]->link;
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= x->p2p_pending[j]->link == l;
+        if (!seen) rc = nccl_settle(x, l->comm, "enqueueing a group of NCCL sends and receives", l->rank, l->size);
+    }
+    double now = nccl_now();
+    for (int i = 0; i < x->p2p_num; i++) {
+        x->p2p_pending[i]->since = now;
+        x->be->event_record(x->be, x->p2p_pending[i]->done, x->ns);
+        x->calls++;
+    }
+    x->p2p_num = 0;
+    x->p2p_started = 0;
+    return rc;
 }
+
+static int nccl_p2p_group(const CommBackend *self, int begin) {
+    Nccl *x = nccl_of(self);
+    if ((begin != 0) == x->p2p_open) return ERR_NCCL_GROUP_USAGE;  // nested, or an end without a begin
+    x->p2p_open = begin != 0;
+    return begin || !x->p2p_started ? 0 : group_end(x);
+}
+
+static int p2p_start(Nccl *x, int send, void *buf, size_t count, MistDtype t, int peer, CommGroup *g,
+                     CommRequest **req) {
+    ncclDataType_t nt;
+    *req = NULL;
+    if (nccl_type(t, &nt)) return ERR_NCCL_DTYPE;
+    // only a communicator made before (comm_nccl_prepare, or a device collective on
+    // g): making one is collective over all of g, and a message involves two of its
+    // ranks; nor may one be made inside an open NCCL group
+    const Link *l = nccl_link_find(x, g);
+    if (!l) return ERR_NCCL_NO_COMM;
+    int alone = !x->p2p_open;
+    // alone, a message to this rank itself would wait for a receive that can only
+    // start after it: NCCL pairs the two only inside one group
+    if (alone && peer == l->rank) return ERR_NCCL_SELF;
+    int rc = x->p2p_started ? 0 : group_start(x);
+    Slot *s = rc ? NULL : take(x);
+    if (!rc && !s) rc = ERR_NCCL_POOL;
+    if (!rc) {
+        // inside a group a call only records the message (ncclInProgress is no failure here: the end settles it)
+        ncclResult_t r = send ? ncclSend(buf, count, nt, peer, l->comm, stream(x))
+                              : ncclRecv(buf, count, nt, peer, l->comm, stream(x));
+        rc = r == ncclInProgress ? 0 : nccl_rc(x, r, l->comm);
+    }
+    if (!rc) {
+        *s = (Slot){.in_use = 1, .done = s->done, .what = send ? "send" : "recv", .count = count, .t = t, .link = l};
+        x->p2p_pending[x->p2p_num++] = s;
+        *req = (CommRequest *)s;
+    }
+    if (alone && x->p2p_started) {
+        int end = group_end(x);
+        rc = rc ? rc : end;
+    }
+    return rc;
+}
+
 static int nccl_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
                       CommGroup *g, CommRequest **req) {
     const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(nccl_of(self), buf)) {
-        *req = NULL;
-        return ERR_NCCL_P2P;
-    }
+    if (on_device(nccl_of(self), buf)) return p2p_start(nccl_of(self), 1, (void *)buf, count, t, peer, g, req);
     return inner->isend(inner, buf, count, t, peer, tag, g, req);
 }
 static int nccl_irecv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g,
                       CommRequest **req) {
     const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(nccl_of(self), buf)) {
-        *req = NULL;
-        return ERR_NCCL_P2P;
-    }
+    if (on_device(nccl_of(self), buf)) return p2p_start(nccl_of(self), 0, buf, count, t, peer, g, req);
     return inner->irecv(inner, buf, count, t, peer, tag, g, req);
+}
+// blocking: a device message is a group of its own, completed as wait() would
+static int blocking_p2p(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer,
+                        CommGroup *g) {
+    Nccl *x = nccl_of(self);
+    CommRequest *req = NULL;
+    if (x->p2p_open) return ERR_NCCL_GROUP_USAGE;
+    int rc = p2p_start(x, send, buf, count, t, peer, g, &req);
+    return rc ? rc : nccl_wait(self, req);
+}
+static int nccl_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                     CommGroup *g) {
+    const CommBackend *inner = comm_wrap_inner(self);
+    if (!on_device(nccl_of(self), buf)) return inner->send(inner, buf, count, t, peer, tag, g);
+    return blocking_p2p(self, 1, (void *)buf, count, t, peer, g);
+}
+static int nccl_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag, CommGroup *g) {
+    const CommBackend *inner = comm_wrap_inner(self);
+    if (!on_device(nccl_of(self), buf)) return inner->recv(inner, buf, count, t, peer, tag, g);
+    return blocking_p2p(self, 0, buf, count, t, peer, g);
 }
 
 static void nccl_error_string(const CommBackend *self, int code, char *buf, size_t len) {
     const Nccl *x = nccl_of(self);
     switch (code) {
-    case ERR_NCCL_P2P:
-        snprintf(buf, len, "a point-to-point message of device memory: the NCCL comm backend moves device memory in "
-                           "collectives only; send a host buffer");
+    case ERR_NCCL_SELF:
+        snprintf(buf, len, "a device message to this rank itself outside a p2p group: NCCL pairs a send to self with "
+                           "its receive only inside one group; start both between p2p_group(1) and p2p_group(0)");
+        return;
+    case ERR_NCCL_NO_COMM:
+        snprintf(buf, len, "a device message on a group that has no NCCL communicator yet (making one is collective "
+                           "over the whole group, a message has two of its ranks); make it first with "
+                           "comm_nccl_prepare or a device collective on the group");
+        return;
+    case ERR_NCCL_GROUP_USAGE:
+        snprintf(buf, len, "p2p_group misused: a group opened inside another, closed without being opened, or a "
+                           "collective, a blocking message, wait() or test() on an NCCL request between "
+                           "p2p_group(1) and p2p_group(0); end the group first");
         return;
     case ERR_NCCL_MIXED:
         snprintf(buf, len, "one buffer in device memory and the other in host memory: NCCL needs both on the device");
@@ -461,6 +574,7 @@ const CommBackend *comm_nccl_new(const CommBackend *inner, Backend *be) {
     w->iall_gather = nccl_iall_gather;
     w->ibroadcast = nccl_ibroadcast;
     w->isend = nccl_isend;
+    w->p2p_group = nccl_p2p_group;
     w->irecv = nccl_irecv;
     w->wait = nccl_wait;
     w->test = nccl_test;

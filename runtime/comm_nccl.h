@@ -1,10 +1,20 @@
-// Collectives of GPU memory through NCCL: a comm backend that wraps the MPI
-// one. A collective whose buffers lie in device memory (the compute backend's
-// is_device_memory()) runs on NCCL, GPU to GPU over NVLink / PCIe / the
-// network, without passing through host memory; host buffers (pipeline
-// boundaries, scalars on the stack) go to the inner MPI backend untouched, as
-// do groups, barriers and point-to-point messages. Device point-to-point is
-// refused, as in the staged backend (the pipeline sends host buffers).
+// Collectives and messages of GPU memory through NCCL: a comm backend that
+// wraps the MPI one. A collective or point-to-point message whose buffers lie
+// in device memory (the compute backend's is_device_memory()) runs on NCCL,
+// GPU to GPU over NVLink / PCIe / the network, without passing through host
+// memory; host buffers (scalars on the stack, the tied embedding's sum) go to
+// the inner MPI backend untouched, as do groups and barriers.
+//
+// Device messages (ncclSend / ncclRecv; peer is the rank in the group, and
+// messages between two ranks match in the order they start, whatever their
+// tags) need the group's communicator made before (comm_nccl_prepare, or a
+// device collective on the group): one message involves two ranks, and making
+// a communicator is collective over all of them. Those started between
+// p2p_group(1) and p2p_group(0) (runtime/comm.h) are one NCCL group, so a send
+// and a receive between the same two ranks cannot wait on each other; one
+// started alone is a group of its own. A message to this rank itself is
+// allowed inside a group (NCCL pairs it with its receive there, a device
+// copy) and refused alone, where it would wait forever for its receive.
 //
 // Groups are the inner backend's (free them through this backend, which
 // destroys their communicators): the first device collective on a group
@@ -12,7 +22,8 @@
 // broadcasts it over the group's MPI communicator; every member is inside the
 // same collective call, so they all create it together).
 //
-// Ordering: a collective runs on NCCL's own stream after the work already
+// Ordering: a collective (or a group of messages; each message completes as
+// a collective does) runs on NCCL's own stream after the work already
 // queued on the followed stream (comm_nccl_follow; the whole device is
 // synchronised while none is set), so the GPU keeps computing while it moves.
 // Completion (wait(), or the end of a blocking call):
@@ -57,7 +68,8 @@ void comm_nccl_follow(const CommBackend *nccl, BackendStream *s);
 // Creates the world's NCCL communicator and splits one for each of groups[0, n)
 // off it now rather than at their first device collective (collective over
 // world: every rank passes the same number of slots, in the same order, each
-// its own group or NULL where it has none of more than one rank): at start, so that NCCL takes its device memory (counted in
+// its own group or NULL where it has none of more than one rank; a slot that
+// is the world itself is the world's communicator, not split): at start, so that NCCL takes its device memory (counted in
 // comm_nccl_device_bytes) before the arenas take theirs. 0, or an error code
 // of the backend.
 int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *const *groups, int n);

@@ -10,13 +10,15 @@
 #include "runtime/comm_wrap.h"
 
 enum {
-    ERR_NCCL_P2P = -201,    // device point-to-point
+    ERR_NCCL_SELF = -201,   // a device message to this rank itself outside a p2p group
     ERR_NCCL_MIXED = -202,  // one buffer on the device, the other on the host
     ERR_NCCL_DTYPE = -203,  // a reduction NCCL (or this interface) does not define
     ERR_NCCL_POOL = -204,
     ERR_NCCL_GROUPS = -205,
     ERR_NCCL_OVERLAP = -206,
     ERR_NCCL_INIT = -207,  // the unique id could not be made on the group's rank 0
+    ERR_NCCL_NO_COMM = -208,     // a device message on a group without a communicator yet
+    ERR_NCCL_GROUP_USAGE = -209, // p2p_group misused: nested, unmatched, or a collective / wait inside
     ERR_NCCL_BASE = -300,  // ERR_NCCL_BASE - r: ncclResult_t r from a call
 };
 
@@ -63,6 +65,13 @@ typedef struct {
     int num_links;
     Slot slots[COMM_MAX_REQUESTS];
     int slots_used;  // slots [0, slots_used) have an event
+    // The open p2p group (runtime/comm.h's p2p_group): `open` between its begin
+    // and end, `started` once its first device message has opened the NCCL
+    // group; the messages' end events are recorded at ncclGroupEnd, which is
+    // when NCCL enqueues them.
+    int p2p_open, p2p_started;
+    Slot *p2p_pending[COMM_MAX_REQUESTS];
+    int p2p_num;
 } Nccl;
 
 static inline Nccl *nccl_of(const CommBackend *self) { return self->ctx; }
@@ -77,6 +86,8 @@ double nccl_now(void);
 int nccl_settle(Nccl *x, ncclComm_t comm, const char *what, int rank, int size);
 // g's link, its communicator created on first use (collective over g)
 int nccl_link_of(Nccl *x, const CommGroup *g, const Link **out);
+// g's link if its communicator exists already, else NULL (never collective)
+const Link *nccl_link_find(const Nccl *x, const CommGroup *g);
 // destroys the communicators of the links [first, first + n) that have one,
 // together (finalised at once, so no order among them can deadlock), under the timeout
 void nccl_links_destroy(Nccl *x, Link *first, int n);

@@ -92,7 +92,7 @@ static void keep(Nccl *x, int at, Link l) {
     if (at == x->num_links) x->num_links++;
 }
 
-static const Link *find(const Nccl *x, const CommGroup *g) {
+const Link *nccl_link_find(const Nccl *x, const CommGroup *g) {
     for (int i = 0; i < x->num_links; i++)
         if (x->links[i].g == g) return &x->links[i];
     return NULL;
@@ -137,7 +137,7 @@ static int init_link(Nccl *x, const CommGroup *g, const Link **out) {
 }
 
 int nccl_link_of(Nccl *x, const CommGroup *g, const Link **out) {
-    if ((*out = find(x, g)) != NULL) return 0;
+    if ((*out = nccl_link_find(x, g)) != NULL) return 0;
     return init_link(x, g, out);
 }
 
@@ -195,10 +195,14 @@ int comm_nccl_prepare(const CommBackend *nccl, CommGroup *world, CommGroup *cons
     const Link *w;
     int rc = nccl_link_of(x, world, &w);
     int wi = (int)(w ? w - x->links : 0);
-    for (int i = 0; !rc && i < n; i++)
+    for (int i = 0; !rc && i < n; i++) {
+        // the world in a slot (the pipeline's messages go over it) is the link just made:
+        // no split (it is the world on every rank or on none)
+        if (groups[i] == world) continue;
         // every rank takes part in every split (links do not move): one with no group of its
         // own in this slot, or whose group has its communicator already, without a colour
-        rc = split_link(x, &x->links[wi], groups[i] && !find(x, groups[i]) ? groups[i] : NULL, world);
+        rc = split_link(x, &x->links[wi], groups[i] && !nccl_link_find(x, groups[i]) ? groups[i] : NULL, world);
+    }
     if (known && be->device_free_bytes(be, &after) == 0 && before > after) x->device_bytes += before - after;
     return rc;
 }

@@ -13,7 +13,7 @@
 #include "runtime/comm_staged.h"
 #include "runtime/comm_wrap.h"
 
-enum { ERR_STAGED_P2P = -101, ERR_STAGED_NOMEM = -102, ERR_STAGED_POOL = -103 };
+enum { ERR_STAGED_NOMEM = -102, ERR_STAGED_POOL = -103 };
 
 // One staged operation in flight: its own pinned bounce buffer (kept and reused
 // by later operations, grown when one needs more), the inner backend's request
@@ -230,44 +230,51 @@ static int staged_broadcast(const CommBackend *self, void *buf, size_t count, Mi
     return rc ? rc : staged_wait(self, req);
 }
 
-// ---- point to point: host buffers only ----------------------------------------
+// ---- point to point: a device buffer goes through the slot's --------------------
+// A send copies the message to the host when it starts (waiting for the device),
+// a receive copies it to the device when it completes: the pipeline's price of a
+// message on this backend (planner/schedule.c) holds both copies.
 
-static int staged_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
-                       CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(staged_of(self), buf) ? ERR_STAGED_P2P : inner->send(inner, buf, count, t, peer, tag, g);
-}
-static int staged_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag,
-                       CommGroup *g) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    return on_device(staged_of(self), buf) ? ERR_STAGED_P2P : inner->recv(inner, buf, count, t, peer, tag, g);
+static int staged_p2p(const CommBackend *self, int send, void *buf, size_t count, MistDtype t, int peer, int tag,
+                      CommGroup *g, CommRequest **req) {
+    Staged *x = staged_of(self);
+    const CommBackend *inner = x->wrap.inner;
+    if (!on_device(x, buf))
+        return send ? inner->isend(inner, buf, count, t, peer, tag, g, req)
+                    : inner->irecv(inner, buf, count, t, peer, tag, g, req);
+    size_t bytes = count * mist_dtype_size(t);
+    int rc = 0;
+    Slot *s = take(x, bytes, &rc);
+    if (!s) return rc;
+    if (send) fill(x, s, 0, buf, bytes);
+    rc = send ? inner->isend(inner, s->buf, count, t, peer, tag, g, &s->inner)
+              : inner->irecv(inner, s->buf, count, t, peer, tag, g, &s->inner);
+    return started(x, s, rc, send ? NULL : buf, 0, send ? 0 : bytes, req);  // a receive lands in buf
 }
 static int staged_isend(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
                         CommGroup *g, CommRequest **req) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(staged_of(self), buf)) {
-        *req = NULL;
-        return ERR_STAGED_P2P;
-    }
-    return inner->isend(inner, buf, count, t, peer, tag, g, req);
+    return staged_p2p(self, 1, (void *)buf, count, t, peer, tag, g, req);
 }
 static int staged_irecv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag,
                         CommGroup *g, CommRequest **req) {
-    const CommBackend *inner = comm_wrap_inner(self);
-    if (on_device(staged_of(self), buf)) {
-        *req = NULL;
-        return ERR_STAGED_P2P;
-    }
-    return inner->irecv(inner, buf, count, t, peer, tag, g, req);
+    return staged_p2p(self, 0, buf, count, t, peer, tag, g, req);
 }
-
+static int staged_send(const CommBackend *self, const void *buf, size_t count, MistDtype t, int peer, int tag,
+                       CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_isend(self, buf, count, t, peer, tag, g, &req);
+    return rc ? rc : staged_wait(self, req);
+}
+static int staged_recv(const CommBackend *self, void *buf, size_t count, MistDtype t, int peer, int tag,
+                       CommGroup *g) {
+    CommRequest *req = NULL;
+    int rc = staged_irecv(self, buf, count, t, peer, tag, g, &req);
+    return rc ? rc : staged_wait(self, req);
+}
 
 static void staged_error_string(const CommBackend *self, int code, char *buf, size_t len) {
     const CommBackend *inner = comm_wrap_inner(self);
-    if (code == ERR_STAGED_P2P)
-        snprintf(buf, len, "a point-to-point message of device memory: the staged comm backend (no NCCL) moves "
-                           "device memory in collectives only; send a host buffer");
-    else if (code == ERR_STAGED_NOMEM)
+    if (code == ERR_STAGED_NOMEM)
         snprintf(buf, len, "out of pinned host memory for a staging buffer (%zu bytes held)",
                  comm_staged_host_bytes(self));
     else if (code == ERR_STAGED_POOL)

@@ -9,13 +9,14 @@
 // result lands when wait() (or test() reporting done) completes it.
 //
 // What is staged: a buffer for which the compute backend's is_device_memory()
-// says so. Host buffers (pipeline boundaries, scalars on the stack) go to the
-// inner backend untouched. Each staged call runs the inner backend's same
-// call, with the same counts, on the bounce buffer, so results are the bits
-// the inner backend would give on host memory. Point-to-point messages of
-// device memory are refused (ERR): a blocking copy inside a nonblocking send
-// could deadlock a schedule that posts receives first; the runtime's pipeline
-// sends host buffers.
+// says so. Host buffers (scalars on the stack) go to the inner backend
+// untouched. Each staged call runs the inner backend's same call, with the
+// same counts, on the bounce buffer, so results are the bits the inner
+// backend would give on host memory. Point-to-point messages of device memory
+// (the pipeline's boundaries) are staged too: a send copies its buffer to the
+// host when it starts, a receive copies the message to the device when it
+// completes; each starts on its own (no p2p_group: MPI's nonblocking messages
+// never wait on each other's order).
 //
 // Bounce buffers are pinned host memory from the compute backend, one per
 // staged operation in flight, kept and reused: each grows to the largest

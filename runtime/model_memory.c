@@ -162,10 +162,10 @@ static size_t ce_stats_bytes(const ModelRuntime *r) {
     return r->tp > 1 ? 3 * (size_t)r->B * r->T * sizeof(float) : 0;
 }
 
-// host X(N,C) buffers of the pipeline boundary: one receive and two sends
+// device X(N,C) buffers of the pipeline boundary: one receive and two sends
 // (a send may still be in flight while the next one is filled) per neighbour
 static size_t boundary_bytes(const ModelRuntime *r) { return (size_t)r->B * r->T * r->C * r->x; }
-static size_t boundary_host_bytes(const ModelRuntime *r) {
+static size_t boundary_device_bytes(const ModelRuntime *r) {
     return (r->has_pre ? 0 : 3) * boundary_bytes(r) + (r->has_post ? 0 : 3) * boundary_bytes(r);
 }
 
@@ -174,8 +174,10 @@ static size_t persistent_device_bytes(const ModelRuntime *r, const ActSizes *s) 
     // params, grads, master, m, v (each unit's resident part) and the staging
     // of sharded / offloaded units: runtime/zero.c
     zero_predict(r, &states, &host);
-    // + grad-norm accumulator, cross-entropy statistics (tp), tokens (one set per slot), targets, losses
-    return states + sizeof(float) + ce_stats_bytes(r) + ((size_t)r->K + 1) * N * sizeof(int32_t) + s->losses;
+    // + grad-norm accumulator, cross-entropy statistics (tp), tokens (one set per slot), targets, losses,
+    // the pipeline boundary's receive and send buffers
+    return states + sizeof(float) + ce_stats_bytes(r) + ((size_t)r->K + 1) * N * sizeof(int32_t) + s->losses +
+           boundary_device_bytes(r);
 }
 
 // The live bytes of one micro-batch's forward and backward, step by step as
@@ -208,7 +210,7 @@ static void sim_forward(const ModelRuntime *r, MemSim *m) {
         }
     }
     if (r->has_post) sim_grow(m, s->post + s->logits);  // final norm, logits
-    else m->live -= s->x_nc;                             // the output went to the host send buffer
+    else m->live -= s->x_nc;                             // the output went to a send buffer
 }
 
 static void sim_backward(const ModelRuntime *r, MemSim *m) {
@@ -248,12 +250,11 @@ void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *hos
     *device_peak = (int64_t)m.peak;
     size_t N = (size_t)r->B * r->T;
     // host: token staging, per-token losses, all ranks' losses of a micro-batch,
-    // the boundary buffers, the offloaded parts of params, grads and optimizer
-    // state, and the offloaded activations of every micro-batch in flight
+    // the offloaded parts of params, grads and optimizer state, and the
+    // offloaded activations of every micro-batch in flight
     size_t states_dev, states_host;
     zero_predict(r, &states_dev, &states_host);
-    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + boundary_host_bytes(r) +
-                           states_host + m.hpeak);
+    *host_peak = (int64_t)(3 * N * sizeof(float) + (size_t)r->dp * N * sizeof(float) + states_host + m.hpeak);
 }
 
 // ---------------------------------------------------------------- plan
@@ -309,11 +310,11 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_carve(h, &r->h_losses, N * sizeof(float), "host.losses");
     arena_carve(h, &r->h_gather, (size_t)r->dp * N * sizeof(float), "host.losses_all_ranks");
     size_t in_b = r->has_pre ? 0 : boundary_bytes(r), out_b = r->has_post ? 0 : boundary_bytes(r);
-    arena_carve(h, &r->h_fwd_recv, in_b, "host.pipe.act_in");
-    arena_carve(h, &r->h_bwd_recv, out_b, "host.pipe.grad_in");
+    arena_carve(d, &r->pipe_act_in, in_b, "pipe.act_in");
+    arena_carve(d, &r->pipe_grad_in, out_b, "pipe.grad_in");
     for (int k = 0; k < 2; k++) {
-        arena_carve(h, &r->h_fwd_send[k], out_b, "host.pipe.act_out");
-        arena_carve(h, &r->h_bwd_send[k], in_b, "host.pipe.grad_out");
+        arena_carve(d, &r->pipe_act_out[k], out_b, "pipe.act_out");
+        arena_carve(d, &r->pipe_grad_out[k], in_b, "pipe.grad_out");
     }
     if (arena_reserve(d, be, err, errlen) || arena_reserve(h, be, err, errlen)) return 1;
     // optimizer view of the flat buffers

@@ -232,7 +232,7 @@ static void drop_blocks(ModelRuntime *r, int slot) {
     }
 }
 
-void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, void *out_host) {
+void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *out) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
@@ -242,7 +242,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
     if (r->units[0].count) zero_fwd_begin(r, 0);
     void *x0 = take(&r->acts[ACTS(slot, 0)].x);
     if (!r->has_pre) {
-        be->copy_h2d(be, x0, in_host, xbytes, st);  // the previous stage's output
+        be->copy_d2d(be, x0, in, xbytes, st);  // the previous stage's output (its receive buffer is posted again next)
     } else if (r->tp == 1) {
         be->embedding_forward(be, st, x0, mr_inputs(r, slot), PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
     } else {  // vocabulary-parallel: each rank adds the rows it holds (wpe once, on tp rank 0), summed over tp
@@ -271,8 +271,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         else if (swapped) acts_swap_out(r, i);
     }
-    if (!r->has_post) {  // the output goes to the next stage
-        be->copy_d2h(be, out_host, arena_ptr(&r->x_out), xbytes, st);
+    if (!r->has_post) {  // the output goes to the next stage, from a send buffer (x_out serves the next forward)
+        be->copy_d2d(be, out, arena_ptr(&r->x_out), xbytes, st);
         be->stream_synchronize(be, st);
         arena_release(&r->x_out);
         if (dloss == 0.0f) drop_blocks(r, slot);  // evaluation: no backward follows
@@ -311,7 +311,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, voi
     }
 }
 
-void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_host) {
+void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
     Backend *be = r->be;
     BackendStream *st = r->stream;
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
@@ -334,7 +334,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
         arena_release(&r->lnf_rstd);
         arena_release(&r->x_out);
     } else {
-        be->copy_h2d(be, d_res, dout_host, xbytes, st);  // dL/d(output) from the next stage
+        be->copy_d2d(be, d_res, dout, xbytes, st);  // dL/d(output) from the next stage
     }
     for (int l = r->L - 1; l >= 0; l--) {
         int i = ACTS(slot, l);
@@ -369,8 +369,8 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_hos
                                          r->B, r->T, r->C);
         zero_bwd_end(r, 0);
     }
-    if (!r->has_pre) {  // dL/d(input) to the previous stage
-        be->copy_d2h(be, din_host, d_res, xbytes, st);
+    if (!r->has_pre) {  // dL/d(input) to the previous stage, from a send buffer (d_res serves the next backward)
+        be->copy_d2d(be, din, d_res, xbytes, st);
         be->stream_synchronize(be, st);
     }
     zero_bwd_finish(r);

@@ -120,8 +120,9 @@ typedef struct ModelRuntime {
     ArenaTensor t_ce_stats;  // tp > 1: f32(3N) vocab-parallel cross-entropy [rowmax | sum exp | target logit]
     ArenaTensor t_inputs, t_targets;               // device: i32(K,N), i32(N)
     ArenaTensor h_inputs, h_targets, h_losses, h_gather;  // host: i32(N) x2, f32(N), f32(dp*N)
-    ArenaTensor h_fwd_recv, h_bwd_recv;            // host X(N,C): boundary activation / gradient in
-    ArenaTensor h_fwd_send[2], h_bwd_send[2];      // host X(N,C) x2: out (a send may still be in flight)
+    // the pipeline boundary, in device memory (the comm backend moves it device to device):
+    ArenaTensor pipe_act_in, pipe_grad_in;         // X(N,C): boundary activation / gradient received
+    ArenaTensor pipe_act_out[2], pipe_grad_out[2]; // X(N,C) x2: sent (a send may still be in flight)
     BlockActs *acts;       // (K, L) own tensors for non-checkpointed blocks, per slot
     BlockActs work;        // recompute workspace of checkpointed blocks
     double ao;             // activation offload fraction
@@ -208,17 +209,17 @@ int32_t *mr_inputs(ModelRuntime *r, int slot);
 int32_t *mr_targets(ModelRuntime *r);
 
 // The forward of the micro-batch in slot `slot`: from the tokens of the slot
-// (first stage) or the boundary activation in_host (host X(N,C), other
-// stages); the output goes to out_host (host X(N,C), all but the last stage)
+// (first stage) or the received boundary activation in (device X(N,C), other
+// stages); the output goes to out (device X(N,C), all but the last stage)
 // or through the fused cross-entropy with dloss into t_losses (last stage:
 // per-token losses; logits become dL/dlogits). dloss = 0 is evaluation:
 // every activation is dropped at the end, no backward follows.
-void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in_host, void *out_host);
+void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *out);
 // The backward of slot `slot`, accumulating into grads: from the loss (last
-// stage) or the output gradient dout_host (host X(N,C)); the input gradient
-// goes to din_host (host X(N,C), all but the first stage). r->micro_last
+// stage) or the received output gradient dout (device X(N,C)); the input
+// gradient goes to din (device X(N,C), all but the first stage). r->micro_last
 // says whether gradients are synchronised over dp after it.
-void mr_backward(ModelRuntime *r, int slot, const void *dout_host, void *din_host);
+void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din);
 // One stage holding the whole model: tokens already in slot 0 / targets;
 // mr_forward, then (dloss != 0) mr_backward.
 void mr_forward_backward(ModelRuntime *r, float dloss);

@@ -267,9 +267,9 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
     arena_take(&r->h_targets);
     arena_take(&r->h_losses);
     arena_take(&r->h_gather);
-    arena_take(&r->h_fwd_recv);
-    arena_take(&r->h_bwd_recv);
-    for (int k = 0; k < 2; k++) arena_take(&r->h_fwd_send[k]), arena_take(&r->h_bwd_send[k]);
+    arena_take(&r->pipe_act_in);
+    arena_take(&r->pipe_grad_in);
+    for (int k = 0; k < 2; k++) arena_take(&r->pipe_act_out[k]), arena_take(&r->pipe_grad_out[k]);
     zero_take(r);
     // the fp32 weights of the whole model are made on the host (padding 0);
     // every rank keeps its part (bf16 weights are rounded from them)

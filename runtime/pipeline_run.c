@@ -57,7 +57,7 @@ void pipe_free(PipeRun *p) {
 // ---------------------------------------------------------------- messages
 static size_t seq_elems(const PipeRun *p) { return (size_t)p->r->T * p->r->C; }
 
-// starts the messages of one boundary tensor (b, T, C) in host buffer buf
+// starts the messages of one boundary tensor (b, T, C) in device buffer buf
 static void link_start(PipeRun *p, PipeLink *l, int which, void *buf, int send, int tag) {
     size_t per_seq = seq_elems(p), x = p->r->x;
     MistDtype t = p->r->be->dtype;
@@ -104,43 +104,65 @@ static double share_loss(PipeRun *p, double sum) {
     return sum;
 }
 
+// The messages between two of the stage's passes, started together: the
+// output of the pass just done (done; NULL before the first) and the input of
+// the next one (next; NULL after the last). On NCCL they form one group, so a
+// send and a receive between the same two ranks cannot wait on each other's
+// order (1F1B's steady state pairs them: this stage's activation goes to the
+// next stage while that stage's gradient comes back); MPI starts them alone.
+static void exchange(PipeRun *p, const PipeAction *done, const PipeAction *next) {
+    ModelRuntime *r = p->r;
+    const CommBackend *c = p->comm;
+    int first = p->stage == 0, last = p->stage == p->S - 1;
+    if (c->p2p_group) commCheck(c, c->p2p_group(c, 1));
+    if (done) {
+        int buf = done->microbatch % 2;
+        if (done->kind == PIPE_FORWARD && !last)
+            link_start(p, &p->act_out, buf, arena_ptr(&r->pipe_act_out[buf]), 1, TAG_ACT);
+        if (done->kind == PIPE_BACKWARD && !first)
+            link_start(p, &p->grad_out, buf, arena_ptr(&r->pipe_grad_out[buf]), 1, TAG_GRAD);
+    }
+    if (next && next->kind == PIPE_FORWARD && !first) link_start(p, &p->act_in, 0, arena_ptr(&r->pipe_act_in), 0, TAG_ACT);
+    if (next && next->kind == PIPE_BACKWARD && !last)
+        link_start(p, &p->grad_in, 0, arena_ptr(&r->pipe_grad_in), 0, TAG_GRAD);
+    if (c->p2p_group) commCheck(c, c->p2p_group(c, 0));
+}
+
+// A pass's input has arrived in its receive buffer (posted after the previous
+// pass, which had consumed the buffer's last contents), and the send buffer
+// its output goes to is free again (its send two micro-batches ago completed).
 double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData *d) {
     ModelRuntime *r = p->r;
     Backend *be = r->be;
     int G = p->G, first = p->stage == 0, last = p->stage == p->S - 1;
-    void *act_in = arena_ptr(&r->h_fwd_recv), *grad_in = arena_ptr(&r->h_bwd_recv);
+    void *act_in = arena_ptr(&r->pipe_act_in), *grad_in = arena_ptr(&r->pipe_grad_in);
     PipeAction *order = malloc((size_t)2 * G * sizeof *order);
     int n = pipeline_1f1b(p->stage, p->S, G, order);
     p->sec_compute = p->sec_wait = 0;
-    if (!first) link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
-    if (!last) link_start(p, &p->grad_in, 0, grad_in, 0, TAG_GRAD);
+    exchange(p, NULL, &order[0]);
     double loss = 0.0;
     for (int i = 0; i < n; i++) {
         int g = order[i].microbatch, slot = g % r->K, buf = g % 2;
+        double t0;
         if (order[i].kind == PIPE_FORWARD) {
             load_or_abort(p, d, it, g, slot);
             if (!first) link_wait(p, &p->act_in, 0);
-            if (!last) link_wait(p, &p->act_out, buf);  // the send that used this buffer two micro-batches ago
-            void *out = arena_ptr(&r->h_fwd_send[buf]);
-            double t0 = seconds_now();
-            mr_forward(r, slot, dloss, act_in, out);
-            be->stream_synchronize(be, r->stream);  // the received activation is on the device now
+            if (!last) link_wait(p, &p->act_out, buf);
+            t0 = seconds_now();
+            mr_forward(r, slot, dloss, act_in, arena_ptr(&r->pipe_act_out[buf]));
+            be->stream_synchronize(be, r->stream);  // the output is in its send buffer, the input consumed
             p->sec_compute += seconds_now() - t0;
-            if (!first && g + 1 < G) link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
-            if (!last) link_start(p, &p->act_out, buf, out, 1, TAG_ACT);
             if (last) loss += d->loss_sum(d->ctx);
         } else {
             r->micro_last = g == G - 1;  // gradients are reduced over dp after the last one
             if (!last) link_wait(p, &p->grad_in, 0);
             if (!first) link_wait(p, &p->grad_out, buf);
-            void *out = arena_ptr(&r->h_bwd_send[buf]);
-            double t0 = seconds_now();
-            mr_backward(r, slot, grad_in, out);
+            t0 = seconds_now();
+            mr_backward(r, slot, grad_in, arena_ptr(&r->pipe_grad_out[buf]));
             be->stream_synchronize(be, r->stream);
             p->sec_compute += seconds_now() - t0;
-            if (!last && g + 1 < G) link_start(p, &p->grad_in, 0, grad_in, 0, TAG_GRAD);
-            if (!first) link_start(p, &p->grad_out, buf, out, 1, TAG_GRAD);
         }
+        exchange(p, &order[i], i + 1 < n ? &order[i + 1] : NULL);
     }
     link_wait_all(p, &p->act_out);
     link_wait_all(p, &p->grad_out);
@@ -151,21 +173,19 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
 double pipe_eval(PipeRun *p, int batches, const PipeData *d) {
     ModelRuntime *r = p->r;
     int first = p->stage == 0, last = p->stage == p->S - 1;
-    void *act_in = arena_ptr(&r->h_fwd_recv), *out = arena_ptr(&r->h_fwd_send[0]);
+    PipeAction fwd[2];
     double loss = 0.0;
+    // forward passes only, one after the other: receive, compute, send
     for (int g = 0; g < batches; g++) {
+        fwd[g % 2] = (PipeAction){PIPE_FORWARD, g};
         load_or_abort(p, d, 0, g, 0);
-        if (!first) {
-            link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
-            link_wait(p, &p->act_in, 0);
-        }
-        mr_forward(r, 0, 0.0f, act_in, out);
-        if (!last) {
-            link_start(p, &p->act_out, 0, out, 1, TAG_ACT);
-            link_wait(p, &p->act_out, 0);
-        } else {
-            loss += d->loss_sum(d->ctx);
-        }
+        exchange(p, NULL, &fwd[g % 2]);
+        if (!first) link_wait(p, &p->act_in, 0);
+        mr_forward(r, 0, 0.0f, arena_ptr(&r->pipe_act_in), arena_ptr(&r->pipe_act_out[g % 2]));
+        r->be->stream_synchronize(r->be, r->stream);
+        exchange(p, &fwd[g % 2], NULL);
+        if (!last) link_wait(p, &p->act_out, g % 2);
+        else loss += d->loss_sum(d->ctx);
     }
     return share_loss(p, loss);
 }

@@ -7,10 +7,12 @@
 // first and the last stage (whose tp may differ), takes the gradient norm
 // over every stage, and gathers the whole model for a checkpoint.
 //
-// Point-to-point messages go over the world group with nonblocking sends and
-// receives: a receive is posted as soon as its host buffer is free (after
-// the previous micro-batch's data was copied to the device), a send buffer is
-// one of two and is reused only after its previous send completed.
+// Point-to-point messages go device buffer to device buffer over the world
+// group, through the job's comm backend (NCCL, staged through the host, or
+// MPI on the CPU backend), nonblocking: after each pass the driver starts its
+// output's sends and the next pass's receives together (one NCCL group), a
+// pass waits for its input just before it runs, and a send buffer (one of
+// two) is reused only after its previous send completed.
 #ifndef MIST_PIPELINE_RUN_H
 #define MIST_PIPELINE_RUN_H
 #include <stddef.h>

@@ -239,18 +239,21 @@ static int start_backend(Training *t) {
     t->on_host = on_host;
     // MPI reads host memory only: on a GPU, collectives of device buffers (ZeRO's
     // gradient and weight exchanges, the tp all-reduces) run on NCCL or through
-    // host bounce buffers (runtime/comm_select.h). The pipeline's messages and
-    // the tied embedding's sum are host buffers either way.
+    // host bounce buffers (runtime/comm_select.h), and so do the pipeline's
+    // messages between device buffers (over the world group). The tied
+    // embedding's sum is a host buffer either way.
     CommChoice *choice = &t->choice;
     commCheck(comm, comm_select(grid->comm, be, grid->world, choice));
     t->have_choice = 1;
     comm = t->comm = choice->comm;
     // NCCL's communicators of the dp and tp groups before the arenas: its buffers are not
-    // in the plan, and an arena that no longer fits says so at start with its size
-    CommGroup *const device_groups[2] = {grid->dp, grid->tp};
+    // in the plan, and an arena that no longer fits says so at start with its size. With
+    // several stages the world's too, even where dp and tp are 1: the pipeline's device
+    // messages go over it and need it made (comm_nccl.h), never inside their NCCL group.
+    CommGroup *const device_groups[3] = {grid->dp, grid->tp, grid->world};
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
-    commCheck(comm, comm_select_prepare(choice, device_groups, 2));
+    commCheck(comm, comm_select_prepare(choice, device_groups, S > 1 ? 3 : 2));
     known = known && be->device_free_bytes(be, &free_after) == 0;
     if (root && known && choice->path == COMM_PATH_NCCL && free_before > free_after)
         printf("mist: NCCL's communicators took %.1f MiB of device memory on rank 0 (outside the plan's peak; "
@@ -443,7 +446,7 @@ static int init_state(Training *t) {
         if (t->root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, t->err);
         return 2;
     }
-    t->pipe.comm = t->comm;  // staged or not: its messages are host buffers, which pass through
+    t->pipe.comm = t->comm;  // its messages are device buffers: NCCL, staged through the host, or MPI (CPU)
     t->train_data = (PipeData){load_batch, loss_sum_cb, &t->run};
     // hyperparameters and step count of AdamW; runtime/zero.c steps each unit's shard
     r->opt = (Optimizer){.backend = t->be, .stream = r->stream, .norm_acc = arena_ptr(&r->t_norm_acc),

@@ -175,5 +175,6 @@ gpt-z1-tp2   gpt   fp32 1 2/2/2/1/1/0
 llama-tp2    llama fp32 1 2/1/2/0/0/0
 llama-2x2    llama bf16 2 2/2/2/3/2/0.5
 gpt-pp-tied  gpt   fp32 2 1/2/1/1/0/0 1/1/2/2/1/0.5
+llama-pp-g4  llama fp32 4 1/1/2/0/0/0 1/2/1/1/1/0
 EOF
 }

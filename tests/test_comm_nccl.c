@@ -9,7 +9,10 @@
 // as tests/test_comm.c (one NCCL communicator per group, made on first use),
 // first synchronising the device before each collective, then following a
 // stream; host buffers go to MPI, untouched by NCCL; mixed placements, device
-// point-to-point and f16 sums are refused with messages; with the stand-in a
+// and f16 sums are refused with messages; device point-to-point
+// messages in one group complete whatever order each rank starts them in (a
+// message to itself too, refused alone; the group's misuses and a group
+// without a communicator refused with messages); with the stand-in a
 // failed ncclGetUniqueId fails the collective on every rank of the group
 // (nobody waits) and release destroys every communicator; an operation that
 // never completes (its end event never passes: a backend whose event_query
@@ -177,17 +180,75 @@ static void test_routing(const CommBackend *mpi, CommGroup *world, Grid *grid, i
     }
 }
 
-// what the NCCL path refuses: mixed host/device buffers, f16 sums, point-to-point, overlaps
+// one group of device messages: every rank sends `out` to `to` and receives `in` from `from`
+// (its send started first); 0 once both have completed
+static int p2p_pair(float *out, int to, float *in, int from, int count, CommGroup *g) {
+    CommRequest *rq[2] = {NULL, NULL};
+    int rc = C->p2p_group(C, 1);
+    rc |= C->isend(C, out, count, MIST_F32, to, 9, g, &rq[0]);
+    rc |= C->irecv(C, in, count, MIST_F32, from, 9, g, &rq[1]);
+    rc |= C->p2p_group(C, 0);
+    if (!rc) rc = C->wait(C, rq[0]) | C->wait(C, rq[1]);
+    return rc;
+}
+
+// Device point-to-point in one group: every rank sends to the next and receives from
+// the previous one, each starting its send first. Without the group the sends would
+// wait on each other (ncclSend waits for its receiver); in one they all complete.
+// A rank's message to itself pairs with its receive in one group and is refused alone.
+static void test_p2p(const CommBackend *mpi, CommGroup *world, int n) {
+    float *out = buf_alloc(4 * sizeof(float)), *in = buf_alloc(4 * sizeof(float));
+    for (int i = 0; i < 4; i++) out[i] = (float)(100 * me + i), in[i] = -1.0f;
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+#ifdef MIST_FAKE_NCCL
+    int in_progress = fake_nccl_groups_in_progress();
+#endif
+    int rc = p2p_pair(out, next, in, prev, 4, world), good = !rc;
+    for (int i = 0; i < 4; i++) good &= in[i] == (float)(100 * prev + i);
+    check(good, "device point-to-point ring in one group: rank %d got %g .. %g from rank %d", me, in[0], in[3], prev);
+#ifdef MIST_FAKE_NCCL
+    // the stand-in's non-blocking communicators refuse every call until the group is settled
+    check(fake_nccl_groups_in_progress() > in_progress && C->all_reduce(C, in, in, 4, MIST_F32, COMM_MAX, world) == 0,
+          "a group's end that says ncclInProgress is settled before the communicator's next call");
+#endif
+    // alone (a group of its own each): rank 0 sends to 1 first, 1 receives first
+    for (int i = 0; i < 4; i++) in[i] = -1.0f;
+    rc = 0;
+    if (n >= 2 && me == 0) rc = C->send(C, out, 4, MIST_F32, 1, 9, world);
+    if (n >= 2 && me == 1) rc = C->recv(C, in, 4, MIST_F32, 0, 9, world);
+    check(!rc && (me != 1 || in[3] == 3.0f), "blocking device send / recv between ranks 0 and 1 (rank %d: %g)", me,
+          in[3]);
+    // to itself: NCCL pairs the send with its receive inside one group only
+    for (int i = 0; i < 4; i++) in[i] = -1.0f;
+    rc = p2p_pair(out, me, in, me, 4, world);
+    check(!rc && in[0] == out[0] && in[3] == out[3], "a device send to itself and its receive in one group: %g .. %g",
+          in[0], in[3]);
+    refused(C->send(C, out, 4, MIST_F32, me, 9, world), "itself", "a device send to itself alone refused");
+    // the group's rules
+    refused(C->p2p_group(C, 0), "p2p_group misused", "a p2p group ended without being opened refused");
+    rc = C->p2p_group(C, 1);
+    refused(C->p2p_group(C, 1), "p2p_group misused", "a p2p group inside another refused");
+    refused(C->all_reduce(C, out, out, 4, MIST_F32, COMM_SUM, world), "p2p_group misused",
+            "a collective inside an open p2p group refused");
+    check(!rc && C->p2p_group(C, 0) == 0, "a p2p group without messages opens and ends");
+    // a group whose communicator has not been made: one message cannot make it (collective over the group)
+    CommGroup *fresh = NULL;
+    commCheck(mpi, mpi->group_split(mpi, world, 0, me, &fresh));
+    CommRequest *req = NULL;
+    refused(C->isend(C, out, 4, MIST_F32, next, 9, fresh, &req), "no NCCL communicator",
+            "a device message on a group without a communicator refused");
+    check(req == NULL, "a refused isend hands back no request");
+    C->group_free(C, fresh);
+    buf_free(out), buf_free(in);
+}
+
+// what the NCCL path refuses: mixed host/device buffers, f16 sums, overlaps
 static void test_refusals(CommGroup *world) {
     {
         float *d = buf_alloc(8 * sizeof(float)), h[8] = {0};
         uint16_t *d16 = buf_alloc(8 * sizeof(uint16_t));
         refused(C->all_reduce(C, h, d, 8, MIST_F32, COMM_SUM, world), "host memory", "host send, device recv refused");
         refused(C->all_reduce(C, d16, d16, 8, MIST_F16, COMM_SUM, world), "f16", "f16 sum of device memory refused");
-        CommRequest *req = NULL;
-        int rs = C->isend(C, d, 8, MIST_F32, 0, 9, world, &req);
-        refused(rs, "point-to-point", "device point-to-point refused");
-        check(req == NULL, "a refused isend hands back no request");
         refused(C->all_gather(C, d + 1, d, 2, MIST_F32, world), "overlap", "overlapping buffers not in place refused");
         buf_free(d), buf_free(d16);
     }
@@ -260,6 +321,18 @@ static void test_stream_ordered(CommGroup *world, BackendStream *compute, int n)
     check(rc == 0 && rc2 == 0 && follow_waits == 2 && sweeps <= 1 && d[0] == (float)(n * (n + 1) / 2 * n),
           "stream-ordered: a blocking all_reduce and a wait are the followed stream waiting on the end event (%d waits, "
           "%d event queries; sum %g)", follow_waits, sweeps, d[0]);
+    // a group of messages completes the same way: the followed stream waits on each one's end
+    {
+        float *out = buf_alloc(4 * sizeof(float)), *in = buf_alloc(4 * sizeof(float));
+        for (int i = 0; i < 4; i++) out[i] = (float)(me + i), in[i] = -1.0f;
+        int prev = (me + n - 1) % n;
+        follow_waits = 0;
+        int rc3 = p2p_pair(out, (me + 1) % n, in, prev, 4, world);
+        check(rc3 == 0 && follow_waits == 2 && in[3] == (float)(prev + 3),
+              "stream-ordered: a send and a receive in one group are two waits of the followed stream (%d; got %g)",
+              follow_waits, in[3]);
+        buf_free(out), buf_free(in);
+    }
     // an asynchronous NCCL error still comes back on a later completion, with NCCL's text
     dev_be->event_query = never_done;
     setenv("MIST_FAKE_NCCL_FAIL", "async", 1);
@@ -303,6 +376,28 @@ static void test_setup(const CommBackend *mpi, CommGroup *world, Grid *grid) {
         buf_free(d);
         comm_nccl_free(c3);
         mpi->group_free(mpi, rest);
+    }
+    // the world in a slot (the pipeline's messages go over it): made, not split; messages then run on it
+    {
+        const CommBackend *c4 = comm_nccl_new(mpi, dev_be);
+        CommGroup *slots[1] = {world};
+        int splits0 = fake_nccl_splits(), n = mpi->group_size(mpi, world);
+        rc = comm_nccl_prepare(c4, world, slots, 1);
+        float *out = buf_alloc(sizeof(float)), *in = buf_alloc(sizeof(float));
+        out[0] = (float)me, in[0] = -1;
+        CommRequest *rq[2] = {NULL, NULL};
+        int rc2 = c4->p2p_group(c4, 1);
+        rc2 |= c4->isend(c4, out, 1, MIST_F32, (me + 1) % n, 9, world, &rq[0]);
+        rc2 |= c4->irecv(c4, in, 1, MIST_F32, (me + n - 1) % n, 9, world, &rq[1]);
+        rc2 |= c4->p2p_group(c4, 0);
+        if (!rc2) rc2 = c4->wait(c4, rq[0]) | c4->wait(c4, rq[1]);
+        check(rc == 0 && rc2 == 0 && fake_nccl_splits() == splits0 && comm_nccl_communicators(c4) == 1 &&
+                  in[0] == (float)((me + n - 1) % n),
+              "prepare with the world in a slot: one communicator, no split, a ring of messages on it (got %g)",
+              in[0]);
+        elsewhere += 2;  // the stand-in counts each message
+        buf_free(out), buf_free(in);
+        comm_nccl_free(c4);
     }
     // a non-blocking init that fails: NCCL's result and its ncclGetLastError text
     const CommBackend *c2 = comm_nccl_new(mpi, dev_be);
@@ -372,6 +467,7 @@ int main(int argc, char **argv) {
 
     test_routing(mpi, world, &grid, n);
     test_refusals(world);
+    test_p2p(mpi, world, n);
     test_group_free(mpi, world, &grid, n);
 #ifdef MIST_FAKE_NCCL
     test_async_error(world);

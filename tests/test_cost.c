@@ -430,9 +430,10 @@ static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
 // slots of saved activations (1F1B: the K-th forward runs while K - 1
 // micro-batches wait for their backward, the backward of the oldest starts
 // with K saved sets) and K slots of token ids on every stage, targets and
-// losses on every stage; host: token ids, targets, losses, every dp rank's
-// losses, and per neighbouring stage three (b, s, h) boundary buffers (one
-// receive, two sends); the last stage of a tied GPT keeps a copy of wte.
+// losses on every stage, and per neighbouring stage three (b, s, h) boundary
+// buffers (one receive, two sends: the pipeline sends device to device);
+// host: token ids, targets, losses, every dp rank's losses; the last stage of
+// a tied GPT keeps a copy of wte.
 static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw) {
     MistConfig c = *cfg;
     c.train.precision = PREC_FP32;
@@ -444,12 +445,12 @@ static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw
     double host_io = (3 + dp) * 4 * N;
     struct {
         int has_pre, has_post, p;
-        double states, transient, host;
+        double states, transient, boundary;
         const char *what;
     } cases[] = {
-        {1, 0, 1, 16 * (pre + L * blk), fmax(a.X + a.S, a.D), host_io + 3 * X, "first of 2 stages, G = 4 (K = 2)"},
-        {0, 0, 2, 16 * L * blk, fmax(a.X + a.S, a.D), host_io + 6 * X, "second of 4 stages, G = 4 (K = 3)"},
-        {0, 1, 0, 16 * (L * blk + post + wte), a.H + a.D, host_io + 3 * X, "last stage, tied head (wte copy)"},
+        {1, 0, 1, 16 * (pre + L * blk), fmax(a.X + a.S, a.D), 3 * X, "first of 2 stages, G = 4 (K = 2)"},
+        {0, 0, 2, 16 * L * blk, fmax(a.X + a.S, a.D), 6 * X, "second of 4 stages, G = 4 (K = 3)"},
+        {0, 1, 0, 16 * (L * blk + post + wte), a.H + a.D, 3 * X, "last stage, tied head (wte copy)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         StageModel m;
@@ -459,13 +460,48 @@ static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw
             continue;
         }
         double K = cases[i].p + 1, o[ST_OUTPUTS];
-        double io = 4 + (K + 1) * 4 * N + 4 * N;  // norm accumulator, K token slots, targets, losses
+        // norm accumulator, K token slots, targets, losses, boundary buffers
+        double io = 4 + (K + 1) * 4 * N + 4 * N + cases[i].boundary;
         StageConfig sc = stage((int)L, 1, (int)dp, 1, 0, 0, 4, cases[i].p);
         stage_eval_scalar(&m, &sc, o);
         double want = cases[i].states + io + K * M + cases[i].transient;
-        ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want && o[ST_HOST] == cases[i].host,
-           "%s: device peak %.0f (states + I/O + K M + transient), host %.0f by hand (got %.0f, %.0f)",
-           cases[i].what, want, cases[i].host, fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]), o[ST_HOST]);
+        ok(fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]) == want && o[ST_HOST] == host_io,
+           "%s: device peak %.0f (states + I/O + boundary + K M + transient), host %.0f by hand (got %.0f, %.0f)",
+           cases[i].what, want, host_io, fmax(o[ST_PEAK_FWD], o[ST_PEAK_BWD]), o[ST_HOST]);
+        stage_model_free(&m);
+    }
+}
+
+// The pipeline sends of a middle stage by hand (planner/schedule.c, docs/pipeline.md): per
+// micro-batch and neighbour one message of A = b s h bytes on the critical path, A / k + beta
+// on the profile's two-member line (inside a node here: dp tp < M), and two device copies of
+// A (2A bytes of traffic each); a profile with staged collectives pays at least the host round
+// trip d2h(A) + h2d(A). t minus the blocks' own passes leaves the two boundaries.
+static void test_boundary_time(const MistConfig *cfg, const HwProfile *hw) {
+    for (int staged = 0; staged < 2; staged++) {
+        HwProfile h = *hw;
+        h.staged_collectives = staged;
+        if (staged) h.d2h.k = h.h2d.k = 1e8;  // slow host copies: the round trip is the larger term
+        MistConfig c = *cfg;
+        c.cluster.gpus_per_node = 8;
+        StageModel m;
+        char err[256];
+        if (stage_model_build(&m, &c, &h, NULL, 0, 0, err, sizeof err) != 0) {
+            ok(0, "middle stage model builds: %s", err);
+            return;
+        }
+        double o[ST_OUTPUTS];
+        StageConfig sc = stage(2, 1, 2, 1, 0, 0, 4, 2);
+        stage_eval_scalar(&m, &sc, o);
+        double A = 1.0 * c.model.seq_len * c.model.hidden * 2;  // bf16 (b, s, h)
+        LinkFit f = profile_coll_fit(&h, 1, 2);
+        double message = A / f.k + f.beta;
+        if (staged) message = fmax(message, A / h.d2h.k + h.d2h.beta + A / h.h2d.k + h.h2d.beta);
+        double copy = 2 * A / (h.mem_bandwidth * h.bandwidth_efficiency) + h.launch_seconds;
+        double want = 2 * (message + 2 * copy), got = o[ST_T] - o[ST_FWD_OTHER] - o[ST_BWD_OTHER];
+        ok(near(got, want, 1e-15, 1e-9, "boundaries"),
+           "middle stage, %s: two boundaries of one message (%.3g s) and two device copies (%.3g s) each: %.6g s",
+           staged ? "staged profile" : "device-direct", message, copy, want);
         stage_model_free(&m);
     }
 }
@@ -651,6 +687,7 @@ int main(void) {
     test_memory_shape(&cfg, &hw);
     test_memory_hand(&cfg, &hw);
     test_memory_pipeline_hand(&cfg, &hw);
+    test_boundary_time(&cfg, &hw);
     test_batched(&cfg, &hw);
     test_specialised(&cfg, &hw);
     test_optable_names(&cfg);

@@ -3,9 +3,10 @@
 // backend (every group is this process alone), so its own code runs as in
 // training: the world's communicator made non-blocking under the timeout, a
 // group's split off it, every collective on device memory (in place and not,
-// f32 and bf16, sum and max, blocking and not), completion host-ordered and
-// stream-ordered (after queued work on a followed stream, read back through
-// it), the refusals, NCCL's own error text, the device memory the
+// f32 and bf16, sum and max, blocking and not), a send and receive to itself
+// in one NCCL group, completion host-ordered and stream-ordered (after queued
+// work on a followed stream, read back through it), the refusals, NCCL's own
+// error text, the device memory the
 // communicators took, and the destroy. On one rank every reduction is the
 // identity, so each result is known exactly.
 //   nccl_check [--timeout SECONDS]     (benchmarks/gpu/run.sh runs it)
@@ -160,10 +161,26 @@ static void check_collectives(size_t n) {
     for (int i = 0; i < 4; i++) good &= req[i] && C->wait(C, req[i]) == 0;
     get(back, d, n * sizeof *back);
     check(good && !memcmp(back, h, n * sizeof *h), "four iall_reduce in flight, then waited on");
+    // a device message to itself: NCCL pairs the send with its receive inside one group
+    // (a device copy); alone the send would wait forever for a receive after it, so it is refused
+    put(d, h, n * sizeof *h);
+    be->memset_device(be, d2, 0, n * sizeof *d2, st);
+    be->stream_synchronize(be, st);
+    CommRequest *pair[2] = {0};
+    rc = C->p2p_group(C, 1);
+    if (!rc) rc = C->isend(C, d, n, MIST_F32, 0, 7, &world_group, &pair[0]);
+    if (!rc) rc = C->irecv(C, d2, n, MIST_F32, 0, 7, &world_group, &pair[1]);
+    int end = C->p2p_group(C, 0);
+    rc = rc ? rc : end;
+    for (int i = 0; !rc && i < 2; i++) rc = C->wait(C, pair[i]);
+    get(back, d2, n * sizeof *back);
+    text_of(rc, text, sizeof text);
+    check(rc == 0 && !memcmp(back, h, n * sizeof *h), "device send and receive to itself in one group: %zu f32 "
+          "arrive %s", n, text);
     // refusals and NCCL's own error text
     rc = C->send(C, d, n, MIST_F32, 0, 7, &world_group);
     text_of(rc, text, sizeof text);
-    check(rc != 0 && strstr(text, "point-to-point") != NULL, "device send to self refused: %s", text);
+    check(rc != 0 && strstr(text, "itself") != NULL, "device send to itself alone refused: %s", text);
     rc = C->broadcast(C, d, n, MIST_F32, 3, &world_group);  // root 3 of a group of one: NCCL refuses it
     text_of(rc, text, sizeof text);
     check(rc != 0 && strstr(text, "NCCL error") != NULL, "an invalid root: NCCL's result and its last error text: %s", text);

@@ -2,7 +2,7 @@
 // API that runtime/comm_nccl.c uses, with the same names, types and values.
 // tests/fake_nccl/nccl_fake.c implements it over MPI on host memory (the CPU
 // backend's "device" arena), synchronously: each call has completed when it
-// returns. Built into tests/test_comm_nccl_fake only; never into mist-train.
+// returns (the sends and receives of a group when ncclGroupEnd returns). Built into tests/test_comm_nccl_fake only; never into mist-train.
 #ifndef MIST_FAKE_NCCL_H
 #define MIST_FAKE_NCCL_H
 #include <stddef.h>
@@ -47,13 +47,20 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclD
                            cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
 
 // test knobs: calls into the fake so far (collectives), communicators alive,
 // communicators made by split, non-blocking inits that returned ncclInProgress,
-// finalized before their destroy
+// finalized before their destroy, groups of sends and receives whose ncclGroupEnd
+// said ncclInProgress (non-blocking communicators)
 long fake_nccl_collectives(void);
 int fake_nccl_live_comms(void);
 int fake_nccl_splits(void);
 int fake_nccl_inits_in_progress(void);
 int fake_nccl_finalized(void);
+int fake_nccl_groups_in_progress(void);
 #endif

@@ -13,7 +13,8 @@
 // MPI_Comm_split of the parent. MIST_FAKE_NCCL_FAIL=unique_id makes
 // ncclGetUniqueId fail, =async makes ncclCommGetAsyncError report a remote
 // error, =init makes a non-blocking init fail in progress (with a text for
-// ncclGetLastError), =finalize makes ncclCommFinalize never finish.
+// ncclGetLastError), =finalize makes ncclCommFinalize never finish. Sends
+// and receives: below, at ncclGroupEnd.
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,16 +34,19 @@ struct ncclComm {
     int nreq;
     ncclResult_t failed;  // a non-blocking call's end, once it has one
     int stuck;            // MIST_FAKE_NCCL_FAIL=finalize
+    int nonblocking;      // made with config.blocking = 0
+    int enqueueing;       // a group ended with ncclInProgress: busy until ncclCommGetAsyncError has said so once
 };
 
 static long collectives;
-static int live, splits, inits_in_progress, finalized;
+static int live, splits, inits_in_progress, finalized, groups_in_progress;
 static char last_error[256] = "";
 long fake_nccl_collectives(void) { return collectives; }
 int fake_nccl_live_comms(void) { return live; }
 int fake_nccl_splits(void) { return splits; }
 int fake_nccl_inits_in_progress(void) { return inits_in_progress; }
 int fake_nccl_finalized(void) { return finalized; }
+int fake_nccl_groups_in_progress(void) { return groups_in_progress; }
 
 static int failing(const char *what) {
     const char *fail = getenv("MIST_FAKE_NCCL_FAIL");
@@ -132,6 +136,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id, int
     *out = c;
     c->pending = 1;
     int blocking = !config || config->blocking;
+    c->nonblocking = !blocking;
     if (!blocking && failing("init")) {
         c->pending = 0, c->failed = ncclSystemError;
         snprintf(last_error, sizeof last_error, "fake NCCL: init failed on purpose (MIST_FAKE_NCCL_FAIL=init)");
@@ -160,6 +165,7 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ou
     struct ncclComm *c = calloc(1, sizeof *c);
     if (!c) return ncclSystemError;
     c->comm = sub;
+    c->nonblocking = config && !config->blocking;
     MPI_Comm_rank(sub, &c->rank);
     MPI_Comm_size(sub, &c->size);
     *out = c;
@@ -193,7 +199,9 @@ ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
 // A pending init is moved on; MIST_FAKE_NCCL_FAIL=async: every communicator reports a peer's failure
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
     if (c->pending) progress(c);
-    if (c->pending || c->stuck) *state = ncclInProgress;
+    int enqueueing = c->enqueueing;
+    c->enqueueing = 0;  // a group's messages are enqueued once asked about
+    if (c->pending || c->stuck || enqueueing) *state = ncclInProgress;
     else if (c->failed != ncclSuccess) *state = c->failed;
     else if (failing("async")) {
         snprintf(last_error, sizeof last_error, "fake NCCL: a peer failed (MIST_FAKE_NCCL_FAIL=async)");
@@ -240,11 +248,19 @@ static int begin(ncclDataType_t t, ncclRedOp_t op, Kind *k) {
     return 0;
 }
 
+// a group of this communicator's ended with ncclInProgress and nobody has asked since (NCCL's rule)
+static int busy(const struct ncclComm *c) {
+    if (c->enqueueing)
+        snprintf(last_error, sizeof last_error, "fake NCCL: a call on a communicator still enqueueing a group");
+    return c->enqueueing;
+}
+
 static ncclResult_t result(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t stream) {
     Kind k;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, op, &k)) return ncclInvalidArgument;
     return result(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, k.dt, k.op, c->comm));
 }
@@ -253,6 +269,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t stream) {
     Kind k;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, op, &k)) return ncclInvalidArgument;
     void *tmp = malloc(count * k.size + 1);
     if (!tmp) return ncclSystemError;
@@ -265,6 +282,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t stream) {
     Kind k;
+    if (busy(c)) return ncclInvalidUsage;
     if (begin(t, ncclSum, &k)) return ncclInvalidArgument;
     int in_place = (const char *)send == (char *)recv + (size_t)c->rank * count * k.size;
     return result(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, k.dt, recv, (int)count, k.dt, c->comm));
@@ -273,7 +291,57 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t stream) {
     Kind k;
+    if (busy(c)) return ncclInvalidUsage;
     if (root < 0 || root >= c->size || begin(t, ncclSum, &k)) return ncclInvalidArgument;
     if (c->rank == root && send != recv) memmove(recv, send, count * k.size);
     return result(MPI_Bcast(recv, (int)count, k.dt, root, c->comm));
+}
+
+// Point to point: the sends and receives of a group start together as MPI
+// nonblocking messages at ncclGroupEnd, which returns when all are done (the
+// stand-in's stream is the calling thread); one outside a group is a group of
+// its own. Between two ranks they match in the order they start, as in NCCL
+// (a send to this rank itself pairs with its receive inside one group). As
+// NCCL on non-blocking communicators, ncclGroupEnd then says ncclInProgress,
+// and each of the group's communicators refuses every call (ncclInvalidUsage)
+// until ncclCommGetAsyncError has been asked about it.
+enum { FAKE_MAX_P2P = 4096 };
+static struct {
+    int open, n;
+    MPI_Request req[FAKE_MAX_P2P];
+    ncclComm_t comm[FAKE_MAX_P2P];
+} group;
+
+ncclResult_t ncclGroupStart(void) {
+    group.open = 1;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    int rc = MPI_Waitall(group.n, group.req, MPI_STATUSES_IGNORE), in_progress = 0;
+    for (int i = 0; i < group.n; i++)
+        if (group.comm[i]->nonblocking) group.comm[i]->enqueueing = in_progress = 1;
+    groups_in_progress += in_progress;
+    group.open = 0, group.n = 0;
+    return rc != MPI_SUCCESS ? ncclSystemError : in_progress ? ncclInProgress : ncclSuccess;
+}
+
+static ncclResult_t p2p(int send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+    Kind k;
+    if (busy(c)) return ncclInvalidUsage;
+    if (peer < 0 || peer >= c->size || begin(t, ncclSum, &k) || group.n == FAKE_MAX_P2P) return ncclInvalidArgument;
+    int alone = !group.open;
+    group.comm[group.n] = c;
+    MPI_Request *r = &group.req[group.n++];
+    int rc = send ? MPI_Isend(buf, (int)count, k.dt, peer, 0, c->comm, r)
+                  : MPI_Irecv(buf, (int)count, k.dt, peer, 0, c->comm, r);
+    if (rc != MPI_SUCCESS) return ncclSystemError;
+    return alone ? ncclGroupEnd() : ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return p2p(1, (void *)send, count, t, peer, c);
+}
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return p2p(0, recv, count, t, peer, c);
 }
