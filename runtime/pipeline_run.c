@@ -9,6 +9,7 @@
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
+#include "runtime/trace_measure.h"
 
 enum { TAG_ACT = 11, TAG_GRAD = 12, TAG_STATE = 13 };
 
@@ -123,7 +124,9 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!last) link_wait(p, &p->act_out, buf);  // the send that used this buffer two micro-batches ago
             void *out = arena_ptr(&r->h_fwd_send[buf]);
             double t0 = seconds_now();
+            trace_measure_mark(p->trace, TRACE_FORWARD, g);
             mr_forward(r, slot, dloss, act_in, out);
+            trace_measure_mark(p->trace, TRACE_BUBBLE, g);  // the pass ends
             be->stream_synchronize(be, r->stream);  // the received activation is on the device now
             p->sec_compute += seconds_now() - t0;
             if (!first && g + 1 < G) link_start(p, &p->act_in, 0, act_in, 0, TAG_ACT);
@@ -135,7 +138,9 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!first) link_wait(p, &p->grad_out, buf);
             void *out = arena_ptr(&r->h_bwd_send[buf]);
             double t0 = seconds_now();
+            trace_measure_mark(p->trace, TRACE_BACKWARD, g);
             mr_backward(r, slot, grad_in, out);
+            trace_measure_mark(p->trace, TRACE_BUBBLE, g);
             be->stream_synchronize(be, r->stream);
             p->sec_compute += seconds_now() - t0;
             if (!last && g + 1 < G) link_start(p, &p->grad_in, 0, grad_in, 0, TAG_GRAD);
