@@ -32,16 +32,29 @@ int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t i
     return 0;
 }
 
-int trace_measure_setup(TraceMeasure *m, Backend *be, BackendStream *s, const char *path, int64_t trace_iteration,
-                        int64_t start, int64_t steps, int G, int root, char *err, size_t errlen) {
-    int64_t it = trace_iteration - 1;
+int trace_measure_setup(TraceMeasure *m, Backend *be, BackendStream *s, const LogConfig *log, int64_t start,
+                        int64_t steps, int G, int root, char *err, size_t errlen) {
+    int64_t it = log->trace_iteration - 1;
     if (it < start) it = start;
     if (it > steps - 1) it = steps - 1;
-    if (!path[0] || it < start) return trace_measure_init(m, be, s, -1, G);
-    if (root && mist_output_check(path, err, errlen) != 0) return -1;
-    if (trace_measure_init(m, be, s, it, G) == 0) return 0;
-    snprintf(err, errlen, "[log] trace = %s: out of memory for %d timer events", path, 4 * G + 3);
+    if (!log->trace[0] || it < start) return trace_measure_init(m, be, s, -1, G);
+    if (root && mist_output_check(log->trace, err, errlen) != 0) return -1;
+    if (trace_measure_init(m, be, s, it, G) == 0) {
+        m->path = log->trace, m->G = G;
+        return 0;
+    }
+    snprintf(err, errlen, "out of memory for %d timer events", 4 * G + 3);
     return -1;
+}
+
+void trace_measure_finish(TraceMeasure *m, double host_seconds, const CommBackend *comm, const Grid *grid) {
+    if (!m->recording) return;
+    trace_measure_end(m, host_seconds);
+    char err[1024];
+    if (trace_measure_write(m, comm, grid, m->G, m->path, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-train: %s\n", err);
+        comm->abort(comm, 1, "trace write error");
+    }
 }
 
 void trace_measure_free(TraceMeasure *m) {

@@ -545,9 +545,8 @@ static int resume(Training *t) {
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
     if (failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
-    return failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, cfg->log.trace, cfg->log.trace_iteration,
-                                                  t->start, cfg->train.steps, t->G, t->root, t->err, sizeof t->err),
-                           "[log] trace");
+    return failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
+                                                  t->G, t->root, t->err, sizeof t->err), "[log] trace");
 }
 
 // The wait allowed while a checkpoint is gathered and written: comm_timeout
@@ -654,7 +653,7 @@ static int train_loop(Training *t) {
     stop_signal_install();
     char context[64];
     for (int64_t it = t->start; it < tc->steps; it++) {
-        int tracing = trace_measure_begin(&t->trace, it, comm, t->grid);
+        trace_measure_begin(&t->trace, it, comm, t->grid);
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
         comm->set_context(comm, context);
@@ -693,11 +692,7 @@ static int train_loop(Training *t) {
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
-        trace_measure_end(&t->trace, dt);
-        if (tracing && trace_measure_write(&t->trace, comm, t->grid, G, cfg->log.trace, t->err, sizeof t->err)) {
-            fprintf(stderr, "mist-train: %s\n", t->err);
-            comm->abort(comm, 1, "trace write error");
-        }
+        trace_measure_finish(&t->trace, dt, comm, t->grid);
         if (it > t->start) {
             t->timed[t->timed_n++ % TIMED_MAX] = dt;
             t->sum_total += dt, t->sum_compute += t->pipe.sec_compute, t->sum_wait += t->pipe.sec_wait;
