@@ -35,6 +35,12 @@ static double memory_part(const StageAnalysis *s, int k) {
     return s->out[o];
 }
 
+// s as SVG text: the markup characters escaped (a title or a profile's name comes from the user)
+static void xml_text(FILE *f, const char *s) {
+    for (const char *c = s ? s : ""; *c; c++)
+        fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : *c == '&' ? "&amp;" : (char[]){*c, 0}, f);
+}
+
 static void legend_item(FILE *f, int x, int y, const char *colour, const char *name) {
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\" stroke=\"#666\" stroke-width=\"0.5\"/>"
                "<text x=\"%d\" y=\"%d\">%s</text>\n", x, y - 10, colour, x + 16, y, name);
@@ -93,11 +99,10 @@ int plan_svg_write(const PlanAnalysis *a, const Trace *t, const char *title, FIL
                "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
             WIDTH, height, WIDTH, height, WIDTH, height);
     fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
-    for (const char *c = title ? title : ""; *c; c++)  // the title is the user's file name: escape it
-        fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : *c == '&' ? "&amp;" : (char[]){*c, 0}, f);
-    fprintf(f, "</text>\n<text x=\"%d\" y=\"40\">%d stage(s), G = %d micro-batches, %d ranks, %s: iteration %.4g s "
-               "predicted (1F1B), %.1f%% MFU</text>\n",
-            LEFT, S, a->G, a->world, a->hardware, a->iteration_seconds, 100 * a->mfu);
+    xml_text(f, title);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"40\">%d stage(s), G = %d micro-batches, %d ranks, ", LEFT, S, a->G, a->world);
+    xml_text(f, a->hardware);
+    fprintf(f, ": iteration %.4g s predicted (1F1B), %.1f%% MFU</text>\n", a->iteration_seconds, 100 * a->mfu);
     int lx = LEFT;
     for (int k = 0; k < TRACE_KINDS; k++) {
         if (k == TRACE_GRAD_NORM) continue;

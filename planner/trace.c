@@ -35,6 +35,16 @@ double trace_compute_track_seconds(const Trace *t, int stage, int rank) {
     return sum;
 }
 
+void trace_json_escape(char *dst, size_t len, const char *src) {
+    size_t n = 0;
+    for (; *src && n + 3 < len; src++) {
+        if ((unsigned char)*src < 0x20) continue;
+        if (*src == '"' || *src == '\\') dst[n++] = '\\';
+        dst[n++] = *src;
+    }
+    if (len) dst[n < len ? n : len - 1] = 0;
+}
+
 // The thread id of an event: a predicted trace has one row per stream, a
 // measured one a row per rank (compute only), so tids never collide.
 static int thread_of(const TraceEvent *e) { return e->rank < 0 ? e->track : TRACE_TRACKS + e->rank; }

@@ -5,6 +5,7 @@
 // kinds below, so the two files carry the same event names and lie side by side.
 #ifndef MIST_TRACE_H
 #define MIST_TRACE_H
+#include <stddef.h>
 #include <stdio.h>
 
 // What an event is; its name in the JSON is trace_kind_names[kind].
@@ -45,6 +46,9 @@ int trace_add(Trace *t, TraceEvent e);
 void trace_free(Trace *t);
 // Seconds of the events of one stage and rank on the compute track (rank -1: every rank).
 double trace_compute_track_seconds(const Trace *t, int stage, int rank);
+// src as the inside of a JSON string (quotes and backslashes escaped, control
+// characters dropped), cut to fit dst.
+void trace_json_escape(char *dst, size_t len, const char *src);
 // The trace as one JSON object; `about` is added to "otherData" verbatim (a JSON
 // object's members without braces, or NULL). 0, or -1 on a write error.
 int trace_write_json(const Trace *t, const char *about, FILE *f);

@@ -220,7 +220,8 @@ static int write_pictures(const MistConfig *cfg, const Plan *plan, const HwProfi
     const char *paths[2] = {a->trace_path, a->svg_path};
     for (int k = 0; k < 2 && !rc; k++) {
         if (!paths[k]) continue;
-        char *text = NULL, about[256];
+        char *text = NULL, about[256], hw_name[128];
+        trace_json_escape(hw_name, sizeof hw_name, hw->name);
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         if (!f) {
@@ -229,7 +230,7 @@ static int write_pictures(const MistConfig *cfg, const Plan *plan, const HwProfi
         }
         // the trace also says what the analysis's formula gives (the timeline places passes one by one)
         snprintf(about, sizeof about, "\"model_iteration_seconds\": %.9g, \"hardware\": \"%s\", \"world_size\": %d",
-                 an.iteration_seconds, hw->name, an.world);
+                 an.iteration_seconds, hw_name, an.world);
         int bad = k == 0 ? trace_write_json(&t, about, f) : plan_svg_write(&an, &t, a->config_path, f);
         bad |= fclose(f) != 0 || !text;
         if (!bad) bad = mist_write_file_atomic(paths[k], text, len, err, sizeof err) != 0;
