@@ -2,6 +2,7 @@
 // text with explicit colours, so any renderer (browsers, rsvg-convert) draws it alike.
 #include "planner/plan_svg.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 enum {
@@ -25,7 +26,14 @@ static const struct {
 };
 #define MEMORY_PARTS (int)(sizeof memory_parts / sizeof memory_parts[0])
 
-static double gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
+// bytes as "3.97 MiB" or "22.17 GiB"
+static const char *bytes_text(double bytes, char *buf, size_t len) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, len, "%.2f %s", bytes, unit[u]);
+    return buf;
+}
 
 // A segment's bytes: buffers and transient at the larger of the forward and backward peak's
 static double memory_part(const StageAnalysis *s, int k) {
@@ -68,6 +76,7 @@ static void draw_memory(const PlanAnalysis *a, int top, FILE *f) {
     double most = (double)a->capacity;
     for (int i = 0; i < a->num_stages; i++) most = fmax(most, (double)a->stage[i].peak);
     double scale = most > 0 ? (WIDTH - LEFT - RIGHT - 150) / most : 0;
+    char b1[32], b2[32];
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];
         int y = top + i * (BAR + BAR_GAP);
@@ -77,14 +86,15 @@ static void draw_memory(const PlanAnalysis *a, int top, FILE *f) {
         for (int k = 0; k < MEMORY_PARTS; k++) {
             double w = memory_part(s, k) * scale;
             if (w <= 0) continue;
-            fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>%s %.3f GiB</title></rect>\n",
-                    x, y, w, BAR, memory_parts[k].colour, memory_parts[k].name, gib(memory_part(s, k)));
+            fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>%s %s</title></rect>\n",
+                    x, y, w, BAR, memory_parts[k].colour, memory_parts[k].name, bytes_text(memory_part(s, k), b1, sizeof b1));
             x += w;
         }
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"2\"/>\n", cap_x,
                 y - 3, cap_x, y + BAR + 3);
-        fprintf(f, "<text x=\"%.2f\" y=\"%d\">peak %.2f of %.2f GiB%s</text>\n", fmax(x, cap_x) + 8, y + 13,
-                gib((double)s->peak), gib((double)a->capacity), s->fits ? "" : " (does not fit)");
+        fprintf(f, "<text x=\"%.2f\" y=\"%d\">peak %s of %s%s</text>\n", fmax(x, cap_x) + 8, y + 13,
+                bytes_text((double)s->peak, b1, sizeof b1), bytes_text((double)a->capacity, b2, sizeof b2),
+                s->fits ? "" : " (does not fit)");
     }
 }
 

@@ -125,7 +125,7 @@ PYEOF
     [ $rc -eq 0 ] && num_ok 'w >= 800 && h >= 300 && c >= 8' w="${1:-x}" h="${2:-x}" c="${3:-x}"
     tap_ok $? "rsvg-convert renders --svg: ${1:-?} x ${2:-?} pixels, ${3:-?} distinct colours ($(head -c 200 "$W/rsvg.err"))"
     # the picture shows the stages, their memory and the capacity
-    grep -q '>stage 1<' "$W/pp.svg" && grep -q 'optimizer state' "$W/pp.svg" && grep -q 'peak [0-9.]* of [0-9.]* GiB' "$W/pp.svg"
+    grep -q '>stage 1<' "$W/pp.svg" && grep -q 'optimizer state' "$W/pp.svg" && grep -q 'peak [0-9.]* [KMG]iB of [0-9.]* GiB' "$W/pp.svg"
     tap_ok $? "the picture names each stage and its memory against the capacity"
 else
     tap_skip "rsvg-convert not installed (Debian: librsvg2-bin, scripts/install-deps.sh): the SVG is not rendered"
