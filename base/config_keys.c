@@ -93,7 +93,8 @@ const KeySpec config_keys[] = {
     {"log", "interval", KEY_INT, MC(log.interval), 1, BIG, NULL, "print a line every N iterations"},
     {"log", "jsonl", KEY_PATH, MC(log.jsonl), 0, 0, NULL, "one JSON object per iteration; empty = off"},
     {"log", "summary", KEY_PATH, MC(log.summary), 0, 0, NULL, "one JSON object at the end of the run; empty = off"},
-    {"log", "trace", KEY_PATH, MC(log.trace), 0, 0, NULL, "Chrome trace of the schedule; empty = off"},
+    {"log", "trace", KEY_PATH, MC(log.trace), 0, 0, NULL, "Chrome trace of one measured iteration (docs/traces.md); empty = off"},
+    {"log", "trace_iteration", KEY_INT, MC(log.trace_iteration), 1, BIG, NULL, "the iteration [log] trace records (1-based, as the log counts; clamped into the run)"},
 };
 const int config_num_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 

@@ -478,6 +478,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->checkpoint.keep = 3;
     cfg->checkpoint.resume = 1;
     cfg->log.interval = 1;
+    cfg->log.trace_iteration = 2;  // the first iteration carries one-time costs
 }
 
 // The family decides the switches the file did not set (base/model_family.c);

@@ -97,7 +97,8 @@ typedef struct {
     int64_t interval;               // print a line every N iterations
     char jsonl[MIST_PATH_MAX];      // one JSON object per iteration ("" = off)
     char summary[MIST_PATH_MAX];    // one JSON object at the end ("" = off)
-    char trace[MIST_PATH_MAX];      // Chrome trace of the schedule ("" = off)
+    char trace[MIST_PATH_MAX];      // Chrome trace of one measured iteration ("" = off)
+    int64_t trace_iteration;        // the iteration it records, 1-based
 } LogConfig;
 
 typedef struct {

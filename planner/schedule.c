@@ -112,6 +112,20 @@ static Expr stage_phase(StageBuild *sb, const Phase *nc, const Phase *ck, int ba
     return ex_add(x, t, e);
 }
 
+// The side streams' work of one phase over the stage's blocks, before the overlap rule:
+// n_nc normal blocks and n_ck checkpointed ones each bring their phase's work.
+static void stream_work(StageBuild *sb, const Phase *nc, const Phase *ck, Expr *out) {
+    ExprCtx *x = sb->x;
+    Expr L = sb->s[SYM_L], n_ck = ex_min(x, sb->s[SYM_CKPT], L), n_nc = ex_sub(x, L, n_ck);
+    const Phase *ph[2] = {nc, ck};
+    Expr n[2] = {n_nc, n_ck};
+    for (int k = 0; k < 2; k++) {
+        Expr w[STAGE_STREAMS] = {sum2(x, ph[k]->Nw, ph[k]->Ng), ph[k]->H, ph[k]->D};
+        for (int s = 0; s < STAGE_STREAMS; s++)
+            if (w[s] != EXPR_NONE) out[s] = sum2(x, out[s], ex_mul(x, n[k], w[s]));
+    }
+}
+
 static Expr mul_flag(ExprCtx *x, Expr flag, Expr e) { return ex_mul(x, flag, e); }
 
 // Time of the pre or post part: not overlapped with anything (its states are
@@ -234,6 +248,9 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr t_fwd_other = stage_phase(sb, &fwd_other[0], &fwd_other[1], 0);
     Expr t_bwd_last = stage_phase(sb, &bwd_last[0], &bwd_last[1], 1);
     Expr t_bwd_other = stage_phase(sb, &bwd_other[0], &bwd_other[1], 1);
+    const Phase *phases[STAGE_PHASES] = {fwd_first, fwd_other, bwd_last, bwd_other};
+    for (int ph = 0; ph < STAGE_PHASES; ph++)
+        stream_work(sb, &phases[ph][0], &phases[ph][1], &out[ST_STREAMS + STAGE_STREAMS * ph]);
 
     // executed FLOPs per micro-batch: every block fwd + bwd, plus the
     // recomputed forward of the checkpointed ones

@@ -22,7 +22,11 @@ const char *const stage_output_names[ST_OUTPUTS] = {
     "t_stable_seconds", "t_delta_seconds", "peak_bytes_fwd", "peak_bytes_bwd", "weights",     "grads",
     "optimizer",        "activations",     "buffers_fwd",    "buffers_bwd",    "transient_fwd", "transient_bwd",
     "logits",           "host_bytes",      "fwd_first_seconds", "fwd_other_seconds", "bwd_last_seconds",
-    "bwd_other_seconds", "hw_flops_per_microbatch"};
+    "bwd_other_seconds", "hw_flops_per_microbatch",
+    "fwd_first_collectives_seconds", "fwd_first_h2d_seconds", "fwd_first_d2h_seconds",
+    "fwd_other_collectives_seconds", "fwd_other_h2d_seconds", "fwd_other_d2h_seconds",
+    "bwd_last_collectives_seconds", "bwd_last_h2d_seconds", "bwd_last_d2h_seconds",
+    "bwd_other_collectives_seconds", "bwd_other_h2d_seconds", "bwd_other_d2h_seconds"};
 
 // ---- the model's parts as expressions
 

@@ -86,8 +86,15 @@ typedef enum {
     ST_BWD_LAST,       // s: backward of the last micro-batch (incl. grad sync)
     ST_BWD_OTHER,      // s: backward of another micro-batch
     ST_HW_FLOPS,       // FLOPs per micro-batch per rank actually executed (recompute included)
-    ST_OUTPUTS
+    // s: the work of each side stream under the blocks' compute (the input of the overlap
+    // rule, not its result), summed over the stage's blocks, per phase: ST_STREAMS +
+    // STAGE_STREAMS * phase + stream, phase 0..3 = fwd first, fwd other, bwd last, bwd other,
+    // stream 0..2 = collectives (weight gathers, gradient sync), host->device, device->host.
+    // What a trace draws under compute (planner/trace_predict.h).
+    ST_STREAMS,
+    ST_OUTPUTS = ST_STREAMS + 4 * 3
 } StageOutput;
+enum { STAGE_PHASES = 4, STAGE_STREAMS = 3 };
 
 extern const char *const stage_output_names[ST_OUTPUTS];
 

@@ -9,6 +9,7 @@
 #include "runtime/grid.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
+#include "runtime/trace_measure.h"
 
 enum { TAG_ACT = 11, TAG_GRAD = 12, TAG_STATE = 13 };
 
@@ -149,7 +150,9 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!first) link_wait(p, &p->act_in, 0);
             if (!last) link_wait(p, &p->act_out, buf);
             t0 = seconds_now();
+            trace_measure_mark(p->trace, TRACE_FORWARD, g);
             mr_forward(r, slot, dloss, act_in, arena_ptr(&r->pipe_act_out[buf]));
+            trace_measure_mark(p->trace, TRACE_BUBBLE, g);  // the pass ends
             be->stream_synchronize(be, r->stream);  // the output is in its send buffer, the input consumed
             p->sec_compute += seconds_now() - t0;
             if (last) loss += d->loss_sum(d->ctx);
@@ -158,7 +161,9 @@ double pipe_train_iteration(PipeRun *p, int64_t it, float dloss, const PipeData 
             if (!last) link_wait(p, &p->grad_in, 0);
             if (!first) link_wait(p, &p->grad_out, buf);
             t0 = seconds_now();
+            trace_measure_mark(p->trace, TRACE_BACKWARD, g);
             mr_backward(r, slot, grad_in, arena_ptr(&r->pipe_grad_out[buf]));
+            trace_measure_mark(p->trace, TRACE_BUBBLE, g);
             be->stream_synchronize(be, r->stream);
             p->sec_compute += seconds_now() - t0;
         }

@@ -25,6 +25,7 @@ struct Grid;
 struct CommBackend;
 struct CommGroup;
 struct CommRequest;
+struct TraceMeasure;
 
 #define PIPE_MAX_PIECES 256  // ranks of a neighbouring stage one rank exchanges with
 
@@ -51,6 +52,7 @@ typedef struct {
     // (the device's work included: each ends with a stream synchronisation; the
     // collectives inside blocks too), and waiting for other stages' messages
     double sec_compute, sec_wait;
+    struct TraceMeasure *trace;  // marks where each pass begins and ends ([log] trace), or NULL
 } PipeRun;
 
 // What the driver needs from the training loop.

@@ -35,6 +35,7 @@
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
 #include "runtime/stop_signal.h"
+#include "runtime/trace_measure.h"
 #include "runtime/trainlog.h"
 
 static double now_s(void) {
@@ -190,6 +191,7 @@ typedef struct {
     DataLoader *dl, *vdl;    // training and validation data (vdl: NULL without validation)
     int val_batches;
     TrainLog *log;
+    TraceMeasure trace;      // [log] trace: the recorded iteration's timers
     // checkpoints: this rank's fp32 weights, m, v (3 x Pp, padding 0), and the
     // whole model's (3 x Pglobal, global shapes) that the file holds
     float *host_state, *global_state;
@@ -544,7 +546,10 @@ static int resume(Training *t) {
     }
     t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
-    return failed_anywhere(t, !t->log, "[log]");
+    if (failed_anywhere(t, !t->log, "[log]")) return 1;
+    t->pipe.trace = &t->trace;
+    return failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
+                                                  t->G, t->root, t->err, sizeof t->err), "[log] trace");
 }
 
 // The wait allowed while a checkpoint is gathered and written: comm_timeout
@@ -653,6 +658,7 @@ static int train_loop(Training *t) {
     stop_signal_install();
     char context[64];
     for (int64_t it = t->start; it < tc->steps; it++) {
+        trace_measure_begin(&t->trace, it, comm, t->grid);
         double t0 = now_s();
         snprintf(context, sizeof context, "step %lld", (long long)it + 1);
         comm->set_context(comm, context);
@@ -670,6 +676,7 @@ static int train_loop(Training *t) {
         // gradients are summed over dp (dloss already divides by the global token
         // count); the norm covers every rank's shard of every stage
         double t_norm = now_s();
+        trace_measure_mark(&t->trace, TRACE_GRAD_NORM, -1);
         double norm = pipe_grad_norm(&t->pipe);
         t_norm = now_s() - t_norm;
         double lr = lr_at(tc, it);
@@ -693,6 +700,7 @@ static int train_loop(Training *t) {
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
+        trace_measure_finish(&t->trace, dt, comm, t->grid);
         if (it > t->start) {
             t->timed[t->timed_n++ % TIMED_MAX] = dt;
             t->sum_total += dt, t->sum_compute += t->pipe.sec_compute, t->sum_wait += t->pipe.sec_wait;
@@ -831,6 +839,7 @@ static int close_training(Training *t) {
     free(t->whole_ct);
     free(t->whole);
     pipe_free(&t->pipe);
+    trace_measure_free(&t->trace);
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);
     if (t->be) t->be->destroy(t->be);

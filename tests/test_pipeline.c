@@ -5,6 +5,7 @@
 #include <string.h>
 #include "runtime/pipeline_reshard.h"
 #include "runtime/pipeline_schedule.h"
+#include "planner/trace_predict.h"
 #include "tests/tap.h"
 
 #define MAX_S 8
@@ -157,6 +158,23 @@ int main(void) {
     for (int S = 1; S <= MAX_S; S++)
         for (int G = 1; G <= MAX_G; G++) all &= schedule_invariants(S, G);
     ok(all, "1F1B: every micro-batch forward then backward, in order; warm-up and in-flight counts (S 1..8, G 1..12)");
+
+    // the predicted trace (planner/) places passes in the order the runtime runs them
+    int same_order = 1;
+    for (int S = 1; S <= MAX_S; S++)
+        for (int G = 1; G <= MAX_G; G++)
+            for (int s = 0; s < S; s++) {
+                PipeAction run[2 * MAX_G];
+                int traced[2 * MAX_G];
+                pipeline_1f1b(s, S, G, run);
+                trace_1f1b_order(s, S, G, traced);
+                for (int k = 0; k < 2 * G; k++)
+                    if (traced[k] != (run[k].kind == PIPE_FORWARD ? run[k].microbatch : -1 - run[k].microbatch)) {
+                        if (same_order) diag("S=%d G=%d stage %d: action %d differs", S, G, s, k);
+                        same_order = 0;
+                    }
+            }
+    ok(same_order, "the predicted trace's 1F1B order is the runtime's (S 1..8, G 1..12)");
 
     PipeAction a[8];
     ok(pipeline_1f1b(2, 2, 4, a) == -1 && pipeline_1f1b(0, 2, 0, a) == -1, "stage outside the pipeline or G < 1 is refused");

@@ -2,6 +2,7 @@
 // cluster size, without an MPI launch (it never calls MPI_Init).
 //   mist-plan CONFIG.ini [--nodes N --gpus-per-node M] [--space NAME] [--out PLAN.ini] ...
 //   mist-plan CONFIG.ini --analyze [PLAN.ini] [--hardware NAME|FILE] [--json]
+//             [--trace FILE.json] [--svg FILE.svg]
 //             [--op-table FILE [--strict-op-table]] [-o section.key=value]...
 // Exit codes: 0 ok, 2 config/usage error, 3 no plan / the plan does not fit.
 #define _POSIX_C_SOURCE 200809L  // open_memstream
@@ -18,6 +19,8 @@
 #include "base/profile.h"
 #include "planner/optable.h"
 #include "planner/plan_report.h"
+#include "planner/plan_svg.h"
+#include "planner/trace_predict.h"
 #include "planner/search.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"  // launch_check_env
@@ -64,6 +67,9 @@ static void usage(FILE *f) {
             "                           hardware, else cpu)\n"
             "  --op-table FILE          measured per-op latencies overriding the model (docs/plan-analyze.md)\n"
             "  --strict-op-table        refuse a plan with a shape the op table neither lists nor interpolates\n"
+            "  --trace FILE             write the plan's predicted iteration as a Chrome trace (JSON: open in\n"
+            "                           Perfetto or chrome://tracing; docs/traces.md)\n"
+            "  --svg FILE               draw the plan as SVG: the 1F1B timeline and each stage's memory\n"
             "  --json                   print one JSON object instead of the table (a search adds\n"
             "                           its statistics as \"search\")\n"
             "  -o section.key=value     override a config value (repeatable)\n"
@@ -77,7 +83,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *config_path, *plan_path, *hardware, *op_table, *out_path, *space_name;
+    const char *config_path, *plan_path, *hardware, *op_table, *out_path, *space_name, *trace_path, *svg_path;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides, analyze, json, compare, nodes, gpn, frontier_max, threads, strict_table;
     PlanSpace space;
@@ -123,12 +129,14 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
             else if (!strcmp(o, "--gpus-per-node")) a->gpn = (int)v;
             else if (!strcmp(o, "--threads")) a->threads = (int)v;
             else a->frontier_max = (int)v;
-        } else if (!strcmp(o, "--space") || !strcmp(o, "--out")) {
+        } else if (!strcmp(o, "--space") || !strcmp(o, "--out") || !strcmp(o, "--trace") || !strcmp(o, "--svg")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mist-plan: %s needs a value (see --help)\n", o);
                 return 2;
             }
             if (!strcmp(o, "--space")) a->space_name = argv[++i];
+            else if (!strcmp(o, "--trace")) a->trace_path = argv[++i];
+            else if (!strcmp(o, "--svg")) a->svg_path = argv[++i];
             else a->out_path = argv[++i];
         } else if (!strcmp(o, "--hardware") || !strcmp(o, "--op-table") || !strcmp(o, "-o")) {
             if (i + 1 >= argc) {
@@ -195,6 +203,48 @@ static int write_plan_file(const Plan *plan, const SearchOptions *so, const char
     return rc ? 2 : 0;
 }
 
+// --trace and --svg: the plan's predicted iteration as a Chrome trace and as a picture,
+// each written atomically. 0, or 2 (the plan does not analyze, or a write failed).
+static int write_pictures(const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
+                          const PlanArgs *a) {
+    if (!a->trace_path && !a->svg_path) return 0;
+    static PlanAnalysis an;
+    Trace t = {0};
+    char err[1024];
+    if (plan_analyze(&an, cfg, plan, hw, table, err, sizeof err) != 0) {
+        fprintf(stderr, "mist-plan: %s\n", err);
+        return 2;
+    }
+    int rc = trace_predict(&t, &an) ? 2 : 0;
+    if (rc) fprintf(stderr, "mist-plan: out of memory building the trace\n");
+    const char *paths[2] = {a->trace_path, a->svg_path};
+    for (int k = 0; k < 2 && !rc; k++) {
+        if (!paths[k]) continue;
+        char *text = NULL, about[256], hw_name[128];
+        trace_json_escape(hw_name, sizeof hw_name, hw->name);
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) {
+            fprintf(stderr, "mist-plan: %s: out of memory\n", paths[k]);
+            return 2;
+        }
+        // the trace also says what the analysis's formula gives (the timeline places passes one by one)
+        snprintf(about, sizeof about, "\"model_iteration_seconds\": %.9g, \"hardware\": \"%s\", \"world_size\": %d",
+                 an.iteration_seconds, hw_name, an.world);
+        int bad = k == 0 ? trace_write_json(&t, about, f) : plan_svg_write(&an, &t, a->config_path, f);
+        bad |= fclose(f) != 0 || !text;
+        if (!bad) bad = mist_write_file_atomic(paths[k], text, len, err, sizeof err) != 0;
+        else snprintf(err, sizeof err, "out of memory");
+        if (bad) {
+            fprintf(stderr, "mist-plan: %s %s: writing failed: %s\n", k == 0 ? "--trace" : "--svg", paths[k], err);
+            rc = 2;
+        }
+        free(text);
+    }
+    trace_free(&t);
+    return rc;
+}
+
 // Search, print the plan in the --analyze format plus the statistics, write it.
 // hw_name: the profile as named on the command line or in [cluster] (for the plan file's header)
 static int search(const MistConfig *cfg, const HwProfile *hw, const char *hw_name, const OpTable *table,
@@ -218,6 +268,7 @@ static int search(const MistConfig *cfg, const HwProfile *hw, const char *hw_nam
     static Plan plan;
     int rc = plan_report_search(cfg, hw, table, &so, a->json, a->compare, &plan);
     if (rc) return rc;
+    if (write_pictures(cfg, &plan, hw, table, a) != 0) return 2;
     if (a->out_path) {
         if (write_plan_file(&plan, &so, hw_name, a->out_path) != 0) return 2;
         if (!a->json) printf("plan written to %s\n", a->out_path);
@@ -252,7 +303,9 @@ static int analyze(const MistConfig *cfg, const HwProfile *hw, const OpTable *ta
                 plan_world_size(&plan), a->nodes, a->gpn, a->nodes * a->gpn);
         return 2;
     }
-    return plan_report_analysis(cfg, &plan, hw, table, a->json);
+    int rc = plan_report_analysis(cfg, &plan, hw, table, a->json);
+    if (rc == 2) return rc;  // a plan that does not fit is still drawn: the picture shows by how much
+    return write_pictures(cfg, &plan, hw, table, a) ? 2 : rc;
 }
 
 int main(int argc, char **argv) {
@@ -266,10 +319,12 @@ int main(int argc, char **argv) {
     if (rc >= 0) return rc;
     static MistConfig cfg;
     char err[1024];
-    if (a.out_path && mist_output_check(a.out_path, err, sizeof err) != 0) {  // before the search, not after it
-        fprintf(stderr, "mist-plan: --out %s: %s\n", a.out_path, err);
-        return 2;
-    }
+    const char *outputs[3][2] = {{"--out", a.out_path}, {"--trace", a.trace_path}, {"--svg", a.svg_path}};
+    for (int k = 0; k < 3; k++)  // before the search, not after it
+        if (outputs[k][1] && mist_output_check(outputs[k][1], err, sizeof err) != 0) {
+            fprintf(stderr, "mist-plan: %s %s: %s\n", outputs[k][0], outputs[k][1], err);
+            return 2;
+        }
     if (config_load(&cfg, a.config_path, a.overrides, a.n_overrides, 0, err, sizeof err) != 0) {
         fprintf(stderr, "mist-plan: %s\n", err);
         return 2;

@@ -1,0 +1,143 @@
+// SVG picture of a plan (see plan_svg.h). Plain SVG 1.1: rectangles, lines and
+// text with explicit colours, so any renderer (browsers, rsvg-convert) draws it alike.
+#include "planner/plan_svg.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum {
+    WIDTH = 1200, LEFT = 110, RIGHT = 20, TOP = 64,
+    LANE = 18, STREAM_LANE = 5, ROW_GAP = 12,  // a stage row: the compute lane, then one thin lane per side stream
+    BAR = 18, BAR_GAP = 10,
+};
+#define ROW (LANE + 3 * (STREAM_LANE + 1) + ROW_GAP)
+
+static const char *const kind_colour[TRACE_KINDS] = {"#4e79a7", "#f28e2b", "#e3e3e3", "#444444",
+                                                     "#59a14f", "#b07aa1", "#c9a800"};
+
+// the memory classes of a stage's peak, in stacking order (planner/stage_model.h)
+static const struct {
+    int out;
+    const char *name, *colour;
+} memory_parts[] = {
+    {ST_WEIGHTS, "weights", "#4e79a7"},         {ST_GRADS, "gradients", "#f28e2b"},
+    {ST_OPTIMIZER, "optimizer state", "#59a14f"}, {ST_ACTIVATIONS, "activations", "#e15759"},
+    {ST_BUFFERS_FWD, "buffers", "#76b7b2"},     {ST_TRANSIENT_FWD, "transient", "#bab0ac"},
+};
+#define MEMORY_PARTS (int)(sizeof memory_parts / sizeof memory_parts[0])
+
+// bytes as "3.97 MiB" or "22.17 GiB"
+static const char *bytes_text(double bytes, char *buf, size_t len) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, len, "%.2f %s", bytes, unit[u]);
+    return buf;
+}
+
+// A segment's bytes: buffers and transient at the larger of the forward and backward peak's
+static double memory_part(const StageAnalysis *s, int k) {
+    int o = memory_parts[k].out;
+    if (o == ST_BUFFERS_FWD) return fmax(s->out[ST_BUFFERS_FWD], s->out[ST_BUFFERS_BWD]);
+    if (o == ST_TRANSIENT_FWD) return fmax(s->out[ST_TRANSIENT_FWD], s->out[ST_TRANSIENT_BWD]) + s->out[ST_LOGITS];
+    return s->out[o];
+}
+
+// s as SVG text: the markup characters escaped (a title or a profile's name comes from the user)
+static void xml_text(FILE *f, const char *s) {
+    for (const char *c = s ? s : ""; *c; c++)
+        fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : *c == '&' ? "&amp;" : (char[]){*c, 0}, f);
+}
+
+static void legend_item(FILE *f, int x, int y, const char *colour, const char *name) {
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\" stroke=\"#666\" stroke-width=\"0.5\"/>"
+               "<text x=\"%d\" y=\"%d\">%s</text>\n", x, y - 10, colour, x + 16, y, name);
+}
+
+static void draw_timeline(const Trace *t, double scale, FILE *f) {
+    int lane_y[TRACE_TRACKS] = {0, LANE + 1, LANE + STREAM_LANE + 2, LANE + 2 * STREAM_LANE + 3};
+    for (int i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->kind == TRACE_GRAD_NORM && e->dur <= 0) continue;
+        double x = LEFT + e->start * scale, w = fmax(e->dur * scale, 0.5);
+        int y = TOP + e->stage * ROW + lane_y[e->track], h = e->track == TRACE_TRACK_COMPUTE ? LANE : STREAM_LANE;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"", x, y, w, h, kind_colour[e->kind]);
+        // a white edge between passes where there is room for one
+        if (e->track == TRACE_TRACK_COMPUTE && e->kind != TRACE_BUBBLE && w >= 4)
+            fprintf(f, " stroke=\"#ffffff\" stroke-width=\"0.5\"");
+        fprintf(f, "/>\n");
+        if (e->track == TRACE_TRACK_COMPUTE && e->microbatch >= 0 && w >= 14)  // room for the micro-batch number
+            fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"#ffffff\" font-size=\"10\">%d</text>\n",
+                    x + w / 2, y + 13, e->microbatch);
+    }
+}
+
+static void draw_memory(const PlanAnalysis *a, int top, FILE *f) {
+    double most = (double)a->capacity;
+    for (int i = 0; i < a->num_stages; i++) most = fmax(most, (double)a->stage[i].peak);
+    double scale = most > 0 ? (WIDTH - LEFT - RIGHT - 150) / most : 0;
+    char b1[32], b2[32];
+    for (int i = 0; i < a->num_stages; i++) {
+        const StageAnalysis *s = &a->stage[i];
+        int y = top + i * (BAR + BAR_GAP);
+        double x = LEFT, cap_x = LEFT + (double)a->capacity * scale;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">stage %d</text>\n", LEFT - 8, y + 13, i);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#f4f4f4\"/>\n", LEFT, y, cap_x - LEFT, BAR);
+        for (int k = 0; k < MEMORY_PARTS; k++) {
+            double w = memory_part(s, k) * scale;
+            if (w <= 0) continue;
+            fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>%s %s</title></rect>\n",
+                    x, y, w, BAR, memory_parts[k].colour, memory_parts[k].name, bytes_text(memory_part(s, k), b1, sizeof b1));
+            x += w;
+        }
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"2\"/>\n", cap_x,
+                y - 3, cap_x, y + BAR + 3);
+        fprintf(f, "<text x=\"%.2f\" y=\"%d\">peak %s of %s%s</text>\n", fmax(x, cap_x) + 8, y + 13,
+                bytes_text((double)s->peak, b1, sizeof b1), bytes_text((double)a->capacity, b2, sizeof b2),
+                s->fits ? "" : " (does not fit)");
+    }
+}
+
+int plan_svg_write(const PlanAnalysis *a, const Trace *t, const char *title, FILE *f) {
+    int S = a->num_stages;
+    int timeline_h = S * ROW, mem_top = TOP + timeline_h + 70, height = mem_top + S * (BAR + BAR_GAP) + 50;
+    double span = t->iteration_seconds > 0 ? t->iteration_seconds : 1;
+    double scale = (WIDTH - LEFT - RIGHT) / span;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\" fill=\"#222\">\n"
+               "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
+            WIDTH, height, WIDTH, height, WIDTH, height);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
+    xml_text(f, title);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"40\">%d stage(s), G = %d micro-batches, %d ranks, ", LEFT, S, a->G, a->world);
+    xml_text(f, a->hardware);
+    fprintf(f, ": iteration %.4g s predicted (1F1B), %.1f%% MFU</text>\n", a->iteration_seconds, 100 * a->mfu);
+    int lx = LEFT;
+    for (int k = 0; k < TRACE_KINDS; k++) {
+        if (k == TRACE_GRAD_NORM) continue;
+        legend_item(f, lx, 58, kind_colour[k], trace_kind_names[k]);
+        lx += 30 + 8 * (int)strlen(trace_kind_names[k]);
+    }
+    for (int i = 0; i < S; i++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">stage %d</text>\n", LEFT - 8, TOP + i * ROW + 13, i);
+    draw_timeline(t, scale, f);
+    // the time axis: ten ticks
+    int axis_y = TOP + timeline_h + 4;
+    for (int k = 0; k <= 10; k++) {
+        double x = LEFT + k * (WIDTH - LEFT - RIGHT) / 10.0;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#888\"/><text x=\"%.2f\" y=\"%d\" "
+                   "text-anchor=\"middle\" font-size=\"10\">%.3g s</text>\n",
+                x, axis_y, x, axis_y + 5, x, axis_y + 17, span * k / 10);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">device memory per rank (red: capacity)</text>\n", LEFT,
+            mem_top - 30);
+    lx = LEFT;
+    for (int k = 0; k < MEMORY_PARTS; k++) {
+        legend_item(f, lx, mem_top - 8, memory_parts[k].colour, memory_parts[k].name);
+        lx += 30 + 8 * (int)strlen(memory_parts[k].name);
+    }
+    draw_memory(a, mem_top, f);
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -1 : 0;
+}

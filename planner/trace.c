@@ -1,0 +1,82 @@
+// Timed events of one iteration and their Chrome trace-event JSON (see trace.h).
+// Format: {"traceEvents": [...]} with complete events ("ph": "X", "ts" and "dur"
+// in microseconds) and metadata events naming each process (a stage) and thread
+// (a stream, or a rank of the stage in a measured trace).
+#include "planner/trace.h"
+#include <stdlib.h>
+
+const char *const trace_kind_names[TRACE_KINDS] = {"forward", "backward", "bubble", "grad norm",
+                                                   "collectives", "h2d", "d2h"};
+static const char *const track_names[TRACE_TRACKS] = {"compute", "collectives", "host->device", "device->host"};
+
+int trace_add(Trace *t, TraceEvent e) {
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 256;
+        TraceEvent *ev = realloc(t->ev, (size_t)cap * sizeof *ev);
+        if (!ev) return -1;
+        t->ev = ev, t->cap = cap;
+    }
+    t->ev[t->n++] = e;
+    return 0;
+}
+
+void trace_free(Trace *t) {
+    free(t->ev);
+    t->ev = NULL;
+    t->n = t->cap = 0;
+}
+
+double trace_compute_track_seconds(const Trace *t, int stage, int rank) {
+    double sum = 0;
+    for (int i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->stage == stage && e->track == TRACE_TRACK_COMPUTE && (rank < 0 || e->rank == rank)) sum += e->dur;
+    }
+    return sum;
+}
+
+void trace_json_escape(char *dst, size_t len, const char *src) {
+    size_t n = 0;
+    for (; *src && n + 3 < len; src++) {
+        if ((unsigned char)*src < 0x20) continue;
+        if (*src == '"' || *src == '\\') dst[n++] = '\\';
+        dst[n++] = *src;
+    }
+    if (len) dst[n < len ? n : len - 1] = 0;
+}
+
+// The thread id of an event: a predicted trace has one row per stream, a
+// measured one a row per rank (compute only), so tids never collide.
+static int thread_of(const TraceEvent *e) { return e->rank < 0 ? e->track : TRACE_TRACKS + e->rank; }
+
+int trace_write_json(const Trace *t, const char *about, FILE *f) {
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"%s\", \"stages\": %d, "
+               "\"microbatches\": %d, \"iteration_seconds\": %.9g%s%s},\n\"traceEvents\": [\n",
+            t->source, t->stages, t->G, t->iteration_seconds, about ? ", " : "", about ? about : "");
+    // names of the stages and rows, once each, in order (sort indices keep stage 0 on top)
+    for (int s = 0; s < t->stages; s++)
+        fprintf(f, "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": {\"name\": \"stage %d\"}},\n"
+                   "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, \"args\": {\"sort_index\": %d}},\n",
+                s, s, s, s);
+    unsigned char *named = calloc((size_t)t->stages * (TRACE_TRACKS + 1), 1);  // (stage, track) rows named
+    for (int i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        int tid = thread_of(e);
+        if (e->rank < 0 && named && !named[e->stage * (TRACE_TRACKS + 1) + e->track]++)
+            fprintf(f, "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
+                    e->stage, tid, track_names[e->track]);
+        if (e->rank >= 0 && (i == 0 || t->ev[i - 1].rank != e->rank))
+            fprintf(f, "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"rank %d\"}},\n",
+                    e->stage, tid, e->rank);
+    }
+    free(named);
+    for (int i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        fprintf(f, "{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", trace_kind_names[e->kind],
+                e->stage, thread_of(e), e->start * 1e6, e->dur * 1e6);
+        if (e->microbatch >= 0) fprintf(f, ", \"args\": {\"microbatch\": %d}", e->microbatch);
+        fprintf(f, "}%s\n", i + 1 < t->n ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,163 @@
+// Predicted schedule of one iteration (see trace_predict.h).
+//
+// Per micro-batch durations of stage i come from its stage model: the blocks'
+// forward is ST_FWD_FIRST for micro-batch 0 (it carries the deferred optimizer
+// step) and ST_FWD_OTHER after, the backward ST_BWD_LAST for micro-batch G-1
+// (it carries the gradient sync) and ST_BWD_OTHER before. The rest of the
+// stage's time, the pre / post parts and the boundary copies and sends, is
+// priced per micro-batch as e = t - (fwd_other + bwd_other) and once per
+// iteration as e_d = d - (fwd_first + bwd_last - fwd_other - bwd_other); the
+// model does not say which direction it belongs to, so it is split between
+// forward and backward as the blocks' times are (share r = fwd / (fwd + bwd)),
+// e_d going to the first forward and the last backward. A stage's passes then
+// add up to G t + d, the model's total for the stage.
+//
+// The timeline: each pass starts when the stage's previous pass has ended and
+// its input is there (forward g after the forward of g on the stage before,
+// backward g after the backward of g on the stage after); pipeline sends are
+// priced inside the passes. With equal stages this is the model's
+// (G - 1) max t + sum t; with unequal ones it may be slightly different, and
+// the trace records both.
+#include "planner/trace_predict.h"
+#include <math.h>
+#include <stdlib.h>
+
+void trace_1f1b_order(int stage, int S, int G, int *out) {
+    int w = S - stage - 1 < G ? S - stage - 1 : G, n = 0, f = 0, b = 0;
+    while (f < w) out[n++] = f++;
+    while (f < G) {
+        out[n++] = f++;
+        out[n++] = -1 - b++;
+    }
+    while (b < G) out[n++] = -1 - b++;
+}
+
+typedef struct {
+    double fwd_first, fwd_other, bwd_last, bwd_other;  // the passes' durations, edge parts included
+} StagePasses;
+
+static StagePasses stage_passes(const StageAnalysis *s, int G) {
+    const double *o = s->out;
+    double ff = o[ST_FWD_FIRST], fo = o[ST_FWD_OTHER], bl = o[ST_BWD_LAST], bo = o[ST_BWD_OTHER];
+    StagePasses p;
+    if (G == 1) {  // one micro-batch is first and last: t holds everything
+        double e = fmax(o[ST_T] - ff - bl, 0), r = ff + bl > 0 ? ff / (ff + bl) : 0.5;
+        p.fwd_first = p.fwd_other = ff + r * e;
+        p.bwd_last = p.bwd_other = bl + (1 - r) * e;
+        return p;
+    }
+    double e = fmax(o[ST_T] - fo - bo, 0), ed = fmax(o[ST_D] - (ff + bl - fo - bo), 0);
+    double r = fo + bo > 0 ? fo / (fo + bo) : 0.5;
+    p.fwd_other = fo + r * e;
+    p.bwd_other = bo + (1 - r) * e;
+    p.fwd_first = ff + r * (e + ed);
+    p.bwd_last = bl + (1 - r) * (e + ed);
+    return p;
+}
+
+// The side streams' work under one pass, from its start (phase: 0 fwd first,
+// 1 fwd other, 2 bwd last, 3 bwd other).
+static int add_streams(Trace *t, const StageAnalysis *s, int stage, int phase, int g, double start) {
+    static const int kinds[STAGE_STREAMS] = {TRACE_COLLECTIVES, TRACE_H2D, TRACE_D2H};
+    for (int k = 0; k < STAGE_STREAMS; k++) {
+        double work = s->out[ST_STREAMS + STAGE_STREAMS * phase + k];
+        if (work > 0 && trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COLLECTIVES + k, kinds[k], g, start, work}))
+            return -1;
+    }
+    return 0;
+}
+
+// One pass of stage i that may start at `ready` (its input there) and *free_at (the
+// stage done with its previous pass); *done: when its output is there for the
+// neighbour. The first forward's extra work (the deferred optimizer step and the
+// weight refresh) needs no input, so it runs as soon as the stage is free, behind
+// the pipeline's fill; the last backward's (the gradient sync) comes after its
+// output has left, behind the drain: where the model's 1F1B total hides them.
+static int place_pass(Trace *t, const StageAnalysis *s, const StagePasses *sp, int stage, int fwd, int g, int phase,
+                      double ready, double *free_at, double *done) {
+    int kind = fwd ? TRACE_FORWARD : TRACE_BACKWARD;
+    double dur = (double[]){sp->fwd_first, sp->fwd_other, sp->bwd_last, sp->bwd_other}[phase];
+    double first_extra = phase == 0 ? sp->fwd_first - sp->fwd_other : 0;
+    double last_extra = phase == 2 ? sp->bwd_last - sp->bwd_other : 0;
+    if (add_streams(t, s, stage, phase, g, fmax(*free_at, first_extra > 0 ? 0 : ready))) return -1;
+    if (first_extra > 0) {  // the step's part of the first forward, then the forward proper
+        if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, *free_at, first_extra})) return -1;
+        *free_at += first_extra;
+        dur -= first_extra;
+    }
+    double start = fmax(ready, *free_at);
+    if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, start, dur})) return -1;
+    *free_at = start + dur;
+    *done = start + dur - fmax(last_extra, 0);
+    return 0;
+}
+
+// Places every pass; end[i][g] / bend[i][g]: when forward / backward g of stage i ends.
+static int place_passes(Trace *t, const PlanAnalysis *a, double *fend, double *bend) {
+    int S = a->num_stages, G = a->G;
+    int *order = malloc((size_t)S * 2 * G * sizeof *order), *next = calloc((size_t)S, sizeof *next);
+    double *free_at = calloc((size_t)S, sizeof *free_at);
+    StagePasses *sp = malloc((size_t)S * sizeof *sp);
+    int rc = order && next && free_at && sp ? 0 : -1;
+    for (int i = 0; !rc && i < S; i++) {
+        trace_1f1b_order(i, S, G, order + (size_t)i * 2 * G);
+        sp[i] = stage_passes(&a->stage[i], G);
+    }
+    // a pass whose input is not there yet waits; some stage always has a ready pass
+    for (int placed = 0; !rc && placed < 2 * S * G;) {
+        int progress = 0;
+        for (int i = 0; i < S && !rc; i++) {
+            while (next[i] < 2 * G) {
+                int code = order[(size_t)i * 2 * G + next[i]], fwd = code >= 0, g = fwd ? code : -1 - code;
+                double ready = fwd ? (i > 0 ? fend[(size_t)(i - 1) * G + g] : 0) : (i < S - 1 ? bend[(size_t)(i + 1) * G + g] : 0);
+                if (ready < 0) break;  // not placed yet
+                int phase = fwd ? (g == 0 ? 0 : 1) : (g == G - 1 ? 2 : 3);
+                if (place_pass(t, &a->stage[i], &sp[i], i, fwd, g, phase, ready, &free_at[i],
+                               &(fwd ? fend : bend)[(size_t)i * G + g])) {
+                    rc = -1;
+                    break;
+                }
+                next[i]++, placed++, progress = 1;
+            }
+        }
+        if (!progress) rc = -1;  // cannot happen with the 1F1B order; never loop
+    }
+    free(order), free(next), free(free_at), free(sp);
+    return rc;
+}
+
+// The gaps of each stage's compute row, as bubbles, and the unpriced grad-norm mark at the end.
+static int add_bubbles(Trace *t, int S, double end) {
+    int n = t->n;
+    for (int i = 0; i < S; i++) {
+        double at = 0;
+        for (int k = 0; k < n; k++) {  // a stage's passes were added in its order
+            const TraceEvent e = t->ev[k];
+            if (e.stage != i || e.track != TRACE_TRACK_COMPUTE) continue;
+            if (e.start > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, e.start - at}))
+                return -1;
+            at = e.start + e.dur;
+        }
+        if (end > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, end - at}))
+            return -1;
+        // the model does not price the norm's one-number all-reduce: a mark of no length
+        if (trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_GRAD_NORM, -1, end, 0})) return -1;
+    }
+    return 0;
+}
+
+int trace_predict(Trace *t, const PlanAnalysis *a) {
+    int S = a->num_stages, G = a->G;
+    t->stages = S, t->G = G, t->source = "predicted";
+    double *fend = malloc((size_t)S * G * sizeof *fend), *bend = malloc((size_t)S * G * sizeof *bend);
+    int rc = fend && bend ? 0 : -1;
+    for (size_t k = 0; !rc && k < (size_t)S * G; k++) fend[k] = bend[k] = -1;
+    if (!rc) rc = place_passes(t, a, fend, bend);
+    double end = 0;
+    for (int k = 0; k < t->n; k++)
+        if (t->ev[k].track == TRACE_TRACK_COMPUTE) end = fmax(end, t->ev[k].start + t->ev[k].dur);
+    t->iteration_seconds = end;
+    if (!rc) rc = add_bubbles(t, S, end);
+    free(fend), free(bend);
+    return rc;
+}

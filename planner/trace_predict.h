@@ -1,0 +1,19 @@
+// The predicted schedule of one iteration (docs/traces.md): every stage's
+// forwards and backwards in 1F1B order, placed on a timeline from the stage
+// model's per-micro-batch times, the bubbles between them, and the side
+// streams' work (collectives, host<->device copies) under each pass.
+#ifndef MIST_TRACE_PREDICT_H
+#define MIST_TRACE_PREDICT_H
+#include "planner/analyze.h"
+#include "planner/trace.h"
+
+// The 1F1B order as the runtime runs it (runtime/pipeline_schedule.h): w =
+// min(S - s - 1, G) forwards, then one forward and one backward until the
+// forwards are done, then the remaining backwards. out[k] = microbatch for a
+// forward, -1 - microbatch for a backward; 2G entries.
+void trace_1f1b_order(int stage, int S, int G, int *out);
+
+// Fills t (empty on entry) from an analysis. 0, or -1 when out of memory.
+int trace_predict(Trace *t, const PlanAnalysis *a);
+
+#endif

@@ -1,0 +1,172 @@
+#!/bin/sh
+# Traces and the plan's picture (docs/traces.md):
+#  - mist-plan --analyze --trace writes Chrome trace JSON: every stage runs G
+#    forwards and G backwards in the runtime's 1F1B order, its compute row tiles
+#    the iteration, which is the analysis's 1F1B total; offload and ZeRO plans
+#    get side-stream events; a search writes them for the plan it found;
+#  - --svg draws the plan; rsvg-convert renders it to a PNG that is large and
+#    has many colours (a blank page has one);
+#  - mist-train [log] trace on the CPU (2 stages, 2 ranks): the measured trace has
+#    the predicted trace's event names, every rank's G forwards and backwards, and
+#    each rank's events add up to its measured iteration time within 5% (rank 0's:
+#    the log's ms_per_iter);
+#  - bad input: an unwritable --trace / --svg / [log] trace path, trace_iteration 0.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+PLAN_BIN="$MIST_BUILDDIR/mist-plan"
+TRAIN="$MIST_BUILDDIR/mist-train"
+TINY="$MIST_SRCDIR/examples/tiny.ini"
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-traces-test.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+# a 2-stage pipeline of the tiny model, 4 micro-batches of 4 sequences
+PP="-o plan.stages=2 -o plan.G=4 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=4 -o stage.1.layers=1
+ -o stage.1.dp=1 -o stage.1.b=4"
+
+# check_trace FILE S G KIND: the structure of a trace; prints "ok" or what is wrong
+check_trace() {
+    python3 - "$@" <<'PYEOF'
+import json, sys
+path, S, G, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d = json.load(open(path))
+o, ev = d["otherData"], [e for e in d["traceEvents"] if e["ph"] == "X"]
+bad = []
+if o["source"] != kind or o["stages"] != S or o["microbatches"] != G: bad.append("otherData %s" % o)
+# compute rows: predicted tid 0 per stage; measured one row (tid 4 + rank) per rank
+rows = {}
+for e in ev:
+    if kind == "predicted" and e["tid"] != 0: continue
+    rows.setdefault((e["pid"], e["tid"]), []).append(e)
+if len({p for p, _ in rows}) != S: bad.append("%d stages have a compute row" % len({p for p, _ in rows}))
+for (pid, tid), es in sorted(rows.items()):
+    es.sort(key=lambda e: e["ts"])
+    for name in ("forward", "backward"):
+        mbs = sorted({e["args"]["microbatch"] for e in es if e["name"] == name})
+        if mbs != list(range(G)): bad.append("stage %d row %d: %s micro-batches %s" % (pid, tid, name, mbs))
+    # the row tiles [0, its end]: no gap, no overlap (1 ns of rounding)
+    at = 0.0
+    for e in es:
+        if abs(e["ts"] - at) > 2e-3: bad.append("stage %d row %d: event at %g, expected %g" % (pid, tid, e["ts"], at)); break
+        at = e["ts"] + e["dur"]
+    if kind == "predicted" and abs(at - 1e6 * o["iteration_seconds"]) > 1e-3 * at:
+        bad.append("stage %d ends at %g us, the iteration at %g s" % (pid, at, o["iteration_seconds"]))
+    if kind == "measured":
+        host = 1e6 * o["rank_iteration_seconds"][tid - 4]
+        if not (abs(at - host) <= 0.05 * host): bad.append("rank %d: events add up to %g us, its iteration %g us" % (tid - 4, at, host))
+print("ok" if not bad else "; ".join(bad[:4]))
+PYEOF
+}
+names() { python3 -c 'import json,sys; print(" ".join(sorted({e["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"})))' "$1"; }
+
+# ---- 1. predicted traces ---------------------------------------------------------
+# shellcheck disable=SC2086
+"$PLAN_BIN" "$TINY" --analyze $PP --trace "$W/pp.json" --svg "$W/pp.svg" --json >"$W/pp.out" 2>&1
+rc=$?
+res=$(check_trace "$W/pp.json" 2 4 predicted 2>&1)
+[ $rc -eq 0 ] && [ "$res" = ok ]
+tap_ok $? "--analyze --trace: 2 stages x 4 micro-batches, forward and backward each, rows tile the iteration ($res)"
+model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["iteration_seconds"])' "$W/pp.out" 2>/dev/null)
+traced=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["otherData"]["iteration_seconds"])' "$W/pp.json" 2>/dev/null)
+num_ok 'm > 0 && (t - m) / m < 1e-8 && (m - t) / m < 1e-8' m="$model" t="$traced"
+tap_ok $? "the timeline's iteration is the analysis's 1F1B total ($traced s vs $model s)"
+
+# a GPT-3 22B plan with ZeRO-3 and offload on 4 stages: the side streams appear
+OFF="-o plan.G=64 -o stage.1.zero=3 -o stage.1.ao=0.5 -o stage.2.wo=0.5 -o stage.2.oo=1"
+# shellcheck disable=SC2086
+"$PLAN_BIN" "$MIST_SRCDIR/examples/gpt3-22b.ini" --analyze $OFF -o stage.0.b=4 -o stage.1.b=4 -o stage.2.b=4 \
+    -o stage.3.b=4 --trace "$W/off.json" >"$W/off.out" 2>&1
+rc=$?
+res=$(check_trace "$W/off.json" 4 64 predicted 2>&1)
+n=$(names "$W/off.json")
+[ $rc -le 3 ] && [ "$res" = ok ] && [ "$n" = "backward bubble collectives d2h forward grad norm h2d" ]
+tap_ok $? "GPT-3 22B with ZeRO-3 and offload: streams under compute (names: $n; $res)"
+
+# a search writes the trace and the picture of the plan it found
+"$PLAN_BIN" "$TINY" -o plan.mode=auto --trace "$W/s.json" --svg "$W/s.svg" >"$W/s.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ -s "$W/s.json" ] && grep -q '</svg>' "$W/s.svg" && [ "$(check_trace "$W/s.json" "$(
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["otherData"]["stages"])' "$W/s.json")" "$(
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["otherData"]["microbatches"])' "$W/s.json")" predicted)" = ok ]
+tap_ok $? "a search writes --trace and --svg for the plan it found (exit $rc)"
+
+# ---- 2. the picture, rendered ------------------------------------------------------
+if command -v rsvg-convert >/dev/null 2>&1; then
+    rsvg-convert "$W/pp.svg" -o "$W/pp.png" 2>"$W/rsvg.err"
+    rc=$?
+    # a tiny PNG reader: width, height and the distinct colours (8-bit RGB / RGBA)
+    res=$(python3 - "$W/pp.png" <<'PYEOF'
+import struct, sys, zlib
+d = open(sys.argv[1], "rb").read()
+assert d[:8] == b"\x89PNG\r\n\x1a\n"
+pos, idat = 8, b""
+while pos < len(d):
+    n, kind = struct.unpack(">I4s", d[pos:pos + 8])
+    body = d[pos + 8:pos + 8 + n]
+    if kind == b"IHDR": w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+    if kind == b"IDAT": idat += body
+    pos += 12 + n
+assert depth == 8 and ctype in (2, 6), (depth, ctype)
+bpp = 3 if ctype == 2 else 4
+raw, stride, prev, colours, at = zlib.decompress(idat), w * bpp, bytearray(w * bpp), set(), 0
+for y in range(h):
+    f, line = raw[at], bytearray(raw[at + 1:at + 1 + stride]); at += 1 + stride
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0; b = prev[i]; c = prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    colours.update(bytes(line[i:i + bpp]) for i in range(0, stride, bpp))
+    prev = line
+print(w, h, len(colours))
+PYEOF
+)
+    set -- $res
+    [ $rc -eq 0 ] && num_ok 'w >= 800 && h >= 300 && c >= 8' w="${1:-x}" h="${2:-x}" c="${3:-x}"
+    tap_ok $? "rsvg-convert renders --svg: ${1:-?} x ${2:-?} pixels, ${3:-?} distinct colours ($(head -c 200 "$W/rsvg.err"))"
+    # the picture shows the stages, their memory and the capacity
+    grep -q '>stage 1<' "$W/pp.svg" && grep -q 'optimizer state' "$W/pp.svg" && grep -q 'peak [0-9.]* [KMG]iB of [0-9.]* GiB' "$W/pp.svg"
+    tap_ok $? "the picture names each stage and its memory against the capacity"
+else
+    tap_skip "rsvg-convert not installed (Debian: librsvg2-bin, scripts/install-deps.sh): the SVG is not rendered"
+    tap_skip "rsvg-convert not installed: picture contents not checked"
+fi
+
+# ---- 3. the measured trace of a CPU run -------------------------------------------
+# shellcheck disable=SC2086
+mist_mpirun --timeout 120 -np 2 "$TRAIN" "$TINY" -o train.steps=3 -o data.val_interval=0 -o log.interval=1000 $PP \
+    -o log.trace="$W/m.json" -o log.trace_iteration=2 -o log.jsonl="$W/m.jsonl" >"$W/m.out" 2>&1
+rc=$?
+res=$(check_trace "$W/m.json" 2 4 measured 2>&1)
+[ $rc -eq 0 ] && [ "$res" = ok ]
+tap_ok $? "[log] trace: both ranks' 4 forwards and backwards tile their iteration, within 5% of its time ($res)"
+[ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/m.out")"
+log_ms=$(sed -n 2p "$W/m.jsonl" | grep -o '"ms_per_iter": [^,}]*' | sed 's/.*: //')
+rank0_ms=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(e["dur"] for e in d["traceEvents"] if e["ph"]=="X" and e["tid"]==4)/1e3)' "$W/m.json" 2>/dev/null)
+num_ok 'l > 0 && (r - l) / l <= 0.05 && (l - r) / l <= 0.05' l="$log_ms" r="$rank0_ms"
+tap_ok $? "rank 0's events add up to the log's iteration 2 within 5% ($rank0_ms ms vs ms_per_iter $log_ms)"
+pn=$(names "$W/pp.json"); mn=$(names "$W/m.json" 2>/dev/null)
+[ -n "$mn" ] && [ "$pn" = "$mn" ]
+tap_ok $? "the measured and predicted traces have the same event names ($mn | $pn)"
+
+# ---- 4. bad input ------------------------------------------------------------------
+for opt in --trace --svg; do
+    "$PLAN_BIN" "$TINY" --analyze "$opt" "$W" >"$W/bad.out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "mist-plan: $opt $W: .* is a directory" "$W/bad.out"
+    tap_ok $? "$opt naming a directory: exit 2 naming the option and path (exit $rc: $(head -c 200 "$W/bad.out"))"
+done
+"$PLAN_BIN" "$TINY" --analyze --trace >"$W/bad.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--trace needs a value" "$W/bad.out"
+tap_ok $? "--trace without a file: exit 2 (exit $rc)"
+mist_mpirun --timeout 60 -np 1 "$TRAIN" "$TINY" -o train.steps=2 -o plan.G=1 -o stage.0.dp=1 -o stage.0.b=16 \
+    -o log.trace="$W" -o log.jsonl="$W/bad.jsonl" >"$W/bad.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "\[log\] trace: .*$W.* is a directory" "$W/bad.out" && [ ! -s "$W/bad.jsonl" ]
+tap_ok $? "[log] trace naming a directory: the run stops before training, naming the key and path (exit $rc: $(grep -m1 "trace" "$W/bad.out"))"
+"$PLAN_BIN" "$TINY" --analyze -o log.trace_iteration=0 >"$W/bad.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "trace_iteration" "$W/bad.out"
+tap_ok $? "[log] trace_iteration = 0: exit 2 naming the key (exit $rc: $(head -c 200 "$W/bad.out"))"
+tap_end
