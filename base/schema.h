@@ -102,6 +102,10 @@ typedef struct {
 } LogConfig;
 
 typedef struct {
+    char from[MIST_PATH_MAX];  // initial weights: a safetensors file or an llm.c GPT-2 checkpoint ("" = random init)
+} InitConfig;
+
+typedef struct {
     char source[MIST_PATH_MAX];     // the file it came from (for messages)
     ModelConfig model;
     TrainConfig train;
@@ -110,6 +114,7 @@ typedef struct {
     PlanConfig plan;
     CheckpointConfig checkpoint;
     LogConfig log;
+    InitConfig init;
 } MistConfig;
 
 
