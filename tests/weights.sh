@@ -1,0 +1,140 @@
+#!/bin/sh
+# Weights out and in, and sampling (docs/weights.md):
+# - a model trained on the shipped corpus (examples/tiny.ini, 300 steps) is
+#   exported to safetensors; an independent reader (Python standard library,
+#   tests/safetensors_check.py) validates the file and finds every value equal
+#   to the checkpoint's under the documented GPT-2 / Llama mapping, and the
+#   models as Hugging Face defines them pick the same greedy tokens as
+#   mist-sample;
+# - export -> [init] from -> export under another plan (2 stages, tp 2 in one)
+#   is bit-exact, for safetensors and for llm.c GPT-2 files (fp32 and bf16);
+# - sampling: the same seed twice gives the same text, its bytes come from the
+#   corpus's alphabet, an llm.c tokenizer file decodes like the byte tokenizer;
+# - bad input (truncated or malformed headers, dtypes mist cannot convert,
+#   shape mismatches, a tokenizer of the wrong format) gets a clear error.
+. "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
+B="$MIST_BUILDDIR"
+check="python3 $MIST_SRCDIR/tests/safetensors_check.py"
+tiny="$MIST_SRCDIR/examples/tiny.ini"
+W=$(mktemp -d /tmp/mist_weights_XXXXXX)
+trap 'rm -rf "$W"' EXIT
+if ! command -v python3 >/dev/null; then tap_skip "python3 (the independent reader) is not installed"; tap_end; exit; fi
+# one rank, global batch 4: the 300 steps take seconds
+one="-o stage.0.dp=1 -o stage.0.b=4 -o train.global_batch=4 -o data.val_interval=0"
+# weights unchanged by a step: lr 0 (AdamW moves w by lr x (update + wd w) = 0)
+frozen="-o train.steps=1 -o train.lr=0 -o train.min_lr=0 -o data.val_interval=0 -o train.global_batch=4"
+# 2 stages, G 2, the first split over tp 2: 3 ranks
+plan_b="-o plan.stages=2 -o plan.G=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.tp=2 -o stage.0.b=2
+        -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.tp=1 -o stage.1.b=2"
+
+# shellcheck disable=SC2086
+"$B/mist-train" "$tiny" $one -o checkpoint.dir="$W/a" >"$W/a.out" 2>&1
+tap_ok $? "examples/tiny.ini trains 300 steps on one rank"
+"$B/mist-export" "$W/a" --safetensors "$W/a.safetensors" >"$W/e.out" 2>&1 &&
+    "$B/mist-export" "$W/a" --safetensors "$W/a16.safetensors" --dtype bf16 >>"$W/e.out" 2>&1
+tap_ok $? "mist-export writes fp32 and bf16 safetensors"
+ck="$W/a/step_00000300.ckpt"
+$check check "$W/a.safetensors" "$ck" >"$W/c.out" 2>&1 && $check check "$W/a16.safetensors" "$ck" >>"$W/c.out" 2>&1
+tap_ok $? "the independent reader: header, offsets, dtypes, shapes; every value equals the checkpoint's (fp32, bf16)"
+tap_diag "$(cat "$W/c.out")"
+want=$($check greedy "$W/a.safetensors" gpt "The cat " 8 4 2>&1)
+got=$("$B/mist-sample" "$W/a" --prompt "The cat " --tokens 8 --temperature 0 2>&1)
+[ -n "$want" ] && [ "$want" = "$got" ]
+tap_ok $? "GPT-2 as Hugging Face defines it (Conv1D layouts) on the exported file continues greedily as mist-sample does ('$got')"
+
+# shellcheck disable=SC2086
+mist_mpirun -np 3 "$B/mist-train" "$tiny" $frozen $plan_b -o init.from="$W/a.safetensors" -o checkpoint.dir="$W/b" \
+    >"$W/b.out" 2>&1 && "$B/mist-export" "$W/b" --safetensors "$W/b.safetensors" >/dev/null 2>&1 &&
+    cmp "$W/a.safetensors" "$W/b.safetensors"
+tap_ok $? "export -> [init] from -> export under another plan (2 stages, tp 2) is bit-exact"
+for v in 3 5; do
+    $check write-llmc "$W/a.safetensors" "$W/gpt2_v$v.bin" $v 4 &&
+        # shellcheck disable=SC2086
+        "$B/mist-train" "$tiny" $frozen -o stage.0.dp=1 -o stage.0.b=4 -o init.from="$W/gpt2_v$v.bin" \
+            -o checkpoint.dir="$W/llmc$v" >"$W/llmc$v.out" 2>&1
+    d=$([ $v = 3 ] && echo fp32 || echo bf16)
+    "$B/mist-export" "$W/llmc$v" --safetensors "$W/llmc$v.safetensors" --dtype $d >/dev/null 2>&1 &&
+        cmp "$W/llmc$v.safetensors" "$W/$([ $v = 3 ] && echo a || echo a16).safetensors"
+    tap_ok $? "[init] from an llm.c GPT-2 checkpoint (version $v, $d, padded vocabulary) loads bit-exactly"
+done
+
+# Llama names: q/k/v and gate/up split from mist's fused rows, rotary as rotate_half
+# shellcheck disable=SC2086
+"$B/mist-train" "$MIST_SRCDIR/examples/tiny-llama.ini" $one -o train.steps=60 -o checkpoint.dir="$W/l" >"$W/l.out" 2>&1 &&
+    "$B/mist-export" "$W/l" --safetensors "$W/l.safetensors" >/dev/null 2>&1 &&
+    $check check "$W/l.safetensors" "$W/l/step_00000060.ckpt" >"$W/lc.out" 2>&1
+tap_ok $? "Llama: exported, every value equals the checkpoint's ($(cat "$W/lc.out"))"
+want=$($check greedy "$W/l.safetensors" llama "The cat " 8 4 2 2>&1)
+got=$("$B/mist-sample" "$W/l" --prompt "The cat " --tokens 8 --temperature 0 2>&1)
+[ -n "$want" ] && [ "$want" = "$got" ]
+tap_ok $? "Llama as Hugging Face defines it (GQA, rotate_half, SwiGLU) continues greedily as mist-sample does ('$got')"
+# shellcheck disable=SC2086
+mist_mpirun -np 2 "$B/mist-train" "$MIST_SRCDIR/examples/tiny-llama.ini" $frozen -o stage.0.dp=1 -o stage.0.tp=2 \
+    -o stage.0.b=4 -o init.from="$W/l.safetensors" -o checkpoint.dir="$W/l2" >"$W/l2.out" 2>&1 &&
+    "$B/mist-export" "$W/l2" --safetensors "$W/l2.safetensors" >/dev/null 2>&1 && cmp "$W/l.safetensors" "$W/l2.safetensors"
+tap_ok $? "Llama: export -> [init] from under tp 2 -> export is bit-exact"
+
+# sampling
+s1=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 7 --top-k 40 2>&1)
+s2=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 7 --top-k 40 2>&1)
+s3=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 8 --top-k 40 2>&1)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s1" != "$s3" ]
+tap_ok $? "the same seed twice gives the same 200 bytes, another seed other bytes"
+printf '%s' "$s1" >"$W/s1.txt"
+python3 -c '
+import sys
+alphabet = set(open(sys.argv[1], "rb").read()) | {10}
+text = open(sys.argv[2], "rb").read()
+bad = sorted(set(text) - alphabet)
+print("%d bytes sampled, %d distinct, outside the corpus alphabet: %s" % (len(text), len(set(text)), bad))
+sys.exit(1 if bad or len(text) < 200 else 0)' "$MIST_SRCDIR/examples/data/corpus.txt" "$W/s1.txt" >"$W/alpha.out" 2>&1
+tap_ok $? "the trained model samples bytes of the corpus's alphabet ($(cat "$W/alpha.out"))"
+tap_diag "sample: $(echo "$s1" | head -c 160 | tr '\n' ' ')"
+# an llm.c tokenizer file whose 256 tokens are the bytes, end-of-text = newline (the byte tokenizer's start)
+python3 -c '
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", 20240328, 2, 256, 10, *([0] * 252)))
+    for b in range(256): f.write(bytes([1, b]))' "$W/tok.bin"
+t1=$("$B/mist-sample" "$W/a" --tokens 50 --seed 3 2>&1)
+t2=$("$B/mist-sample" "$W/a" --tokens 50 --seed 3 --tokenizer "$W/tok.bin" 2>&1)
+[ -n "$t1" ] && [ "$t1" = "$t2" ]
+tap_ok $? "an llm.c tokenizer file (magic 20240328, version 2) decodes as the byte tokenizer"
+
+# errors: each names the file and what is wrong
+err() {  # err NAME PATTERN CMD...: exits 1, says PATTERN, no crash
+    name=$1; pat=$2; shift 2
+    "$@" >"$W/err.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "$pat" "$W/err.out"
+    tap_ok $? "$name (exit $rc): $(grep -m1 "$pat" "$W/err.out" | cut -c1-220)"
+}
+init() { "$B/mist-train" "$tiny" $frozen -o stage.0.dp=1 -o stage.0.b=4 -o init.from="$1"; }
+head -c 5 "$W/a.safetensors" >"$W/short.safetensors"
+err "truncated before the header length" "fewer than the 8-byte header length" init "$W/short.safetensors"
+head -c 900 "$W/a.safetensors" >"$W/cut.safetensors"
+err "truncated inside the header" "more than the file holds" init "$W/cut.safetensors"
+python3 - "$W" <<'EOF'
+import json, struct, sys
+w = sys.argv[1]
+data = open(w + "/a.safetensors", "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+hdr = data[8:8 + n]
+open(w + "/bad_json.safetensors", "wb").write(data[:8] + hdr.replace(b'"shape"', b'"shape" [', 1) + data[8 + n:])
+h = json.loads(hdr)
+h["transformer.wte.weight"]["dtype"] = "I32"
+h2 = json.dumps(h).encode()
+h2 += b" " * (len(hdr) - len(h2))
+open(w + "/i32.safetensors", "wb").write(struct.pack("<Q", len(h2)) + h2 + data[8 + n:])
+EOF
+err "malformed JSON header" "JSON header is malformed at byte" init "$W/bad_json.safetensors"
+err "a dtype mist cannot convert" "dtype I32, which mist cannot convert" init "$W/i32.safetensors"
+err "shape mismatches named key by key" "transformer.h.0.attn.c_attn.weight' has shape \[64, 192\], the model needs \[32, 96\]" \
+    "$B/mist-train" "$tiny" $frozen -o stage.0.dp=1 -o stage.0.b=4 -o model.hidden=32 -o init.from="$W/a.safetensors"
+err "a tokenizer file of the wrong format" "is not an llm.c GPT-2 tokenizer file: its magic number" \
+    "$B/mist-sample" "$W/a" --tokenizer "$W/a.safetensors"
+err "a prompt with a GPT-2 tokenizer file" "needs the byte tokenizer" "$B/mist-sample" "$W/a" --prompt x --tokenizer "$W/tok.bin"
+"$B/mist-sample" "$W/a" --top-k -1 >"$W/err.out" 2>&1
+[ $? -eq 2 ] && grep -q "allowed: a number 0" "$W/err.out"
+tap_ok $? "a bad option value is a usage error naming what is allowed"
+tap_end
