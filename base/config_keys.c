@@ -97,6 +97,7 @@ const KeySpec config_keys[] = {
     {"log", "summary", KEY_PATH, MC(log.summary), 0, 0, NULL, "one JSON object at the end of the run; empty = off"},
     {"log", "trace", KEY_PATH, MC(log.trace), 0, 0, NULL, "Chrome trace of one measured iteration (docs/traces.md); empty = off"},
     {"log", "trace_iteration", KEY_INT, MC(log.trace_iteration), 1, BIG, NULL, "the iteration [log] trace records (1-based, as the log counts; clamped into the run)"},
+    {"log", "sample_interval", KEY_INT, MC(log.sample_interval), 0, BIG, NULL, "print 64 tokens of generated text every N iterations (one pipeline stage); 0 = off"},
 };
 const int config_num_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 

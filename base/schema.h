@@ -99,6 +99,7 @@ typedef struct {
     char summary[MIST_PATH_MAX];    // one JSON object at the end ("" = off)
     char trace[MIST_PATH_MAX];      // Chrome trace of one measured iteration ("" = off)
     int64_t trace_iteration;        // the iteration it records, 1-based
+    int64_t sample_interval;        // print a sample of generated text every N iterations (0 = off)
 } LogConfig;
 
 typedef struct {

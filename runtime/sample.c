@@ -1,11 +1,16 @@
 // Sampling text from a checkpoint's model on the CPU backend (runtime/sample.h).
 #include "runtime/sample.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/zero.h"
 
-int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, size_t errlen) {
+// The CPU runtime of the whole model at micro-batch 1, its weights taken
+// from global (r->Pglobal floats, the whole-model layout of a checkpoint) or,
+// when global is NULL, read from ck.
+static int sampler_build(Sampler *s, const ModelConfig *m, const float *from, CkptReader *ck, char *err,
+                         size_t errlen) {
     memset(s, 0, sizeof *s);
     s->be = backend_cpu_create(MIST_F32, err, errlen);
     ModelRuntime *r = &s->r;
@@ -14,7 +19,8 @@ int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, si
     float *global = calloc(r->Pglobal, sizeof *global), *local = calloc(r->Pp, sizeof *local);
     int rc = !global || !local;
     if (rc) snprintf(err, errlen, "out of host memory for %zu parameters", r->Pglobal);
-    for (int k = 0; k < r->num_tensors && !rc; k++) {
+    if (!rc && from) memcpy(global, from, r->Pglobal * sizeof *global);
+    for (int k = 0; k < r->num_tensors && !rc && !from; k++) {
         const ParamTensor *p = &r->tensors[k];
         char name[CKPT_NAME_MAX];
         snprintf(name, sizeof name, "param/%s", p->name);
@@ -28,6 +34,14 @@ int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, si
     }
     free(global), free(local);
     return rc ? -1 : 0;
+}
+
+int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, size_t errlen) {
+    return sampler_build(s, m, NULL, ck, err, errlen);
+}
+
+int sampler_open_weights(Sampler *s, const ModelConfig *m, const float *global, char *err, size_t errlen) {
+    return sampler_build(s, m, global, NULL, err, errlen);
 }
 
 void sampler_close(Sampler *s) {

@@ -18,6 +18,9 @@ typedef struct {
 
 // The model m with the weights of checkpoint ck (param/NAME tensors). 0, or -1 with err.
 int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, size_t errlen);
+// The same from whole-model fp32 weights in memory: global holds Pglobal
+// floats in the layout of a one-stage, tp 1 runtime of m (tensor k at its goffset).
+int sampler_open_weights(Sampler *s, const ModelConfig *m, const float *global, char *err, size_t errlen);
 // Appends n tokens to tokens[0..*len) (capacity *len + n), drawing with the
 // xorshift generator seeded by seed: the same seed gives the same tokens.
 // temperature 0 takes the most likely token; top_k 0 keeps every token.

@@ -33,6 +33,7 @@
 #include "planner/search.h"
 #include "runtime/grid.h"
 #include "runtime/init_weights.h"
+#include "runtime/train_sample.h"
 #include "models/model.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
@@ -665,6 +666,8 @@ static int train_loop(Training *t) {
             fprintf(stderr, "mist-train: rank %d: %s\n", rank, t->err);
             comm->abort(comm, 1, "log write error");
         }
+        if (cfg->log.sample_interval > 0 && (it + 1) % cfg->log.sample_interval == 0)
+            train_sample_print(r, root, it + 1, tc->seed);
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.

@@ -28,8 +28,12 @@ plan_b="-o plan.stages=2 -o plan.G=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stag
         -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.tp=1 -o stage.1.b=2"
 
 # shellcheck disable=SC2086
-"$B/mist-train" "$tiny" $one -o checkpoint.dir="$W/a" >"$W/a.out" 2>&1
+"$B/mist-train" "$tiny" $one -o checkpoint.dir="$W/a" -o log.sample_interval=150 >"$W/a.out" 2>&1
 tap_ok $? "examples/tiny.ini trains 300 steps on one rank"
+n=$(grep -a -c -A1 "^mist: sample at iteration [13][50]0:$" "$W/a.out")
+[ "$(grep -a -A1 "^mist: sample at iteration 300:$" "$W/a.out" | tail -n 1 | wc -c)" -gt 20 ] && [ "$n" -eq 2 ]
+tap_ok $? "[log] sample_interval = 150 prints a sample at iterations 150 and 300 ($n)"
+tap_diag "$(grep -a -A1 "^mist: sample at iteration 300:$" "$W/a.out")"
 "$B/mist-export" "$W/a" --safetensors "$W/a.safetensors" >"$W/e.out" 2>&1 &&
     "$B/mist-export" "$W/a" --safetensors "$W/a16.safetensors" --dtype bf16 >>"$W/e.out" 2>&1
 tap_ok $? "mist-export writes fp32 and bf16 safetensors"
@@ -44,9 +48,11 @@ tap_ok $? "GPT-2 as Hugging Face defines it (Conv1D layouts) on the exported fil
 
 # shellcheck disable=SC2086
 mist_mpirun -np 3 "$B/mist-train" "$tiny" $frozen $plan_b -o init.from="$W/a.safetensors" -o checkpoint.dir="$W/b" \
-    >"$W/b.out" 2>&1 && "$B/mist-export" "$W/b" --safetensors "$W/b.safetensors" >/dev/null 2>&1 &&
+    -o log.sample_interval=1 >"$W/b.out" 2>&1 && "$B/mist-export" "$W/b" --safetensors "$W/b.safetensors" >/dev/null 2>&1 &&
     cmp "$W/a.safetensors" "$W/b.safetensors"
 tap_ok $? "export -> [init] from -> export under another plan (2 stages, tp 2) is bit-exact"
+grep -q "sample_interval: no samples with 2 pipeline stages" "$W/b.out"
+tap_ok $? "with 2 pipeline stages [log] sample_interval says it does not sample"
 for v in 3 5; do
     $check write-llmc "$W/a.safetensors" "$W/gpt2_v$v.bin" $v 4 &&
         # shellcheck disable=SC2086
