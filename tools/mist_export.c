@@ -4,8 +4,9 @@
 // dir: its latest) as a safetensors file with the names and layouts of
 // Hugging Face's GPT-2 or Llama (runtime/hf_names.h, docs/weights.md).
 // Checkpoints hold whole tensors whatever the plan that wrote them, so
-// nothing is merged here; the export streams: one tensor is in memory at a
-// time (two while a GPT-2 Conv1D weight is transposed).
+// nothing is merged here; the export streams: at most 16 MB of a tensor is in
+// memory at a time, or a whole GPT-2 Conv1D weight and its transpose.
+#include <config.h>  // PACKAGE_VERSION
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,9 @@
 static const char USAGE[] = "usage: mist-export CHECKPOINT --safetensors OUT [--dtype fp32|bf16]\n"
                             "  CHECKPOINT  a step_*.ckpt file, or a [checkpoint] dir (its latest)\n"
                             "  OUT         the safetensors file to write (Hugging Face GPT-2 / Llama names)\n"
-                            "  --dtype     fp32 (default, exact) or bf16 (round to nearest even)\n";
+                            "  --dtype     fp32 (default, exact) or bf16 (round to nearest even)\n"
+                            "  -V, --version  print the version and exit\n"
+                            "Names, layouts and the streaming are described in docs/weights.md.\n";
 
 typedef struct {
     char mist[CKPT_NAME_MAX];  // "param/block.0.qkv_w"
@@ -54,29 +57,43 @@ static int list_items(CkptReader *r, const ModelConfig *m, ExportItem **out, cha
     return count;
 }
 
+// Rows stream through a buffer of at most STREAM_ELEMS floats; a transposed
+// (Conv1D) piece is read whole, since each of its output rows takes one
+// element of every input row.
+#define STREAM_ELEMS ((int64_t)4 << 20)
+
+static int grow(float **buf, size_t *cap, size_t count) {
+    if (count <= *cap) return 0;
+    free(*buf);
+    *cap = count;
+    return (*buf = malloc(count * sizeof **buf)) ? 0 : -1;
+}
+
 static int write_items(CkptReader *r, StWriter *w, const ExportItem *items, int n, char *err, size_t errlen) {
     float *buf = NULL, *tbuf = NULL;
-    size_t cap = 0;
+    size_t cap = 0, tcap = 0;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         const ExportItem *it = &items[i];
         const HfPiece *p = &it->piece;
-        size_t count = (size_t)(p->rows * it->cols);
-        if (count > cap) {
-            free(buf), free(tbuf);
-            cap = count;
-            buf = malloc(cap * sizeof *buf), tbuf = malloc(cap * sizeof *tbuf);
-            if (!buf || !tbuf) { snprintf(err, errlen, "out of host memory for tensor '%s'", it->mist); rc = -1; break; }
+        int64_t count = p->rows * it->cols, step = p->transpose ? count : STREAM_ELEMS;
+        for (int64_t at = 0; at < count && !rc; at += step) {
+            size_t take = (size_t)(count - at < step ? count - at : step);
+            if (grow(&buf, &cap, take) || (p->transpose && grow(&tbuf, &tcap, take))) {
+                snprintf(err, errlen, "out of host memory for tensor '%s'", it->mist);
+                rc = -1;
+                break;
+            }
+            rc = ckpt_read_tensor(r, it->mist, MIST_F32, p->row0 * it->cols + at, (int64_t)take, buf, err, errlen);
+            if (rc) break;
+            const float *data = buf;
+            if (p->transpose) {  // (rows, cols) -> (cols, rows): out[c][a] = in[a][c]
+                for (int64_t a = 0; a < p->rows; a++)
+                    for (int64_t c = 0; c < it->cols; c++) tbuf[c * p->rows + a] = buf[a * it->cols + c];
+                data = tbuf;
+            }
+            if (st_writer_append(w, data, take)) { snprintf(err, errlen, "write failed"); rc = -1; }
         }
-        rc = ckpt_read_tensor(r, it->mist, MIST_F32, p->row0 * it->cols, (int64_t)count, buf, err, errlen);
-        if (rc) break;
-        const float *data = buf;
-        if (p->transpose) {  // (rows, cols) -> (cols, rows): out[c][r] = in[r][c]
-            for (int64_t a = 0; a < p->rows; a++)
-                for (int64_t c = 0; c < it->cols; c++) tbuf[c * p->rows + a] = buf[a * it->cols + c];
-            data = tbuf;
-        }
-        if (st_writer_append(w, data, count)) { snprintf(err, errlen, "write failed"); rc = -1; }
     }
     free(buf), free(tbuf);
     return rc;
@@ -86,6 +103,7 @@ int main(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *dtype = "fp32";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { fputs(USAGE, stdout); return 0; }
+        if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) { printf("mist-export (mist) %s\n", PACKAGE_VERSION); return 0; }
         if ((!strcmp(argv[i], "--safetensors") || !strcmp(argv[i], "--dtype")) && i + 1 >= argc) {
             fprintf(stderr, "mist-export: %s needs a value\n%s", argv[i], USAGE);
             return 2;

@@ -4,6 +4,7 @@
 // Generates text from a mist checkpoint on the CPU backend (runtime/sample.h)
 // and prints it: the prompt, then the new tokens decoded with the byte
 // tokenizer, or llm.c's GPT-2 tokenizer file when given.
+#include <config.h>  // PACKAGE_VERSION
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ static const char USAGE[] =
     "  --temperature  0 (most likely token) .. 100 (default 1)\n"
     "  --top-k        draw among the K most likely tokens; 0 = all (default 0)\n"
     "  --seed         the random draw's seed (default 1); the same seed gives the same text\n"
-    "  --tokenizer    llm.c's gpt2_tokenizer.bin to decode GPT-2 token ids; default: bytes\n";
+    "  --tokenizer    llm.c's gpt2_tokenizer.bin to decode GPT-2 token ids; default: bytes\n"
+    "  -V, --version  print the version and exit\n";
 
 typedef struct {
     const char *ckpt, *prompt, *tokenizer;
@@ -44,6 +46,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         const char *f = argv[i];
         double v;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(USAGE, stdout); exit(0); }
+        if (!strcmp(f, "-V") || !strcmp(f, "--version")) { printf("mist-sample (mist) %s\n", PACKAGE_VERSION); exit(0); }
         if (f[0] != '-') {
             if (a->ckpt) { fprintf(stderr, "mist-sample: unexpected argument '%s'\n%s", f, USAGE); return -1; }
             a->ckpt = f;
