@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "runtime/hf_names.h"
 #include "runtime/safetensors.h"
 #include "runtime/zero.h"
@@ -166,6 +167,12 @@ static int read_llmc(const ModelRuntime *r, const char *path, float *global, cha
 }
 
 int init_weights_read(const ModelRuntime *r, const char *path, float *global, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "'%s' is a directory (hint: [init] from names a safetensors file or an llm.c GPT-2 "
+                 "checkpoint file)", path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     int32_t magic = 0;
     if (!f) {

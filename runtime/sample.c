@@ -90,20 +90,24 @@ int sample_pick(const float *logits, int V, double temperature, int top_k, uint6
     return pick;
 }
 
-void sampler_generate(Sampler *s, int32_t *tokens, int *len, int n, double temperature, int top_k, uint64_t seed) {
+const float *sampler_logits(Sampler *s, const int32_t *tokens, int len) {
     ModelRuntime *r = &s->r;
-    uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;  // xorshift needs a non-zero state
-    int T = r->T;
+    int T = r->T, first = len > T ? len - T : 0, count = len - first;  // the window: the last T tokens
     int32_t *in = mr_inputs(r, 0), *tg = mr_targets(r);
+    memset(in, 0, (size_t)T * sizeof *in);
+    memset(tg, 0, (size_t)T * sizeof *tg);
+    memcpy(in, tokens + first, (size_t)count * sizeof *in);
+    mr_forward(r, 0, 0.0f, NULL, NULL);
+    s->be->stream_synchronize(s->be, r->stream);
+    // the logits stay in the (released) CPU buffer: row count - 1, stride Vs
+    return (const float *)arena_ptr(&r->logits) + (size_t)(count - 1) * (size_t)r->Vs;
+}
+
+void sampler_generate(Sampler *s, int32_t *tokens, int *len, int n, double temperature, int top_k, uint64_t seed) {
+    uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;  // xorshift needs a non-zero state
     for (int step = 0; step < n; step++) {
-        int first = *len > T ? *len - T : 0, count = *len - first;  // the window: the last T tokens
-        memset(in, 0, (size_t)T * sizeof *in);
-        memset(tg, 0, (size_t)T * sizeof *tg);
-        memcpy(in, tokens + first, (size_t)count * sizeof *in);
-        mr_forward(r, 0, 0.0f, NULL, NULL);
-        s->be->stream_synchronize(s->be, r->stream);
-        // the logits stay in the (released) CPU buffer: row count - 1, stride Vs
-        const float *logits = (const float *)arena_ptr(&r->logits) + (size_t)(count - 1) * (size_t)r->Vs;
-        tokens[(*len)++] = sample_pick(logits, r->V, temperature, top_k, &rng);
+        const float *logits = sampler_logits(s, tokens, *len);
+        tokens[*len] = sample_pick(logits, s->r.V, temperature, top_k, &rng);
+        (*len)++;
     }
 }

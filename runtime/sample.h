@@ -21,6 +21,8 @@ int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, si
 // The same from whole-model fp32 weights in memory: global holds Pglobal
 // floats in the layout of a one-stage, tp 1 runtime of m (tensor k at its goffset).
 int sampler_open_weights(Sampler *s, const ModelConfig *m, const float *global, char *err, size_t errlen);
+// The next-token logits (V floats, valid until the next call) after tokens[0..len), len >= 1.
+const float *sampler_logits(Sampler *s, const int32_t *tokens, int len);
 // Appends n tokens to tokens[0..*len) (capacity *len + n), drawing with the
 // xorshift generator seeded by seed: the same seed gives the same tokens.
 // temperature 0 takes the most likely token; top_k 0 keeps every token.

@@ -9,10 +9,9 @@
       documented mapping (docs/weights.md): GPT-2 Conv1D weights transposed,
       Llama q/k/v and gate/up split from the fused rows; BF16 as the
       round-to-nearest-even of the fp32 value.
-  safetensors_check.py greedy FILE.safetensors FAMILY PROMPT N [KV_HEADS]
-      Runs the model as Hugging Face's GPT-2 / Llama code defines it on the
-      file's tensors (pure Python) and prints the N most likely next bytes,
-      one at a time (greedy), for comparison with mist-sample --temperature 0.
+  safetensors_check.py logits FILE.safetensors FAMILY PROMPT HEADS KV_HEADS MIST_OUT
+      Compares mist-sample --show-logits K output (MIST_OUT: "id logit" lines)
+      with the next-token logits of the model as Hugging Face defines it.
   safetensors_check.py write-llmc FILE.safetensors OUT.bin VERSION
       Writes the GPT-2 tensors as an llm.c checkpoint (version 3 fp32, 5 bf16).
 Exit status 1 with a message on any disagreement.
@@ -252,13 +251,26 @@ def llama_logits(T, toks, nh, nkv, eps=1e-6):
     return linear_out_in(rmsnorm(xs[-1], T["model.norm.weight"][2], eps), mat(head))
 
 
-def greedy(st_path, family, prompt, n, heads, kv_heads):
+def compare_logits(st_path, family, prompt, heads, kv_heads, mist_out):
+    """mist-sample --show-logits K output against the logits of the model as HF defines it"""
     _, _, T = read_safetensors(st_path)
     toks = list(prompt.encode())
-    for _ in range(n):
-        z = gpt2_logits(T, toks, heads) if family == "gpt" else llama_logits(T, toks, heads, kv_heads)
-        toks.append(max(range(len(z)), key=lambda v: (z[v], -v)))
-    sys.stdout.write(bytes(toks).decode("latin-1") + "\n")
+    z = gpt2_logits(T, toks, heads) if family == "gpt" else llama_logits(T, toks, heads, kv_heads)
+    rows = [line.split() for line in open(mist_out) if line.strip()]
+    if not rows:
+        fail("%s: no logits" % mist_out)
+    worst = 0.0
+    for tok, logit in rows:
+        d = abs(z[int(tok)] - float(logit))
+        worst = max(worst, d)
+        if d > 1e-4 * max(1.0, abs(z[int(tok)])):
+            fail("token %s: mist logit %s, the %s model's %.9g" % (tok, logit, family, z[int(tok)]))
+    ranked = sorted(range(len(z)), key=lambda v: (-z[v], v))[:len(rows)]
+    close = [int(t) for t, _ in rows] == ranked or all(abs(z[int(t)] - z[r]) < 1e-4
+                                                         for (t, _), r in zip(rows, ranked))
+    if not close:
+        fail("mist's top %d tokens %s, the %s model's %s" % (len(rows), [r[0] for r in rows], family, ranked))
+    print("top %d next tokens and their logits agree (largest difference %.2e)" % (len(rows), worst))
 
 
 def write_llmc(st_path, out, version):
@@ -295,9 +307,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "check":
         check(sys.argv[2], sys.argv[3])
-    elif cmd == "greedy":
-        kv = int(sys.argv[7]) if len(sys.argv) > 7 else int(sys.argv[6])
-        greedy(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), kv)
+    elif cmd == "logits":
+        compare_logits(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
     elif cmd == "write-llmc":
         write_llmc(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:

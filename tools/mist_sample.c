@@ -22,11 +22,12 @@ static const char USAGE[] =
     "  --top-k        draw among the K most likely tokens; 0 = all (default 0)\n"
     "  --seed         the random draw's seed (default 1); the same seed gives the same text\n"
     "  --tokenizer    llm.c's gpt2_tokenizer.bin to decode GPT-2 token ids; default: bytes\n"
+    "  --show-logits K  print the K most likely next tokens after the prompt, 'id logit' per line, and exit\n"
     "  -V, --version  print the version and exit\n";
 
 typedef struct {
     const char *ckpt, *prompt, *tokenizer;
-    long long tokens, top_k, seed;
+    long long tokens, top_k, seed, show_logits;
     double temperature;
 } Args;
 
@@ -59,6 +60,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if (!strcmp(f, "--temperature")) { if (number(f, val, 0, 100, &a->temperature)) return -1; }
         else if (!strcmp(f, "--tokens")) { if (number(f, val, 1, 1e6, &v)) return -1; a->tokens = (long long)v; }
         else if (!strcmp(f, "--top-k")) { if (number(f, val, 0, 1 << 24, &v)) return -1; a->top_k = (long long)v; }
+        else if (!strcmp(f, "--show-logits")) { if (number(f, val, 1, 1 << 24, &v)) return -1; a->show_logits = (long long)v; }
         else if (!strcmp(f, "--seed")) { if (number(f, val, 0, 9e15, &v)) return -1; a->seed = (long long)v; }
         else { fprintf(stderr, "mist-sample: unknown option '%s'\n%s", f, USAGE); return -1; }
     }
@@ -89,6 +91,20 @@ static int prompt_tokens(const Args *a, const TokenDecoder *dec, int vocab, int3
     return n;
 }
 
+// The k largest logits, largest first (ties: lower id first), as "id logit" lines.
+static void show_logits(const float *z, int V, int k) {
+    if (k > V) k = V;
+    for (int i = 0, last = -1; i < k; i++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            int after_last = last < 0 || z[v] < z[last] || (z[v] == z[last] && v > last);
+            if (after_last && (best < 0 || z[v] > z[best])) best = v;
+        }
+        printf("%d %.9g\n", best, z[best]);
+        last = best;
+    }
+}
+
 int main(int argc, char **argv) {
     Args a;
     if (parse_args(argc, argv, &a)) return 2;
@@ -111,6 +127,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     if ((len = prompt_tokens(&a, &dec, m.vocab, tokens, err, sizeof err)) < 0) goto out;
+    if (a.show_logits) {
+        show_logits(sampler_logits(&s, tokens, len), m.vocab, (int)a.show_logits);
+        rc = 0;
+        goto out;
+    }
     int start = len;
     sampler_generate(&s, tokens, &len, (int)a.tokens, a.temperature, (int)a.top_k, (uint64_t)a.seed);
     if (a.prompt) fputs(a.prompt, stdout);
