@@ -590,6 +590,22 @@ static int check_hardware(Loader *ld, const ClusterConfig *c) {
         c->hardware, did);
 }
 
+// [init] from: a readable file, named at its line now rather than after the plan is made.
+static int check_init(Loader *ld, const InitConfig *c) {
+    if (!c->from[0]) return 0;
+    struct stat st;
+    const char *why = NULL;
+    FILE *f = NULL;
+    if (stat(c->from, &st) != 0) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (!(f = fopen(c->from, "rb"))) why = strerror(errno);
+    if (f) fclose(f);
+    if (!why) return 0;
+    return loader_fail(ld, loader_origin(ld, "init", "from"), "[init] from = %s: %s; allowed: a readable safetensors "
+                       "file or llm.c GPT-2 checkpoint (relative to the INI's directory). Hint: check the path",
+                       c->from, why);
+}
+
 // ---------------------------------------------------------------- loading
 
 int loader_open(Loader *ld, const char *path) {
@@ -675,7 +691,8 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     snprintf(cfg->source, sizeof cfg->source, "%s", path);
     if (loader_parse(&ld, cfg)) return MIST_EXIT_CONFIG;
     if (apply_overrides(&ld, cfg, overrides, n_overrides)) return MIST_EXIT_CONFIG;
-    if (check_required(&ld) || check_hardware(&ld, &cfg->cluster)) return MIST_EXIT_CONFIG;
+    if (check_required(&ld) || check_hardware(&ld, &cfg->cluster) || check_init(&ld, &cfg->init))
+        return MIST_EXIT_CONFIG;
     apply_family_defaults(&ld, cfg);
     if (check_model(&ld, &cfg->model) || check_train(&ld, &cfg->train)) return MIST_EXIT_CONFIG;
     if (cfg->plan.file[0]) {  // the stages come from a plan file, checked there (file:line in the message)

@@ -138,6 +138,9 @@ err "shape mismatches named key by key" "transformer.h.0.attn.c_attn.weight' has
 err "a tokenizer file of the wrong format" "is not an llm.c GPT-2 tokenizer file: its magic number" \
     "$B/mist-sample" "$W/a" --tokenizer "$W/a.safetensors"
 err "a prompt with a GPT-2 tokenizer file" "needs the byte tokenizer" "$B/mist-sample" "$W/a" --prompt x --tokenizer "$W/tok.bin"
+"$B/mist-train" "$tiny" --dry-run -o init.from="$W/none.safetensors" >"$W/err.out" 2>&1
+[ $? -eq 2 ] && grep -q "init.from=.*\[init\] from = .*none.safetensors: No such file" "$W/err.out"
+tap_ok $? "a missing [init] from file is a configuration error naming the key (exit 2): $(tail -n 1 "$W/err.out" | cut -c1-160)"
 "$B/mist-sample" "$W/a" --top-k -1 >"$W/err.out" 2>&1
 [ $? -eq 2 ] && grep -q "allowed: a number 0" "$W/err.out"
 tap_ok $? "a bad option value is a usage error naming what is allowed"
