@@ -104,3 +104,25 @@ int hf_pieces(const ModelConfig *m, const char *name, int64_t rows, int64_t cols
     }
     return -1;
 }
+
+static void add(char *buf, size_t len, const char *what) {
+    size_t at = strlen(buf);
+    snprintf(buf + at, len - at, "%s%s", at ? ", " : "", what);
+}
+
+void hf_incompatible(const ModelConfig *m, char *buf, size_t len) {
+    int gpt = m->family != FAMILY_LLAMA;
+    char text[96];
+    buf[0] = '\0';
+    if (m->norm != (gpt ? NORM_LAYERNORM : NORM_RMSNORM)) add(buf, len, gpt ? "RMSNorm" : "LayerNorm");
+    if (m->activation != (gpt ? ACT_GELU : ACT_SWIGLU)) add(buf, len, gpt ? "SwiGLU" : "GELU");
+    if (m->position != (gpt ? POS_LEARNED : POS_ROTARY))
+        add(buf, len, m->position == POS_NONE ? "no positions" : gpt ? "rotary positions" : "learned positions");
+    if (gpt && !m->bias) add(buf, len, "no biases");
+    if (m->parallel_block) add(buf, len, "a parallel block");
+    if (gpt && m->kv_heads != m->heads) {
+        snprintf(text, sizeof text, "kv_heads %d < heads %d", m->kv_heads, m->heads);
+        add(buf, len, text);
+    }
+    if (gpt && !m->tied_embeddings) add(buf, len, "an untied head (set tie_word_embeddings false)");
+}

@@ -16,6 +16,7 @@
 //     permutation.
 #ifndef MIST_HF_NAMES_H
 #define MIST_HF_NAMES_H
+#include <stddef.h>
 #include <stdint.h>
 #include "base/schema.h"
 #include "runtime/safetensors.h"
@@ -34,5 +35,10 @@ typedef struct {
 // vector). Returns their count (1..HF_MAX_PIECES), or -1 for a name mist
 // does not know.
 int hf_pieces(const ModelConfig *m, const char *name, int64_t rows, int64_t cols, HfPiece *out);
+
+// What keeps Hugging Face's class for the family (GPT2LMHeadModel, LlamaForCausalLM)
+// from running model m as mist does ("rotary positions, kv_heads 1 < heads 4"), or
+// "" when nothing does. Such a model still exports and imports under these names.
+void hf_incompatible(const ModelConfig *m, char *buf, size_t len);
 
 #endif

@@ -78,6 +78,14 @@ mist_mpirun -np 2 "$B/mist-train" "$MIST_SRCDIR/examples/tiny-llama.ini" $frozen
     "$B/mist-export" "$W/l2" --safetensors "$W/l2.safetensors" >/dev/null 2>&1 && cmp "$W/l.safetensors" "$W/l2.safetensors"
 tap_ok $? "Llama: export -> [init] from under tp 2 -> export is bit-exact"
 
+# a GPT-family model GPT-2 cannot run (rotary, GQA, parallel block) keeps the names, with a note
+# shellcheck disable=SC2086
+"$B/mist-train" "$MIST_SRCDIR/examples/tiny-falcon.ini" $one -o train.steps=2 -o checkpoint.dir="$W/f" >"$W/f.out" 2>&1 &&
+    "$B/mist-export" "$W/f" --safetensors "$W/f.safetensors" >"$W/fe.out" 2>&1 &&
+    grep -q "note: this model has rotary positions, no biases, a parallel block, kv_heads 1 < heads 4" "$W/fe.out" &&
+    $check check "$W/f.safetensors" "$W/f/step_00000002.ckpt" >/dev/null 2>&1
+tap_ok $? "tiny-falcon exports with GPT-2 names and a note of what GPT-2 does not run"
+
 # sampling
 s1=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 7 --top-k 40 2>&1)
 s2=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 7 --top-k 40 2>&1)

@@ -151,8 +151,15 @@ int main(int argc, char **argv) {
         }
     }
     if (rc) fprintf(stderr, "mist-export: %s\n", err);
-    else printf("mist-export: %s -> %s: %d tensors (%s, %s names)\n", path, out, n, dtype,
-                m.family == FAMILY_LLAMA ? "Llama" : "GPT-2");
+    else {
+        char odd[256];
+        const char *cls = m.family == FAMILY_LLAMA ? "Llama" : "GPT-2";
+        printf("mist-export: %s -> %s: %d tensors (%s, %s names)\n", path, out, n, dtype, cls);
+        hf_incompatible(&m, odd, sizeof odd);
+        if (odd[0])
+            printf("mist-export: note: this model has %s, which Hugging Face's %s does not run; the file keeps its "
+                   "names for mist ([init] from) and for code that knows these switches\n", odd, cls);
+    }
     free(items), free(decl), free(dts);
     ckpt_reader_close(r);
     return rc ? 1 : 0;
