@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # $one, $frozen and $plan_b are option lists, split on purpose
 # Weights out and in, and sampling (docs/weights.md):
 # - a model trained on the shipped corpus (examples/tiny.ini, 300 steps) is
 #   exported to safetensors; an independent reader (Python standard library,
@@ -27,7 +28,6 @@ frozen="-o train.steps=1 -o train.lr=0 -o train.min_lr=0 -o data.val_interval=0 
 plan_b="-o plan.stages=2 -o plan.G=2 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.tp=2 -o stage.0.b=2
         -o stage.1.layers=1 -o stage.1.dp=1 -o stage.1.tp=1 -o stage.1.b=2"
 
-# shellcheck disable=SC2086
 "$B/mist-train" "$tiny" $one -o checkpoint.dir="$W/a" -o log.sample_interval=150 >"$W/a.out" 2>&1
 tap_ok $? "examples/tiny.ini trains 300 steps on one rank"
 n=$(grep -a -c -A1 "^mist: sample at iteration [13][50]0:$" "$W/a.out")
@@ -45,7 +45,6 @@ tap_diag "$(cat "$W/c.out")"
     $check logits "$W/a.safetensors" gpt "The cat " 4 4 "$W/a.logits" >"$W/al.out" 2>&1
 tap_ok $? "GPT-2 as Hugging Face defines it (Conv1D layouts), run on the exported file: $(cat "$W/al.out")"
 
-# shellcheck disable=SC2086
 mist_mpirun -np 3 "$B/mist-train" "$tiny" $frozen $plan_b -o init.from="$W/a.safetensors" -o checkpoint.dir="$W/b" \
     -o log.sample_interval=1 >"$W/b.out" 2>&1 && "$B/mist-export" "$W/b" --safetensors "$W/b.safetensors" >/dev/null 2>&1 &&
     cmp "$W/a.safetensors" "$W/b.safetensors"
@@ -54,7 +53,6 @@ grep -q "sample_interval: no samples with 2 pipeline stages" "$W/b.out"
 tap_ok $? "with 2 pipeline stages [log] sample_interval says it does not sample"
 for v in 3 5; do
     $check write-llmc "$W/a.safetensors" "$W/gpt2_v$v.bin" $v 4 &&
-        # shellcheck disable=SC2086
         "$B/mist-train" "$tiny" $frozen -o stage.0.dp=1 -o stage.0.b=4 -o init.from="$W/gpt2_v$v.bin" \
             -o checkpoint.dir="$W/llmc$v" >"$W/llmc$v.out" 2>&1
     d=$([ $v = 3 ] && echo fp32 || echo bf16)
@@ -64,7 +62,6 @@ for v in 3 5; do
 done
 
 # Llama names: q/k/v and gate/up split from mist's fused rows, rotary as rotate_half
-# shellcheck disable=SC2086
 "$B/mist-train" "$MIST_SRCDIR/examples/tiny-llama.ini" $one -o train.steps=60 -o checkpoint.dir="$W/l" >"$W/l.out" 2>&1 &&
     "$B/mist-export" "$W/l" --safetensors "$W/l.safetensors" >/dev/null 2>&1 &&
     $check check "$W/l.safetensors" "$W/l/step_00000060.ckpt" >"$W/lc.out" 2>&1
@@ -72,14 +69,12 @@ tap_ok $? "Llama: exported, every value equals the checkpoint's ($(cat "$W/lc.ou
 "$B/mist-sample" "$W/l" --prompt "The cat " --show-logits 20 >"$W/l.logits" 2>&1 &&
     $check logits "$W/l.safetensors" llama "The cat " 4 2 "$W/l.logits" >"$W/ll.out" 2>&1
 tap_ok $? "Llama as Hugging Face defines it (GQA, rotate_half, SwiGLU), run on the exported file: $(cat "$W/ll.out")"
-# shellcheck disable=SC2086
 mist_mpirun -np 2 "$B/mist-train" "$MIST_SRCDIR/examples/tiny-llama.ini" $frozen -o stage.0.dp=1 -o stage.0.tp=2 \
     -o stage.0.b=4 -o init.from="$W/l.safetensors" -o checkpoint.dir="$W/l2" >"$W/l2.out" 2>&1 &&
     "$B/mist-export" "$W/l2" --safetensors "$W/l2.safetensors" >/dev/null 2>&1 && cmp "$W/l.safetensors" "$W/l2.safetensors"
 tap_ok $? "Llama: export -> [init] from under tp 2 -> export is bit-exact"
 
 # a GPT-family model GPT-2 cannot run (rotary, GQA, parallel block) keeps the names, with a note
-# shellcheck disable=SC2086
 "$B/mist-train" "$MIST_SRCDIR/examples/tiny-falcon.ini" $one -o train.steps=2 -o checkpoint.dir="$W/f" >"$W/f.out" 2>&1 &&
     "$B/mist-export" "$W/f" --safetensors "$W/f.safetensors" >"$W/fe.out" 2>&1 &&
     grep -q "note: this model has rotary positions, no biases, a parallel block, kv_heads 1 < heads 4" "$W/fe.out" &&
