@@ -6,27 +6,36 @@
 #include <string.h>
 #include "runtime/zero.h"
 
-// The CPU runtime of the whole model at micro-batch 1, its weights taken
-// from global (r->Pglobal floats, the whole-model layout of a checkpoint) or,
-// when global is NULL, read from ck.
-static int sampler_build(Sampler *s, const ModelConfig *m, const float *from, CkptReader *ck, char *err,
-                         size_t errlen) {
+// The CPU runtime of the whole model at micro-batch 1 over `window` positions
+// (<= seq_len: a learned position table keeps its first `window` rows, the
+// only ones a forward that short reads). The weights come from `from` (the
+// whole-model fp32 arrays of runtime src, tensors in the same order) or,
+// when from is NULL, from ck.
+static int sampler_build(Sampler *s, const ModelConfig *m, int window, const ModelRuntime *src, const float *from,
+                         CkptReader *ck, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
+    ModelConfig short_m = *m;
+    if (window > 0 && window < m->seq_len) short_m.seq_len = window;
     s->be = backend_cpu_create(MIST_F32, err, errlen);
     ModelRuntime *r = &s->r;
-    if (!s->be || mr_layout(r, m, 1, 0, 1, err, errlen) || mr_plan_memory(r, s->be, err, errlen)) return -1;
+    if (!s->be || mr_layout(r, &short_m, 1, 0, 1, err, errlen) || mr_plan_memory(r, s->be, err, errlen)) return -1;
     mr_init_params(r, 0);
     float *global = calloc(r->Pglobal, sizeof *global), *local = calloc(r->Pp, sizeof *local);
     int rc = !global || !local;
     if (rc) snprintf(err, errlen, "out of host memory for %zu parameters", r->Pglobal);
-    if (!rc && from) memcpy(global, from, r->Pglobal * sizeof *global);
-    for (int k = 0; k < r->num_tensors && !rc && !from; k++) {
+    for (int k = 0; k < r->num_tensors && !rc; k++) {
         const ParamTensor *p = &r->tensors[k];
+        // the real vocabulary rows (a checkpoint holds no others); a prefix of
+        // wpe's rows; the padded vocabulary rows stay zero
+        int64_t rows = !strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w") ? r->V : p->spec.rows;
+        size_t count = (size_t)(rows * p->spec.cols);
+        if (from) {
+            memcpy(global + p->goffset, from + src->tensors[k].goffset, count * sizeof *global);
+            continue;
+        }
         char name[CKPT_NAME_MAX];
         snprintf(name, sizeof name, "param/%s", p->name);
-        // the checkpoint holds the real vocabulary rows; the padded ones stay zero
-        int64_t rows = !strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w") ? r->V : p->spec.rows;
-        rc = ckpt_read_tensor(ck, name, MIST_F32, 0, rows * p->spec.cols, global + p->goffset, err, errlen) != 0;
+        rc = ckpt_read_tensor(ck, name, MIST_F32, 0, (int64_t)count, global + p->goffset, err, errlen) != 0;
     }
     if (!rc) {
         mr_tp_scatter(r, global, local, 1);
@@ -36,12 +45,13 @@ static int sampler_build(Sampler *s, const ModelConfig *m, const float *from, Ck
     return rc ? -1 : 0;
 }
 
-int sampler_open(Sampler *s, const ModelConfig *m, CkptReader *ck, char *err, size_t errlen) {
-    return sampler_build(s, m, NULL, ck, err, errlen);
+int sampler_open(Sampler *s, const ModelConfig *m, int window, CkptReader *ck, char *err, size_t errlen) {
+    return sampler_build(s, m, window, NULL, NULL, ck, err, errlen);
 }
 
-int sampler_open_weights(Sampler *s, const ModelConfig *m, const float *global, char *err, size_t errlen) {
-    return sampler_build(s, m, global, NULL, err, errlen);
+int sampler_open_weights(Sampler *s, const ModelRuntime *src, const float *global, int window, char *err,
+                         size_t errlen) {
+    return sampler_build(s, &src->m, window, src, global, NULL, err, errlen);
 }
 
 void sampler_close(Sampler *s) {

@@ -36,7 +36,7 @@ void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t s
         // start from end-of-text for GPT-2's vocabulary (as llm.c), else from a newline
         int32_t tokens[TRAIN_SAMPLE_TOKENS + 1] = {r->V == 50257 ? 50256 : r->V > '\n' ? '\n' : 0};
         int len = 1;
-        if (sampler_open_weights(&s, &r->m, global, err, sizeof err)) {
+        if (sampler_open_weights(&s, r, global, TRAIN_SAMPLE_TOKENS + 1, err, sizeof err)) {
             printf("mist: sample at iteration %lld: not taken: %s\n", (long long)iteration, err);
         } else {
             sampler_generate(&s, tokens, &len, TRAIN_SAMPLE_TOKENS, 1.0, 0, seed + (uint64_t)iteration);

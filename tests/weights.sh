@@ -87,6 +87,9 @@ s2=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 7 --top-k 40 2>
 s3=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 200 --seed 8 --top-k 40 2>&1)
 [ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s1" != "$s3" ]
 tap_ok $? "the same seed twice gives the same 200 bytes, another seed other bytes"
+short=$("$B/mist-sample" "$W/a" --prompt "The " --tokens 20 --seed 7 --top-k 40 2>&1)
+case "$s1" in "$short"*) [ ${#short} -eq 24 ] ;; *) false ;; esac
+tap_ok $? "a 20-token generation (forwards over 24 positions, not seq_len 64) is the start of the 200-token one"
 printf '%s' "$s1" >"$W/s1.txt"
 python3 -c '
 import sys

@@ -120,7 +120,10 @@ int main(int argc, char **argv) {
     CkptReader *ck = weights_ckpt_open(a.ckpt, path, sizeof path, err, sizeof err);
     int32_t *tokens = NULL;
     int len = 0, rc = 1;
-    if (!ck || weights_ckpt_model(ck, path, &m, err, sizeof err) || sampler_open(&s, &m, ck, err, sizeof err))
+    // the forward covers the prompt and the new tokens (or seq_len, sliding, when they are more)
+    long long window = (a.prompt && a.prompt[0] ? (long long)strlen(a.prompt) : 1) + a.tokens;
+    if (!ck || weights_ckpt_model(ck, path, &m, err, sizeof err) ||
+        sampler_open(&s, &m, window < m.seq_len ? (int)window : 0, ck, err, sizeof err))
         goto out;
     if (!(tokens = malloc(((a.prompt ? strlen(a.prompt) : 0) + 1 + (size_t)a.tokens) * sizeof *tokens))) {
         snprintf(err, sizeof err, "out of host memory");
