@@ -89,12 +89,15 @@ const KeySpec config_keys[] = {
     {"checkpoint", "interval", KEY_INT, MC(checkpoint.interval), 0, BIG, NULL, "save every N iterations; 0 = only at the end"},
     {"checkpoint", "keep", KEY_INT, MC(checkpoint.keep), 1, 1000000, NULL, "keep the newest N checkpoints"},
     {"checkpoint", "resume", KEY_BOOL, MC(checkpoint.resume), 0, 1, NULL, "resume from dir/latest when it exists"},
+    // [init]
+    {"init", "from", KEY_PATH, MC(init.from), 0, 0, NULL, "initial weights: a safetensors file (Hugging Face GPT-2/Llama names) or an llm.c GPT-2 checkpoint; empty = random"},
     // [log]
     {"log", "interval", KEY_INT, MC(log.interval), 1, BIG, NULL, "print a line every N iterations"},
     {"log", "jsonl", KEY_PATH, MC(log.jsonl), 0, 0, NULL, "one JSON object per iteration; empty = off"},
     {"log", "summary", KEY_PATH, MC(log.summary), 0, 0, NULL, "one JSON object at the end of the run; empty = off"},
     {"log", "trace", KEY_PATH, MC(log.trace), 0, 0, NULL, "Chrome trace of one measured iteration (docs/traces.md); empty = off"},
     {"log", "trace_iteration", KEY_INT, MC(log.trace_iteration), 1, BIG, NULL, "the iteration [log] trace records (1-based, as the log counts; clamped into the run)"},
+    {"log", "sample_interval", KEY_INT, MC(log.sample_interval), 0, BIG, NULL, "print 64 tokens of generated text every N iterations (one pipeline stage); 0 = off"},
 };
 const int config_num_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 

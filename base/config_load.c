@@ -60,7 +60,7 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 static const char *const section_names[] = {"model", "train", "data", "cluster", "plan", "stage.N", "checkpoint",
-                                            "log", NULL};
+                                            "log", "init", NULL};
 
 // " (did you mean 'x'?)" when a name is within edit distance 2 (or a third of its length)
 static void suggest(const char *given, const char *const *candidates, int n, char *out, size_t len) {
@@ -311,9 +311,9 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
     for (int i = 0; i < config_num_keys; i++) known_section |= !strcmp(config_keys[i].section, table_section);
     if (!known_section || !strcmp(section, "stage")) {
         char did[96];
-        suggest(section, section_names, 8, did, sizeof did);
+        suggest(section, section_names, 9, did, sizeof did);
         return loader_fail(ld, origin, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], "
-                           "[stage.N], [checkpoint], [log]. Hint: see docs/config.md", section, did);
+                           "[stage.N], [checkpoint], [log], [init]. Hint: see docs/config.md", section, did);
     }
     int k = config_key_find(table_section, name);
     if (k < 0) {
@@ -390,10 +390,10 @@ static void on_section_header(Loader *ld, const char *line) {
             return;
         }
         char did[96];
-        suggest(name, section_names, 8, did, sizeof did);
+        suggest(name, section_names, 9, did, sizeof did);
         loader_fail(ld, ld->line,
                     "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], [stage.N], "
-                    "[checkpoint], [log]. Hint: see docs/config.md",
+                    "[checkpoint], [log], [init]. Hint: see docs/config.md",
                     name, did);
     }
 }
@@ -590,6 +590,22 @@ static int check_hardware(Loader *ld, const ClusterConfig *c) {
         c->hardware, did);
 }
 
+// [init] from: a readable file, named at its line now rather than after the plan is made.
+static int check_init(Loader *ld, const InitConfig *c) {
+    if (!c->from[0]) return 0;
+    struct stat st;
+    const char *why = NULL;
+    FILE *f = NULL;
+    if (stat(c->from, &st) != 0) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (!(f = fopen(c->from, "rb"))) why = strerror(errno);
+    if (f) fclose(f);
+    if (!why) return 0;
+    return loader_fail(ld, loader_origin(ld, "init", "from"), "[init] from = %s: %s; allowed: a readable safetensors "
+                       "file or llm.c GPT-2 checkpoint (relative to the INI's directory). Hint: check the path",
+                       c->from, why);
+}
+
 // ---------------------------------------------------------------- loading
 
 int loader_open(Loader *ld, const char *path) {
@@ -675,7 +691,8 @@ int config_load(MistConfig *cfg, const char *path, const char *const *overrides,
     snprintf(cfg->source, sizeof cfg->source, "%s", path);
     if (loader_parse(&ld, cfg)) return MIST_EXIT_CONFIG;
     if (apply_overrides(&ld, cfg, overrides, n_overrides)) return MIST_EXIT_CONFIG;
-    if (check_required(&ld) || check_hardware(&ld, &cfg->cluster)) return MIST_EXIT_CONFIG;
+    if (check_required(&ld) || check_hardware(&ld, &cfg->cluster) || check_init(&ld, &cfg->init))
+        return MIST_EXIT_CONFIG;
     apply_family_defaults(&ld, cfg);
     if (check_model(&ld, &cfg->model) || check_train(&ld, &cfg->train)) return MIST_EXIT_CONFIG;
     if (cfg->plan.file[0]) {  // the stages come from a plan file, checked there (file:line in the message)

@@ -31,6 +31,7 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
     if (cfg->cluster.host_memory) snprintf(host, sizeof host, "%.3g GiB", cfg->cluster.host_memory / 1073741824.0);
     fprintf(f, "  cluster    %d node(s) x %d device(s), hardware %s, device memory %s, host memory %s\n",
             cfg->cluster.nodes, cfg->cluster.gpus_per_node, cfg->cluster.hardware, dev, host);
+    if (cfg->init.from[0]) fprintf(f, "  init       from %s\n", cfg->init.from);
     fprintf(f, "  checkpoint dir %s, interval %lld, keep %d, resume %s\n", or_none(cfg->checkpoint.dir),
             (long long)cfg->checkpoint.interval, cfg->checkpoint.keep, cfg->checkpoint.resume ? "yes" : "no");
     fprintf(f, "  log        interval %lld, jsonl %s, summary %s\n", (long long)cfg->log.interval,

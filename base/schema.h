@@ -99,7 +99,12 @@ typedef struct {
     char summary[MIST_PATH_MAX];    // one JSON object at the end ("" = off)
     char trace[MIST_PATH_MAX];      // Chrome trace of one measured iteration ("" = off)
     int64_t trace_iteration;        // the iteration it records, 1-based
+    int64_t sample_interval;        // print a sample of generated text every N iterations (0 = off)
 } LogConfig;
+
+typedef struct {
+    char from[MIST_PATH_MAX];  // initial weights: a safetensors file or an llm.c GPT-2 checkpoint ("" = random init)
+} InitConfig;
 
 typedef struct {
     char source[MIST_PATH_MAX];     // the file it came from (for messages)
@@ -110,6 +115,7 @@ typedef struct {
     PlanConfig plan;
     CheckpointConfig checkpoint;
     LogConfig log;
+    InitConfig init;
 } MistConfig;
 
 

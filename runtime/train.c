@@ -32,6 +32,8 @@
 #include "runtime/train_guard.h"
 #include "planner/search.h"
 #include "runtime/grid.h"
+#include "runtime/init_weights.h"
+#include "runtime/train_sample.h"
 #include "models/model.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_run.h"
@@ -400,6 +402,8 @@ static int init_state(Training *t) {
     r->dpg = t->grid->dp;
     r->tpg = t->grid->tp;
     mr_init_params(r, tc->seed);
+    int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
+    if (failed_anywhere(t, failed, "[init] from")) return 1;
     t->run = (Run){cfg, t->grid, t->comm, r, t->G, NULL, "train", t->err, sizeof t->err};
     if (pipe_init(&t->pipe, r, t->grid, &cfg->plan.plan, t->err, sizeof t->err)) {
         if (t->root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, t->err);
@@ -662,6 +666,8 @@ static int train_loop(Training *t) {
             fprintf(stderr, "mist-train: rank %d: %s\n", rank, t->err);
             comm->abort(comm, 1, "log write error");
         }
+        if (cfg->log.sample_interval > 0 && (it + 1) % cfg->log.sample_interval == 0)
+            train_sample_print(r, root, it + 1, tc->seed);
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.

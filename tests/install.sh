@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make install` puts where users look: the five programs in bin/, a manual page
+# `make install` puts where users look: the seven programs in bin/, a manual page
 # per program (made from its --help by help2man) in share/man/man1/, the
 # examples with their data in share/mist/examples/, the docs in
 # share/doc/mist/; the installed programs run from there, and
@@ -21,14 +21,14 @@ tap_ok $rc "make install prefix=$PREFIX DESTDIR=... succeeds"
 
 P="$D$PREFIX"
 missing=
-for p in mist-train mist-plan mist-profile mist-calibrate mist-tokenize; do
+for p in mist-train mist-plan mist-profile mist-calibrate mist-tokenize mist-export mist-sample; do
     [ -x "$P/bin/$p" ] || missing="$missing bin/$p"
     m="$P/share/man/man1/$p.1"
     # a page with its NAME line, its options (each program documents -h and -V), and the version
     if ! grep -q '^\.SH NAME' "$m" 2>/dev/null || ! grep -q "^$p \\\\- [a-z]" "$m" ||
         ! grep -q 'version' "$m" || ! grep -q '"mist 0' "$m"; then missing="$missing man1/$p.1"; fi
 done
-tap_ok "$([ -z "$missing" ]; echo $?)" "the five programs and their manual pages are installed (missing or empty:${missing:- none})"
+tap_ok "$([ -z "$missing" ]; echo $?)" "the seven programs and their manual pages are installed (missing or empty:${missing:- none})"
 
 [ -f "$P/share/mist/examples/tiny.ini" ] && [ -f "$P/share/mist/examples/slurm.sbatch" ] &&
     [ -f "$P/share/mist/examples/data/tiny_train.bin" ] && [ -f "$P/share/doc/mist/README.md" ] &&
