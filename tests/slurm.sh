@@ -19,6 +19,25 @@ TINY="$MIST_SRCDIR/examples/tiny.ini"
 t_test=$(date +%s)
 
 skip_all() { tap_skip "$1"; tap_end; exit $?; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/mist-slurm-test.XXXXXX")
+chmod 755 "$W"  # munged wants the directories above its socket searchable by all
+export SLURM_CONF="$W/slurm.conf"
+cleanup() {
+    # the jobs first (only where this test's slurmctld runs: without it squeue would wait for one)
+    if [ -s "$W/slurmctld.pid" ] && kill -0 "$(cat "$W/slurmctld.pid")" 2>/dev/null; then
+        ids=$(squeue -h -o %A 2>/dev/null)
+        [ -n "$ids" ] && scancel $ids 2>/dev/null
+        i=0
+        while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    fi
+    for f in slurmd slurmctld munged; do
+        [ -s "$W/$f.pid" ] && kill "$(cat "$W/$f.pid")" 2>/dev/null
+    done
+    sleep 0.5
+    rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
 
 # --- Slurm itself -----------------------------------------------------------------------
 missing=
@@ -28,29 +47,12 @@ if [ -n "$missing" ]; then
     command -v apt-get >/dev/null 2>&1 || skip_all "Slurm is not installed (missing:$missing) and there is no apt-get"
     pkgs="slurmctld slurmd munge"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends $pkgs >/tmp/mist-slurm-apt.log 2>&1 ||
-        { apt-get update >>/tmp/mist-slurm-apt.log 2>&1 &&
-              apt-get install -y --no-install-recommends $pkgs >>/tmp/mist-slurm-apt.log 2>&1; } ||
-        skip_all "apt-get could not install $pkgs: $(tail -1 /tmp/mist-slurm-apt.log)"
+    apt-get install -y --no-install-recommends $pkgs >"$W/apt.log" 2>&1 ||
+        { apt-get update >>"$W/apt.log" 2>&1 &&
+              apt-get install -y --no-install-recommends $pkgs >>"$W/apt.log" 2>&1; } ||
+        skip_all "apt-get could not install $pkgs: $(tail -1 "$W/apt.log")"
     tap_diag "installed Debian's $pkgs in $(($(date +%s) - t_test)) s"
 fi
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/mist-slurm-test.XXXXXX")
-chmod 755 "$W"  # munged wants the directories above its socket searchable by all
-export SLURM_CONF="$W/slurm.conf"
-cleanup() {
-    ids=$(squeue -h -o %A 2>/dev/null)
-    [ -n "$ids" ] && scancel $ids 2>/dev/null
-    i=0
-    while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    for f in slurmd slurmctld munged; do
-        [ -s "$W/$f.pid" ] && kill "$(cat "$W/$f.pid")" 2>/dev/null
-    done
-    sleep 0.5
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
 # ports of this run: a test running beside another (or beside a site's Slurm) does not collide
 port=$((20000 + $$ % 20000))
@@ -112,6 +114,9 @@ tap_diag "a one-node cluster (4 task slots, srun --mpi=$mpi) up after $(($(date 
 # Every job gets this environment (sbatch exports it): the built programs first on PATH,
 # and the Open MPI settings of lib.sh (root, oversubscription)
 export PATH="$MIST_BUILDDIR:$PATH"
+# the CPU backend also on a GPU machine: the test's "GPUs" are stand-ins, and runs under
+# different launchers must compute the same losses
+export MIST_DEVICE=cpu
 # The examples' sizes (8 GPUs per node, 8 CPUs per task) shrunk to this node
 SIZE="--nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1"
 COMMON="-o stage.0.dp=2 -o stage.0.b=8 -o log.interval=1 -o data.val_interval=0 -o checkpoint.interval=0"
