@@ -113,12 +113,18 @@ rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +- +- +- ')
 tap_ok $? "a single-process dry run previews the 32-rank gpt3-13b plan ($rows rows, exit $rc)"
 [ $rc -eq 0 ] || tap_diag "$out"
 
-# The Slurm example parses and asks for a config; 4 nodes x 8 ranks, USR1 two minutes early, requeue on exit 5
-SB="$MIST_SRCDIR/examples/slurm.sbatch"
-out=$(bash "$SB" 2>&1); rc=$?
-bash -n "$SB" && [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'usage: sbatch examples/slurm.sbatch CONFIG.ini' &&
-    grep -q '^#SBATCH --signal=USR1@120' "$SB" && grep -q 'MIST_STOP_FILE' "$SB" && grep -q '^srun .*--kill-on-bad-exit=1' "$SB" &&
+# The Slurm examples parse and ask for their arguments (tests/slurm.sh runs them under Slurm)
+bad=
+for SB in "$MIST_SRCDIR"/examples/slurm/*.sbatch; do
+    out=$(bash "$SB" 2>&1 </dev/null); rc=$?
+    bash -n "$SB" && [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "usage: sbatch .*examples/slurm/${SB##*/}" || bad="$bad ${SB##*/}"
+done
+[ -z "$bad" ] && [ "$(ls "$MIST_SRCDIR"/examples/slurm/*.sbatch | wc -l)" -eq 6 ]
+tap_ok $? "examples/slurm/*.sbatch: valid bash, a usage message without arguments (failing:${bad:- none})"
+# The requeue job: 4 nodes x 8 ranks, USR1 two minutes early, requeue after a clean stop
+SB="$MIST_SRCDIR/examples/slurm/requeue.sbatch"
+grep -q '^#SBATCH --signal=USR1@120' "$SB" && grep -q 'MIST_STOP_FILE' "$SB" && grep -q 'srun .*--kill-on-bad-exit=1' "$SB" &&
     [ "$(sed -n 's/^#SBATCH --nodes=\([0-9]*\).*/\1/p' "$SB")" -eq 4 ] &&
     [ "$(sed -n 's/^#SBATCH --ntasks-per-node=\([0-9]*\).*/\1/p' "$SB")" -eq 8 ]
-tap_ok $? "examples/slurm.sbatch: valid bash, a usage message without a config, USR1 two minutes early, requeue after a clean stop, a dead rank ends the step"
+tap_ok $? "examples/slurm/requeue.sbatch: USR1 two minutes early, requeue after a clean stop, a dead rank ends the step"
 tap_end

@@ -30,7 +30,7 @@ for p in mist-train mist-plan mist-profile mist-calibrate mist-tokenize mist-exp
 done
 tap_ok "$([ -z "$missing" ]; echo $?)" "the seven programs and their manual pages are installed (missing or empty:${missing:- none})"
 
-[ -f "$P/share/mist/examples/tiny.ini" ] && [ -f "$P/share/mist/examples/slurm.sbatch" ] &&
+[ -f "$P/share/mist/examples/tiny.ini" ] && [ -f "$P/share/mist/examples/slurm/requeue.sbatch" ] &&
     [ -f "$P/share/mist/examples/data/tiny_train.bin" ] && [ -f "$P/share/doc/mist/README.md" ] &&
     [ -f "$P/share/doc/mist/config.md" ]
 tap_ok $? "the examples (with their data) and the docs are installed under share/"

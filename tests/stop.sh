@@ -53,7 +53,7 @@ tap_diag "SIGUSR1 during the checkpoint of iteration 3: exit $rc; $(grep -m1 'st
     [ "$(ls "$W/ck" | grep -c '^step_.*ckpt$')" -eq 1 ]
 tap_ok $? "SIGUSR1 during a checkpoint write stops the run at that checkpoint, iteration 3, with no second one (rc $rc)"
 
-# examples/slurm.sbatch requeues after a clean stop even when the launcher reports 1: here
+# examples/slurm/requeue.sbatch requeues after a clean stop even when the launcher reports 1: here
 # `srun` is mpirun (2 ranks) and receives SIGTERM as a job cancelled at its limit would;
 # `scontrol` records what it is asked
 mkdir -p "$W/bin"
@@ -74,10 +74,10 @@ printf '#!/bin/sh\necho "$@" >>"%s/scontrol.log"\n' "$W" >"$W/bin/scontrol"
 chmod +x "$W/bin/srun" "$W/bin/scontrol"
 rm -rf "$W/ck"
 # shellcheck disable=SC2086
-(cd "$W" && PATH="$W/bin:$MIST_BUILDDIR:$PATH" SLURM_JOB_ID=77 bash "$MIST_SRCDIR/examples/slurm.sbatch" "$GPT" $COMMON \
+(cd "$W" && PATH="$W/bin:$MIST_BUILDDIR:$PATH" SLURM_JOB_ID=77 bash "$MIST_SRCDIR/examples/slurm/requeue.sbatch" "$GPT" $COMMON \
     -o train.steps=100000 -o log.jsonl="$W/s.jsonl" >"$W/s.out" 2>&1)
 tap_diag "sbatch script, launcher SIGTERM-ed: launcher exit $(cat "$W/launcher.rc" 2>/dev/null); $(grep -m1 'requeueing' "$W/s.out")"
 grep -q "^requeue 77$" "$W/scontrol.log" 2>/dev/null && grep -q "mist: stopped after iteration [0-9]* (launcher exit" "$W/s.out" &&
     [ -s "$W/ck/latest" ] && [ ! -e "$W/mist-77.stopped" ]
-tap_ok $? "examples/slurm.sbatch requeues the job after a clean stop whatever the launcher returns (launcher exit $(cat "$W/launcher.rc" 2>/dev/null))"
+tap_ok $? "examples/slurm/requeue.sbatch requeues the job after a clean stop whatever the launcher returns (launcher exit $(cat "$W/launcher.rc" 2>/dev/null))"
 tap_end
