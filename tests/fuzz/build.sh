@@ -2,7 +2,7 @@
 # Builds the libFuzzer harnesses (tests/fuzz/fuzz_*.c) and their seed corpora.
 #   sh tests/fuzz/build.sh [OUT] [BIN]
 # OUT (default ./fuzz-build): OUT/fuzz_NAME, one program per parser of user files,
-# and OUT/seeds/NAME/. BIN (default: the directory holding mist-train, else OUT/..):
+# OUT/seeds/NAME/ and OUT/NAME.dict (the words of the text formats). BIN (default: the directory holding mist-train, else OUT/..):
 # the normal build's programs, used to write the seeds a user's files come from
 # (a plan by mist-plan --out, a profile by mist-profile, a token shard by
 # mist-tokenize, a checkpoint by a 2-step mist-train run); a seed whose program
@@ -59,6 +59,18 @@ for h in $HARNESSES; do
     "$CC" $CFLAGS -fsanitize=fuzzer "$src/tests/fuzz/fuzz_$h.c" "$out/libparsers.a" $INIH_LIBS -lm -o "$out/fuzz_$h" ||
         { echo "fuzz: linking fuzz_$h failed"; exit 1; }
 done
+
+# ---- dictionaries: the words of each text format (section and key names, enum values), the
+# string literals its parser compares with; libFuzzer inserts them into the inputs it mutates
+dict() {  # dict NAME SOURCE...
+    name=$1
+    shift
+    (cd "$src" && grep -oh '"[A-Za-z][A-Za-z0-9_.+-]\{1,40\}"' "$@") | sort -u >"$out/$name.dict"
+}
+dict config base/config_keys.c base/config_load.c base/plan_file.c base/profile_presets.c
+dict plan base/config_keys.c base/plan_file.c
+dict profile base/profile.c base/profile_presets.c
+dict optable planner/optable.c
 
 # ---- seed corpora: the committed text seeds, the examples, and files the programs write
 seeds="$out/seeds"

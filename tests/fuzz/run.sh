@@ -6,7 +6,8 @@
 #   sh tests/fuzz/run.sh OUT [NAME...]     (default: every harness in OUT)
 # FUZZ_SECONDS (default 10): how long each runs; FUZZ_RUNS=N: a fixed number of
 # executions instead. FUZZ_TIMEOUT (default 10): seconds one input may take.
-# The corpus grows in OUT/corpus/NAME (seeds from OUT/seeds/NAME); what crashed
+# The corpus grows in OUT/corpus/NAME (seeds from OUT/seeds/NAME, the words of
+# the format from OUT/NAME.dict when there is one); what crashed
 # is kept in OUT/crashes/ (replay: OUT/fuzz_NAME FILE; keep it as a regression
 # in tests/fuzz/regressions/NAME/).
 set -u
@@ -28,7 +29,10 @@ for h in $names; do
     log="$out/logs/$h.log"
     start=$(date +%s)
     # -timeout: one input running longer is a hang; -rss_limit_mb: memory a parser may take
-    "$out/fuzz_$h" "$bound" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 \
+    dict=
+    [ -f "$out/$h.dict" ] && dict="-dict=$out/$h.dict"
+    # shellcheck disable=SC2086
+    "$out/fuzz_$h" "$bound" $dict -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$out/crashes/$h-" "$out/corpus/$h" "$out/seeds/$h" >"$log" 2>&1 </dev/null
     rc=$?
     secs=$(($(date +%s) - start))
