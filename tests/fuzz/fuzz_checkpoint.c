@@ -47,6 +47,21 @@ static void read_everything(CkptReader *r) {
         int ndim;
         int64_t shape[CKPT_MAX_DIMS];
         if (ckpt_tensor_info(r, name, &dtype, &ndim, shape) == 0) {
+            // what the reader promises of an accepted tensor: dimensions >= 0 whose product
+            // (without wrap-around) is the element count its bytes hold
+            uint64_t numel = 1, bytes;
+            for (int d = 0; d < ndim; d++)
+                if (shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[d], &numel)) {
+                    fprintf(stderr, "tensor '%s' accepted with dimension %d = %lld\n", name, d, (long long)shape[d]);
+                    abort();
+                }
+            if (__builtin_mul_overflow(numel, (uint64_t)mist_dtype_size(dtype), &bytes) || bytes > INT64_MAX) abort();
+            if (ckpt_read_tensor(r, name, dtype, (int64_t)numel, 0, raw, err, sizeof err) != 0 ||
+                ckpt_read_tensor(r, name, dtype, (int64_t)numel, 1, raw, err, sizeof err) == 0) {
+                fprintf(stderr, "tensor '%s': its shape holds %llu elements, its bytes another count\n", name,
+                        (unsigned long long)numel);
+                abort();
+            }
             ckpt_reader_expect(r, name, ndim, shape, err, sizeof err);
             static const MistDtype as[] = {MIST_F32, MIST_BF16, MIST_F16, MIST_I32, MIST_U8};
             for (size_t k = 0; k < sizeof as / sizeof as[0]; k++) {
