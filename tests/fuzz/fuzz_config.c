@@ -2,10 +2,12 @@
 // the INI text, optionally followed by a line "%%" and one override per line
 // ("section.key=value", at most 16): config_load reads the file, then the
 // overrides, then checks everything. An accepted configuration is printed as
-// --dry-run prints it. A [plan] file or [cluster] hardware path may name the
-// input itself (model.ini, relative to its directory).
+// --dry-run prints it, and its hardware profile loaded. A [plan] file or
+// [cluster] hardware path may name the input itself (model.ini, relative to its
+// directory).
 #include <string.h>
 #include "base/config_load.h"
+#include "base/profile.h"
 #include "tests/fuzz/fuzz_file.h"
 
 #define MAX_OVERRIDES 16
@@ -37,6 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // world_size 4: the rank-count check runs too (tiny.ini's plan needs 4 ranks)
     if (config_load(&cfg, path, ov, n_ov, 4, err, sizeof err) == 0) {
         config_print_summary(&cfg, fuzz_null());
+        static HwProfile profile;  // the profile the run prices plans with (a preset, or a file the INI names)
+        if (config_profile(&cfg, &profile, err, sizeof err) != 0 && !err[0]) abort();
     } else if (!err[0]) {
         fprintf(stderr, "config_load failed without a message\n");
         abort();
