@@ -26,7 +26,9 @@ if [ -z "$CC" ]; then echo "fuzz: skipped: no clang on PATH (install clang and l
 probe="$out/probe"
 printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$probe.c"
 if ! "$CC" -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" >"$probe.log" 2>&1; then
-    echo "fuzz: skipped: $CC cannot link -fsanitize=fuzzer ($(head -c 200 "$probe.log" | tr '\n' ' ')); install libclang-rt-dev"
+    echo "fuzz: skipped: $CC cannot link -fsanitize=fuzzer ($(head -c 200 "$probe.log" | tr '\n' ' ')); install clang" \
+        "and libclang-rt-dev (scripts/install-deps.sh)"
+    rm -f "$probe" "$probe.c" "$probe.log"
     exit 77
 fi
 rm -f "$probe" "$probe.c" "$probe.log"
