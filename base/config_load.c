@@ -401,6 +401,9 @@ static void on_section_header(Loader *ld, const char *line) {
 // inih's line reader, counting lines and catching lines longer than its buffer
 static char *counting_reader(char *str, int num, void *stream) {
     Loader *ld = stream;
+    // after a NUL byte the file is refused whatever follows: stop reading, or a file
+    // that never ends (`[plan] file = /dev/zero`) is read forever
+    if (ld->nul_line) return NULL;
     char *r = fgets(str, num, ld->file);
     if (!r) return NULL;
     size_t len = strlen(str);

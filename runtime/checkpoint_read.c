@@ -54,9 +54,14 @@ static int check_entries(const CkptReader *r, char *err, size_t errlen) {
                      "range) although the index checksum matched; the file was not written by a compatible mist", r->path, i);
             return -1;
         }
-        uint64_t numel = 1;
-        for (uint32_t d = 0; d < e->ndim; d++) numel *= (uint64_t)e->shape[d];
-        if (e->kind == CKPT_KIND_TENSOR && numel * mist_dtype_size((MistDtype)e->dtype) != e->bytes) {
+        // dimensions >= 0 and a product that does not wrap around: (-2, -2) or (2^62, 4)
+        // would otherwise pass for 4 or 0 elements
+        uint64_t numel = 1, bytes = 0;
+        int wraps = 0;
+        for (uint32_t d = 0; d < e->ndim; d++)
+            wraps |= e->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel);
+        wraps |= __builtin_mul_overflow(numel, (uint64_t)mist_dtype_size((MistDtype)e->dtype), &bytes);
+        if (e->kind == CKPT_KIND_TENSOR && (wraps || bytes != e->bytes)) {
             snprintf(err, errlen, "checkpoint '%s': tensor '%s' has %llu bytes, which does not match its shape and "
                      "dtype; the file was not written by a compatible mist", r->path, e->name, (unsigned long long)e->bytes);
             return -1;

@@ -4,7 +4,8 @@
 # build uses /usr/local/cuda when it exists and the CPU backend otherwise.
 set -eu
 PKGS="build-essential autoconf automake pkg-config make openmpi-bin libopenmpi-dev \
-libinih-dev liblpsolve55-dev libsuitesparse-dev libopenblas-dev libcmocka-dev python3 help2man librsvg2-bin"
+libinih-dev liblpsolve55-dev libsuitesparse-dev libopenblas-dev libcmocka-dev python3 help2man librsvg2-bin \
+clang libclang-rt-dev"
 if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi
 missing=
 for p in $PKGS; do

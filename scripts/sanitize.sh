@@ -3,7 +3,7 @@
 # --enable-sanitizers (ASan + UBSan) and without CUDA, in DIR (default
 # /tmp/mist-sanitize); runs every C unit test (tests/test_*) and one 4-rank
 # training run (data + tensor + pipeline parallelism, ZeRO, a checkpoint and a
-# resume) under it. Any sanitizer report fails it.
+# resume) under it, and replays the fuzz harnesses' seeds and regressions (tests/fuzz_replay.sh). Any sanitizer report fails it.
 #   sh scripts/sanitize.sh [DIR]        (after scripts/build.sh)
 set -u
 cd "$(dirname "$0")/.."
@@ -20,6 +20,8 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 # Open MPI refuses root unless told (CI machines run as root)
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 units=$(sed -n 's/^check_PROGRAMS += //p' Makefile.am | tr ' ' '\n' | grep '^tests/test_' | grep -v 'cuda\|nccl_gpu' | tr '\n' ' ')
+# the fuzz harnesses' replay of their seeds and regressions, under the sanitizers too
+units="$units tests/fuzz_replay.sh"
 # shellcheck disable=SC2086
 make -j"$(nproc)" check TESTS="$units" >"$dir/check.log" 2>&1
 status=$?
