@@ -21,7 +21,7 @@ for h in config plan profile optable shard checkpoint latest; do
     for d in "$s/tests/fuzz/seeds/$h" "$s/tests/fuzz/regressions/$h" "$tmp/written/$h"; do [ -d "$d" ] && set -- "$@" "$d"; done
     case $h in
     config) set -- "$@" "$s"/examples/*.ini ;;
-    optable) set -- "$@" "$s"/benchmarks/mist_l4/l4.optable ;;
+    optable) set -- "$@" "$s"/benchmarks/validate/mist-l4/*.optable ;;
     profile) set -- "$@" "$s"/benchmarks/validate/bloom/jean-zay-a100.ini ;;
     shard) set -- "$@" "$s"/examples/data/tiny_val.bin ;;
     esac

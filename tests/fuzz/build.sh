@@ -83,7 +83,7 @@ for h in $HARNESSES; do
 done
 for f in "$src"/examples/*.ini; do cp "$f" "$seeds/config/$(basename "$f")"; done
 cp "$src"/benchmarks/validate/bloom/jean-zay-a100.ini "$seeds/profile/"
-for f in "$src"/benchmarks/mist_l4/*.optable "$src"/benchmarks/validate/mist-l4/*.optable; do cp "$f" "$seeds/optable/"; done
+for f in "$src"/benchmarks/validate/mist-l4/*.optable; do cp "$f" "$seeds/optable/"; done
 if [ -z "$bin" ]; then
     echo "fuzz: note: no mist-train found (build mist first): the seeds its programs write are left out"
 else
