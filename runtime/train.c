@@ -511,8 +511,12 @@ static int resume(Training *t) {
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
     if (failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
-    return failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
-                                                  t->G, t->root, t->err, sizeof t->err), "[log] trace");
+    // nested parts per micro-batch: every block forward and backward, the recomputes, pre and post both ways
+    int parts = 2 * r->L + r->ckpt + 4;
+    int rc = failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
+                                                    t->G, parts, t->root, t->err, sizeof t->err), "[log] trace");
+    if (!rc && t->trace.iteration >= 0) r->trace = &t->trace;  // else the model's marks cost one branch
+    return rc;
 }
 
 // The whole model's fp32 weights, m and v on world rank 0 (collective): in
