@@ -12,7 +12,7 @@ enum {
 };
 #define ROW (LANE + 3 * (STREAM_LANE + 1) + ROW_GAP)
 
-static const char *const kind_colour[TRACE_KINDS] = {"#4e79a7", "#f28e2b", "#e3e3e3", "#444444",
+static const char *const kind_colour[TRACE_TOP_KINDS] = {"#4e79a7", "#f28e2b", "#e3e3e3", "#444444",
                                                      "#59a14f", "#b07aa1", "#c9a800"};
 
 // the memory classes of a stage's peak, in stacking order (planner/stage_model.h)
@@ -58,7 +58,7 @@ static void draw_timeline(const Trace *t, double scale, FILE *f) {
     int lane_y[TRACE_TRACKS] = {0, LANE + 1, LANE + STREAM_LANE + 2, LANE + 2 * STREAM_LANE + 3};
     for (int i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
-        if (e->kind == TRACE_GRAD_NORM && e->dur <= 0) continue;
+        if ((e->kind == TRACE_GRAD_NORM && e->dur <= 0) || e->kind >= TRACE_TOP_KINDS) continue;  // passes only
         double x = LEFT + e->start * scale, w = fmax(e->dur * scale, 0.5);
         int y = TOP + e->stage * ROW + lane_y[e->track], h = e->track == TRACE_TRACK_COMPUTE ? LANE : STREAM_LANE;
         fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"", x, y, w, h, kind_colour[e->kind]);
@@ -114,7 +114,7 @@ int plan_svg_write(const PlanAnalysis *a, const Trace *t, const char *title, FIL
     xml_text(f, a->hardware);
     fprintf(f, ": iteration %.4g s predicted (1F1B), %.1f%% MFU</text>\n", a->iteration_seconds, 100 * a->mfu);
     int lx = LEFT;
-    for (int k = 0; k < TRACE_KINDS; k++) {
+    for (int k = 0; k < TRACE_TOP_KINDS; k++) {
         if (k == TRACE_GRAD_NORM) continue;
         legend_item(f, lx, 58, kind_colour[k], trace_kind_names[k]);
         lx += 30 + 8 * (int)strlen(trace_kind_names[k]);

@@ -279,4 +279,15 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     out[ST_BWD_LAST] = t_bwd_last;
     out[ST_BWD_OTHER] = t_bwd_other;
     out[ST_HW_FLOPS] = flops;
+    // the passes' nested parts: a checkpointed block recomputes its forward (Cf + Ef) before its backward
+    out[ST_BLOCK_FWD] = out[ST_BLOCK_RECOMPUTE] = ex_add(x, Cf, Ef);
+    out[ST_BLOCK_BWD] = ex_add(x, Cb, Eb);
+    const PartExprs *edge[2] = {sb->has_pre ? &me->pre : NULL, sb->has_post ? &me->post : NULL};
+    for (int k = 0; k < 2; k++) {
+        if (!edge[k]) continue;
+        out[k ? ST_POST_FWD : ST_PRE_FWD] = ex_add(x, cost_part_compute_fwd(sb, edge[k]),
+                                                   cost_tp_collective(sb, COLL_ALL_REDUCE, edge[k]->tp_comm_fwd));
+        out[k ? ST_POST_BWD : ST_PRE_BWD] = ex_add(x, cost_part_compute_bwd(sb, edge[k]),
+                                                   cost_tp_collective(sb, COLL_ALL_REDUCE, edge[k]->tp_comm_bwd));
+    }
 }

@@ -92,7 +92,18 @@ typedef enum {
     // stream 0..2 = collectives (weight gathers, gradient sync), host->device, device->host.
     // What a trace draws under compute (planner/trace_predict.h).
     ST_STREAMS,
-    ST_OUTPUTS = ST_STREAMS + 4 * 3
+    // s: one micro-batch's compute on the critical path (its TP all-reduces
+    // included) of one block's forward, backward and recomputed forward, and of
+    // the pre / post parts' forward and backward (0 where the stage has none):
+    // the nested events of a trace's passes (planner/trace_predict.h)
+    ST_BLOCK_FWD = ST_STREAMS + 4 * 3,
+    ST_BLOCK_BWD,
+    ST_BLOCK_RECOMPUTE,
+    ST_PRE_FWD,
+    ST_PRE_BWD,
+    ST_POST_FWD,
+    ST_POST_BWD,
+    ST_OUTPUTS
 } StageOutput;
 enum { STAGE_PHASES = 4, STAGE_STREAMS = 3 };
 

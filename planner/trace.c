@@ -3,11 +3,22 @@
 // in microseconds) and metadata events naming each process (a stage) and thread
 // (a stream, or a rank of the stage in a measured trace).
 #include "planner/trace.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 const char *const trace_kind_names[TRACE_KINDS] = {"forward", "backward", "bubble", "grad norm",
-                                                   "collectives", "h2d", "d2h"};
+                                                   "collectives", "h2d", "d2h",
+                                                   "block %d forward", "block %d backward", "block %d recompute",
+                                                   "pre forward", "pre backward", "post forward", "post backward"};
 static const char *const track_names[TRACE_TRACKS] = {"compute", "collectives", "host->device", "device->host"};
+
+void trace_event_name(const TraceEvent *e, char *dst, size_t len) {
+    int k = e->kind;
+    if (k == TRACE_BLOCK_FORWARD || k == TRACE_BLOCK_BACKWARD || k == TRACE_BLOCK_RECOMPUTE)
+        snprintf(dst, len, trace_kind_names[k], e->block);
+    else
+        snprintf(dst, len, "%s", trace_kind_names[k]);
+}
 
 int trace_add(Trace *t, TraceEvent e) {
     if (t->n == t->cap) {
@@ -30,7 +41,8 @@ double trace_compute_track_seconds(const Trace *t, int stage, int rank) {
     double sum = 0;
     for (int i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
-        if (e->stage == stage && e->track == TRACE_TRACK_COMPUTE && (rank < 0 || e->rank == rank)) sum += e->dur;
+        if (e->stage == stage && e->track == TRACE_TRACK_COMPUTE && e->kind < TRACE_TOP_KINDS && (rank < 0 || e->rank == rank))
+            sum += e->dur;
     }
     return sum;
 }
@@ -72,7 +84,9 @@ int trace_write_json(const Trace *t, const char *about, FILE *f) {
     free(named);
     for (int i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
-        fprintf(f, "{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", trace_kind_names[e->kind],
+        char name[64];
+        trace_event_name(e, name, sizeof name);
+        fprintf(f, "{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", name,
                 e->stage, thread_of(e), e->start * 1e6, e->dur * 1e6);
         if (e->microbatch >= 0) fprintf(f, ", \"args\": {\"microbatch\": %d}", e->microbatch);
         fprintf(f, "}%s\n", i + 1 < t->n ? "," : "");

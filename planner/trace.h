@@ -17,8 +17,17 @@ typedef enum {
     TRACE_COLLECTIVES,  // side stream: DP weight gathers and gradient sync
     TRACE_H2D,          // side stream: host->device copies (offloaded states, activations)
     TRACE_D2H,          // side stream: device->host copies
+    TRACE_TOP_KINDS,    // the kinds above tile a stage's rows; those below nest inside a pass
+    TRACE_BLOCK_FORWARD = TRACE_TOP_KINDS,  // block `block`'s forward inside a forward pass
+    TRACE_BLOCK_BACKWARD,                   // its backward inside a backward pass
+    TRACE_BLOCK_RECOMPUTE,                  // a checkpointed block's forward again, before its backward
+    TRACE_PRE_FORWARD,                      // the embedding (first stage)
+    TRACE_PRE_BACKWARD,
+    TRACE_POST_FORWARD,                     // final norm, head and loss (last stage)
+    TRACE_POST_BACKWARD,
     TRACE_KINDS
 } TraceKind;
+// The block kinds' names hold the model's block index ("block %d forward", 0-based).
 extern const char *const trace_kind_names[TRACE_KINDS];
 
 // The rows of a stage in the trace ("thread" ids): compute, then one per side stream.
@@ -31,7 +40,10 @@ typedef struct {
     int kind;        // TraceKind
     int microbatch;  // 0..G-1, -1 for none
     double start, dur;  // seconds from the iteration's start
+    int block;       // the model's block (0-based) of a block kind; -1 for the others
 } TraceEvent;
+// An event's name: trace_kind_names with its block number filled in.
+void trace_event_name(const TraceEvent *e, char *dst, size_t len);
 
 typedef struct {
     TraceEvent *ev;
@@ -44,7 +56,7 @@ typedef struct {
 // 0, or -1 when out of memory.
 int trace_add(Trace *t, TraceEvent e);
 void trace_free(Trace *t);
-// Seconds of the events of one stage and rank on the compute track (rank -1: every rank).
+// Seconds of the top-level events of one stage and rank on the compute track (rank -1: every rank).
 double trace_compute_track_seconds(const Trace *t, int stage, int rank);
 // src as the inside of a JSON string (quotes and backslashes escaped, control
 // characters dropped), cut to fit dst.

@@ -61,10 +61,51 @@ static int add_streams(Trace *t, const StageAnalysis *s, int stage, int phase, i
     static const int kinds[STAGE_STREAMS] = {TRACE_COLLECTIVES, TRACE_H2D, TRACE_D2H};
     for (int k = 0; k < STAGE_STREAMS; k++) {
         double work = s->out[ST_STREAMS + STAGE_STREAMS * phase + k];
-        if (work > 0 && trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COLLECTIVES + k, kinds[k], g, start, work}))
+        if (work > 0 && trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COLLECTIVES + k, kinds[k], g, start, work, -1}))
             return -1;
     }
     return 0;
+}
+
+// Where add_parts puts the next part.
+typedef struct {
+    Trace *t;
+    int stage, g;
+    double at, scale, gap;  // where the next part starts; how parts are stretched to the pass
+} PartCursor;
+
+static int put_part(PartCursor *c, int kind, double dur, int block) {
+    if (dur <= 0) return 0;
+    dur *= c->scale;
+    int rc = trace_add(c->t, (TraceEvent){c->stage, -1, TRACE_TRACK_COMPUTE, kind, c->g, c->at, dur, block});
+    c->at += dur + c->gap;
+    return rc;
+}
+
+// The nested events of a pass placed at [start, start + dur): forward: pre, blocks
+// first to last, post; backward: post, blocks last to first (a checkpointed one,
+// the last `ckpt` of the stage, recomputes its forward first), pre. Their times
+// are the stage model's compute terms (ST_BLOCK_FWD ...); the rest of the pass
+// (exposed transfers, the boundary copies) is spread evenly after each of them,
+// and should the terms exceed the pass (the blocks cannot: the overlap rule
+// never prices a phase below its compute; the pre / post parts can, as their
+// time is split between the directions in the blocks' ratio) they are scaled to fit.
+static int add_parts(Trace *t, const StageAnalysis *s, int stage, int fwd, int g, double start, double dur) {
+    const double *o = s->out;
+    int L = s->sp.layers, ck = s->sp.ckpt < L ? s->sp.ckpt : L, first = s->first_layer;
+    double edge0 = fwd ? o[ST_PRE_FWD] : o[ST_POST_BWD], edge1 = fwd ? o[ST_POST_FWD] : o[ST_PRE_BWD];
+    double blk = fwd ? o[ST_BLOCK_FWD] : o[ST_BLOCK_BWD], re = fwd ? 0 : o[ST_BLOCK_RECOMPUTE];
+    double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0);
+    int n = (edge0 > 0) + (edge1 > 0) + L * (blk > 0) + ck * (re > 0);
+    if (!n) return 0;
+    PartCursor c = {t, stage, g, start, sum > dur ? dur / sum : 1, sum < dur ? (dur - sum) / n : 0};
+    int rc = put_part(&c, fwd ? TRACE_PRE_FORWARD : TRACE_POST_BACKWARD, edge0, -1);
+    for (int k = 0; k < L && !rc; k++) {
+        int l = fwd ? k : L - 1 - k;  // the stage's block
+        if (!fwd && l >= L - ck) rc = put_part(&c, TRACE_BLOCK_RECOMPUTE, re, first + l);
+        if (!rc) rc = put_part(&c, fwd ? TRACE_BLOCK_FORWARD : TRACE_BLOCK_BACKWARD, blk, first + l);
+    }
+    return rc ? rc : put_part(&c, fwd ? TRACE_POST_FORWARD : TRACE_PRE_BACKWARD, edge1, -1);
 }
 
 // One pass of stage i that may start at `ready` (its input there) and *free_at (the
@@ -81,12 +122,13 @@ static int place_pass(Trace *t, const StageAnalysis *s, const StagePasses *sp, i
     double last_extra = phase == 2 ? sp->bwd_last - sp->bwd_other : 0;
     if (add_streams(t, s, stage, phase, g, fmax(*free_at, first_extra > 0 ? 0 : ready))) return -1;
     if (first_extra > 0) {  // the step's part of the first forward, then the forward proper
-        if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, *free_at, first_extra})) return -1;
+        if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, *free_at, first_extra, -1})) return -1;
         *free_at += first_extra;
         dur -= first_extra;
     }
     double start = fmax(ready, *free_at);
-    if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, start, dur})) return -1;
+    if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, start, dur, -1})) return -1;
+    if (add_parts(t, s, stage, fwd, g, start, dur)) return -1;
     *free_at = start + dur;
     *done = start + dur - fmax(last_extra, 0);
     return 0;
@@ -133,15 +175,15 @@ static int add_bubbles(Trace *t, int S, double end) {
         double at = 0;
         for (int k = 0; k < n; k++) {  // a stage's passes were added in its order
             const TraceEvent e = t->ev[k];
-            if (e.stage != i || e.track != TRACE_TRACK_COMPUTE) continue;
-            if (e.start > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, e.start - at}))
+            if (e.stage != i || e.track != TRACE_TRACK_COMPUTE || e.kind >= TRACE_TOP_KINDS) continue;  // passes only
+            if (e.start > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, e.start - at, -1}))
                 return -1;
             at = e.start + e.dur;
         }
-        if (end > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, end - at}))
+        if (end > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, end - at, -1}))
             return -1;
         // the model does not price the norm's one-number all-reduce: a mark of no length
-        if (trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_GRAD_NORM, -1, end, 0})) return -1;
+        if (trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_GRAD_NORM, -1, end, 0, -1})) return -1;
     }
     return 0;
 }

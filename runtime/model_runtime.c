@@ -5,8 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm.h"
+#include "runtime/trace_measure.h"
 
 // ---------------------------------------------------------------- forward / backward
+
+// Marks around a part of the pass for [log] trace: without a trace, one branch.
+static void part_begin(ModelRuntime *r, int kind, int stage_block) {
+    if (r->trace) trace_measure_part(r->trace, kind, stage_block < 0 ? -1 : r->pipe.first_layer + stage_block);
+}
+static void part_end(ModelRuntime *r) {
+    if (r->trace) trace_measure_part_end(r->trace);
+}
 static void *ptr_or_null(const ArenaTensor *t) { return t->bytes ? arena_ptr(t) : NULL; }
 
 // a live tensor of 0 bytes (the layernorm mean under rmsnorm) is passed as NULL
@@ -241,6 +250,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
     // unit u: 0 embedding (or the tied head's copy of wte), 1 + l block l, L + 1 final norm and head
     if (r->units[0].count) zero_fwd_begin(r, 0);
     void *x0 = take(&r->acts[ACTS(slot, 0)].x);
+    if (r->has_pre) part_begin(r, TRACE_PRE_FORWARD, -1);
     if (!r->has_pre) {
         be->copy_d2d(be, x0, in, xbytes, st);  // the previous stage's output (its receive buffer is posted again next)
     } else if (r->tp == 1) {
@@ -250,6 +260,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
                                     r->tp_rank == 0 ? PARAM(r->wpe) : NULL, r->v0, r->Vt, r->B, r->T, r->C);
         tp_sum(r, x0, (size_t)N * r->C);
     }
+    if (r->has_pre) part_end(r);
     for (int l = 0; l < r->L; l++) {
         int i = ACTS(slot, l);
         int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
@@ -265,8 +276,10 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         take(&r->scratch);
         const void *xin = arena_ptr(&r->acts[i].x);
         zero_fwd_begin(r, 1 + l);
+        part_begin(r, TRACE_BLOCK_FORWARD, l);
         block_forward_to_act(r, l, a, xin);
         block_forward_output(r, l, a, xin, xnext);
+        part_end(r);
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         else if (swapped) acts_swap_out(r, i);
@@ -281,6 +294,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
     void *lnf = take(&r->lnf), *lnf_mean = take(&r->lnf_mean), *lnf_rstd = take(&r->lnf_rstd);
     void *logits = take(&r->logits);
     zero_fwd_begin(r, r->L + 1);
+    part_begin(r, TRACE_POST_FORWARD, -1);
     be->norm_forward(be, st, nk, NULL, lnf, lnf_mean, lnf_rstd, arena_ptr(&r->x_out), NULL, PARAM(r->lnf_w),
                      PARAM(r->lnf_b), N, r->C, (float)r->m.norm_eps);
     be->matmul_forward_ld(be, st, logits, lnf, PARAM(r->lm_head), N, r->C, r->Vt, r->Vs);  // (N, Vt), stride Vs
@@ -301,6 +315,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         be->crossentropy_vocab_finish(be, st, arena_ptr(&r->t_losses), logits, rowmax, stats, mr_targets(r), r->v0,
                                       N, r->Vr, r->Vs, dloss);
     }
+    part_end(r);
     if (dloss == 0.0f) {  // evaluation: drop every activation
         arena_release(&r->logits);
         arena_release(&r->lnf);
@@ -322,12 +337,14 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
     if (r->has_post) {
         void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
         zero_bwd_begin(r, r->L + 1);
+        part_begin(r, TRACE_POST_BACKWARD, -1);
         be->matmul_backward_ld(be, st, d_ln, GRAD(r->lm_head), logits, lnf, PARAM(r->lm_head), N, r->C, r->Vt, r->Vs);
         tp_sum(r, d_ln, (size_t)N * r->C);  // vocabulary-parallel head: dL/dlnf summed over tp
         arena_release(&r->logits);
         be->memset_device(be, d_res, 0, xbytes, st);
         be->norm_backward(be, st, nk, d_res, GRAD(r->lnf_w), GRAD(r->lnf_b), d_ln, arena_ptr(&r->x_out),
                           PARAM(r->lnf_w), ptr_or_null(&r->lnf_mean), arena_ptr(&r->lnf_rstd), N, r->C);
+        part_end(r);
         zero_bwd_end(r, r->L + 1);
         arena_release(&r->lnf);
         arena_release(&r->lnf_mean);
@@ -346,14 +363,18 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
             a = &r->work;
             take_rest(a);
             take(&r->scratch);
+            part_begin(r, TRACE_BLOCK_RECOMPUTE, l);
             block_forward_to_act(r, l, a, xin);
+            part_end(r);
             arena_release(&r->scratch);
             view = *a;
         } else if (swapped) {  // the offloaded tensors come back into the workspace
             acts_swap_in(r, i);
             view = act_view(r, i);
         }
+        part_begin(r, TRACE_BLOCK_BACKWARD, l);
         block_backward(r, l, &view, xin);
+        part_end(r);
         zero_bwd_end(r, 1 + l);
         release_rest(a);
         if (swapped) release_masked(&r->aws, r->act_mask);
@@ -362,11 +383,13 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
     if (r->units[0].count) {
         // the embedding's gradient, or (tied copy) the head's gradient of wte already in its buffer
         zero_bwd_begin(r, 0);
+        if (r->has_pre) part_begin(r, TRACE_PRE_BACKWARD, -1);
         if (r->has_pre && r->tp == 1)
             be->embedding_backward(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, mr_inputs(r, slot), r->B, r->T, r->C);
         else if (r->has_pre)  // d_res is replicated: every rank adds to its own rows and to the (replicated) wpe
             be->embedding_backward_range(be, st, GRAD(r->wte), GRAD(r->wpe), d_res, mr_inputs(r, slot), r->v0, r->Vt,
                                          r->B, r->T, r->C);
+        if (r->has_pre) part_end(r);
         zero_bwd_end(r, 0);
     }
     if (!r->has_pre) {  // dL/d(input) to the previous stage, from a send buffer (d_res serves the next backward)

@@ -18,32 +18,36 @@
 
 enum { TAG_TRACE = 21 };
 
-int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G) {
+// start, a begin and an end per pass and per nested part, the norm, the end
+static int marks_needed(int G, int parts) { return 4 * G + 2 * G * parts + 3; }
+
+int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G, int parts) {
     memset(m, 0, sizeof *m);
     m->be = be, m->stream = s, m->iteration = iteration;
     if (iteration < 0) return 0;
-    m->cap = 4 * G + 3;  // start, a begin and an end per pass, the norm, the end
+    m->cap = marks_needed(G, parts);
     m->ev = calloc((size_t)m->cap, sizeof *m->ev);
     m->what = calloc((size_t)m->cap, sizeof *m->what);
     m->microbatch = calloc((size_t)m->cap, sizeof *m->microbatch);
-    if (!m->ev || !m->what || !m->microbatch) return -1;
+    m->block = calloc((size_t)m->cap, sizeof *m->block);
+    if (!m->ev || !m->what || !m->microbatch || !m->block) return -1;
     for (int i = 0; i < m->cap; i++)
         if (!(m->ev[i] = be->event_create(be))) return -1;
     return 0;
 }
 
 int trace_measure_setup(TraceMeasure *m, Backend *be, BackendStream *s, const LogConfig *log, int64_t start,
-                        int64_t steps, int G, int root, char *err, size_t errlen) {
+                        int64_t steps, int G, int parts, int root, char *err, size_t errlen) {
     int64_t it = log->trace_iteration - 1;
     if (it < start) it = start;
     if (it > steps - 1) it = steps - 1;
-    if (!log->trace[0] || it < start) return trace_measure_init(m, be, s, -1, G);
+    if (!log->trace[0] || it < start) return trace_measure_init(m, be, s, -1, G, parts);
     if (root && mist_output_check(log->trace, err, errlen) != 0) return -1;
-    if (trace_measure_init(m, be, s, it, G) == 0) {
+    if (trace_measure_init(m, be, s, it, G, parts) == 0) {
         m->path = log->trace, m->G = G;
         return 0;
     }
-    snprintf(err, errlen, "out of memory for %d timer events", 4 * G + 3);
+    snprintf(err, errlen, "out of memory for %d timer events", marks_needed(G, parts));
     return -1;
 }
 
@@ -60,7 +64,7 @@ void trace_measure_finish(TraceMeasure *m, double host_seconds, const CommBacken
 void trace_measure_free(TraceMeasure *m) {
     for (int i = 0; m->ev && i < m->cap; i++)
         if (m->ev[i]) m->be->event_destroy(m->be, m->ev[i]);
-    free(m->ev), free(m->what), free(m->microbatch);
+    free(m->ev), free(m->what), free(m->microbatch), free(m->block);
     memset(m, 0, sizeof *m);
 }
 
@@ -69,6 +73,16 @@ void trace_measure_mark(TraceMeasure *m, int what, int microbatch) {
     m->be->event_record(m->be, m->ev[m->n], m->stream);
     m->what[m->n] = what, m->microbatch[m->n] = microbatch;
     m->n++;
+}
+
+void trace_measure_part(TraceMeasure *m, int kind, int block) {
+    if (!m->recording || m->n + 3 >= m->cap) return;  // room for its end, the norm and the iteration's end
+    trace_measure_mark(m, kind, -1);
+    m->block[m->n - 1] = block;
+}
+
+void trace_measure_part_end(TraceMeasure *m) {
+    if (m->recording && m->n > 0 && m->what[m->n - 1] >= TRACE_TOP_KINDS) trace_measure_mark(m, TRACE_PART_END, -1);
 }
 
 int trace_measure_begin(TraceMeasure *m, int64_t it, const CommBackend *comm, const Grid *grid) {
@@ -89,17 +103,27 @@ void trace_measure_end(TraceMeasure *m, double host_seconds) {
     m->recording = 0;
 }
 
-// This rank's marks as events tiling [0, end].
+// This rank's marks as events tiling [0, end], the nested parts inside their passes.
 static int rank_events(const TraceMeasure *m, int stage, int rank, Trace *t) {
-    double cursor = 0;
+    double cursor = 0, part_start = 0;
     int open = -1;  // the mark of the pass or norm in progress
     for (int i = 1; i < m->n; i++) {
         double at = 1e-3 * m->be->event_elapsed_ms(m->be, m->ev[0], m->ev[i]);
         if (at < cursor) at = cursor;  // timers of another stream never run backwards here
+        if (m->what[i] >= TRACE_TOP_KINDS) {  // a part begins: the pass goes on
+            part_start = at;
+            continue;
+        }
+        if (m->what[i] == TRACE_PART_END) {  // follows its begin mark (trace_measure_part_end)
+            TraceEvent e = {stage, rank, TRACE_TRACK_COMPUTE, m->what[i - 1], open >= 0 ? m->microbatch[open] : -1,
+                            part_start, at - part_start, m->block[i - 1]};
+            if (trace_add(t, e)) return -1;
+            continue;
+        }
         int ends = m->what[i] == TRACE_BUBBLE || i == m->n - 1;
         int kind = open >= 0 ? m->what[open] : TRACE_BUBBLE, mb = open >= 0 ? m->microbatch[open] : -1;
         if (at > cursor || (open >= 0 && ends))
-            if (trace_add(t, (TraceEvent){stage, rank, TRACE_TRACK_COMPUTE, kind, mb, cursor, at - cursor})) return -1;
+            if (trace_add(t, (TraceEvent){stage, rank, TRACE_TRACK_COMPUTE, kind, mb, cursor, at - cursor, -1})) return -1;
         cursor = at;
         open = ends ? -1 : i;
     }

@@ -25,19 +25,25 @@ typedef struct TraceMeasure {
     int recording;
     int n, cap;
     BackendEvent **ev;      // the marks, in order
-    int *what, *microbatch; // per mark: TraceKind of what begins there, TRACE_BUBBLE for "a pass ended"
+    int *what, *microbatch; // per mark: TraceKind of what begins there, TRACE_BUBBLE for "a pass ended",
+                            // TRACE_PART_END for "the nested part begun by the mark before ended"
+    int *block;             // per mark: the block of a block kind
     double host_seconds;    // the iteration as the training loop's clock measured it (trace_measure_end)
 } TraceMeasure;
 
-// Off (iteration < 0) or ready to record 0-based `iteration` of G micro-batches.
-// 0, or -1 when out of memory.
-int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G);
+// A nested part's end mark (trace_measure_part_end).
+enum { TRACE_PART_END = -2 };
+
+// Off (iteration < 0) or ready to record 0-based `iteration` of G micro-batches,
+// each of at most `parts` nested parts (blocks, recomputes, pre / post) over its
+// forward and backward. 0, or -1 when out of memory.
+int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G, int parts);
 // [log] trace (empty: off) and trace_iteration (1-based, as the log counts) for a
 // run of iterations start+1 .. steps: the iteration is clamped into the run, so a
 // trace is always written. root checks that the path can be written. log must
 // outlive m. 0, or -1 with err.
 int trace_measure_setup(TraceMeasure *m, Backend *be, BackendStream *s, const LogConfig *log, int64_t start,
-                        int64_t steps, int G, int root, char *err, size_t errlen);
+                        int64_t steps, int G, int parts, int root, char *err, size_t errlen);
 void trace_measure_free(TraceMeasure *m);
 // At the top of iteration `it` (collective over the world when it is the one
 // recorded: a barrier lines the ranks up). 1 when recording it.
@@ -45,6 +51,11 @@ int trace_measure_begin(TraceMeasure *m, int64_t it, const struct CommBackend *c
 // A mark in the stream: `what` (TRACE_FORWARD, TRACE_BACKWARD, TRACE_GRAD_NORM) begins
 // now, or TRACE_BUBBLE: the pass before has ended. NULL m or not recording: nothing.
 void trace_measure_mark(TraceMeasure *m, int what, int microbatch);
+// A nested part of the pass in progress (kind TRACE_BLOCK_FORWARD ...
+// TRACE_POST_BACKWARD, block: the model's block index or -1) begins / ends now.
+// The model runtime calls them only with a trace (ModelRuntime.trace non-NULL).
+void trace_measure_part(TraceMeasure *m, int kind, int block);
+void trace_measure_part_end(TraceMeasure *m);
 // The end of the recorded iteration, which the loop's clock measured as
 // host_seconds (written beside the events: what they should add up to). Waits for the marks.
 void trace_measure_end(TraceMeasure *m, double host_seconds);

@@ -416,7 +416,9 @@ static int init_state(Training *t) {
                          .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
                          .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
                          .weight_decay = tc->weight_decay};
-    if (cfg->checkpoint.dir[0] && (!(t->host_state = calloc(3 * r->Pp, sizeof(float))) ||
+    // the arrays also carry a sample's weights to rank 0 when the model spans several stages
+    int gathers = cfg->checkpoint.dir[0] || (t->S > 1 && cfg->log.sample_interval > 0);
+    if (gathers && (!(t->host_state = calloc(3 * r->Pp, sizeof(float))) ||
                                    !(t->global_state = calloc(3 * r->Pglobal, sizeof(float))))) {
         fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu + 3 x %zu "
                 "floats)\n", t->rank, r->Pp, r->Pglobal);
@@ -509,8 +511,34 @@ static int resume(Training *t) {
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
     if (failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
-    return failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
-                                                  t->G, t->root, t->err, sizeof t->err), "[log] trace");
+    // nested parts per micro-batch: every block forward and backward, the recomputes, pre and post both ways
+    int parts = 2 * r->L + r->ckpt + 4;
+    int rc = failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
+                                                    t->G, parts, t->root, t->err, sizeof t->err), "[log] trace");
+    if (!rc && t->trace.iteration >= 0) r->trace = &t->trace;  // else the model's marks cost one branch
+    return rc;
+}
+
+// The whole model's fp32 weights, m and v on world rank 0 (collective): in
+// global_state (one stage) or in whole, in full's layout (several stages).
+static void gather_whole_state(Training *t) {
+    ModelRuntime *r = &t->model;
+    zero_flush(r);
+    zero_collect(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
+    // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
+    if (t->grid->dp_index == 0) mr_tp_gather(r, t->host_state, t->global_state, 3);
+    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+}
+
+// [log] sample_interval's sample after iteration it (collective): one stage
+// gathers its weights itself; several are assembled on rank 0 as for a checkpoint.
+static void print_sample(Training *t, int64_t it) {
+    if (t->S == 1) {
+        train_sample_print(&t->model, t->root, it + 1, t->cfg->train.seed);
+        return;
+    }
+    gather_whole_state(t);
+    if (t->root) train_sample_show(&t->full, t->whole, it + 1, t->cfg->train.seed);
 }
 
 // The checkpoint of iteration it (1-based: it + 1 done): every stage's whole
@@ -521,7 +549,6 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     const CommBackend *comm = t->comm;
     ModelRuntime *r = &t->model;
     CkptState *st = &t->st;
-    float *host_state = t->host_state;
     st->step = it + 1;
     st->adam_t = r->opt.t;
     st->data_position = dataloader_position(t->dl, it + 1);
@@ -539,11 +566,7 @@ static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t no
     const char *hang = getenv("MIST_FAULT_HANG_CHECKPOINT");
     if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) == 2 && t->rank == hang_rank && it + 1 == hang_at)
         for (;;) sleep(60);
-    zero_flush(r);
-    zero_collect(r, host_state, host_state + r->Pp, host_state + 2 * r->Pp);
-    // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
-    if (grid->dp_index == 0) mr_tp_gather(r, host_state, t->global_state, 3);
-    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+    gather_whole_state(t);
     // MIST_FAULT_CHECKPOINT_PAUSE=FILE:SECONDS: rank 0 creates FILE and sleeps
     // before writing (tests: a stop signal sent while a checkpoint is written)
     const char *pause = getenv("MIST_FAULT_CHECKPOINT_PAUSE");
@@ -667,7 +690,7 @@ static int train_loop(Training *t) {
             comm->abort(comm, 1, "log write error");
         }
         if (cfg->log.sample_interval > 0 && (it + 1) % cfg->log.sample_interval == 0)
-            train_sample_print(r, root, it + 1, tc->seed);
+            print_sample(t, it);
         // A stop signal (SIGUSR1, SIGTERM) reaches the ranks at slightly
         // different times: every rank learns whether any got one, so all stop
         // after this same iteration, with a checkpoint of it.

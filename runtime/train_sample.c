@@ -14,14 +14,27 @@ static void print_bytes(const int32_t *tokens, int n) {
     }
 }
 
-void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t seed) {
-    static int noted;
-    if (r->pipe.stages > 1) {
-        if (root && !noted) printf("mist: [log] sample_interval: no samples with %d pipeline stages (one stage "
-                                   "samples; hint: mist-sample reads any checkpoint)\n", r->pipe.stages);
-        noted = 1;
-        return;
+void train_sample_show(const ModelRuntime *layout, const float *weights, int64_t iteration, uint64_t seed) {
+    Sampler s;
+    char err[1024];
+    // start from end-of-text for GPT-2's vocabulary (as llm.c), else from a newline
+    int V = layout->V;
+    int32_t tokens[TRAIN_SAMPLE_TOKENS + 1] = {V == 50257 ? 50256 : V > '\n' ? '\n' : 0};
+    int len = 1;
+    if (sampler_open_weights(&s, layout, weights, TRAIN_SAMPLE_TOKENS + 1, err, sizeof err)) {
+        printf("mist: sample at iteration %lld: not taken: %s\n", (long long)iteration, err);
+    } else {
+        sampler_generate(&s, tokens, &len, TRAIN_SAMPLE_TOKENS, 1.0, 0, seed + (uint64_t)iteration);
+        printf("mist: sample at iteration %lld:%s", (long long)iteration, V <= 256 ? "\n" : "");
+        if (V <= 256) print_bytes(tokens + 1, len - 1);
+        for (int i = 1; V > 256 && i < len; i++) printf(" %d", tokens[i]);
+        printf("\n");
+        fflush(stdout);
     }
+    sampler_close(&s);
+}
+
+void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t seed) {
     zero_flush(r);
     float *local = calloc(3 * r->Pp, sizeof *local), *global = calloc(r->Pglobal, sizeof *global);
     if (!local || !global) {  // every rank still takes part in the collectives below
@@ -30,23 +43,6 @@ void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t s
     }
     zero_collect(r, local, local + r->Pp, local + 2 * r->Pp);
     mr_tp_gather(r, local, global, 1);
-    if (root) {
-        Sampler s;
-        char err[1024];
-        // start from end-of-text for GPT-2's vocabulary (as llm.c), else from a newline
-        int32_t tokens[TRAIN_SAMPLE_TOKENS + 1] = {r->V == 50257 ? 50256 : r->V > '\n' ? '\n' : 0};
-        int len = 1;
-        if (sampler_open_weights(&s, r, global, TRAIN_SAMPLE_TOKENS + 1, err, sizeof err)) {
-            printf("mist: sample at iteration %lld: not taken: %s\n", (long long)iteration, err);
-        } else {
-            sampler_generate(&s, tokens, &len, TRAIN_SAMPLE_TOKENS, 1.0, 0, seed + (uint64_t)iteration);
-            printf("mist: sample at iteration %lld:%s", (long long)iteration, r->V <= 256 ? "\n" : "");
-            if (r->V <= 256) print_bytes(tokens + 1, len - 1);
-            for (int i = 1; r->V > 256 && i < len; i++) printf(" %d", tokens[i]);
-            printf("\n");
-            fflush(stdout);
-        }
-        sampler_close(&s);
-    }
+    if (root) train_sample_show(r, global, iteration, seed);
     free(local), free(global);
 }

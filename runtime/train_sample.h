@@ -8,10 +8,14 @@
 // Tokens a sample holds (llm.c's genT).
 #define TRAIN_SAMPLE_TOKENS 64
 
-// Collective over the stage's ranks: the fp32 weights are gathered (dp, then
-// tp) to world rank 0, which runs them on the CPU backend (runtime/sample.h)
-// and prints "sample at iteration N: TEXT". One pipeline stage only: with
-// several, rank 0 says once that it does not sample.
+// Prints "sample at iteration N: TEXT" from the whole model's fp32 weights
+// (layout: a one-stage runtime whose Pglobal floats `weights` holds, global
+// shapes), run on the CPU backend (runtime/sample.h). The caller is world rank 0.
+void train_sample_show(const ModelRuntime *layout, const float *weights, int64_t iteration, uint64_t seed);
+
+// One pipeline stage, collective over its ranks: the fp32 weights are gathered
+// (dp, then tp) to world rank 0, which prints the sample (train_sample_show).
+// Several stages gather through the checkpoint's path (runtime/train.c).
 void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t seed);
 
 #endif

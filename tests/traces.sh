@@ -10,6 +10,10 @@
 #    the predicted trace's event names, every rank's G forwards and backwards, and
 #    each rank's events add up to its measured iteration time within 5% (rank 0's:
 #    the log's ms_per_iter);
+#  - per-block parts, predicted and measured: inside each forward / backward pass,
+#    one after another, "block N forward" and "block N backward" for the stage's
+#    blocks, "block N recompute" before a checkpointed block's backward, "pre" /
+#    "post" parts on the first / last stage, with the same names in both traces;
 #  - bad input: an unwritable --trace / --svg / [log] trace path, trace_iteration 0.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 PLAN_BIN="$MIST_BUILDDIR/mist-plan"
@@ -17,9 +21,9 @@ TRAIN="$MIST_BUILDDIR/mist-train"
 TINY="$MIST_SRCDIR/examples/tiny.ini"
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-traces-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-# a 2-stage pipeline of the tiny model, 4 micro-batches of 4 sequences
+# a 2-stage pipeline of the tiny model, 4 micro-batches of 4 sequences, the second stage's block checkpointed
 PP="-o plan.stages=2 -o plan.G=4 -o stage.0.layers=1 -o stage.0.dp=1 -o stage.0.b=4 -o stage.1.layers=1
- -o stage.1.dp=1 -o stage.1.b=4"
+ -o stage.1.dp=1 -o stage.1.b=4 -o stage.1.ckpt=1"
 
 # check_trace FILE S G KIND: the structure of a trace; prints "ok" or what is wrong
 check_trace() {
@@ -28,6 +32,8 @@ import json, sys
 path, S, G, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 d = json.load(open(path))
 o, ev = d["otherData"], [e for e in d["traceEvents"] if e["ph"] == "X"]
+top = {"forward", "backward", "bubble", "grad norm", "collectives", "h2d", "d2h"}
+parts, ev = [e for e in ev if e["name"] not in top], [e for e in ev if e["name"] in top]
 bad = []
 if o["source"] != kind or o["stages"] != S or o["microbatches"] != G: bad.append("otherData %s" % o)
 # compute rows: predicted tid 0 per stage; measured one row (tid 4 + rank) per rank
@@ -51,10 +57,36 @@ for (pid, tid), es in sorted(rows.items()):
     if kind == "measured":
         host = 1e6 * o["rank_iteration_seconds"][tid - 4]
         if not (abs(at - host) <= 0.05 * host): bad.append("rank %d: events add up to %g us, its iteration %g us" % (tid - 4, at, host))
+    # nested parts: each inside a pass of its micro-batch on the row, one after another;
+    # every pass holds a part per block ("block N forward" / "block N backward", the same
+    # blocks both ways), a checkpointed block's recompute before its backward
+    for p in es:
+        if p["name"] not in ("forward", "backward"): continue
+        g, end = p["args"]["microbatch"], p["ts"] + p["dur"]
+        inner = sorted((e for e in parts if (e["pid"], e["tid"]) == (pid, tid) and e["args"]["microbatch"] == g
+                        and p["ts"] - 2e-3 <= e["ts"] and e["ts"] + e["dur"] <= end + 2e-3), key=lambda e: e["ts"])
+        p["inner"] = [e["name"] for e in inner]
+        if any(b["ts"] < a["ts"] + a["dur"] - 2e-3 for a, b in zip(inner, inner[1:])):
+            bad.append("stage %d row %d: parts of %s %d overlap" % (pid, tid, p["name"], g))
+    for g in range(G):
+        f = [n for p in es if p["name"] == "forward" and p["args"]["microbatch"] == g for n in p["inner"]]
+        b = [n for p in es if p["name"] == "backward" and p["args"]["microbatch"] == g for n in p["inner"]]
+        fb = sorted(n[:-8] for n in f if n.startswith("block ") and n.endswith(" forward"))
+        bb = sorted(n[:-9] for n in b if n.startswith("block ") and n.endswith(" backward"))
+        if not fb or fb != bb: bad.append("stage %d row %d micro-batch %d: blocks %s forward, %s backward" % (pid, tid, g, fb, bb))
+        for n in b:
+            if n.endswith(" recompute") and n[:-10] + " backward" not in b[b.index(n):]:
+                bad.append("stage %d row %d: %s without its backward after it" % (pid, tid, n))
+    placed = sum(len(p.get("inner", [])) for p in es)
+    if placed != len([e for e in parts if (e["pid"], e["tid"]) == (pid, tid)]):
+        bad.append("stage %d row %d: %d parts outside their pass" % (pid, tid, len([e for e in parts if (e["pid"], e["tid"]) == (pid, tid)]) - placed))
 print("ok" if not bad else "; ".join(bad[:4]))
 PYEOF
 }
 names() { python3 -c 'import json,sys; print(" ".join(sorted({e["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"})))' "$1"; }
+# the names of the passes and streams (no "block N ..." and pre / post parts)
+top_names() { python3 -c 'import json,sys; print(" ".join(sorted({e["name"] for e in json.load(open(sys.argv[1]))["traceEvents"]
+    if e["ph"] == "X" and not e["name"].startswith(("block ", "pre ", "post "))})))' "$1"; }
 
 # ---- 1. predicted traces ---------------------------------------------------------
 # shellcheck disable=SC2086
@@ -75,7 +107,7 @@ OFF="-o plan.G=64 -o stage.1.zero=3 -o stage.1.ao=0.5 -o stage.2.wo=0.5 -o stage
     -o stage.3.b=4 --trace "$W/off.json" >"$W/off.out" 2>&1
 rc=$?
 res=$(check_trace "$W/off.json" 4 64 predicted 2>&1)
-n=$(names "$W/off.json")
+n=$(top_names "$W/off.json")
 [ $rc -le 3 ] && [ "$res" = ok ] && [ "$n" = "backward bubble collectives d2h forward grad norm h2d" ]
 tap_ok $? "GPT-3 22B with ZeRO-3 and offload: streams under compute (names: $n; $res)"
 
@@ -142,12 +174,16 @@ res=$(check_trace "$W/m.json" 2 4 measured 2>&1)
 tap_ok $? "[log] trace: both ranks' 4 forwards and backwards tile their iteration, within 5% of its time ($res)"
 [ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/m.out")"
 log_ms=$(sed -n 2p "$W/m.jsonl" | grep -o '"ms_per_iter": [^,}]*' | sed 's/.*: //')
-rank0_ms=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(e["dur"] for e in d["traceEvents"] if e["ph"]=="X" and e["tid"]==4)/1e3)' "$W/m.json" 2>/dev/null)
+rank0_ms=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(e["dur"] for e in d["traceEvents"] if e["ph"]=="X" and e["tid"]==4 and not e["name"].startswith(("block ", "pre ", "post ")))/1e3)' "$W/m.json" 2>/dev/null)
 num_ok 'l > 0 && (r - l) / l <= 0.05 && (l - r) / l <= 0.05' l="$log_ms" r="$rank0_ms"
 tap_ok $? "rank 0's events add up to the log's iteration 2 within 5% ($rank0_ms ms vs ms_per_iter $log_ms)"
 pn=$(names "$W/pp.json"); mn=$(names "$W/m.json" 2>/dev/null)
 [ -n "$mn" ] && [ "$pn" = "$mn" ]
 tap_ok $? "the measured and predicted traces have the same event names ($mn | $pn)"
+for part in "pre forward" "block 0 forward" "block 1 forward" "block 1 recompute" "block 0 backward" "post backward"; do
+    case " $mn " in *" $part "*) ;; *) false ;; esac || break
+done
+tap_ok $? "both hold the per-block parts (\"$part\" last looked for): blocks 0 and 1, the checkpointed block's recompute, pre and post"
 
 # ---- 4. bad input ------------------------------------------------------------------
 for opt in --trace --svg; do
