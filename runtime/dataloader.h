@@ -31,10 +31,6 @@ int64_t dataloader_num_samples(const DataLoader *dl);
 int64_t dataloader_num_tokens(const DataLoader *dl);
 int dataloader_num_shards(const DataLoader *dl);
 
-// Reads every token once and checks each is below the vocabulary: 0, or -1 with
-// err naming the shard, the token's index and byte offset. Run at start.
-int dataloader_check_tokens(DataLoader *dl, char *err, size_t errlen);
-
 // Fill inputs/targets, each (count, T) int32 row-major, with global samples
 // [first, first+count). Returns 0, or -1 with err naming the file, the position
 // and the value of a token >= vocab, or an I/O error.
@@ -45,7 +41,8 @@ int dataloader_read(DataLoader *dl, int64_t first, int count, int32_t *inputs, i
 int64_t dataloader_sample_of(const DataLoader *dl, int64_t k);
 
 // Read every token once and check it is < vocab (reads the whole data set;
-// useful as an up-front check in tools and tests). 0 ok, -1 with err filled.
+// mist-train runs it at start). 0 ok, -1 with err naming the shard, the token's
+// index and byte offset.
 int dataloader_scan(DataLoader *dl, char *err, size_t errlen);
 
 // ---- the training order (what mist-train calls) ----

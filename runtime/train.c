@@ -450,7 +450,7 @@ static int open_data(Training *t) {
     if (failed_anywhere(t, failed, "[data] train")) return 1;
     // rank 0 reads every token once now, so a token outside the vocabulary is an
     // error at start rather than at the iteration that first reads it
-    failed = t->root && dataloader_check_tokens(t->dl, t->err, sizeof t->err) != 0;
+    failed = t->root && dataloader_scan(t->dl, t->err, sizeof t->err) != 0;
     if (failed_anywhere(t, failed, "[data] train")) return 1;
     // val_batches counts global batches, so every plan evaluates the same
     // val_batches x global_batch sequences: G micro-batches of b on each of the

@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err[0]) abort();
         return 0;
     }
-    if ((dataloader_check_tokens(dl, err, sizeof err) != 0) != (bad >= 0)) {
+    if ((dataloader_scan(dl, err, sizeof err) != 0) != (bad >= 0)) {
         fprintf(stderr, "the start-up token check and shard_find_bad_token disagree (first bad token: %lld)\n",
                 (long long)bad);
         abort();
