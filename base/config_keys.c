@@ -16,7 +16,8 @@ static const char *const pos_names[] = {"learned", "rotary", "none", NULL};
 static const char *const prec_names[] = {"bf16", "fp16", "fp32", NULL};
 static const char *const sched_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const mode_names[] = {"auto", "fixed", NULL};
-static const char *const space_names[] = {"megatron", "zero", "ckpt", "offload", "full", NULL};
+static const char *const recompute_names[] = {"none", "selective", NULL};
+static const char *const space_names[] = {"megatron-mist", "megatron", "zero", "ckpt", "offload", "full", NULL};
 
 const KeySpec config_keys[] = {
     // [model]
@@ -73,6 +74,7 @@ const KeySpec config_keys[] = {
     {"plan", "file", KEY_PATH, MC(plan.file), 0, 0, NULL, "a plan file ([plan] + [stage.N]) to use instead of inline stages"},
     {"plan", "G", KEY_INT, MC(plan.plan.G), 1, 1 << 20, NULL, "micro-batches per iteration (gradient accumulation)"},
     {"plan", "stages", KEY_INT, MC(plan.plan.num_stages), 1, MIST_MAX_STAGES, NULL, "pipeline stages; one [stage.N] section each, N = 0.."},
+    {"plan", "virtual", KEY_INT, MC(plan.plan.virtual_chunks), 1, MIST_MAX_STAGES, NULL, "model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B"},
     // [stage.N]
     {"stage", "layers", KEY_INT, SP(layers), 1, 4096, NULL, "consecutive transformer blocks of the stage"},
     {"stage", "dp", KEY_INT, SP(dp), 1, 1 << 20, NULL, "data-parallel degree"},
@@ -80,6 +82,8 @@ const KeySpec config_keys[] = {
     {"stage", "b", KEY_INT, SP(b), 1, 1 << 20, NULL, "micro-batch size per data-parallel rank"},
     {"stage", "zero", KEY_INT, SP(zero), 0, 3, NULL, "ZeRO level: 0 none, 1 optimizer, 2 + grads, 3 + weights sharded over dp"},
     {"stage", "ckpt", KEY_INT, SP(ckpt), 0, 4096, NULL, "blocks (the last ones of the stage) that recompute activations"},
+    {"stage", "sp", KEY_BOOL, SP(sp), 0, 1, NULL, "sequence parallelism: norms and residuals on T/tp rows of each tp rank"},
+    {"stage", "recompute", KEY_ENUM, SP(recompute), 0, 0, recompute_names, "none, or selective: blocks not checkpointed recompute their attention core"},
     {"stage", "wo", KEY_FLOAT, SP(wo), 0, 1, NULL, "fraction of weights kept in host memory"},
     {"stage", "go", KEY_FLOAT, SP(go), 0, 1, NULL, "fraction of gradients kept in host memory"},
     {"stage", "oo", KEY_FLOAT, SP(oo), 0, 1, NULL, "fraction of optimizer state kept in host memory"},

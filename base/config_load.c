@@ -476,6 +476,7 @@ void config_defaults(MistConfig *cfg) {
     cfg->plan.space = SPACE_FULL;
     cfg->plan.plan.G = 1;
     cfg->plan.plan.num_stages = 1;
+    cfg->plan.plan.virtual_chunks = 1;
     for (int s = 0; s < MIST_MAX_STAGES; s++) cfg->plan.plan.stage[s] = (StagePlan){.dp = 1, .tp = 1, .b = 1};
     cfg->checkpoint.interval = 0;
     cfg->checkpoint.keep = 3;

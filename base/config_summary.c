@@ -13,7 +13,7 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
     static const char *const norms[] = {"layernorm", "rmsnorm"}, *const acts[] = {"gelu", "swiglu"},
                              *const pos[] = {"learned", "rotary", "none"},
                              *const sched[] = {"cosine", "linear", "constant"},
-                             *const spaces[] = {"megatron", "zero", "ckpt", "offload", "full"};
+                             *const spaces[] = {"megatron-mist", "megatron", "zero", "ckpt", "offload", "full"};
     fprintf(f, "configuration: %s\n", cfg->source);
     fprintf(f, "  model      %s: layers %d, hidden %d, heads %d (kv %d), ffn %d, vocab %d, seq_len %d\n",
             config_family_name(m->family), m->layers, m->hidden, m->heads, m->kv_heads, m->ffn_hidden, m->vocab,

@@ -22,14 +22,23 @@ typedef struct {
     int b;        // micro-batch size per DP rank
     int zero;     // 0 none, 1 optimizer state, 2 + grads, 3 + weights sharded over dp
     int ckpt;     // how many of the stage's blocks recompute activations in backward (the last ckpt)
+    int sp;       // 1: sequence parallelism over the tp group (norms, residuals on T/tp rows; docs/tensor-parallel.md)
+    int recompute;  // RECOMPUTE_SELECTIVE: the blocks not checkpointed recompute their attention core
     double wo, go, oo, ao;  // fraction of weights, grads, optimizer state, saved activations on the host
 } StagePlan;
 
+// [stage.N] recompute: what the blocks that are not checkpointed (ckpt) recompute
+enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1 };
+
 typedef struct {
     int G;           // gradient-accumulation steps (micro-batches per iteration)
-    int num_stages;  // pipeline stages
+    int num_stages;  // pipeline stages (model chunks when virtual_chunks > 1)
+    int virtual_chunks;  // [plan] virtual: model chunks per pipeline rank (interleaved 1F1B); 0 or 1 = plain 1F1B
     StagePlan stage[MIST_MAX_STAGES];
 } Plan;
+
+// model chunks per pipeline rank: 1 for plain 1F1B (a zero-initialised Plan included)
+static inline int plan_virtual(const Plan *p) { return p->virtual_chunks > 1 ? p->virtual_chunks : 1; }
 
 // the most ranks a plan may need (checked when a plan is loaded or validated, so
 // that plan_world_size's int sum cannot overflow: 64 stages x dp 2^20 x tp 1024

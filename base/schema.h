@@ -20,7 +20,9 @@ typedef enum { PREC_BF16 = 0, PREC_FP16 = 1, PREC_FP32 = 2 } Precision;
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2 } LrSchedule;
 typedef enum { PLAN_AUTO = 0, PLAN_FIXED = 1 } PlanMode;
 // search spaces of mode = auto, each adding a feature to the previous one
-typedef enum { SPACE_MEGATRON = 0, SPACE_ZERO = 1, SPACE_CKPT = 2, SPACE_OFFLOAD = 3, SPACE_FULL = 4 } PlanSpace;
+typedef enum {
+    SPACE_MEGATRON_MIST = 0, SPACE_MEGATRON = 1, SPACE_ZERO = 2, SPACE_CKPT = 3, SPACE_OFFLOAD = 4, SPACE_FULL = 5
+} PlanSpace;
 
 typedef struct {
     ModelFamily family;

@@ -18,10 +18,10 @@
 #include "models/model.h"
 #include "planner/search_internal.h"
 
-static const char *const space_names[] = {"megatron", "zero", "ckpt", "offload", "full"};
+static const char *const space_names[] = {"megatron-mist", "megatron", "zero", "ckpt", "offload", "full"};
 
 const char *search_space_name(PlanSpace s) {
-    return s >= SPACE_MEGATRON && s <= SPACE_FULL ? space_names[s] : "?";
+    return s >= SPACE_MEGATRON_MIST && s <= SPACE_FULL ? space_names[s] : "?";
 }
 
 int search_space_parse(const char *name, PlanSpace *out) {

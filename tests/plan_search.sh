@@ -123,11 +123,11 @@ awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
       if (s < m / t * (1 - 1e-5) || s > m / t * (1 + 1e-5)) bad = bad " speedup of row " n
       if ($0 ~ /"space": "offload"/ && t != alone + 0) bad = bad " offload " t " vs alone " alone
       prev = t }
-    END { if (n != 5) bad = bad " rows " n; if (prev != top + 0) bad = bad " last " prev " vs plan " top
+    END { if (n != 6) bad = bad " rows " n; if (prev != top + 0) bad = bad " last " prev " vs plan " top
           if (mfu != topmfu + 0) bad = bad " last MFU " mfu " vs plan " topmfu
           if (bad != "") { print bad; exit 1 } }' "$tmp/c.rows" >"$tmp/c.bad"
 [ $rc -eq 0 ] && [ -n "$top" ] && [ -n "$alone" ] && [ ! -s "$tmp/c.bad" ]
-tap_ok $? "--compare --json: 5 rows, times never rise, speedup = megatron / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
+tap_ok $? "--compare --json: 6 rows, times never rise, speedup = megatron / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
 [ -s "$tmp/c.bad" ] && tap_diag "$(cat "$tmp/c.bad")" "$(cat "$tmp/c.rows")"
 
 # spaces that fit nothing say so with their closest plan; --space limits the rows
