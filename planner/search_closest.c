@@ -5,9 +5,10 @@
 #include <string.h>
 #include "planner/search_internal.h"
 
-// A stage of l blocks on mesh me at ZeRO level z with ckpt, each ratio of offload pattern mask at 1.
-static StagePlan least_memory_stage(int l, const Mesh *me, int b, int z, int ckpt, int mask) {
-    return (StagePlan){.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = ckpt, .wo = mask & 1,
+// A stage of l blocks on mesh me at ZeRO level z with ckpt, sequence parallelism sp, each ratio of
+// offload pattern mask at 1.
+static StagePlan least_memory_stage(int l, const Mesh *me, int b, int z, int ckpt, int sp, int mask) {
+    return (StagePlan){.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = ckpt, .sp = sp, .wo = mask & 1,
                        .go = (mask >> 1) & 1, .oo = (mask >> 2) & 1, .ao = (mask >> 3) & 1};
 }
 
@@ -36,6 +37,7 @@ int search_closest_plan(Search *s, SearchResult *r) {
                 for (int i = 0; i < S; i++) {
                     int l = s->L / S + (i >= S - s->L % S);  // the extra blocks go to the last stages (fewer in flight)
                     int ck = s->rules.no_ckpt ? 0 : l;
+                    int seq = s->rules.sp && meshes[mi].tp > 1;  // saved activations at 1/tp
                     // the (ZeRO, offload corner) whose larger excess, of device or of host memory,
                     // is the least
                     int64_t stage_short = INT64_MAX;
@@ -45,7 +47,7 @@ int search_closest_plan(Search *s, SearchResult *r) {
                         for (int mask = 0; mask < (s->rules.offload ? 16 : 1); mask++) {
                             StageModel *m = stage_model_get(s, stage_kind(i, S), z, mask);
                             if (!m || search_reserve(s, 1) != 0) return -1;
-                            StagePlan sp = least_memory_stage(l, &meshes[mi], (int)(s->B / per), z, ck, mask);
+                            StagePlan sp = least_memory_stage(l, &meshes[mi], (int)(s->B / per), z, ck, seq, mask);
                             search_set_row(s, 0, &sp, G, stage_p(i, S, G));
                             search_eval(s, m, 1, EVAL_PEAKS);
                             int64_t dev = (int64_t)ceil(fmax(s->outs[ST_PEAK_FWD][0], s->outs[ST_PEAK_BWD][0])) -
@@ -56,7 +58,7 @@ int search_closest_plan(Search *s, SearchResult *r) {
                             if (worse < stage_short) stage_short = worse, best_z = z, best_mask = mask, best_host = host > dev;
                         }
                     }
-                    pl.stage[i] = least_memory_stage(l, &meshes[mi], (int)(s->B / per), best_z, ck, best_mask);
+                    pl.stage[i] = least_memory_stage(l, &meshes[mi], (int)(s->B / per), best_z, ck, seq, best_mask);
                     if (stage_short > worst) worst = stage_short, worst_stage = i, worst_host = best_host;
                 }
                 if (worst < best_short) {

@@ -43,9 +43,9 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
     return 0;
 }
 
-double search_compare_speedup(const SpaceComparison *c, int i) {
-    if (!c->space[0].found || !c->space[i].found) return NAN;
-    return c->space[0].iteration_seconds / c->space[i].iteration_seconds;
+double search_compare_speedup(const SpaceComparison *c, PlanSpace base, int i) {
+    if ((int)base >= c->count || !c->space[base].found || !c->space[i].found) return NAN;
+    return c->space[base].iteration_seconds / c->space[i].iteration_seconds;
 }
 
 // "lo" or "lo-hi" of an int field over the stages
@@ -75,45 +75,62 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
     range_text(b, sizeof b, p, offsetof(StagePlan, b));
     range_text(zero, sizeof zero, p, offsetof(StagePlan, zero));
     // checkpointed blocks of all blocks; offloaded states: those with a non-zero ratio on some stage
-    int ckpt = 0, layers = 0, wo = 0, go = 0, oo = 0, ao = 0;
+    // selective: the blocks that recompute their attention core (those not checkpointed of a
+    // recompute = selective stage); sp: stages with sequence parallelism
+    int ckpt = 0, layers = 0, sel = 0, sp = 0, wo = 0, go = 0, oo = 0, ao = 0;
     for (int i = 0; i < p->num_stages; i++) {
         const StagePlan *s = &p->stage[i];
         ckpt += s->ckpt, layers += s->layers;
+        if (s->recompute == RECOMPUTE_SELECTIVE) sel += s->layers - s->ckpt;
+        sp += s->sp;
         wo |= s->wo > 0, go |= s->go > 0, oo |= s->oo > 0, ao |= s->ao > 0;
     }
-    char ck[48], off[32];
+    char ck[80], off[32];
     if (ckpt == 0) snprintf(ck, sizeof ck, "no ckpt");
     else if (ckpt == layers) snprintf(ck, sizeof ck, "ckpt all");
     else snprintf(ck, sizeof ck, "ckpt %d/%d blocks", ckpt, layers);
+    size_t at = strlen(ck);
+    if (sel == layers) snprintf(ck + at, sizeof ck - at, ", selective");
+    else if (sel) snprintf(ck + at, sizeof ck - at, ", selective %d/%d blocks", sel, layers);
+    at = strlen(ck);
+    if (sp == p->num_stages) snprintf(ck + at, sizeof ck - at, ", sp");
+    else if (sp) snprintf(ck + at, sizeof ck - at, ", sp on %d/%d stages", sp, p->num_stages);
     if (!(wo | go | oo | ao)) snprintf(off, sizeof off, "no offload");
     else snprintf(off, sizeof off, "offload%s%s%s%s", wo ? " w" : "", go ? " g" : "", oo ? " o" : "", ao ? " a" : "");
-    snprintf(buf, len, "%d stage%s, G %d, mesh %s, b %s, ZeRO %s, %s, %s", p->num_stages, p->num_stages == 1 ? "" : "s",
-             p->G, mesh, b, zero, ck, off);
+    int v = plan_virtual(p);
+    char stages[48];
+    if (v > 1) snprintf(stages, sizeof stages, "%d stages x %d chunks", p->num_stages / v, v);
+    else snprintf(stages, sizeof stages, "%d stage%s", p->num_stages, p->num_stages == 1 ? "" : "s");
+    snprintf(buf, len, "%s, G %d, mesh %s, b %s, ZeRO %s, %s, %s", stages, p->G, mesh, b, zero, ck, off);
 }
 
 void search_compare_print_text(const SpaceComparison *c, FILE *f) {
-    fprintf(f, "what each feature buys (best plan per space, same cluster and batch; speedup = megatron / space):\n");
-    fprintf(f, "  %-9s %14s %9s %6s %9s  %s\n", "space", "iteration", "speedup", "MFU", "search", "plan");
+    fprintf(f, "what each feature buys (best plan per space, same cluster and batch; speedup = that space's time / "
+            "this one's):\n");
+    fprintf(f, "  %-13s %14s %13s %11s %6s %9s  %s\n", "space", "iteration", "vs meg-mist", "vs megatron", "MFU",
+            "search", "plan");
     for (int i = 0; i < c->count; i++) {
         const SpaceBest *b = &c->space[i];
         char plan[192];
         if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
         if (!b->found) {
             if (b->have_closest)
-                fprintf(f, "  %-9s %14s %9s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
-                        "memory\n", search_space_name((PlanSpace)i), "-", "-", "-", b->seconds, plan, b->closest_stage,
+                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
+                        "memory\n", search_space_name((PlanSpace)i), "-", "-", "-", "-", b->seconds, plan, b->closest_stage,
                         b->shortfall / 1073741824.0, b->closest_host ? "host" : "device");
             else
-                fprintf(f, "  %-9s %14s %9s %6s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-", "-",
-                        b->seconds);
+                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-",
+                        "-", "-", b->seconds);
             continue;
         }
-        double s = search_compare_speedup(c, i);
-        char sp[16] = "-";
-        if (!isnan(s)) snprintf(sp, sizeof sp, "%.3fx", s);
+        char sp[2][16] = {"-", "-"};
+        for (int k = 0; k < 2; k++) {
+            double s = search_compare_speedup(c, k ? SPACE_MEGATRON : SPACE_MEGATRON_MIST, i);
+            if (!isnan(s)) snprintf(sp[k], sizeof sp[k], "%.3fx", s);
+        }
         char t[32];
-        fprintf(f, "  %-9s %14s %9s %5.1f%% %8.3fs  %s\n", search_space_name((PlanSpace)i),
-                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp, 100 * b->mfu, b->seconds, plan);
+        fprintf(f, "  %-13s %14s %13s %11s %5.1f%% %8.3fs  %s\n", search_space_name((PlanSpace)i),
+                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp[0], sp[1], 100 * b->mfu, b->seconds, plan);
     }
 }
 
@@ -123,10 +140,13 @@ void search_compare_print_json(const SpaceComparison *c, FILE *f) {
         fprintf(f, "%s{\"space\": \"%s\", \"found\": %s", i ? ", " : "", search_space_name((PlanSpace)i),
                 b->found ? "true" : "false");
         if (b->found) {
-            double s = search_compare_speedup(c, i);
             fprintf(f, ", \"iteration_seconds\": %.17g, \"mfu\": %.17g", b->iteration_seconds, b->mfu);
-            if (isnan(s)) fprintf(f, ", \"speedup_over_megatron\": null");
-            else fprintf(f, ", \"speedup_over_megatron\": %.6g", s);
+            for (int k = 0; k < 2; k++) {
+                double s = search_compare_speedup(c, k ? SPACE_MEGATRON : SPACE_MEGATRON_MIST, i);
+                const char *key = k ? "speedup_over_megatron" : "speedup_over_megatron_mist";
+                if (isnan(s)) fprintf(f, ", \"%s\": null", key);
+                else fprintf(f, ", \"%s\": %.6g", key, s);
+            }
         } else if (b->have_closest) {
             fprintf(f, ", \"closest_stage\": %d, \"shortfall_bytes\": %lld, \"shortfall_memory\": \"%s\"",
                     b->closest_stage, (long long)b->shortfall, b->closest_host ? "host" : "device");

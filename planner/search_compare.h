@@ -1,5 +1,5 @@
-// What each feature buys: the best plan of every space from megatron up to
-// the one searched (megatron ⊂ zero ⊂ ckpt ⊂ offload ⊂ full, docs/plan-search.md),
+// What each feature buys: the best plan of every space from megatron-mist up to
+// the one searched (megatron-mist ⊂ megatron ⊂ zero ⊂ ckpt ⊂ offload ⊂ full, docs/plan-search.md),
 // each searched with the same cluster, hardware, batch and options, so the
 // step from one row to the next is what the added feature is worth under the
 // cost model. `mist-plan --compare` prints it; bench_quality sweeps it.
@@ -22,11 +22,11 @@ typedef struct {
 } SpaceBest;
 
 typedef struct {
-    int count;                      // spaces compared: megatron .. `upto`
+    int count;                      // spaces compared: megatron-mist .. `upto`
     SpaceBest space[SPACE_FULL + 1];
 } SpaceComparison;
 
-// Searches every space from megatron to `upto` with options `so` (its space is
+// Searches every space from megatron-mist to `upto` with options `so` (its space is
 // replaced per row, its progress line turned off). `known`, when not NULL, is
 // the result already found for `upto` with the same options: it is taken as
 // that row instead of searching again. Returns 0, or 2 with err set when a
@@ -36,8 +36,9 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
                           PlanSpace upto, const SearchResult *known, double known_seconds, SpaceComparison *out,
                           char *err, size_t errlen);
 
-// megatron's time over row i's: NAN when megatron or row i fits nothing.
-double search_compare_speedup(const SpaceComparison *c, int i);
+// The time of space `base` (megatron-mist or megatron) over row i's: NAN when either fits nothing
+// (or base was not compared).
+double search_compare_speedup(const SpaceComparison *c, PlanSpace base, int i);
 
 // One line describing a plan's shape for a table cell: stages, G, meshes,
 // micro-batch sizes, ZeRO levels, checkpointed blocks, offloaded states.

@@ -13,6 +13,8 @@
 // can overflow int); past it the walks over stage counts and tp up to the device count stop
 // being instant.
 #define SEARCH_MAX_DEVICES (1 << 20)
+// model chunks per pipeline rank the uniform spaces try (interleaved 1F1B)
+#define SEARCH_MAX_VIRTUAL 8
 // offload grid (largest): weights and grads in quarters, optimizer state and activations in eighths
 #define SEARCH_WG_STEPS 4
 #define SEARCH_OA_STEPS 8
@@ -32,6 +34,7 @@ typedef struct {
     int mesh;                  // index into the combo's mesh list
     short ckpt;
     signed char zero;
+    signed char sel, sp;       // recompute = selective; sequence parallelism
     unsigned char wo_q, go_q, oo_q, ao_q;
 } Cand;
 
@@ -40,11 +43,27 @@ typedef struct {
     int n, cap;
 } CandList;
 
+// A stage's recomputation and sequence-sharding choice (the knobs a space lets vary together
+// with the ZeRO level and the offload ratios).
+typedef struct {
+    short ckpt;        // checkpointed blocks
+    signed char sel;   // 1: the other blocks recompute their attention core (recompute = selective)
+    signed char sp;    // 1: sequence parallelism (tp > 1 only)
+} StageOpt;
+// at most (l + 1) ckpt counts x 2 x 2, l <= 4096
+#define SEARCH_MAX_STAGE_OPTS (4 * 4097)
+
 // What a space lets each stage choose (after the limits).
 typedef struct {
     int zero_mask;       // bit z: ZeRO level z
     int ckpt_any;        // 1: ckpt 0..l; 0: {0, l} (all or nothing), unless no_ckpt
+    int ckpt_all;        // 1: every block recomputes (ckpt = l; megatron-mist), unless no_ckpt
     int no_ckpt;         // 1: ckpt = 0 only
+    int sel;             // 1: recompute = selective allowed
+    int sel_mixed;       // 1: selective also beside checkpointed blocks (else only with ckpt = 0, as Megatron-LM)
+    int sp;              // 1: sequence parallelism allowed on meshes with tp > 1
+    int b_mask;          // bit b: micro-batch size b allowed (b < 31); 0: any
+    int max_virtual;     // model chunks per pipeline rank the uniform spaces may interleave (1: plain 1F1B)
     int offload;         // 1: offload ratios on the grid
     int uniform;         // 1: every stage has L/S layers and the same mesh
     int max_stages, max_tp, max_tp_staged;
@@ -99,8 +118,11 @@ int space_stage_count_ok(const Search *s, int S);
 // 1 when some layout (stage count, mesh, G) of the space exists for the cluster, memory aside;
 // else 0 with why (the divisibility rules that fail, the dp sizes tried) and a hint in why
 int space_any_layout(const Search *s, char *why, size_t len);
-// checkpoint counts a stage of l blocks may use, ascending; returns the count
-int space_ckpt_options(const SpaceRules *r, int l, int *out);
+// the (ckpt, selective, sp) choices of a stage of l blocks on a mesh of tensor-parallel degree tp,
+// ckpt ascending (at most SEARCH_MAX_STAGE_OPTS); returns the count
+int space_stage_options(const SpaceRules *r, int l, int tp, StageOpt *out);
+// whether the space allows micro-batch size b
+static inline int space_b_ok(const SpaceRules *r, int64_t b) { return !r->b_mask || (b < 31 && (r->b_mask >> b & 1)); }
 static inline double space_ratio_wg(const SpaceRules *r, int q) { return r->ratio_wg[q]; }
 static inline double space_ratio_oa(const SpaceRules *r, int q) { return r->ratio_oa[q]; }
 // fill s->grid and the rules' ratio tables for the rules' steps

@@ -35,8 +35,20 @@ int search_space_parse(const char *name, PlanSpace *out) {
 
 void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
     memset(r, 0, sizeof *r);
-    r->zero_mask = space >= SPACE_ZERO ? 0xF : 0x3;
-    r->ckpt_any = space >= SPACE_CKPT;
+    if (space == SPACE_MEGATRON_MIST) {
+        // Megatron-LM as the Mist paper's artifact ran it: every block recomputed, b in {1, 2, 4},
+        // the distributed optimizer (ZeRO-1), no sequence parallelism, no interleaving
+        r->zero_mask = 0x2;
+        r->ckpt_all = 1;
+        r->b_mask = 1 << 1 | 1 << 2 | 1 << 4;
+        r->max_virtual = 1;
+    } else {
+        r->zero_mask = space >= SPACE_ZERO ? 0xF : 0x3;
+        r->ckpt_any = 1;  // Megatron-LM's uniform recompute_num_layers: any count, the same on every stage
+        r->sel = r->sp = 1;
+        r->sel_mixed = space == SPACE_FULL;
+        r->max_virtual = SEARCH_MAX_VIRTUAL;
+    }
     r->offload = space >= SPACE_OFFLOAD;
     r->uniform = space < SPACE_FULL;
     if (lim) {
@@ -165,18 +177,16 @@ int space_any_layout(const Search *s, char *why, size_t len) {
     return 0;
 }
 
-int space_ckpt_options(const SpaceRules *r, int l, int *out) {
-    if (r->no_ckpt) {
-        out[0] = 0;
-        return 1;
+int space_stage_options(const SpaceRules *r, int l, int tp, StageOpt *out) {
+    int n = 0, sps = r->sp && tp > 1 ? 2 : 1;
+    for (int c = 0; c <= l; c++) {
+        if (r->no_ckpt ? c > 0 : r->ckpt_all ? c < l : !r->ckpt_any && c > 0 && c < l) continue;
+        // selective recompute changes only the blocks that are not checkpointed
+        int sels = r->sel && c < l && (c == 0 || r->sel_mixed) ? 2 : 1;
+        for (int sel = 0; sel < sels; sel++)
+            for (int sp = 0; sp < sps; sp++) out[n++] = (StageOpt){(short)c, (signed char)sel, (signed char)sp};
     }
-    if (!r->ckpt_any) {
-        out[0] = 0;
-        out[1] = l;
-        return 2;
-    }
-    for (int c = 0; c <= l; c++) out[c] = c;
-    return l + 1;
+    return n;
 }
 
 void space_grid(Search *s) {

@@ -395,27 +395,29 @@ static int grid_lines(StageSearch *ss, int z, int mask) {
     return rc;
 }
 
-// The cells of layer counts lo..hi: every mesh that divides the batch, every ckpt option. 0 or -1.
+// The cells of layer counts lo..hi: every mesh that divides the batch, every (ckpt, selective, sp)
+// option. 0 or -1.
 static int cells_build(StageSearch *ss, int lo, int hi, const Mesh *meshes, int nmesh) {
     Search *s = ss->s;
-    int copt[4097];
+    StageOpt opt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
     size_t maxcells = 0;
-    for (int l = lo; l <= hi; l++) maxcells += (size_t)nmesh * space_ckpt_options(&s->rules, l, copt);
+    for (int l = lo; l <= hi; l++)
+        for (int mi = 0; mi < nmesh; mi++) maxcells += (size_t)space_stage_options(&s->rules, l, meshes[mi].tp, opt);
     ss->cells = malloc(maxcells * sizeof *ss->cells);
     ss->k0 = malloc(maxcells * sizeof *ss->k0);
     ss->cell_ok = malloc(16 * maxcells * sizeof *ss->cell_ok);
     ss->tz = malloc((2 * maxcells + 1) * sizeof *ss->tz);
     if (!ss->cells || !ss->k0 || !ss->cell_ok || !ss->tz) return candidates_oom(s);
-    for (int l = lo; l <= hi; l++) {
-        int ncopt = space_ckpt_options(&s->rules, l, copt);
+    for (int l = lo; l <= hi; l++)
         for (int mi = 0; mi < nmesh; mi++) {
             int64_t per = (int64_t)ss->G * meshes[mi].dp;
-            if (s->B % per) continue;
-            for (int ci = 0; ci < ncopt; ci++)
+            if (s->B % per || !space_b_ok(&s->rules, s->B / per)) continue;
+            int nopt = space_stage_options(&s->rules, l, meshes[mi].tp, opt);
+            for (int oi = 0; oi < nopt; oi++)
                 ss->cells[ss->nc++] = (Cell){mi, l - lo, {.layers = l, .dp = meshes[mi].dp, .tp = meshes[mi].tp,
-                                                          .b = (int)(s->B / per), .ckpt = copt[ci]}};
+                                                          .b = (int)(s->B / per), .ckpt = opt[oi].ckpt,
+                                                          .sp = opt[oi].sp, .recompute = opt[oi].sel}};
         }
-    }
     return 0;
 }
 

@@ -24,9 +24,12 @@ typedef struct {
 
 static int fits_row(const Search *s, size_t i) { return search_row_fits(s, i); }
 
-// Every stage's plan: l blocks on mesh me, b, ZeRO level z, ckpt, offload grid steps q (NULL: none).
-static StagePlan uniform_plan(const Search *s, int l, const Mesh *me, int b, int z, int ckpt, const unsigned char *q) {
-    StagePlan sp = {.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = ckpt};
+// Every stage's plan: l blocks on mesh me, b, ZeRO level z, option o (ckpt, selective, sp), offload grid
+// steps q (NULL: none).
+static StagePlan uniform_plan(const Search *s, int l, const Mesh *me, int b, int z, const StageOpt *o,
+                              const unsigned char *q) {
+    StagePlan sp = {.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = o->ckpt, .sp = o->sp,
+                    .recompute = o->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
     if (q) stage_set_offload_steps(&sp, &s->rules, q);
     return sp;
 }
@@ -43,8 +46,10 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
     }
     int64_t per = (int64_t)G * me->dp;
     if (s->B % per) return 0;
+    if (!space_b_ok(R, s->B / per)) return 0;
     int b = (int)(s->B / per);
-    int copt[4097], nc = space_ckpt_options(R, l, copt);
+    StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
+    int nc = space_stage_options(R, l, me->tp, copt);
     int kind_of_stage[MIST_MAX_STAGES];
     for (int i = 0; i < S; i++) kind_of_stage[i] = S == 1 ? 0 : i == 0 ? 0 : i == S - 1 ? 1 : 2;
     int found = 0;
@@ -61,7 +66,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
             StageModel *m = stage_model_get(s, kinds[k], z, 0);
             if (!m || search_reserve(s, (size_t)nc) != 0) goto fail;
             for (int ci = 0; ci < nc; ci++) {
-                StagePlan sp = uniform_plan(s, l, me, b, z, copt[ci], NULL);
+                StagePlan sp = uniform_plan(s, l, me, b, z, &copt[ci], NULL);
                 search_set_row(s, ci, &sp, G, pk[k]);
             }
             search_eval(s, m, (size_t)nc, EVAL_BOTH);
@@ -81,7 +86,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
             double T = pipeline_1f1b_seconds(S, G, t, d);
             if (T < s->incumbent && T < *best_T) {
                 *best_T = T;
-                *best_sp = uniform_plan(s, l, me, b, z, copt[ci], NULL);
+                *best_sp = uniform_plan(s, l, me, b, z, &copt[ci], NULL);
                 found = 1;
             }
         }
@@ -105,7 +110,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
                 StageModel *m = stage_model_get(s, kinds[k], z, mask);
                 if (!m || search_reserve(s, n) != 0) goto fail;
                 for (size_t i = 0; i < n; i++) {
-                    StagePlan sp = uniform_plan(s, l, me, b, z, copt[rows[i].ci], s->grid[mask][rows[i].g]);
+                    StagePlan sp = uniform_plan(s, l, me, b, z, &copt[rows[i].ci], s->grid[mask][rows[i].g]);
                     search_set_row(s, i, &sp, G, pk[k]);
                 }
                 // memory first; the times only of the rows that fit (moved to the front)
@@ -135,7 +140,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
                 double T = pipeline_1f1b_seconds(S, G, t, d);
                 if (T < s->incumbent && T < *best_T) {
                     *best_T = T;
-                    *best_sp = uniform_plan(s, l, me, b, z, copt[rows[i].ci], s->grid[mask][rows[i].g]);
+                    *best_sp = uniform_plan(s, l, me, b, z, &copt[rows[i].ci], s->grid[mask][rows[i].g]);
                     found = 1;
                 }
             }

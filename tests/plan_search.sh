@@ -95,15 +95,15 @@ tap_ok $ok_spaces "every --space finds a plan, each no slower than the one befor
 G67="$MIST_SRCDIR/examples/gpt3-6.7b.ini"
 out=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare 2>"$tmp/err"); rc=$?
 table=$(printf '%s\n' "$out" | sed -n '/^what each feature buys/,$p')
-rows=$(printf '%s\n' "$table" | grep -cE '^  (megatron|zero|ckpt|offload|full) ')
+rows=$(printf '%s\n' "$table" | grep -cE '^  (megatron-mist|megatron|zero|ckpt|offload|full) ')
 full_t=$(printf '%s\n' "$table" | awk '$1=="full"{print $2" "$3}')
 iter_t=$(printf '%s\n' "$out" | sed -n 's/^iteration: \([^,]*\),.*/\1/p')
-[ $rc -eq 0 ] && [ "$rows" -eq 5 ] && [ -n "$iter_t" ] && [ "$full_t" = "$iter_t" ] &&
-    printf '%s\n' "$table" | awk '$1=="megatron"{m=($4=="1.000x")} END{exit !m}'
-tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): five rows, full's time is the plan's ($full_t = $iter_t), megatron 1.000x"
+[ $rc -eq 0 ] && [ "$rows" -eq 6 ] && [ -n "$iter_t" ] && [ "$full_t" = "$iter_t" ] &&
+    printf '%s\n' "$table" | awk '$1=="megatron-mist"{m=($4=="1.000x")} $1=="megatron"{n=($5=="1.000x")} END{exit !(m && n)}'
+tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): six rows, full's time is the plan's ($full_t = $iter_t), megatron-mist 1.000x over itself, megatron 1.000x over itself"
 [ $rc -eq 0 ] || tap_diag "$out" "$(cat "$tmp/err")"
 
-# the JSON rows: times never rise from one space to the next, speedup = megatron / time, the
+# the JSON rows: times never rise from one space to the next, speedup = megatron-mist / time, the
 # last row is the plan's own time, and the offload row is what --space offload finds alone
 "$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
 top=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"iteration_seconds": [^,]*' | head -1 | cut -d' ' -f2)
@@ -114,7 +114,7 @@ alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --space off
 awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
     BEGIN { if (top !~ num_re || topmfu !~ num_re || alone !~ num_re) bad = " plan/offload times not numbers" }
     { match($0, /"iteration_seconds": [^,]*/); t = substr($0, RSTART + 21, RLENGTH - 21)
-      match($0, /"speedup_over_megatron": [^,]*/); s = substr($0, RSTART + 25, RLENGTH - 25)
+      match($0, /"speedup_over_megatron_mist": [^,]*/); s = substr($0, RSTART + 30, RLENGTH - 30)
       match($0, /"mfu": [^,]*/); mfu = substr($0, RSTART + 7, RLENGTH - 7)
       if (t !~ num_re || s !~ num_re || mfu !~ num_re) bad = bad " row " n + 1 " has a field that is not a number"
       t += 0; s += 0; mfu += 0
@@ -127,7 +127,7 @@ awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
           if (mfu != topmfu + 0) bad = bad " last MFU " mfu " vs plan " topmfu
           if (bad != "") { print bad; exit 1 } }' "$tmp/c.rows" >"$tmp/c.bad"
 [ $rc -eq 0 ] && [ -n "$top" ] && [ -n "$alone" ] && [ ! -s "$tmp/c.bad" ]
-tap_ok $? "--compare --json: 6 rows, times never rise, speedup = megatron / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
+tap_ok $? "--compare --json: 6 rows, times never rise, speedup = megatron-mist / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
 [ -s "$tmp/c.bad" ] && tap_diag "$(cat "$tmp/c.bad")" "$(cat "$tmp/c.rows")"
 
 # spaces that fit nothing say so with their closest plan; --space limits the rows

@@ -447,11 +447,18 @@ static int plan_respects(const Plan *p, PlanSpace sp, int L) {
     for (int i = 0; i < p->num_stages; i++) {
         const StagePlan *s = &p->stage[i];
         if (sp < SPACE_ZERO && s->zero > 1) return 0;
-        if (sp < SPACE_CKPT && s->ckpt != 0 && s->ckpt != s->layers) return 0;
+        // megatron-mist: Megatron-LM as Mist ran it (every block recomputed, ZeRO-1, b in {1, 2, 4})
+        if (sp == SPACE_MEGATRON_MIST && (s->ckpt != s->layers || s->zero != 1 || s->sp || s->recompute ||
+                                          (s->b != 1 && s->b != 2 && s->b != 4) || plan_virtual(p) != 1))
+            return 0;
+        // below full, selective recompute only without checkpointed blocks (Megatron-LM's exclusive choice)
+        if (sp < SPACE_FULL && s->recompute == RECOMPUTE_SELECTIVE && s->ckpt) return 0;
+        if (s->sp && s->tp < 2) return 0;
         if (sp < SPACE_OFFLOAD && (s->wo || s->go || s->oo || s->ao)) return 0;
         const StagePlan *f = &p->stage[0];
         if (sp < SPACE_FULL && (s->layers != L / p->num_stages || s->dp != f->dp || s->tp != f->tp ||
-                                s->zero != f->zero || s->ckpt != f->ckpt || s->wo != f->wo || s->go != f->go ||
+                                s->zero != f->zero || s->ckpt != f->ckpt || s->sp != f->sp ||
+                                s->recompute != f->recompute || s->wo != f->wo || s->go != f->go ||
                                 s->oo != f->oo || s->ao != f->ao))
             return 0;
         if (fmod(s->wo * 4, 1) || fmod(s->go * 4, 1) || fmod(s->oo * 8, 1) || fmod(s->ao * 8, 1)) return 0;
@@ -468,8 +475,8 @@ static void test_spaces(const char *example, const char *hwname, int nodes, int 
     }
     HwProfile hw;
     profile_preset(&hw, hwname);
-    double T[5];
-    int rcs[5], respects = 1, files_ok = 1;
+    double T[SPACE_FULL + 1];
+    int rcs[SPACE_FULL + 1], respects = 1, files_ok = 1;
     char err[1024];
     for (int sp = 0; sp <= SPACE_FULL; sp++) {
         SearchOptions so;
@@ -508,12 +515,12 @@ static void test_spaces(const char *example, const char *hwname, int nodes, int 
                  search_space_name((PlanSpace)sp), lrc, vrc, arc, an.all_fit, an.iteration_seconds, T[sp], err);
         }
     }
-    diag("%s on %dx%d %s, %.1f GiB: megatron %.6g, zero %.6g, ckpt %.6g, offload %.6g, full %.6g s", example, nodes,
-         gpn, hwname, cap_gib, T[0], T[1], T[2], T[3], T[4]);
+    diag("%s on %dx%d %s, %.1f GiB: megatron-mist %.6g, megatron %.6g, zero %.6g, ckpt %.6g, offload %.6g, full %.6g s",
+         example, nodes, gpn, hwname, cap_gib, T[0], T[1], T[2], T[3], T[4], T[5]);
     int ordered = 1;
     for (int sp = 1; sp <= SPACE_FULL; sp++) ordered &= T[sp] <= T[sp - 1] * (1 + 1e-12);
     ok(rcs[SPACE_FULL] == 0, "%s %dx%d: the full space finds a plan", example, nodes, gpn);
-    ok(ordered, "%s %dx%d: full <= offload <= ckpt <= zero <= megatron", example, nodes, gpn);
+    ok(ordered, "%s %dx%d: full <= offload <= ckpt <= zero <= megatron <= megatron-mist", example, nodes, gpn);
     ok(respects, "%s %dx%d: every space's plan respects its restrictions", example, nodes, gpn);
     ok(files_ok, "%s %dx%d: plan files load, validate and analyze to the search's time", example, nodes, gpn);
 }
