@@ -26,7 +26,16 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
             o.progress = 0;
             SearchStats st;
             int rc = plan_search(cfg, hw, table, &o, &searched, &st, err, errlen);
-            if (rc == 2) return 2;
+            // a smaller space may have no layout where a larger one has (uniform stages need S | L):
+            // its row says so; the searched space failing is the caller's error
+            if (rc == 2 && sp == (int)upto) return 2;
+            if (rc == 2) {
+                out->space[sp].no_layout = 1;
+                out->space[sp].iteration_seconds = INFINITY;
+                out->space[sp].seconds = st.seconds;
+                err[0] = '\0';
+                continue;
+            }
             r = &searched;
             seconds = st.seconds;
         }
@@ -114,7 +123,10 @@ void search_compare_print_text(const SpaceComparison *c, FILE *f) {
         char plan[192];
         if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
         if (!b->found) {
-            if (b->have_closest)
+            if (b->no_layout)
+                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  no layout in this space (--space %s says why)\n",
+                        search_space_name((PlanSpace)i), "-", "-", "-", "-", b->seconds, search_space_name((PlanSpace)i));
+            else if (b->have_closest)
                 fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
                         "memory\n", search_space_name((PlanSpace)i), "-", "-", "-", "-", b->seconds, plan, b->closest_stage,
                         b->shortfall / 1073741824.0, b->closest_host ? "host" : "device");
@@ -147,6 +159,8 @@ void search_compare_print_json(const SpaceComparison *c, FILE *f) {
                 if (isnan(s)) fprintf(f, ", \"%s\": null", key);
                 else fprintf(f, ", \"%s\": %.6g", key, s);
             }
+        } else if (b->no_layout) {
+            fprintf(f, ", \"no_layout\": true");
         } else if (b->have_closest) {
             fprintf(f, ", \"closest_stage\": %d, \"shortfall_bytes\": %lld, \"shortfall_memory\": \"%s\"",
                     b->closest_stage, (long long)b->shortfall, b->closest_host ? "host" : "device");

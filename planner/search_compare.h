@@ -11,6 +11,7 @@
 
 typedef struct {
     int found;                 // 1: a plan of this space fits
+    int no_layout;             // 1: the space has no layout for this cluster and batch (memory aside)
     double iteration_seconds;  // its predicted iteration time (INFINITY when none fits)
     Plan plan;                 // the plan found, or the closest one (have_closest)
     int have_closest;          // nothing fits, but this plan came closest
@@ -31,7 +32,8 @@ typedef struct {
 // the result already found for `upto` with the same options: it is taken as
 // that row instead of searching again. Returns 0, or 2 with err set when a
 // space cannot be searched at all (the same layouts exist in every space, so
-// that is the caller's first search failing too).
+// that is the caller's first search failing too); a smaller space without a layout (uniform
+// stages need S | L) is a row with no_layout set.
 int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
                           PlanSpace upto, const SearchResult *known, double known_seconds, SpaceComparison *out,
                           char *err, size_t errlen);

@@ -47,10 +47,12 @@ static void usage(FILE *f) {
             "                           ranks must equal N x M)\n"
             "  --gpus-per-node M        devices per node (default: [cluster] gpus_per_node; with --analyze\n"
             "                           too: the node shape the plan is priced on)\n"
-            "  --space NAME             megatron | zero | ckpt | offload | full (default: [plan] space)\n"
+            "  --space NAME             megatron-mist | megatron | zero | ckpt | offload | full\n"
+            "                           (default: [plan] space; docs/plan-search.md)\n"
             "  --out PLAN.ini           write the plan found ([plan] + [stage.N])\n"
-            "  --compare                also search every smaller space (megatron, zero, ckpt, offload)\n"
-            "                           and print the best plan of each: what each feature buys\n"
+            "  --compare                also search every smaller space (megatron-mist, megatron, zero,\n"
+            "                           ckpt, offload) and print the best plan of each with its speedup\n"
+            "                           over both Megatron-LM baselines: what each feature buys\n"
             "  --frontier-max K         keep at most K >= 2 points per Pareto frontier, both ends\n"
             "                           included (default: all; a sample can miss the optimum)\n"
             "  --threads T              search with T threads, 1..256 (default: OMP_NUM_THREADS, else\n"
@@ -169,7 +171,7 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
     }
     a->space = SPACE_FULL;
     if (a->space_name && search_space_parse(a->space_name, &a->space) != 0) {
-        fprintf(stderr, "mist-plan: --space %s: unknown space; allowed: megatron, zero, ckpt, offload, full\n",
+        fprintf(stderr, "mist-plan: --space %s: unknown space; allowed: megatron-mist, megatron, zero, ckpt, offload, full\n",
                 a->space_name);
         return 2;
     }
