@@ -52,16 +52,21 @@
 //      back into one device workspace of O bytes
 //   H  the head (last stage): the last block's output, final norm + stats,
 //      logits (losses are I/O above)
+//   A  selective recompute (sel = 1; else A = 0): the part of R a block not
+//      checkpointed does not keep, att and lse (models/model.h sel_recompute);
+//      the block running holds them in one workspace of A bytes, forward and
+//      backward (recomputed there from qkv); its offload scan runs over R - A
 // The last c = min(ckpt, L) blocks are checkpointed. Between its forward and
 // its backward one micro-batch keeps
-//   M = L * X + (L - c) * (R - O).
+//   M = L * X + (L - c) * (R - A - O).
 // Forward peaks in the last block (live bytes only grow in forward): M plus
 // its output x, the scratch, and its working tensors not counted in M: all of
-// R when checkpointed (the recompute workspace), else the swap workspace O:
-//   T_fwd = X + S + (c >= 1 ? R : O)
+// R when checkpointed (the recompute workspace), else the swap and selective
+// workspaces O + A:
+//   T_fwd = X + S + (c >= 1 ? R : O + A)
 // then on the last stage the head: H; backward starts with the head and the
 // gradient buffers, H + D, and peaks in its first block (the last one):
-//   T_bwd = D + (c >= 1 ? R + S : O)
+//   T_bwd = D + (c >= 1 ? R + S : O + A)
 // (the last block's output is freed by then; later blocks hold less).
 //
 // ---- 1F1B: K = min(S - i, G) micro-batches in flight on stage i (p = K - 1)
@@ -136,7 +141,11 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, Act
             double bytes = (double)acts[i].elems * (acts[i].f32 ? 4 : elt);
             int c = act_class(part, &acts[i]);
             lv->at_b[bb][c] += bytes;
-            if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) lv->rest_b[bb][k++] = bytes;
+            if (c == AC_REST && acts[i].sel_recompute) lv->at_b[bb][AC_SEL] += bytes;
+            if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) {
+                lv->rest_sel[k] = acts[i].sel_recompute;
+                lv->rest_b[bb][k++] = bytes;
+            }
         }
         lv->n_rest = k;
     }
@@ -150,7 +159,9 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 
 // O: scan R's tensors largest first, taking each whose addition keeps the
 // sum <= ao * R. Every size is b times a constant, so the choice depends on
-// ao only and is made on the b = 1 sizes.
+// ao only and is made on the b = 1 sizes. sel: the scan of a block under
+// selective recompute, over the tensors it keeps (R without AC_SEL) with the
+// budget ao * (R - A), as runtime/model_memory.c act_offload_mask scans them.
 //
 // One scan serves every tp level: slot i holds the i-th largest tensor of the
 // level that tp selects (its size and bytes picked by select_tp, constants
@@ -158,7 +169,7 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 // stage's program runs the scan once per candidate instead of once per level.
 // A level with fewer tensors pads with size 0: taking it adds +0 to both sums
 // (taken <= budget always), so each level's result is its own scan's, bitwise.
-static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS]) {
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], int sel) {
     double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
     double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
     int slots = 0, all_valid = 1;
@@ -169,7 +180,7 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         }
         int order[MAX_REST], n = 0;
         for (int i = 0; i < lv[l].n_rest; i++)
-            if (lv[l].rest_b[0][i] > 0) order[n++] = i;
+            if (lv[l].rest_b[0][i] > 0 && !(sel && lv[l].rest_sel[i])) order[n++] = i;
         for (int i = 1; i < n; i++)  // insertion sort, largest first (stable)
             for (int j = i; j > 0 && lv[l].rest_b[0][order[j]] > lv[l].rest_b[0][order[j - 1]]; j--) {
                 int t = order[j];
@@ -185,7 +196,8 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         if (n > slots) slots = n;
     }
     Expr at[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
+    for (int l = 0; l < MEM_TP_LEVELS; l++)
+        at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] - (sel ? lv[l].at_b[0][AC_SEL] : 0.0) : 0.0);
     // Every tensor of the shipped models is b times its b = 1 size (intercept 0,
     // slope = size): then O = b * taken, one product instead of a second sum
     // carried through the scan. Both are exact (integer bytes far below 2^53),
@@ -228,7 +240,24 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
             at1[l] = lv[l].at_b[0][c], at2[l] = lv[l].at_b[1][c], valid[l] = lv[l].valid;
         out[c] = cost_bytes_by_tp(x, b, tp, at1, at2, valid, MEM_TP_LEVELS);
     }
-    out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
+    if (part != PART_BLOCK) {
+        out[AC_OFFLOAD] = sb->zero;
+        return;
+    }
+    // selective recompute (sel = 1) offloads out of the tensors it keeps: its own scan
+    Expr ao = sb->s[SYM_AO];
+    out[AC_OFFLOAD] = ex_select(x, sb->s[SYM_SEL], offload_bytes(x, b, tp, ao, lv, 1), offload_bytes(x, b, tp, ao, lv, 0));
+}
+
+// A of a block (att, lse: what selective recompute does not keep), bytes per
+// TP rank as an expression of b and tp, whether or not sel is set
+Expr memory_sel_bytes(StageBuild *sb) {
+    const ActLevel *lv = sb->me->acts_block;
+    double at1[MEM_TP_LEVELS], at2[MEM_TP_LEVELS];
+    int valid[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++)
+        at1[l] = lv[l].at_b[0][AC_SEL], at2[l] = lv[l].at_b[1][AC_SEL], valid[l] = lv[l].valid;
+    return cost_bytes_by_tp(sb->x, sb->s[SYM_B], sb->s[SYM_TP], at1, at2, valid, MEM_TP_LEVELS);
 }
 
 // ---- states of one unit
@@ -350,11 +379,15 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr ac[AC_COUNT];
     act_classes(sb, PART_BLOCK, ac);
     Expr X = ac[AC_X], R = ac[AC_REST], S = ac[AC_SCRATCH], D = ac[AC_GRADS], O = ac[AC_OFFLOAD];
-    Expr normal = ex_sub(x, L, c);  // blocks that keep R - O
-    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, R, O)));
+    // selective recompute: a block not checkpointed keeps R - A, and the one
+    // running holds A (att, lse) in the selective workspace
+    Expr A = ex_mul(x, sb->s[SYM_SEL], ac[AC_SEL]);
+    Expr normal = ex_sub(x, L, c);  // blocks that keep R - A - O
+    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, R, A), O)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
-    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, O));
-    Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), O));
+    Expr OA = ex_add(x, O, A);       // the swap and selective workspaces
+    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, OA));
+    Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), OA));
     Expr kept = ex_mul(x, ex_add(x, p, one), M);  // this and the in-flight micro-batches
     Expr head = zero, work_fwd = T_fwd, work_bwd = T_bwd;
     if (sb->has_post) {
