@@ -55,7 +55,8 @@
 //   A  selective recompute (sel = 1; else A = 0): the part of R a block not
 //      checkpointed does not keep, att and lse (models/model.h sel_recompute);
 //      the block running holds them in one workspace of A bytes, forward and
-//      backward (recomputed there from qkv); its offload scan runs over R - A
+//      backward (recomputed there from qkv); it offloads O's tensors less
+//      att and lse (O shrinks by the part of A the scan took)
 // The last c = min(ckpt, L) blocks are checkpointed. Between its forward and
 // its backward one micro-batch keeps
 //   M = L * X + (L - c) * (R - A - O).
@@ -159,9 +160,9 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 
 // O: scan R's tensors largest first, taking each whose addition keeps the
 // sum <= ao * R. Every size is b times a constant, so the choice depends on
-// ao only and is made on the b = 1 sizes. sel: the scan of a block under
-// selective recompute, over the tensors it keeps (R without AC_SEL) with the
-// budget ao * (R - A), as runtime/model_memory.c act_offload_mask scans them.
+// ao only and is made on the b = 1 sizes. *kept_off: the same choice less the
+// tensors selective recompute does not keep (AC_SEL: att, lse), what a block
+// under selective recompute offloads (runtime/model_memory.c act_offload_mask).
 //
 // One scan serves every tp level: slot i holds the i-th largest tensor of the
 // level that tp selects (its size and bytes picked by select_tp, constants
@@ -169,8 +170,9 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 // stage's program runs the scan once per candidate instead of once per level.
 // A level with fewer tensors pads with size 0: taking it adds +0 to both sums
 // (taken <= budget always), so each level's result is its own scan's, bitwise.
-static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], int sel) {
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr *kept_off) {
     double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
+    double keep[MEM_TP_LEVELS][MAX_REST] = {{0}};  // 1: a block under selective recompute keeps it
     double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
     int slots = 0, all_valid = 1;
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
@@ -180,7 +182,7 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         }
         int order[MAX_REST], n = 0;
         for (int i = 0; i < lv[l].n_rest; i++)
-            if (lv[l].rest_b[0][i] > 0 && !(sel && lv[l].rest_sel[i])) order[n++] = i;
+            if (lv[l].rest_b[0][i] > 0) order[n++] = i;
         for (int i = 1; i < n; i++)  // insertion sort, largest first (stable)
             for (int j = i; j > 0 && lv[l].rest_b[0][order[j]] > lv[l].rest_b[0][order[j - 1]]; j--) {
                 int t = order[j];
@@ -190,14 +192,14 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         for (int i = 0; i < n; i++) {
             double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
             size[l][i] = s1;
+            keep[l][i] = !lv[l].rest_sel[order[i]];
             slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as cost_bytes_by_tp
             icpt[l][i] = s1 - slope[l][i];
         }
         if (n > slots) slots = n;
     }
     Expr at[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++)
-        at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] - (sel ? lv[l].at_b[0][AC_SEL] : 0.0) : 0.0);
+    for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
     // Every tensor of the shipped models is b times its b = 1 size (intercept 0,
     // slope = size): then O = b * taken, one product instead of a second sum
     // carried through the scan. Both are exact (integer bytes far below 2^53),
@@ -206,25 +208,38 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     for (int l = 0; l < MEM_TP_LEVELS; l++)
         for (int i = 0; i < slots; i++) proportional &= icpt[l][i] == 0 && slope[l][i] == size[l][i];
     Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
-    Expr taken = ex_num(x, 0), off = ex_num(x, 0);
+    Expr taken = ex_num(x, 0), off = ex_num(x, 0), taken_k = ex_num(x, 0), off_k = ex_num(x, 0);
     for (int i = 0; i < slots; i++) {
-        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS];
-        for (int l = 0; l < MEM_TP_LEVELS; l++)
+        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS], sk[MEM_TP_LEVELS], ak[MEM_TP_LEVELS];
+        Expr kk[MEM_TP_LEVELS];
+        for (int l = 0; l < MEM_TP_LEVELS; l++) {
             s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
+            sk[l] = ex_num(x, keep[l][i] * size[l][i]), ak[l] = ex_num(x, keep[l][i] * icpt[l][i]);
+            kk[l] = ex_num(x, keep[l][i] * slope[l][i]);
+        }
         Expr si = select_tp(x, tp, s);
         Expr with = ex_add(x, taken, si);
         Expr over = ex_sub(x, with, budget);  // > 0: the tensor does not fit, skip it
         // one select per slot: equal to taken + take * si for take in {0, 1}
         // (taken + 0 * si = taken, taken + 1 * si = with), bitwise
-        if (!proportional)
+        if (!proportional) {
             off = ex_select(x, over, off, ex_add(x, off, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+            off_k = ex_select(x, over, off_k,
+                              ex_add(x, off_k, ex_add(x, select_tp(x, tp, ak), ex_mul(x, select_tp(x, tp, kk), b))));
+        }
         taken = ex_select(x, over, taken, with);
+        taken_k = ex_select(x, over, taken_k, ex_add(x, taken_k, select_tp(x, tp, sk)));
     }
-    if (proportional) off = ex_mul(x, b, taken);
+    if (proportional) off = ex_mul(x, b, taken), off_k = ex_mul(x, b, taken_k);
+    *kept_off = off_k;
     if (all_valid) return off;
     // a tp the model cannot split into: impossible bytes, as for the other classes
-    Expr per_level[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
+    Expr per_level[MEM_TP_LEVELS], per_level_k[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
+        per_level_k[l] = lv[l].valid ? off_k : ex_num(x, 1e30);
+    }
+    *kept_off = select_tp(x, tp, per_level_k);
     return select_tp(x, tp, per_level);
 }
 
@@ -244,9 +259,9 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
         out[AC_OFFLOAD] = sb->zero;
         return;
     }
-    // selective recompute (sel = 1) offloads out of the tensors it keeps: its own scan
-    Expr ao = sb->s[SYM_AO];
-    out[AC_OFFLOAD] = ex_select(x, sb->s[SYM_SEL], offload_bytes(x, b, tp, ao, lv, 1), offload_bytes(x, b, tp, ao, lv, 0));
+    // selective recompute (sel = 1) offloads the same choice less att and lse, which it does not keep
+    Expr kept_off, off = offload_bytes(x, b, tp, sb->s[SYM_AO], lv, &kept_off);
+    out[AC_OFFLOAD] = ex_select(x, sb->s[SYM_SEL], kept_off, off);
 }
 
 // A of a block (att, lse: what selective recompute does not keep), bytes per

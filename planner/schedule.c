@@ -24,8 +24,9 @@
 // input (smaller A_out / A_in) and recompute the forward in backward.
 // Selective recompute (sel = 1): every other block runs its attention core's
 // forward once more before its backward (C_bwd + sel * C_att, the attention
-// op's own cost term) and offloads a fraction ao of the smaller set it keeps
-// (saved - A: att and lse are not kept).
+// op's own cost term); it does not offload att and lse (A), which it does not
+// keep: its copies are priced as ao (saved - A), the continuous form the
+// copies take without selective (ao saved), the offloaded part of A as ao A.
 #include <math.h>
 #include "planner/cost_terms.h"
 
@@ -219,8 +220,7 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr G_in = cost_h2d(sb, ex_mul(x, G_shard, go)), G_out = cost_d2h(sb, ex_mul(x, G_shard, go));
     Expr O_in = cost_h2d(sb, ex_mul(x, O_shard, oo)), O_out = cost_d2h(sb, ex_mul(x, O_shard, oo));
     Expr A_in[2], A_out[2];
-    // selective recompute: att and lse are not kept (memory.c's A, per rank); a
-    // fraction ao of the rest is offloaded
+    // selective recompute: att and lse are not kept (memory.c's A, per rank), nor moved
     Expr sel = sb->s[SYM_SEL];
     Expr sel_bytes = ex_mul(x, sel, memory_sel_bytes(sb));
     // (floored at 0: at a tp the model cannot split into, the bytes are 1e30, never fitting)

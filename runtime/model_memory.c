@@ -139,21 +139,20 @@ static ActSizes act_sizes(const ModelRuntime *r) {
 // whole (a kernel needs each one contiguous in device memory): the largest
 // first, while their sum stays within ao times the block's saved bytes
 // (besides x, the block input, which stays). Under selective recompute the
-// block keeps fewer (not att, lse): the scan and its budget see only those it
-// keeps (mr_kept_mask), so ao is a fraction of what the block really keeps. Bit k: row k.
+// block offloads the same tensors less the ones it does not keep (att, lse;
+// mr_kept_mask): selective never keeps more on the device than without, and
+// moves less when the scan took att. Bit k: row k.
 static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes) {
     size_t total = 0, sum = 0;
-    unsigned kept = mr_kept_mask(r);
     for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
-        if (mr_acts[k].use == MR_USE_SAVED && kept >> k & 1) total += r->act_bytes[k];
+        if (mr_acts[k].use == MR_USE_SAVED) total += r->act_bytes[k];
     double budget = r->ao * (double)total;
     unsigned mask = 0;
     for (;;) {
         int best = -1;
         for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++) {
             size_t bytes = r->act_bytes[k];
-            if (mr_acts[k].use == MR_USE_SAVED && kept >> k & 1 && !(mask >> k & 1) && bytes > 0 &&
-                (double)(sum + bytes) <= budget &&
+            if (mr_acts[k].use == MR_USE_SAVED && !(mask >> k & 1) && bytes > 0 && (double)(sum + bytes) <= budget &&
                 (best < 0 || bytes > r->act_bytes[best]))
                 best = k;
         }
@@ -161,7 +160,10 @@ static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes)
         mask |= 1u << best;
         sum += r->act_bytes[best];
     }
-    *offloaded_bytes = sum;
+    mask &= mr_kept_mask(r);  // selective recompute: att and lse are not kept, so not moved
+    *offloaded_bytes = 0;
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+        if (mask >> k & 1) *offloaded_bytes += r->act_bytes[k];
     return mask;
 }
 
