@@ -27,7 +27,10 @@
 // shared recompute workspace in backward. Under activation offload (ao > 0) a
 // non-checkpointed block computes its largest saved tensors (up to ao of its
 // saved bytes) in one shared device workspace, copies them to its own host
-// buffers after its forward and back before its backward.
+// buffers after its forward and back before its backward. Under selective
+// recompute ([stage.N] recompute = selective) a non-checkpointed block keeps
+// neither att nor lse: its forward writes them into one shared workspace,
+// its backward recomputes them there from qkv (one attention forward).
 //
 // Pipeline (docs/pipeline.md): up to K = min(S - s, G) micro-batches have
 // saved activations at once on stage s, so every block's own tensors and the
