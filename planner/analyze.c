@@ -177,8 +177,8 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         const StageAnalysis *s = &a->stage[i];
         int ck = s->sp.ckpt < s->sp.layers ? s->sp.ckpt : s->sp.layers;
         if (s->sp.recompute == RECOMPUTE_SELECTIVE)
-            fprintf(f, "stage %d: recompute = selective: %d block(s) keep no att, lse and recompute them in backward\n", i,
-                    s->sp.layers - ck);
+            fprintf(f, "stage %d: recompute = selective: %d block(s) keep no att, lse and recompute them in backward\n",
+                    i, s->sp.layers - ck);
     }
     fprintf(f, "\nmemory per rank (dp x tp mesh; dp = data-parallel, tp = tensor-parallel):\n");
     for (int i = 0; i < a->num_stages; i++) {

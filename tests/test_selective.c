@@ -51,7 +51,8 @@ static void test_gpt2_bytes(void) {
              saved, saved - sel, sel);
         all &= n_sel == 2 && sel == want;
     }
-    ok(all, "GPT-2 small: selective recompute drops exactly att and lse, 2bs a_t d + 4b a_t s bytes per block, tp 1..8");
+    ok(all, "GPT-2 small: selective recompute drops exactly att and lse, 2bs a_t d + 4b a_t s bytes per block, "
+       "tp 1..8");
 }
 
 static int build(StageModel *m, const MistConfig *c, const HwProfile *hw) {
