@@ -43,6 +43,9 @@
 //   counted there (and the projection outputs are written into `scratch`).
 //   A checkpointed block keeps only `x` (ckpt_saved) and recomputes the rest in
 //   backward from it.
+//   Selective recompute ([stage.N] recompute = selective): a block that is not
+//   checkpointed does not keep `att` and `lse` (sel_recompute) and recomputes
+//   them in backward by one attention forward from the kept `qkv`.
 //   BLOCK transient (saved = 0): one set shared by every block of a stage:
 //     scratch X(N,C) projection outputs (forward and recompute)
 //     d_res X(N,C) residual-stream gradient, d_ln X(N,C), d_att X(N,a*hd/tp),
@@ -91,6 +94,8 @@ typedef struct {
     int f32;         // f32 (norm stats, lse, losses); else the storage dtype
     int saved;       // kept for backward when the block is not checkpointed
     int ckpt_saved;  // kept when it is checkpointed (the block input)
+    int sel_recompute;  // saved, but under [stage.N] recompute = selective a block that is not
+                        // checkpointed recomputes it in backward (att, lse: one attention forward)
 } ActSpec;
 
 // activation tensors of one block / pre / post for micro-batch b, sequence s,

@@ -284,6 +284,9 @@ static void build_block(Shapes *z) {
     add_tensor(z, "qkv", mul(z, N, z->qkv_tp), 0, 1, 0, 0, 0);
     add_tensor(z, "att", mul(z, N, z->att_tp), 0, 1, 0, 0, 0);
     add_tensor(z, "lse", mul3(z, z->o->b, z->a_tp, z->o->s), 1, 1, 0, 0, 0);
+    // selective recompute: att and lse (the attention core's outputs) are the
+    // ones a block not checkpointed recomputes from qkv by one attention forward
+    z->o->tensor[z->o->n_tensors - 2].sel_recompute = z->o->tensor[z->o->n_tensors - 1].sel_recompute = 1;
     if (!parallel) {
         add_tensor(z, "mid", nc, 0, 1, 0, 0, 0);
         add_tensor(z, "ln2", nc, 0, 1, 0, 0, 0);

@@ -80,6 +80,7 @@ int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int t
         a->f32 = t->f32;
         a->saved = t->saved;
         a->ckpt_saved = t->ckpt_saved;
+        a->sel_recompute = t->sel_recompute;
     }
     expr_ctx_free(cx);
     return n;

@@ -38,8 +38,8 @@ void model_ops_print(FILE *f, ExprCtx *cx, const ModelOpList *ops) {
         const ModelTensor *t = &ops->tensor[i];
         char buf[256];
         expr_print(cx, t->elems, buf, sizeof buf);
-        fprintf(f, "  tensor %-10s %s %s%s%s%s elems %s\n", t->name, t->f32 ? "f32" : "X", t->saved ? " saved" : "",
+        fprintf(f, "  tensor %-10s %s %s%s%s%s%s elems %s\n", t->name, t->f32 ? "f32" : "X", t->saved ? " saved" : "",
                 t->ckpt_saved ? " ckpt_saved" : "", t->scratch_fwd ? " scratch_fwd" : "",
-                t->scratch_bwd ? " scratch_bwd" : "", buf);
+                t->scratch_bwd ? " scratch_bwd" : "", t->sel_recompute ? " sel_recompute" : "", buf);
     }
 }

@@ -66,6 +66,7 @@ typedef struct {
     int ckpt_saved;     // kept for backward when the block is checkpointed
     int scratch_fwd;    // part of the forward working set (not saved)
     int scratch_bwd;    // part of the backward working set (not saved)
+    int sel_recompute;  // [stage.N] recompute = selective: not kept, recomputed from qkv in backward
 } ModelTensor;
 
 typedef struct {

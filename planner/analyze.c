@@ -173,6 +173,13 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
                 human(s->out[ST_PEAK_BWD], b4, sizeof b4),
                 s->fits ? "yes" : !s->host_shortfall ? "NO" : !s->shortfall ? "NO (host)" : "NO (+host)");
     }
+    for (int i = 0; i < a->num_stages; i++) {  // selective recompute: which blocks run attention twice
+        const StageAnalysis *s = &a->stage[i];
+        int ck = s->sp.ckpt < s->sp.layers ? s->sp.ckpt : s->sp.layers;
+        if (s->sp.recompute == RECOMPUTE_SELECTIVE)
+            fprintf(f, "stage %d: recompute = selective: %d block(s) keep no att, lse and recompute them in backward\n",
+                    i, s->sp.layers - ck);
+    }
     fprintf(f, "\nmemory per rank (dp x tp mesh; dp = data-parallel, tp = tensor-parallel):\n");
     for (int i = 0; i < a->num_stages; i++) {
         const StageAnalysis *s = &a->stage[i];
@@ -227,6 +234,7 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         const double *o = s->out;
         fprintf(f, "%s{\"layers\": [%d, %d], \"dp\": %d, \"tp\": %d, \"b\": %d, \"zero\": %d, \"ckpt\": %d, ",
                 i ? ", " : "", s->first_layer, s->last_layer, s->sp.dp, s->sp.tp, s->sp.b, s->sp.zero, s->sp.ckpt);
+        fprintf(f, "\"recompute\": \"%s\", ", s->sp.recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
         fprintf(f, "\"offload\": {\"wo\": %.17g, \"go\": %.17g, \"oo\": %.17g, \"ao\": %.17g}, \"p\": %d, ", s->sp.wo,
                 s->sp.go, s->sp.oo, s->sp.ao, s->p);
         fprintf(f, "\"t_stable_seconds\": %.17g, \"t_delta_seconds\": %.17g, ", o[ST_T], o[ST_D]);

@@ -150,6 +150,18 @@ static Expr part_compute(StageBuild *sb, const PartExprs *part, int backward) {
 Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 0); }
 Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part) { return part_compute(sb, part, 1); }
 
+Expr cost_part_attention_fwd(StageBuild *sb, const PartExprs *part, Expr *flops) {
+    Expr sum = sb->zero;
+    *flops = sb->zero;
+    for (int i = 0; i < part->n_ops; i++) {
+        const OpExprs *op = &part->op[i];
+        if (op->cls != OPC_ATTENTION) continue;
+        sum = ex_add(sb->x, sum, with_table(sb, op->name, op_model_time(sb, op, 0), 0));
+        *flops = ex_add(sb->x, *flops, op->fwd_flops);
+    }
+    return sum;
+}
+
 Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
     Expr sum = sb->zero;
     for (int i = 0; i < part->n_ops; i++)

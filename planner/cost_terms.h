@@ -44,11 +44,13 @@ typedef struct {
 // workspaces, logits and losses. They depend on the model, the sequence and
 // the element size only, so they are tabulated once per configuration.
 #define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
-enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
+// AC_SEL: the part of R a block under selective recompute does not keep (att, lse)
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_OFFLOAD, AC_COUNT };
 typedef struct {
     double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
     int n_rest;
     double rest_b[2][MODEL_MAX_ACTS];  // each saved tensor of R, at b = 1 and 2
+    int rest_sel[MODEL_MAX_ACTS];      // 1: that tensor is in AC_SEL (selective recompute drops it)
     int valid;                         // the model splits over this tp
 } ActLevel;
 void memory_act_levels(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
@@ -81,6 +83,10 @@ typedef struct {
 Expr cost_part_compute_fwd(StageBuild *sb, const PartExprs *part);  // s, the model or the table
 Expr cost_part_compute_bwd(StageBuild *sb, const PartExprs *part);
 Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward);
+// The forward of the part's attention core (its ops of class OPC_ATTENTION),
+// priced as cost_part_compute_fwd prices them, and its executed FLOPs
+// (*flops): what selective recompute runs again before a block's backward.
+Expr cost_part_attention_fwd(StageBuild *sb, const PartExprs *part, Expr *flops);
 // ring collective over the stage's DP group (DP spans nodes first) or TP group (inside a node)
 Expr cost_dp_collective(StageBuild *sb, CollKind kind, Expr bytes);
 // With staged collectives (HwProfile.staged_collectives): the device->host copy of what
@@ -108,6 +114,9 @@ Expr cost_bytes_by_tp(ExprCtx *x, Expr b, Expr tp, const double *at1, const doub
 void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
 // memory.c: fills the memory outputs
 void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
+// memory.c: bytes per TP rank of what selective recompute does not keep in a
+// block (att, lse), as an expression of b and tp
+Expr memory_sel_bytes(StageBuild *sb);
 
 // ---- the overlap window rule (overlap.c); x[s] = seconds of work on stream s
 double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);

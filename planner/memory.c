@@ -52,16 +52,22 @@
 //      back into one device workspace of O bytes
 //   H  the head (last stage): the last block's output, final norm + stats,
 //      logits (losses are I/O above)
+//   A  selective recompute (sel = 1; else A = 0): the part of R a block not
+//      checkpointed does not keep, att and lse (models/model.h sel_recompute);
+//      the block running holds them in one workspace of A bytes, forward and
+//      backward (recomputed there from qkv); it offloads O's tensors less
+//      att and lse (O shrinks by the part of A the scan took)
 // The last c = min(ckpt, L) blocks are checkpointed. Between its forward and
 // its backward one micro-batch keeps
-//   M = L * X + (L - c) * (R - O).
+//   M = L * X + (L - c) * (R - A - O).
 // Forward peaks in the last block (live bytes only grow in forward): M plus
 // its output x, the scratch, and its working tensors not counted in M: all of
-// R when checkpointed (the recompute workspace), else the swap workspace O:
-//   T_fwd = X + S + (c >= 1 ? R : O)
+// R when checkpointed (the recompute workspace), else the swap and selective
+// workspaces O + A:
+//   T_fwd = X + S + (c >= 1 ? R : O + A)
 // then on the last stage the head: H; backward starts with the head and the
 // gradient buffers, H + D, and peaks in its first block (the last one):
-//   T_bwd = D + (c >= 1 ? R + S : O)
+//   T_bwd = D + (c >= 1 ? R + S : O + A)
 // (the last block's output is freed by then; later blocks hold less).
 //
 // ---- 1F1B: K = min(S - i, G) micro-batches in flight on stage i (p = K - 1)
@@ -136,7 +142,11 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, Act
             double bytes = (double)acts[i].elems * (acts[i].f32 ? 4 : elt);
             int c = act_class(part, &acts[i]);
             lv->at_b[bb][c] += bytes;
-            if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) lv->rest_b[bb][k++] = bytes;
+            if (c == AC_REST && acts[i].sel_recompute) lv->at_b[bb][AC_SEL] += bytes;
+            if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) {
+                lv->rest_sel[k] = acts[i].sel_recompute;
+                lv->rest_b[bb][k++] = bytes;
+            }
         }
         lv->n_rest = k;
     }
@@ -150,7 +160,9 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 
 // O: scan R's tensors largest first, taking each whose addition keeps the
 // sum <= ao * R. Every size is b times a constant, so the choice depends on
-// ao only and is made on the b = 1 sizes.
+// ao only and is made on the b = 1 sizes. *kept_off: the same choice less the
+// tensors selective recompute does not keep (AC_SEL: att, lse), what a block
+// under selective recompute offloads (runtime/model_memory.c act_offload_mask).
 //
 // One scan serves every tp level: slot i holds the i-th largest tensor of the
 // level that tp selects (its size and bytes picked by select_tp, constants
@@ -158,8 +170,9 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 // stage's program runs the scan once per candidate instead of once per level.
 // A level with fewer tensors pads with size 0: taking it adds +0 to both sums
 // (taken <= budget always), so each level's result is its own scan's, bitwise.
-static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS]) {
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr *kept_off) {
     double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
+    double keep[MEM_TP_LEVELS][MAX_REST] = {{0}};  // 1: a block under selective recompute keeps it
     double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
     int slots = 0, all_valid = 1;
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
@@ -179,6 +192,7 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
         for (int i = 0; i < n; i++) {
             double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
             size[l][i] = s1;
+            keep[l][i] = !lv[l].rest_sel[order[i]];
             slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as cost_bytes_by_tp
             icpt[l][i] = s1 - slope[l][i];
         }
@@ -194,25 +208,38 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     for (int l = 0; l < MEM_TP_LEVELS; l++)
         for (int i = 0; i < slots; i++) proportional &= icpt[l][i] == 0 && slope[l][i] == size[l][i];
     Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
-    Expr taken = ex_num(x, 0), off = ex_num(x, 0);
+    Expr taken = ex_num(x, 0), off = ex_num(x, 0), taken_k = ex_num(x, 0), off_k = ex_num(x, 0);
     for (int i = 0; i < slots; i++) {
-        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS];
-        for (int l = 0; l < MEM_TP_LEVELS; l++)
+        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS], sk[MEM_TP_LEVELS], ak[MEM_TP_LEVELS];
+        Expr kk[MEM_TP_LEVELS];
+        for (int l = 0; l < MEM_TP_LEVELS; l++) {
             s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
+            sk[l] = ex_num(x, keep[l][i] * size[l][i]), ak[l] = ex_num(x, keep[l][i] * icpt[l][i]);
+            kk[l] = ex_num(x, keep[l][i] * slope[l][i]);
+        }
         Expr si = select_tp(x, tp, s);
         Expr with = ex_add(x, taken, si);
         Expr over = ex_sub(x, with, budget);  // > 0: the tensor does not fit, skip it
         // one select per slot: equal to taken + take * si for take in {0, 1}
         // (taken + 0 * si = taken, taken + 1 * si = with), bitwise
-        if (!proportional)
+        if (!proportional) {
             off = ex_select(x, over, off, ex_add(x, off, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+            off_k = ex_select(x, over, off_k,
+                              ex_add(x, off_k, ex_add(x, select_tp(x, tp, ak), ex_mul(x, select_tp(x, tp, kk), b))));
+        }
         taken = ex_select(x, over, taken, with);
+        taken_k = ex_select(x, over, taken_k, ex_add(x, taken_k, select_tp(x, tp, sk)));
     }
-    if (proportional) off = ex_mul(x, b, taken);
+    if (proportional) off = ex_mul(x, b, taken), off_k = ex_mul(x, b, taken_k);
+    *kept_off = off_k;
     if (all_valid) return off;
     // a tp the model cannot split into: impossible bytes, as for the other classes
-    Expr per_level[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
+    Expr per_level[MEM_TP_LEVELS], per_level_k[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
+        per_level_k[l] = lv[l].valid ? off_k : ex_num(x, 1e30);
+    }
+    *kept_off = select_tp(x, tp, per_level_k);
     return select_tp(x, tp, per_level);
 }
 
@@ -228,7 +255,24 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
             at1[l] = lv[l].at_b[0][c], at2[l] = lv[l].at_b[1][c], valid[l] = lv[l].valid;
         out[c] = cost_bytes_by_tp(x, b, tp, at1, at2, valid, MEM_TP_LEVELS);
     }
-    out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
+    if (part != PART_BLOCK) {
+        out[AC_OFFLOAD] = sb->zero;
+        return;
+    }
+    // selective recompute (sel = 1) offloads the same choice less att and lse, which it does not keep
+    Expr kept_off, off = offload_bytes(x, b, tp, sb->s[SYM_AO], lv, &kept_off);
+    out[AC_OFFLOAD] = ex_select(x, sb->s[SYM_SEL], kept_off, off);
+}
+
+// A of a block (att, lse: what selective recompute does not keep), bytes per
+// TP rank as an expression of b and tp, whether or not sel is set
+Expr memory_sel_bytes(StageBuild *sb) {
+    const ActLevel *lv = sb->me->acts_block;
+    double at1[MEM_TP_LEVELS], at2[MEM_TP_LEVELS];
+    int valid[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++)
+        at1[l] = lv[l].at_b[0][AC_SEL], at2[l] = lv[l].at_b[1][AC_SEL], valid[l] = lv[l].valid;
+    return cost_bytes_by_tp(sb->x, sb->s[SYM_B], sb->s[SYM_TP], at1, at2, valid, MEM_TP_LEVELS);
 }
 
 // ---- states of one unit
@@ -350,11 +394,15 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr ac[AC_COUNT];
     act_classes(sb, PART_BLOCK, ac);
     Expr X = ac[AC_X], R = ac[AC_REST], S = ac[AC_SCRATCH], D = ac[AC_GRADS], O = ac[AC_OFFLOAD];
-    Expr normal = ex_sub(x, L, c);  // blocks that keep R - O
-    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, R, O)));
+    // selective recompute: a block not checkpointed keeps R - A, and the one
+    // running holds A (att, lse) in the selective workspace
+    Expr A = ex_mul(x, sb->s[SYM_SEL], ac[AC_SEL]);
+    Expr normal = ex_sub(x, L, c);  // blocks that keep R - A - O
+    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, R, A), O)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
-    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, O));
-    Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), O));
+    Expr OA = ex_add(x, O, A);       // the swap and selective workspaces
+    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, OA));
+    Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), OA));
     Expr kept = ex_mul(x, ex_add(x, p, one), M);  // this and the in-flight micro-batches
     Expr head = zero, work_fwd = T_fwd, work_bwd = T_bwd;
     if (sb->has_post) {

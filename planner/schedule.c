@@ -22,6 +22,11 @@
 // (Nw = weight gathers, Ng = grad sync; a stage of one block: crit(0,N,H,0) + C + crit(0,...,D)).
 // Checkpointed blocks are the last ckpt of the stage: they save only their
 // input (smaller A_out / A_in) and recompute the forward in backward.
+// Selective recompute (sel = 1): every other block runs its attention core's
+// forward once more before its backward (C_bwd + sel * C_att, the attention
+// op's own cost term); it does not offload att and lse (A), which it does not
+// keep: its copies are priced as ao (saved - A), the continuous form the
+// copies take without selective (ao saved), the offloaded part of A as ao A.
 #include <math.h>
 #include "planner/cost_terms.h"
 
@@ -215,7 +220,11 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr G_in = cost_h2d(sb, ex_mul(x, G_shard, go)), G_out = cost_d2h(sb, ex_mul(x, G_shard, go));
     Expr O_in = cost_h2d(sb, ex_mul(x, O_shard, oo)), O_out = cost_d2h(sb, ex_mul(x, O_shard, oo));
     Expr A_in[2], A_out[2];
-    Expr saved[2] = {blk->saved, blk->saved_ckpt};
+    // selective recompute: att and lse are not kept (memory.c's A, per rank), nor moved
+    Expr sel = sb->s[SYM_SEL];
+    Expr sel_bytes = ex_mul(x, sel, memory_sel_bytes(sb));
+    // (floored at 0: at a tp the model cannot split into, the bytes are 1e30, never fitting)
+    Expr saved[2] = {ex_max(x, ex_sub(x, blk->saved, sel_bytes), sb->zero), blk->saved_ckpt};
     for (int k = 0; k < 2; k++) {
         A_in[k] = cost_h2d(sb, ex_mul(x, saved[k], ao));
         A_out[k] = cost_d2h(sb, ex_mul(x, saved[k], ao));
@@ -226,13 +235,14 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
     Expr Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
+    Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
 
     Phase fwd_first[2], fwd_other[2], bwd_last[2], bwd_other[2];
     for (int k = 0; k < 2; k++) {  // k = 0 normal, 1 checkpointed
         fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, mul_flag(x, os, AG_w), EXPR_NONE,
                                ex_add(x, O_in, G_in), ex_add(x, ex_add(x, O_out, W_out), A_out[k])};
         fwd_other[k] = (Phase){Cf, Ef, mul_flag(x, ws, AG_w), EXPR_NONE, W_in, A_out[k]};
-        Expr C = k ? ex_add(x, Cf, Cb) : Cb;
+        Expr C = k ? ex_add(x, Cf, Cb) : ex_add(x, Cb, Ca);
         Expr E = k ? ex_add(x, Ef, Eb) : Eb;
         Expr H = ex_add(x, ex_add(x, W_in, G_in), A_in[k]);
         bwd_last[k] = (Phase){C, E, mul_flag(x, ws, AG_w), ex_select(x, os, RS_g, AR_g), H, G_out};
@@ -257,6 +267,8 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr L = sb->s[SYM_L], n_ck = ex_min(x, sb->s[SYM_CKPT], L);
     Expr ff = cost_part_flops(sb, blk, 0), fb = cost_part_flops(sb, blk, 1);
     Expr flops = ex_add(x, ex_mul(x, L, ex_add(x, ff, fb)), ex_mul(x, n_ck, ff));
+    // and the attention core again in the others under selective recompute
+    flops = ex_add(x, flops, ex_mul(x, ex_mul(x, sel, ex_sub(x, L, n_ck)), att_flops));
 
     // pre / post parts, pipeline sends
     Expr edge_t = sb->zero, edge_d = sb->zero;

@@ -102,6 +102,17 @@ enum { MR_NUM_BLOCK_ACTS = 0 MR_BLOCK_ACTS(MR_ACT_ONE) };
 // ArenaTensor <field>; for each row of a list (inside a struct).
 #define MR_ACT_FIELD(field, ...) ArenaTensor field;
 
+// [stage.N] recompute = selective: the saved rows a block that is not
+// checkpointed does not keep. The attention core's outputs att and lse are
+// recomputed from the kept qkv by one attention forward in backward, into one
+// shared workspace per stage (ModelRuntime.sws), before the output
+// projection's backward reads att. models/model.h marks the same tensors
+// (ActSpec.sel_recompute); match_acts (runtime/model_memory.c) checks they agree.
+#define MR_SELECTIVE_ACTS(X) X(att) X(lse)
+#define MR_SEL_BIT(field) | 1u << MR_ACT_##field
+enum { MR_SELECTIVE_MASK = 0u MR_SELECTIVE_ACTS(MR_SEL_BIT) };
+#undef MR_SEL_BIT
+
 // One block's activations (what forward writes and backward reads).
 typedef struct {
     MR_BLOCK_ACTS(MR_ACT_FIELD)

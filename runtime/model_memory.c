@@ -49,7 +49,8 @@ static int match_acts(ModelRuntime *r, char *err, size_t errlen) {
         for (int i = 0; i < n[p]; i++) {
             const ActSpec *a = &list[p][i];
             int k = act_row(parts[p], a->name);
-            if (k < 0 || (parts[p] == PART_BLOCK && !flags_agree(a, mr_acts[k].use))) {
+            if (k < 0 || (parts[p] == PART_BLOCK && (!flags_agree(a, mr_acts[k].use) ||
+                                                     a->sel_recompute != (int)(MR_SELECTIVE_MASK >> k & 1)))) {
                 snprintf(err, errlen, "models/model.h: activation '%s' of the %s %s (runtime/activations.h)", a->name,
                          p ? "post part" : "block", k < 0 ? "is unknown to the runtime"
                                                           : "is saved for backward otherwise than the runtime keeps it");
@@ -105,6 +106,7 @@ static int check_acts(const ModelRuntime *r, char *err, size_t errlen) {
 typedef struct {
     size_t x_nc;        // the block input x (N,C): the one tensor a checkpointed block keeps
     size_t block_rest;  // one block's other saved tensors
+    size_t sel;         // of block_rest, the selective workspace's (att, lse) when r->sel, else 0
     size_t scratch;     // projection outputs (transient)
     size_t grads_bufs;  // backward gradient buffers (transient)
     size_t post;        // lnf and its statistics
@@ -117,7 +119,10 @@ static ActSizes act_sizes(const ModelRuntime *r) {
         size_t bytes = r->act_bytes[k];
         switch (mr_acts[k].use) {
         case MR_USE_INPUT: s.x_nc += bytes; break;
-        case MR_USE_SAVED: s.block_rest += bytes; break;
+        case MR_USE_SAVED:
+            s.block_rest += bytes;
+            if (!(mr_kept_mask(r) >> k & 1)) s.sel += bytes;
+            break;
         case MR_USE_SCRATCH: s.scratch += bytes; break;
         case MR_USE_GRAD: s.grads_bufs += bytes; break;
         case MR_USE_OUTPUT: break;  // the last block's output, counted as x_nc
@@ -133,7 +138,10 @@ static ActSizes act_sizes(const ModelRuntime *r) {
 // wait on the host between its forward and its backward. Tensors are moved
 // whole (a kernel needs each one contiguous in device memory): the largest
 // first, while their sum stays within ao times the block's saved bytes
-// (besides x, the block input, which stays). Bit k: row k.
+// (besides x, the block input, which stays). Under selective recompute the
+// block offloads the same tensors less the ones it does not keep (att, lse;
+// mr_kept_mask): selective never keeps more on the device than without, and
+// moves less when the scan took att. Bit k: row k.
 static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes) {
     size_t total = 0, sum = 0;
     for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
@@ -152,7 +160,10 @@ static unsigned act_offload_mask(const ModelRuntime *r, size_t *offloaded_bytes)
         mask |= 1u << best;
         sum += r->act_bytes[best];
     }
-    *offloaded_bytes = sum;
+    mask &= mr_kept_mask(r);  // selective recompute: att and lse are not kept, so not moved
+    *offloaded_bytes = 0;
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+        if (mask >> k & 1) *offloaded_bytes += r->act_bytes[k];
     return mask;
 }
 
@@ -198,13 +209,14 @@ static void sim_forward(const ModelRuntime *r, MemSim *m) {
     const ActSizes *s = &m->s;
     sim_grow(m, s->x_nc);                       // x_0 (embedding, or the received activation)
     for (int l = 0; l < r->L; l++) {
-        sim_grow(m, s->block_rest);             // own tensors (+ the swap workspace), or the recompute workspace
+        // own tensors (+ the swap workspace, + the selective workspace), or the recompute workspace
+        sim_grow(m, s->block_rest);
         sim_grow(m, s->x_nc);                   // x_{l+1}
         sim_grow(m, s->scratch);                // projection scratch
         m->live -= s->scratch;
         if (mr_is_ckpt_block(r, l)) m->live -= s->block_rest;
-        else {  // swapped out
-            m->live -= m->off;
+        else {  // the selective workspace given back, the offloaded tensors swapped out
+            m->live -= s->sel + m->off;
             m->hlive += m->off;
             if (m->hlive > m->hpeak) m->hpeak = m->hlive;
         }
@@ -225,7 +237,7 @@ static void sim_backward(const ModelRuntime *r, MemSim *m) {
             sim_grow(m, s->block_rest + s->scratch);  // recompute into the workspace (+ scratch)
             m->live -= s->scratch;
         } else {
-            sim_grow(m, m->off);                // swapped in
+            sim_grow(m, m->off + s->sel);       // swapped in; att, lse recomputed (selective)
             m->hlive -= m->off;
         }
         m->live -= s->block_rest + s->x_nc;     // the block's tensors and its input
@@ -274,9 +286,11 @@ static void carve_acts(ModelRuntime *r) {
     r->acts = calloc((size_t)slots_x_blocks, sizeof *r->acts);
     for (int i = 0; i < slots_x_blocks; i++) {
         arena_carve(d, &r->acts[i].x, r->act_bytes[MR_ACT_x], mr_acts[MR_ACT_x].label);
-        if (!mr_is_ckpt_block(r, i % r->L)) carve_block(r, &r->acts[i], d, ~r->act_mask);
+        if (!mr_is_ckpt_block(r, i % r->L)) carve_block(r, &r->acts[i], d, ~r->act_mask & mr_kept_mask(r));
     }
     if (r->ckpt > 0) carve_block(r, &r->work, d, ~0u);  // shared by every checkpointed block
+    // selective recompute: att and lse of the block running, shared by the blocks not checkpointed
+    carve_block(r, &r->sws, d, r->sel && r->ckpt < r->L ? (unsigned)MR_SELECTIVE_MASK : 0u);
     // offloaded activations: one device workspace, a host copy per non-checkpointed block and slot
     carve_block(r, &r->aws, d, r->act_mask);
     r->hacts = calloc((size_t)slots_x_blocks, sizeof *r->hacts);

@@ -37,14 +37,27 @@ static void release_masked(BlockActs *a, unsigned mask) {
 static void take_rest(BlockActs *a) { take_masked(a, ~0u); }
 static void release_rest(BlockActs *a) { release_masked(a, ~0u); }
 
-// The tensors of acts[i] (block i mod L of slot i / L) it computes with: its
-// own, and the offloaded ones in the swap workspace (a copy of the
+// The tensors of acts[i] (block i mod L of slot i / L, not checkpointed) it
+// computes with: its own, the offloaded ones in the swap workspace, and under
+// selective recompute att and lse in the selective workspace (a copy of the
 // descriptors; liveness stays with the originals).
 static BlockActs act_view(ModelRuntime *r, int i) {
     BlockActs v = r->acts[i];
-    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++)
+    for (int k = 0; k < MR_NUM_BLOCK_ACTS; k++) {
         if (r->act_mask >> k & 1) *mr_block_act(&v, k) = *mr_block_act(&r->aws, k);
+        if (!(mr_kept_mask(r) >> k & 1)) *mr_block_act(&v, k) = *mr_block_act(&r->sws, k);
+    }
     return v;
+}
+
+// Selective recompute, before a block's backward: its attention core (att,
+// lse) again from the kept qkv (after rotary, as forward read it), into the
+// selective workspace that v points at. The same kernel on the same input:
+// the backward reads the bits forward computed.
+static void attention_recompute(ModelRuntime *r, BlockActs *v) {
+    take_masked(&r->sws, MR_SELECTIVE_MASK);
+    r->be->attention_forward(r->be, r->stream, arena_ptr(&v->att), arena_ptr(&v->lse), arena_ptr(&v->qkv), r->B,
+                             r->T, r->NH, r->NKV, r->HS);
 }
 
 // after the forward of acts[i]: its offloaded tensors go to the host (d2h), the workspace is free
@@ -264,10 +277,12 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
     for (int l = 0; l < r->L; l++) {
         int i = ACTS(slot, l);
         int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
+        int sel = mr_is_sel_block(r, l);                       // att, lse in the selective workspace
         BlockActs *a = mr_is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
         take_rest(a);
-        if (swapped) {
-            take_masked(&r->aws, r->act_mask);
+        if (swapped || sel) {
+            if (swapped) take_masked(&r->aws, r->act_mask);
+            if (sel) take_masked(&r->sws, MR_SELECTIVE_MASK);
             view = act_view(r, i);
             a = &view;
         }
@@ -282,7 +297,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         part_end(r);
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
-        else if (swapped) acts_swap_out(r, i);
+        if (sel) release_masked(&r->sws, MR_SELECTIVE_MASK);  // recomputed in backward
+        if (swapped) acts_swap_out(r, i);
     }
     if (!r->has_post) {  // the output goes to the next stage, from a send buffer (x_out serves the next forward)
         be->copy_d2d(be, out, arena_ptr(&r->x_out), xbytes, st);
@@ -357,7 +373,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
         int i = ACTS(slot, l);
         BlockActs *a = &r->acts[i], view = r->acts[i];
         const void *xin = arena_ptr(&r->acts[i].x);
-        int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;
+        int swapped = !mr_is_ckpt_block(r, l) && r->act_mask, sel = mr_is_sel_block(r, l);
         zero_bwd_begin(r, 1 + l);
         if (mr_is_ckpt_block(r, l)) {  // recompute the block's tensors from its kept input
             a = &r->work;
@@ -368,16 +384,18 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
             part_end(r);
             arena_release(&r->scratch);
             view = *a;
-        } else if (swapped) {  // the offloaded tensors come back into the workspace
-            acts_swap_in(r, i);
+        } else if (swapped || sel) {  // the offloaded tensors come back into the workspace
+            if (swapped) acts_swap_in(r, i);
             view = act_view(r, i);
         }
         part_begin(r, TRACE_BLOCK_BACKWARD, l);
+        if (sel) attention_recompute(r, &view);
         block_backward(r, l, &view, xin);
         part_end(r);
         zero_bwd_end(r, 1 + l);
         release_rest(a);
         if (swapped) release_masked(&r->aws, r->act_mask);
+        if (sel) release_masked(&r->sws, MR_SELECTIVE_MASK);
         arena_release(&r->acts[i].x);
     }
     if (r->units[0].count) {

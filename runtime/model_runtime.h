@@ -27,7 +27,10 @@
 // shared recompute workspace in backward. Under activation offload (ao > 0) a
 // non-checkpointed block computes its largest saved tensors (up to ao of its
 // saved bytes) in one shared device workspace, copies them to its own host
-// buffers after its forward and back before its backward.
+// buffers after its forward and back before its backward. Under selective
+// recompute ([stage.N] recompute = selective) a non-checkpointed block keeps
+// neither att nor lse: its forward writes them into one shared workspace,
+// its backward recomputes them there from qkv (one attention forward).
 //
 // Pipeline (docs/pipeline.md): up to K = min(S - s, G) micro-batches have
 // saved activations at once on stage s, so every block's own tensors and the
@@ -129,6 +132,11 @@ typedef struct ModelRuntime {
     unsigned act_mask;     // saved tensors a non-checkpointed block offloads (bit k: row k of MR_BLOCK_ACTS)
     BlockActs aws;         // device workspace of the offloaded tensors (the others 0 bytes)
     BlockActs *hacts;      // (K, L) host copies of the offloaded tensors
+    // [stage.N] recompute = selective: a block that is not checkpointed keeps
+    // neither att nor lse (MR_SELECTIVE_MASK); its forward computes them in sws,
+    // its backward recomputes them there from qkv (one attention forward)
+    int sel;
+    BlockActs sws;         // the selective workspace: att and lse (the others 0 bytes)
     // the stage's shared activations: x_out, scratch, lnf, ..., logits, the
     // backward gradient buffers d_*, and the per-token losses t_losses f32(N)
     MR_STAGE_ACTS(MR_ACT_FIELD)
@@ -229,5 +237,11 @@ void mr_free(ModelRuntime *r);
 // Block l (of the stage's L) is checkpointed: it keeps only its input x and
 // recomputes its other tensors in backward (the last ckpt blocks).
 static inline int mr_is_ckpt_block(const ModelRuntime *r, int l) { return l >= r->L - r->ckpt; }
+
+// Block l recomputes its attention core (att, lse) in backward: selective
+// recompute, and not checkpointed (a checkpointed block recomputes everything).
+static inline int mr_is_sel_block(const ModelRuntime *r, int l) { return r->sel && !mr_is_ckpt_block(r, l); }
+// The saved rows (bits of MR_BLOCK_ACTS) a block that is not checkpointed keeps in its own tensors.
+static inline unsigned mr_kept_mask(const ModelRuntime *r) { return r->sel ? ~(unsigned)MR_SELECTIVE_MASK : ~0u; }
 
 #endif

@@ -90,7 +90,8 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
     ModelConfig m = r->m;
     // the stage's knobs as the layout kept them (layers: the pipeline's; tp: the argument)
     const StagePlan sp = {.layers = r->L, .dp = r->dp, .tp = tp, .b = r->B, .zero = r->zero, .ckpt = r->ckpt,
-                          .wo = r->wo, .go = r->go, .oo = r->oo, .ao = r->ao};
+                          .wo = r->wo, .go = r->go, .oo = r->oo, .ao = r->ao,
+                          .recompute = r->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
     int dp_rank = r->dp_rank;
     free(r->units);
     free(r->unit_first_tensor);
@@ -123,6 +124,7 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     r->zero = zero;
     r->dp_rank = dp_rank;
     r->wo = wo, r->go = go, r->oo = oo, r->ao = ao;
+    r->sel = sp->recompute == RECOMPUTE_SELECTIVE;
     r->micro_last = 1;
     r->m = *m;
     r->B = B;

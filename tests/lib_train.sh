@@ -106,15 +106,16 @@ PYEOF
 }
 
 # stage_args G SPEC...: the -o options of a pipeline plan with one
-# "layers/dp/tp/zero/ckpt/offload" SPEC per stage (offload: wo = go = oo = ao;
-# b = 8 / (dp G)) on one line, then the rank count on the next
+# "layers/dp/tp/zero/ckpt/offload[/sel]" SPEC per stage (offload: wo = go = oo = ao;
+# sel: recompute = selective; b = 8 / (dp G)) on one line, then the rank count on the next
 stage_args() {
     G=$1; shift
     s=0; np=0
     for spec in "$@"; do
-        IFS=/ read -r lay dp tp zero ckpt off <<EOF
+        IFS=/ read -r lay dp tp zero ckpt off sel <<EOF
 $spec
 EOF
+        [ "$sel" = sel ] && printf ' -o stage.%d.recompute=selective' $s
         printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.zero=%s' \
             $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zero"
         printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \

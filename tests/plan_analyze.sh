@@ -145,4 +145,23 @@ half=$("$PLAN" "$TINY" --analyze --json --hardware "$tmp/half.ini" 2>/dev/null |
 [ -n "$full" ] && [ -n "$half" ] && [ "$half" -eq $((full / 2)) ]
 tap_ok $? "usable_memory_fraction = 0.5 halves the planner's capacity ($full -> $half bytes)"
 
+# a fixed plan with [stage.0] recompute = selective (GPT-2 small, one stage of 12 blocks on dgx-h100):
+# less activation memory, more time (one attention forward more per block), said in the table and the JSON
+field() { sed -n "s/.*\"stages\": \[{.*\"$1\": \([0-9.e+-]*\).*/\1/p"; }
+G2="$MIST_SRCDIR/examples/gpt2-124m.ini"
+sel_args="--hardware dgx-h100 -o plan.mode=fixed -o plan.stages=1 -o plan.G=8 -o stage.0.layers=12 -o stage.0.dp=8
+ -o stage.0.tp=1 -o stage.0.b=8 -o stage.0.ckpt=0 -o train.global_batch=512"
+# shellcheck disable=SC2086
+"$PLAN" "$G2" --analyze --json $sel_args >"$tmp/none.json" 2>/dev/null
+# shellcheck disable=SC2086
+"$PLAN" "$G2" --analyze --json $sel_args -o stage.0.recompute=selective >"$tmp/sel.json" 2>/dev/null
+# shellcheck disable=SC2086
+"$PLAN" "$G2" --analyze $sel_args -o stage.0.recompute=selective >"$tmp/sel.txt" 2>/dev/null
+a0=$(field activations <"$tmp/none.json") a1=$(field activations <"$tmp/sel.json")
+t0=$(field t_stable_seconds <"$tmp/none.json") t1=$(field t_stable_seconds <"$tmp/sel.json")
+tap_diag "GPT-2 small, 12 blocks, b 8 dp 8 on dgx-h100: activations $a0 -> $a1 bytes, t $t0 -> $t1 s with selective"
+grep -q '"recompute": "selective"' "$tmp/sel.json" && grep -q '"recompute": "none"' "$tmp/none.json" &&
+    grep -q 'stage 0: recompute = selective: 12 block' "$tmp/sel.txt" && num_ok 'a1 < a0 && t1 > t0' a0="$a0" a1="$a1" t0="$t0" t1="$t1"
+tap_ok $? "recompute = selective: --analyze shows less activation memory ($a0 -> $a1 B) and more time ($t0 -> $t1 s)"
+
 tap_end

@@ -6,7 +6,8 @@
 # and 4 stages, see the second matrix) mist-train runs 2 steps on the CPU
 # backend and writes every rank's measured arena peaks and its stage to its
 # summary file; mist-plan --analyze --json evaluates the same config and
-# overrides. Per rank, against its own stage's prediction, exactly:
+# overrides (a third matrix: selective recompute against its formula). Per
+# rank, against its own stage's prediction, exactly:
 #   max(peak_bytes_fwd, peak_bytes_bwd) == measured_device_peak_bytes
 #   memory.host_bytes                  == measured_host_peak_bytes
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
@@ -226,4 +227,55 @@ EOF
     tap_ok $? "$name: $s stages ($cols), $np ranks, G=$G, $model $prec tied=$tied: every rank's measured \
 device and host peaks equal its stage's planned bytes"
 done <"$W/pipeline"
+
+# Selective recompute ([stage.N] recompute = selective): each plan trains as
+# it is and with recompute = selective. A block that is not checkpointed then
+# keeps neither att X(N, a_t d) nor lse f32(b, a_t, s) (N = b s rows, a_t =
+# a / tp heads of d = h / a on a rank, x bytes per element):
+#   A = b s a_t d x + 4 b a_t s,
+# and the block running holds them in one workspace. On one stage without
+# offload the peak is the head's (H + D >= D + A: the head holds the last
+# block's output X(N, h) and the logits), so every rank's measured device
+# peak drops by exactly (L - c) A (c = ckpt), the host peak not at all, and
+# the planner's bytes equal the selective run's measured ones. The tiny
+# models: h 64, a 4, s 64.
+# name model prec dp tp ckpt layers global_batch (b = global_batch / dp, G = 1)
+cat >"$W/selective" <<'EOF'
+sel-gpt      gpt       fp32 1 1 0 2 8
+sel-gpt-ck   gpt       fp32 2 1 1 3 8
+sel-gpt-tp   gpt       bf16 1 2 1 4 8
+sel-llama-tp llama     fp32 2 2 0 2 8
+sel-falcon   falcon    bf16 1 1 1 2 4
+sel-lpar-tp  llama-par fp32 1 2 2 3 8
+EOF
+tap_diag "selective recompute: per rank, measured device peak without and with it, their difference and (L - c) A"
+while read -r name model prec dp tp ckpt layers gb; do
+    set_model "$model"
+    np=$((dp * tp)) b=$((gb / dp))
+    set -- -o train.precision="$prec" -o train.global_batch="$gb" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
+        -o stage.0.b="$b" -o stage.0.ckpt="$ckpt" -o model.layers="$layers" -o stage.0.layers="$layers"
+    for rc in none selective; do
+        # shellcheck disable=SC2086
+        mist_mpirun -np "$np" "$TRAIN" "$ini" $extra "$@" -o stage.0.recompute=$rc -o train.steps=2 -o log.interval=1000 \
+            -o data.val_interval=0 -o log.summary="$W/$name.$rc.json" -o log.jsonl="$W/$name.$rc.jsonl" \
+            >"$W/$name.$rc.out" 2>&1 || tail -3 "$W/$name.$rc.out" | sed 's/^/#   train: /'
+        measured "$W/$name.$rc.json" >"$W/$name.$rc.ranks"
+    done
+    # shellcheck disable=SC2086
+    "$PLAN" "$ini" $extra --analyze --json --hardware cpu "$@" -o stage.0.recompute=selective >"$W/$name.plan" \
+        2>"$W/$name.plan.err" || tail -3 "$W/$name.plan.err" | sed 's/^/#   plan: /'
+    x=4; [ "$prec" = bf16 ] && x=2
+    A=$((b * 64 * (4 / tp) * 16 * x + 4 * b * (4 / tp) * 64))
+    want=$(((layers - ckpt) * A))
+    # shellcheck disable=SC2046
+    report=$(join "$W/$name.none.ranks" "$W/$name.selective.ranks" | awk -v w="$want" -v n="$np" -v p="$(planned "$W/$name.plan")" '
+        BEGIN { split(p, pl, " ") }
+        { seen++; d = $2 - $4; if (d != w || $3 != $5 || $4 != pl[1] || $5 != pl[2]) bad++; s = s $2 "-" $4 "=" d " " }
+        END { print s (seen == n && !bad ? "yes" : "NO") }')
+    tap_diag "$(printf '%-12s np=%s tp=%s ckpt=%s L=%s %s: (L - c) A = %s; %s' "$name" "$np" "$tp" "$ckpt" "$layers" \
+        "$prec" "$want" "$report")"
+    [ "${report##* }" = yes ]
+    tap_ok $? "$name: $np ranks (dp $dp x tp $tp) ckpt=$ckpt L=$layers $model $prec: selective recompute lowers every \
+rank's measured device peak by (L - c) A = $want bytes, the planner's bytes equal the measured ones"
+done <"$W/selective"
 tap_end

@@ -89,6 +89,16 @@ tap_diag "measured device peak: ckpt=0 $p0 B, ckpt=2 $p1 B"
 tap_ok $? "ckpt=2 lowers the measured peak"
 peaks_agree "$W/ck.json"
 tap_ok $? "predicted peak == measured peak with ckpt=2"
+# selective recompute: the attention forward again from the kept qkv, the same kernel on the same
+# input, so bit-identical losses too; alone and beside a checkpointed block
+run 1 sel $SHORT -o stage.0.dp=1 -o stage.0.b=8 -o stage.0.recompute=selective &&
+    run 1 sel_ck $SHORT -o stage.0.dp=1 -o stage.0.b=8 -o stage.0.recompute=selective -o stage.0.ckpt=1 &&
+    [ "$(losses "$W/dp1.jsonl")" = "$(losses "$W/sel.jsonl")" ] && [ "$(losses "$W/dp1.jsonl")" = "$(losses "$W/sel_ck.jsonl")" ]
+tap_ok $? "recompute=selective (ckpt 0 and 1) gives bit-identical losses"
+p2=$(device_peak "$W/sel.json")
+tap_diag "measured device peak: none $p0 B, selective $p2 B"
+[ -n "$p2" ] && [ "$p2" -lt "$p0" ] && peaks_agree "$W/sel.json" && peaks_agree "$W/sel_ck.json"
+tap_ok $? "recompute=selective lowers the measured peak; predicted == measured (ckpt 0 and 1)"
 
 # 4. resume: 8 steps straight vs 4 steps + resume (same schedule: steps = 8 both times)
 run 1 full $SHORT -o stage.0.dp=1 -o stage.0.b=8 -o checkpoint.dir="$W/ck_full" -o checkpoint.interval=4 \
@@ -122,6 +132,11 @@ mist_mpirun -np 1 "$TRAIN" "$LLAMA" -o train.steps=20 -o train.global_batch=8 -o
     -o plan.G=1 -o stage.0.ckpt=1 -o log.interval=1000 -o data.val_interval=0 -o log.jsonl="$W/llama_ck.jsonl" \
     >"$W/llama_ck.out" 2>&1 && [ "$(losses "$W/llama.jsonl")" = "$(losses "$W/llama_ck.jsonl")" ]
 tap_ok $? "llama with ckpt=1 gives bit-identical losses"
+mist_mpirun -np 1 "$TRAIN" "$LLAMA" -o train.steps=20 -o train.global_batch=8 -o stage.0.dp=1 -o stage.0.b=8 \
+    -o plan.G=1 -o stage.0.recompute=selective -o log.interval=1000 -o data.val_interval=0 \
+    -o log.jsonl="$W/llama_sel.jsonl" >"$W/llama_sel.out" 2>&1 &&
+    [ "$(losses "$W/llama.jsonl")" = "$(losses "$W/llama_sel.jsonl")" ]
+tap_ok $? "llama with recompute=selective (rotary, GQA attention recomputed) gives bit-identical losses"
 
 # 6. non-finite steps are skipped, then the run stops
 export MIST_FAULT_NAN_FROM=3

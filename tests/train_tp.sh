@@ -68,6 +68,12 @@ llama-par-ref    llama par    fp32 1 1 0 0 1 0    0    0    0
 llama-par-2x2-z2 llama par    fp32 2 2 2 2 1 0    0    0    0.5
 gpt-bf-ref       gpt   -      bf16 1 1 0 0 1 0    0    0    0
 gpt-bf-2x2       gpt   -      bf16 2 2 3 1 1 0.5  0.5  0.5  0.5
+gpt-tp2-sel      gpt   -      fp32 1 2 0 0 1 0    0    0    0
+gpt-2x2-z3-sel   gpt   -      fp32 2 2 3 1 1 0.5  0.5  0.5  0.5
+gpt-tp4-sel      gpt   -      fp32 1 4 1 1 2 0    0    0    1
+llama-2x2-sel    llama -      fp32 2 2 2 1 1 0    0    0    0.5
+llama-kv4-4-sel  llama kv4    fp32 1 4 0 0 1 0    0    0    0
+gpt-par-tp2-sel  gpt   par    fp32 1 2 0 1 2 0    0    0    0.3
 EOF
 fmt='%-15s %5s %6s %4s %2s %2s %4s %4s %2s %4s %4s %4s %4s | %7s %7s | %9s %9s %7s %7s %s'
 tap_diag "plan matrix, $STEPS steps each: loss = max relative difference of the per-step losses (and the" \
@@ -85,6 +91,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
         par) var="-o model.parallel_block=1" ;;
         *) var="" ;;
     esac
+    case $name in *-sel) var="$var -o stage.0.recompute=selective" ;; esac  # selective recompute
     b=$((8 / (dp * G)))  # validation: G batches of b*dp, the same 8 sequences as the 1-rank run
     # shellcheck disable=SC2086
     run "$ini" $((dp * tp)) "$name" $var -o train.precision="$prec" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \

@@ -53,6 +53,8 @@ llama-untied-ref llama untied 1 4/1/1/0/0/0
 llama-tp2x2      llama untied 2 3/1/2/2/1/0.5 1/1/2/0/0/0
 llama-tied-ref   llama tied   1 4/1/1/0/0/0
 llama-tied-het   llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0
+gpt-sel-tp2x2    gpt   tied   2 2/1/2/0/1/0.5/sel 2/1/2/1/0/0/sel
+llama-sel-tp2    llama untied 2 3/1/2/2/1/0/sel 1/1/2/0/0/0.5
 EOF
 tap_diag "tp inside pipeline stages, $STEPS steps, $L layers each: loss = max relative per-step loss difference" \
     "to the 1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \

@@ -63,6 +63,12 @@ gpt-bf-b    gpt   bf16 2 1 0 1 0    0    1    0 2
 gpt4-ref    gpt   fp32 1 0 0 1 0    0    0    0    4
 gpt4-z3     gpt   fp32 4 3 1 2 0.5  0.5  0.5  0.5  4
 gpt4-z1     gpt   fp32 8 1 2 1 1    0    0.5  1    4
+gpt-sel     gpt   fp32 1 0 0 1 0    0    0    0    2
+gpt-sel-ao  gpt   fp32 2 2 1 1 0    0    0    0.5  2
+gpt4-sel-a  gpt   fp32 4 3 1 2 0.5  0.5  0.5  0.5  4
+gpt4-sel-b  gpt   fp32 2 1 2 1 0    0    0    1    4
+llama-sel   llama fp32 2 1 0 1 0    0    0    0.3  2
+gpt-bf-sel  gpt   bf16 2 3 1 1 0.5  0.5  0.5  0.5  2
 EOF
 tap_diag "plan matrix, $STEPS steps each: loss = max relative per-step loss difference to the 1-rank run;" \
     "weights = relative L2 difference of the final weights; peaks = rank 0 predicted/measured arena bytes" \
@@ -71,7 +77,9 @@ tap_diag "plan matrix, $STEPS steps each: loss = max relative per-step loss diff
 while read -r name model prec np zero ckpt G wo go oo ao layers; do
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     b=$((8 / (np * G)))
-    run "$ini" "$np" "$name" -o train.precision="$prec" -o stage.0.dp="$np" -o stage.0.b="$b" -o plan.G="$G" \
+    sel=""; case $name in *-sel*) sel="-o stage.0.recompute=selective" ;; esac  # selective recompute
+    # shellcheck disable=SC2086
+    run "$ini" "$np" "$name" $sel -o train.precision="$prec" -o stage.0.dp="$np" -o stage.0.b="$b" -o plan.G="$G" \
         -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" -o stage.0.oo="$oo" \
         -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers" -o data.val_interval=10 \
         -o data.val_batches=1
