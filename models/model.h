@@ -91,11 +91,19 @@ typedef struct {
     int f32;         // f32 (norm stats, lse, losses); else the storage dtype
     int saved;       // kept for backward when the block is not checkpointed
     int ckpt_saved;  // kept when it is checkpointed (the block input)
+    int seq;         // sequence-sharded under sequence parallelism (N/tp rows per rank)
 } ActSpec;
 
 // activation tensors of one block / pre / post for micro-batch b, sequence s,
 // tp degree (see the list above); returns the count, -1 on error
 int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, ActSpec *out, int max);
+// The same under sequence parallelism when sp = 1 (tp > 1, tp dividing b*s):
+// the sequence-sharded tensors hold N/tp rows, and two more are listed with
+// their sizes (0 otherwise): ln_full X(N,C), the all-gathered norm output the
+// column-parallel matmuls read (forward and backward), and d_norm X(k*C), the
+// norm weights' (and biases') partial gradients summed over tp once per block
+// (k = 1 or 2 norms times weight [+ bias]). sp = 0 is model_acts.
+int model_acts_sp(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, int sp, ActSpec *out, int max);
 
 // Most tensors one part lists (sizes for callers' arrays).
 #define MODEL_MAX_PARAMS 16

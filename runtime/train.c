@@ -303,6 +303,7 @@ static int lay_out_stage(Training *t) {
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
     rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
+    if (!rc) rc = mr_layout_sp(r, sp->sp, err, sizeof err);  // sequence parallelism (runtime/model_sp.h)
     if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
