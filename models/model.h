@@ -102,7 +102,8 @@ int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int t
 // their sizes (0 otherwise): ln_full X(N,C), the all-gathered norm output the
 // column-parallel matmuls read (forward and backward), and d_norm X(k*C), the
 // norm weights' (and biases') partial gradients summed over tp once per block
-// (k = 1 or 2 norms times weight [+ bias]). sp = 0 is model_acts.
+// (k = 1 or 2 norms times weight [+ bias]). sp = 0 is model_acts; -1 when
+// sp = 1 and tp < 2 or tp does not divide b*s.
 int model_acts_sp(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, int sp, ActSpec *out, int max);
 
 // Most tensors one part lists (sizes for callers' arrays).

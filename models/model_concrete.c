@@ -55,11 +55,9 @@ int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int t
 }
 
 int model_acts_sp(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, int sp, ActSpec *out, int max) {
-    if (sp && (tp < 2 || (b * s) % tp)) {
-        fprintf(stderr, "models/model_concrete.c: model_acts_sp: sp = 1 needs tp >= 2 dividing b*s (b=%lld s=%lld "
-                "tp=%d)\n", (long long)b, (long long)s, tp);
-        return -1;
-    }
+    // sp needs tp >= 2 dividing b*s: -1 without a message (the planner asks at every
+    // tp level, tp = 1 included; the plan checks tell the user)
+    if (sp && (tp < 2 || (b * s) % tp)) return -1;
     if (b <= 0 || s <= 0 || tp <= 0) {
         fprintf(stderr, "models/model_concrete.c: model_acts: b=%lld s=%lld tp=%d must be positive\n", (long long)b,
                 (long long)s, tp);

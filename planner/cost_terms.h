@@ -44,7 +44,8 @@ typedef struct {
 // workspaces, logits and losses. They depend on the model, the sequence and
 // the element size only, so they are tabulated once per configuration.
 #define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
-enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_OFFLOAD, AC_COUNT };
+// AC_GATHER: sequence parallelism's gathered norm output (runtime/model_sp.h), 0 without sp
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_GATHER, AC_OFFLOAD, AC_COUNT };
 typedef struct {
     double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
     int n_rest;
@@ -52,11 +53,15 @@ typedef struct {
     int valid;                         // the model splits over this tp
 } ActLevel;
 void memory_act_levels(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
+// The same under sequence parallelism (model_acts_sp with sp = 1; tp = 1 is not valid)
+void memory_act_levels_sp(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
 
 // The model's symbolic parts for one configuration (stage_model.c).
 typedef struct {
     PartExprs pre, block, post;
     ActLevel acts_block[MEM_TP_LEVELS], acts_post[MEM_TP_LEVELS];  // memory_act_levels
+    ActLevel acts_block_sp[MEM_TP_LEVELS];  // the block's under sequence parallelism (memory_act_levels_sp)
+    double sp_norm_grad_elems;  // sp: elements of a block's norm-parameter gradients summed over tp per micro-batch
     int param_bytes;       // 2 (bf16/fp16) or 4 (fp32)
     int grad_bytes;        // bytes per gradient element
     int optimizer_bytes;   // 12 (fp32 master + m + v) or 8 (m + v, fp32 training)

@@ -118,15 +118,16 @@ static int act_class(ModelPart part, const ActSpec *a) {
     if (a->ckpt_saved) return AC_X;
     if (a->saved) return AC_REST;
     if (!strcmp(a->name, "scratch")) return AC_SCRATCH;
+    if (!strcmp(a->name, "ln_full")) return AC_GATHER;
     return AC_GRADS;
 }
 
-static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, ActLevel *lv) {
+static void act_level(const ModelConfig *m, ModelPart part, int tp, int sp, int elt, ActLevel *lv) {
     memset(lv, 0, sizeof *lv);
     lv->valid = 1;
     for (int bb = 0; bb < 2; bb++) {
         ActSpec acts[MODEL_MAX_ACTS];
-        int n = model_acts(m, part, bb + 1, m->seq_len, tp, acts, MODEL_MAX_ACTS);
+        int n = model_acts_sp(m, part, bb + 1, m->seq_len, tp, sp, acts, MODEL_MAX_ACTS);
         if (n < 0) {
             lv->valid = 0;
             return;
@@ -145,7 +146,13 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, Act
 void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]) {
     ModelConfig m = *model;
     if (m.kv_heads <= 0) m.kv_heads = m.heads;
-    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, elt, &out[l]);
+    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, 0, elt, &out[l]);
+}
+
+void memory_act_levels_sp(const ModelConfig *model, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]) {
+    ModelConfig m = *model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, 1, elt, &out[l]);
 }
 
 // O: scan R's tensors largest first, taking each whose addition keeps the
@@ -216,11 +223,11 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     return select_tp(x, tp, per_level);
 }
 
-// every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions of b, tp, ao
-static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
+// every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions
+// of b, tp, ao from the levels lv
+static void act_classes_of(StageBuild *sb, ModelPart part, const ActLevel *lv, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
-    const ActLevel *lv = part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post;
     double at1[MEM_TP_LEVELS], at2[MEM_TP_LEVELS];
     int valid[MEM_TP_LEVELS];
     for (int c = 0; c < AC_OFFLOAD; c++) {
@@ -229,6 +236,17 @@ static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
         out[c] = cost_bytes_by_tp(x, b, tp, at1, at2, valid, MEM_TP_LEVELS);
     }
     out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
+}
+
+// A part's classes; the block's under sequence parallelism (symbol sp = 1)
+// from its own levels: sequence-sharded X and part of R at 1/tp, the gathered
+// norm output G, the norm-gradient buffer in D (docs/tensor-parallel.md)
+static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
+    act_classes_of(sb, part, part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post, out);
+    if (part != PART_BLOCK) return;
+    Expr with_sp[AC_COUNT];
+    act_classes_of(sb, part, sb->me->acts_block_sp, with_sp);
+    for (int c = 0; c < AC_COUNT; c++) out[c] = ex_select(sb->x, sb->s[SYM_SP], with_sp[c], out[c]);
 }
 
 // ---- states of one unit
@@ -350,17 +368,24 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr ac[AC_COUNT];
     act_classes(sb, PART_BLOCK, ac);
     Expr X = ac[AC_X], R = ac[AC_REST], S = ac[AC_SCRATCH], D = ac[AC_GRADS], O = ac[AC_OFFLOAD];
+    Expr Gx = ac[AC_GATHER];  // sp: the gathered norm output, 0 without
     Expr normal = ex_sub(x, L, c);  // blocks that keep R - O
     Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, R, O)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
     Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, O));
     Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), O));
+    // sp: the gathered norm output lives with the scratch in forward and with D in
+    // backward; the last block's output is the whole (N,C) stage output (the post
+    // part's x) where the other blocks' are their N/tp rows
+    Expr sp_fwd = ex_add(x, Gx, ex_sub(x, ac_post[AC_X], X));
+    T_fwd = ex_add(x, T_fwd, ex_select(x, sb->s[SYM_SP], sp_fwd, zero));
+    T_bwd = ex_add(x, T_bwd, Gx);
     Expr kept = ex_mul(x, ex_add(x, p, one), M);  // this and the in-flight micro-batches
     Expr head = zero, work_fwd = T_fwd, work_bwd = T_bwd;
     if (sb->has_post) {
         head = ex_add(x, ac_post[AC_X], ex_add(x, ac_post[AC_REST], ac_post[AC_LOGITS]));
         work_fwd = ex_max(x, T_fwd, head);
-        work_bwd = ex_max(x, T_bwd, ex_add(x, head, D));
+        work_bwd = ex_max(x, T_bwd, ex_add(x, head, ex_add(x, D, Gx)));
     }
     Expr base = ex_add(x, ex_add(x, states, buffers), kept);
     Expr host_acts = ex_mul(x, ex_add(x, p, one), ex_mul(x, normal, O));

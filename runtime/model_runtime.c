@@ -268,6 +268,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         int i = ACTS(slot, l);
         int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
         BlockActs *a = mr_is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
+        size_t live_before = r->dev.live;
         take_rest(a);
         if (swapped) {
             take_masked(&r->aws, r->act_mask);
@@ -294,6 +295,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         else if (swapped) acts_swap_out(r, i);
+        // measured saved activations of one block: what block 0 kept (+ x_1, the size of its own input)
+        if (l == 0 && r->L > 1 && !r->block_saved_measured) r->block_saved_measured = r->dev.live - live_before;
     }
     if (r->sp) mr_sp_gather(r, mr_sp_own(r, arena_ptr(&r->x_out)), arena_ptr(&r->x_out));  // the whole output
     if (!r->has_post) {  // the output goes to the next stage, from a send buffer (x_out serves the next forward)

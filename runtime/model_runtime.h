@@ -101,6 +101,7 @@ typedef struct ModelRuntime {
     // sequence parallelism (runtime/model_sp.h): norms and residual adds on
     // this rank's Ns = N/tp rows; 0 = off (mr_layout_sp)
     int sp;
+    size_t block_saved_measured;  // arena bytes block 0 kept after its first forward (0: not measured)
     int Vr;  // of the rank's Vt rows, the real ones (v0 + Vr <= V): the loss reads only these logits
     int Vs;  // row stride of the logits: Vt rounded up to 8 (16-byte aligned rows)
     size_t Pglobal;        // parameters of the whole model (every tp shard together)
