@@ -49,6 +49,11 @@
 //     d_qkv X(N,QKV/tp), d_act X(N,F/tp), d_fc X(N,FC/tp)      (backward)
 //     d_ln_mlp X(N,C) (parallel block only): the MLP branch's dL/dln1, summed
 //     with the attention branch's before their one all-reduce
+//   Sequence parallelism (model_acts_sp, sp = 1): x, ln1, mid, ln2 and their
+//   statistics are sequence-sharded (N/tp rows per rank: ActSpec.seq), and two
+//   tensors exist only then: ln_full X(N,C) (the all-gathered norm output the
+//   column-parallel matmuls read; forward scratch and backward workspace) and
+//   d_norm X(k*C) (the norm parameters' partial gradients, summed over tp)
 //   POST saved: x X(N,C) (the last block's output), lnf X(N,C), lnf_mean f32(N)
 //     (LayerNorm), lnf_rstd f32(N), logits X(N,Vp/tp), losses f32(N). The
 //     cross-entropy runs fused with its gradient and overwrites logits in place.
