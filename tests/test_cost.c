@@ -522,6 +522,7 @@ static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
         unsigned seed = 11 + variant;
         for (int i = 0; i < N; i++) {
             StageConfig *c = &cs[i];
+            memset(c, 0, sizeof *c);  // every knob the draws below leave out is 0
             c->plan.layers = 1 + (int)(frand(&seed) * 4);
             c->plan.b = 1 << (int)(frand(&seed) * 3);
             c->plan.dp = 1 << (int)(frand(&seed) * 5);
@@ -534,6 +535,7 @@ static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
             c->plan.go = frand(&seed) < 0.5 ? 0 : frand(&seed);
             c->plan.oo = frand(&seed) < 0.5 ? 0 : frand(&seed);
             c->plan.ao = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->plan.sp = frand(&seed) < 0.5;  // sequence parallelism; at tp = 1 an impossible plan (1e30 bytes)
             double v[STAGE_SYMS];
             stage_sym_values(c, v);
             for (int s = 0; s < STAGE_SYMS; s++) col[s][i] = v[s];
