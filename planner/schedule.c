@@ -311,4 +311,10 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
         out[k ? ST_POST_BWD : ST_PRE_BWD] = ex_add(x, cost_part_compute_bwd(sb, edge[k]),
                                                    cost_tp_collective(sb, COLL_ALL_REDUCE, edge[k]->tp_comm_bwd));
     }
+    // sp: the embedding reduce-scatters its partial sums instead of all-reducing them
+    if (sb->has_pre)
+        out[ST_PRE_FWD] = ex_select(x, sb->s[SYM_SP],
+                                    ex_add(x, cost_part_compute_fwd(sb, &me->pre),
+                                           cost_tp_collective(sb, COLL_REDUCE_SCATTER, me->pre.tp_comm_fwd)),
+                                    out[ST_PRE_FWD]);
 }
