@@ -155,6 +155,38 @@ void memory_act_levels_sp(const ModelConfig *model, ModelPart part, int elt, Act
     for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, 1, elt, &out[l]);
 }
 
+void memory_sp_terms(const ModelConfig *model, int elt, const ActLevel plain[MEM_TP_LEVELS],
+                     const ActLevel with_sp[MEM_TP_LEVELS], SpTerms *t) {
+    ModelConfig m = *model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    memset(t, 0, sizeof *t);
+    // at tp = 2 with and without sp, tensor by tensor: a sequence-sharded tensor's
+    // whole size is the same at every tp (Q); the others differ only if sp adds them (E)
+    for (int bb = 0; bb < 2; bb++) {
+        ActSpec a0[MODEL_MAX_ACTS], a1[MODEL_MAX_ACTS];
+        int n0 = model_acts_sp(&m, PART_BLOCK, bb + 1, m.seq_len, 2, 0, a0, MODEL_MAX_ACTS);
+        int n1 = model_acts_sp(&m, PART_BLOCK, bb + 1, m.seq_len, 2, 1, a1, MODEL_MAX_ACTS);
+        if (n0 < 0 || n1 != n0) return;
+        for (int i = 0; i < n0; i++) {
+            double b0 = (double)a0[i].elems * (a0[i].f32 ? 4 : elt), b1 = (double)a1[i].elems * (a1[i].f32 ? 4 : elt);
+            int c = act_class(PART_BLOCK, &a1[i]);
+            if (a0[i].seq) t->shard_b[bb][c] += b0;
+            else t->extra_b[bb][c] += b1 - b0;
+        }
+    }
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        double tp = (double)(1 << l);
+        t->valid[l] = with_sp[l].valid;
+        if (!with_sp[l].valid || !plain[l].valid) continue;
+        for (int bb = 0; bb < 2; bb++)
+            for (int c = 0; c < AC_OFFLOAD; c++) {
+                double q = t->shard_b[bb][c];
+                if (plain[l].at_b[bb][c] - (q - q / tp) + t->extra_b[bb][c] != with_sp[l].at_b[bb][c]) return;
+            }
+    }
+    t->affine = 1;
+}
+
 // O: scan R's tensors largest first, taking each whose addition keeps the
 // sum <= ao * R. Every size is b times a constant, so the choice depends on
 // ao only and is made on the b = 1 sizes.
@@ -165,15 +197,19 @@ void memory_act_levels_sp(const ModelConfig *model, ModelPart part, int elt, Act
 // stage's program runs the scan once per candidate instead of once per level.
 // A level with fewer tensors pads with size 0: taking it adds +0 to both sums
 // (taken <= budget always), so each level's result is its own scan's, bitwise.
-static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS]) {
-    double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
-    double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
-    int slots = 0, all_valid = 1;
+// R's tensors of each level largest first, as sizes at b = 1 and affine in b
+// (bytes through (1, s1), (2, s2): as cost_bytes_by_tp); levels not valid stay empty
+typedef struct {
+    double size[MEM_TP_LEVELS][MAX_REST], icpt[MEM_TP_LEVELS][MAX_REST], slope[MEM_TP_LEVELS][MAX_REST];
+    double rest[MEM_TP_LEVELS];  // R at b = 1 (the budget's base)
+    int slots;
+} RestSlots;
+
+static void rest_slots(const ActLevel lv[MEM_TP_LEVELS], RestSlots *r) {
+    memset(r, 0, sizeof *r);
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
-        if (!lv[l].valid) {
-            all_valid = 0;
-            continue;
-        }
+        if (!lv[l].valid) continue;
+        r->rest[l] = lv[l].at_b[0][AC_REST];
         int order[MAX_REST], n = 0;
         for (int i = 0; i < lv[l].n_rest; i++)
             if (lv[l].rest_b[0][i] > 0) order[n++] = i;
@@ -185,34 +221,57 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
             }
         for (int i = 0; i < n; i++) {
             double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
-            size[l][i] = s1;
-            slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as cost_bytes_by_tp
-            icpt[l][i] = s1 - slope[l][i];
+            r->size[l][i] = s1;
+            r->slope[l][i] = s2 - s1;
+            r->icpt[l][i] = s1 - r->slope[l][i];
         }
-        if (n > slots) slots = n;
+        if (n > r->slots) r->slots = n;
     }
-    Expr at[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
+}
+
+// the value at this candidate's level of a per-level table, plain or (sp = 1) sequence-parallel
+static Expr pick_level(ExprCtx *x, Expr tp, Expr sp, const double *plain, const double *with_sp) {
+    Expr p[MEM_TP_LEVELS], q[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) p[l] = ex_num(x, plain[l]), q[l] = ex_num(x, with_sp ? with_sp[l] : 0);
+    Expr e = select_tp(x, tp, p);
+    return with_sp ? ex_select(x, sp, select_tp(x, tp, q), e) : e;
+}
+
+// The scan over the levels lv, or (lv_sp not NULL) over lv or lv_sp as the
+// stage symbol sp says: one scan whose slot sizes are picked per candidate
+static Expr offload_bytes_sp(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr sp,
+                             const ActLevel *lv_sp) {
+    RestSlots r[2];  // plain, sp
+    rest_slots(lv, &r[0]);
+    if (lv_sp) rest_slots(lv_sp, &r[1]);
+    int slots = r[0].slots > r[1].slots || !lv_sp ? r[0].slots : r[1].slots, all_valid = 1;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) all_valid &= lv[l].valid;
     // Every tensor of the shipped models is b times its b = 1 size (intercept 0,
     // slope = size): then O = b * taken, one product instead of a second sum
     // carried through the scan. Both are exact (integer bytes far below 2^53),
     // so the two forms give the same bits; a model with an intercept keeps the sum.
     int proportional = 1;
-    for (int l = 0; l < MEM_TP_LEVELS; l++)
-        for (int i = 0; i < slots; i++) proportional &= icpt[l][i] == 0 && slope[l][i] == size[l][i];
-    Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
+    for (int k = 0; k < (lv_sp ? 2 : 1); k++)
+        for (int l = 0; l < MEM_TP_LEVELS; l++)
+            for (int i = 0; i < slots; i++)
+                proportional &= r[k].icpt[l][i] == 0 && r[k].slope[l][i] == r[k].size[l][i];
+    const RestSlots *q = lv_sp ? &r[1] : NULL;
+    Expr budget = ex_mul(x, ao, pick_level(x, tp, sp, r[0].rest, q ? q->rest : NULL));
     Expr taken = ex_num(x, 0), off = ex_num(x, 0);
     for (int i = 0; i < slots; i++) {
-        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS];
-        for (int l = 0; l < MEM_TP_LEVELS; l++)
-            s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
-        Expr si = select_tp(x, tp, s);
+        double s[2][MEM_TP_LEVELS], a[2][MEM_TP_LEVELS], k[2][MEM_TP_LEVELS];
+        for (int v = 0; v < 2; v++)
+            for (int l = 0; l < MEM_TP_LEVELS; l++)
+                s[v][l] = r[v].size[l][i], a[v][l] = r[v].icpt[l][i], k[v][l] = r[v].slope[l][i];
+        Expr si = pick_level(x, tp, sp, s[0], q ? s[1] : NULL);
         Expr with = ex_add(x, taken, si);
         Expr over = ex_sub(x, with, budget);  // > 0: the tensor does not fit, skip it
         // one select per slot: equal to taken + take * si for take in {0, 1}
         // (taken + 0 * si = taken, taken + 1 * si = with), bitwise
         if (!proportional)
-            off = ex_select(x, over, off, ex_add(x, off, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+            off = ex_select(x, over, off,
+                            ex_add(x, off, ex_add(x, pick_level(x, tp, sp, a[0], q ? a[1] : NULL),
+                                                  ex_mul(x, pick_level(x, tp, sp, k[0], q ? k[1] : NULL), b))));
         taken = ex_select(x, over, taken, with);
     }
     if (proportional) off = ex_mul(x, b, taken);
@@ -221,6 +280,10 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     Expr per_level[MEM_TP_LEVELS];
     for (int l = 0; l < MEM_TP_LEVELS; l++) per_level[l] = lv[l].valid ? off : ex_num(x, 1e30);
     return select_tp(x, tp, per_level);
+}
+
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS]) {
+    return offload_bytes_sp(x, b, tp, ao, lv, EXPR_NONE, NULL);
 }
 
 // every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions
@@ -238,15 +301,46 @@ static void act_classes_of(StageBuild *sb, ModelPart part, const ActLevel *lv, E
     out[AC_OFFLOAD] = part == PART_BLOCK ? offload_bytes(x, b, tp, sb->s[SYM_AO], lv) : sb->zero;
 }
 
-// A part's classes; the block's under sequence parallelism (symbol sp = 1)
-// from its own levels: sequence-sharded X and part of R at 1/tp, the gathered
-// norm output G, the norm-gradient buffer in D (docs/tensor-parallel.md)
+// a + k b from the values at b = 1 and 2 (k b when a = 0)
+static Expr affine_b(ExprCtx *x, Expr b, double at1, double at2) {
+    double slope = at2 - at1, intercept = at1 - slope;
+    Expr kb = ex_mul(x, ex_num(x, slope), b);
+    return intercept == 0 ? kb : ex_add(x, ex_num(x, intercept), kb);
+}
+
+// A part's classes; the block's under sequence parallelism (symbol sp = 1):
+// sequence-sharded X and part of R at 1/tp, the gathered norm output G, the
+// norm-gradient buffer in D (docs/tensor-parallel.md), in closed form
+// (SpTerms) or, where that does not hold, from the sp levels themselves
 static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
-    act_classes_of(sb, part, part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post, out);
+    const ModelExprs *me = sb->me;
+    act_classes_of(sb, part, part == PART_BLOCK ? me->acts_block : me->acts_post, out);
     if (part != PART_BLOCK) return;
+    ExprCtx *x = sb->x;
+    Expr sp = sb->s[SYM_SP], b = sb->s[SYM_B], tp = sb->s[SYM_TP];
     Expr with_sp[AC_COUNT];
-    act_classes_of(sb, part, sb->me->acts_block_sp, with_sp);
-    for (int c = 0; c < AC_COUNT; c++) out[c] = ex_select(sb->x, sb->s[SYM_SP], with_sp[c], out[c]);
+    if (!me->sp_terms.affine) {
+        act_classes_of(sb, part, me->acts_block_sp, with_sp);
+        for (int c = 0; c < AC_COUNT; c++) out[c] = ex_select(x, sp, with_sp[c], out[c]);
+        return;
+    }
+    // the offload scan takes whole tensors, whose sizes sp changes: its own scan,
+    // unless the pattern offloads no activations (ao is the constant 0: both are 0)
+    if (sb->s[SYM_AO] != sb->zero)
+        out[AC_OFFLOAD] = offload_bytes_sp(x, b, tp, sb->s[SYM_AO], me->acts_block, sp, me->acts_block_sp);
+    const SpTerms *t = &me->sp_terms;
+    for (int c = 0; c < AC_OFFLOAD; c++) {
+        if (t->shard_b[0][c] != 0 || t->shard_b[1][c] != 0) {
+            Expr q = affine_b(x, b, t->shard_b[0][c], t->shard_b[1][c]);
+            out[c] = ex_sub(x, out[c], ex_mul(x, sp, ex_sub(x, q, ex_div(x, q, tp))));
+        }
+        if (t->extra_b[0][c] != 0 || t->extra_b[1][c] != 0)
+            out[c] = ex_add(x, out[c], ex_mul(x, sp, affine_b(x, b, t->extra_b[0][c], t->extra_b[1][c])));
+    }
+    // where sp cannot split the rows (tp = 1, tp not dividing b*s): bytes that never fit
+    Expr bad[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) bad[l] = ex_num(x, t->valid[l] ? 0 : 1e30);
+    out[AC_X] = ex_add(x, out[AC_X], ex_mul(x, sp, select_tp(x, tp, bad)));
 }
 
 // ---- states of one unit

@@ -200,6 +200,7 @@ static int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, 
     memory_act_levels(m, PART_BLOCK, elt, me->acts_block);
     memory_act_levels(m, PART_POST, elt, me->acts_post);
     memory_act_levels_sp(m, PART_BLOCK, elt, me->acts_block_sp);
+    memory_sp_terms(m, elt, me->acts_block, me->acts_block_sp, &me->sp_terms);
     me->sp_norm_grad_elems = (double)((m->norm == NORM_LAYERNORM ? 2 : 1) * (m->parallel_block ? 1 : 2)) * m->hidden;
 
     Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");

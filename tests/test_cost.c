@@ -709,6 +709,20 @@ static void test_sequence_parallel(const MistConfig *cfg, const HwProfile *hw) {
            o[1][ST_T] > 0,
        "sp: lower peak (%g < %g), another block backward time (%g vs %g s)", o[1][ST_PEAK_BWD], o[0][ST_PEAK_BWD],
        o[1][ST_BLOCK_BWD], o[0][ST_BLOCK_BWD]);
+    // the memory model's closed form of the sp classes holds for these models (else it selects tables)
+    ModelConfig ms[3] = {cfg->model, model_family_config(FAMILY_LLAMA, 2, 64, 4, 256, 32), cfg->model};
+    ms[1].kv_heads = 2;
+    ms[2].parallel_block = 1;
+    int affine = 1;
+    for (int k = 0; k < 3; k++) {
+        ActLevel plain[MEM_TP_LEVELS], with_sp[MEM_TP_LEVELS];
+        SpTerms t;
+        memory_act_levels(&ms[k], PART_BLOCK, 2, plain);
+        memory_act_levels_sp(&ms[k], PART_BLOCK, 2, with_sp);
+        memory_sp_terms(&ms[k], 2, plain, with_sp, &t);
+        affine &= t.affine && !t.valid[0] && t.valid[1];
+    }
+    ok(affine, "sp's memory classes in closed form (GPT, Llama GQA, parallel blocks), tp = 1 not valid");
     c1.plan.sp = 1;
     stage_eval_scalar(&m, &c1, bad);
     ok(bad[ST_PEAK_FWD] >= 1e29, "sp at tp = 1 is an impossible plan (peak %g bytes)", bad[ST_PEAK_FWD]);
