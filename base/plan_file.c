@@ -115,6 +115,17 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
                                "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns",
                                s, st->tp, m->ffn_hidden, m->ffn_hidden);
         // vocab needs no check: a vocab-parallel embedding / LM head pads V up to a multiple of tp
+        // sequence parallelism shards the b*seq_len rows over the tp group; at tp = 1 it
+        // would do nothing, which a plan asking for it did not mean: refused
+        if (st->sp && st->tp < 2)
+            return loader_fail(ld, loader_stage_origin(ld, s, "sp"),
+                               "[stage.%d] sp = 1 with tp = 1: sequence parallelism shards over the tp group; "
+                               "allowed: sp = 1 only with tp >= 2. Hint: set sp = 0, or tp >= 2", s);
+        if (st->sp && ((int64_t)st->b * m->seq_len) % st->tp)
+            return loader_fail(ld, loader_stage_origin(ld, s, "sp"),
+                               "[stage.%d] sp = 1: b * seq_len = %d * %d rows do not split over tp = %d; allowed: "
+                               "tp dividing b * seq_len. Hint: each tp rank holds b*seq_len/tp rows", s, st->b,
+                               m->seq_len, st->tp);
         if (st->ckpt > st->layers)
             return loader_fail(ld, loader_stage_origin(ld, s, "ckpt"),
                                "[stage.%d] ckpt = %d: more than the stage's %d layers; "

@@ -237,6 +237,7 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, "\"recompute\": \"%s\", ", s->sp.recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
         fprintf(f, "\"offload\": {\"wo\": %.17g, \"go\": %.17g, \"oo\": %.17g, \"ao\": %.17g}, \"p\": %d, ", s->sp.wo,
                 s->sp.go, s->sp.oo, s->sp.ao, s->p);
+        fprintf(f, "\"sp\": %d, ", s->sp.sp);  // sequence parallelism
         fprintf(f, "\"t_stable_seconds\": %.17g, \"t_delta_seconds\": %.17g, ", o[ST_T], o[ST_D]);
         fprintf(f, "\"fwd_first_seconds\": %.17g, \"fwd_other_seconds\": %.17g, \"bwd_last_seconds\": %.17g, "
                    "\"bwd_other_seconds\": %.17g, ",

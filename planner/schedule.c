@@ -234,6 +234,19 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr Cf = cost_part_compute_fwd(sb, blk), Cb = cost_part_compute_bwd(sb, blk);
     Expr Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
     Expr Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
+    // sequence parallelism (runtime/model_sp.c): each all-reduce of an (N,C)
+    // payload becomes an all-gather before the region and a reduce-scatter after
+    // it; backward also re-gathers the norm output for the weight gradient (one
+    // more all-gather per region) and sums the norm parameters' gradients
+    Expr sp = sb->s[SYM_SP];
+    Expr Ef_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, blk->tp_comm_fwd),
+                        cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_fwd));
+    Expr norm_grads = ex_num(x, me->sp_norm_grad_elems * me->grad_bytes);
+    Expr Eb_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, ex_mul(x, ex_num(x, 2), blk->tp_comm_bwd)),
+                        ex_add(x, cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_bwd),
+                               cost_tp_collective(sb, COLL_ALL_REDUCE, norm_grads)));
+    Ef = ex_select(x, sp, Ef_sp, Ef);
+    Eb = ex_select(x, sp, Eb_sp, Eb);
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
     Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
 
@@ -279,6 +292,14 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     if (!sb->has_post) edge_t = ex_add(x, edge_t, side);  // send activations forward, receive their grads
     if (!sb->has_pre) edge_t = ex_add(x, edge_t, side);   // receive activations, send input grads backward
 
+    // sequence parallelism: the stage's output and, in backward, its input gradient are
+    // all-gathered from the ranks' rows (the head, the embedding and the pipeline boundary
+    // see whole tensors); the embedding's partial sums are reduce-scattered, not all-reduced
+    Expr sp_edge = ex_mul(x, ex_num(x, 2), cost_tp_collective(sb, COLL_ALL_GATHER, blk->output));
+    if (sb->has_pre)
+        sp_edge = ex_add(x, sp_edge, ex_sub(x, cost_tp_collective(sb, COLL_REDUCE_SCATTER, me->pre.tp_comm_fwd),
+                                            cost_tp_collective(sb, COLL_ALL_REDUCE, me->pre.tp_comm_fwd)));
+    edge_t = ex_add(x, edge_t, ex_select(x, sb->s[SYM_SP], sp_edge, sb->zero));
     Expr multi_t = ex_add(x, t_fwd_other, t_bwd_other);
     Expr multi_d = ex_sub(x, ex_add(x, t_fwd_first, t_bwd_last), multi_t);
     Expr several = ex_sub(x, sb->s[SYM_G], ex_num(x, 1.5));  // G >= 2
@@ -302,4 +323,10 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
         out[k ? ST_POST_BWD : ST_PRE_BWD] = ex_add(x, cost_part_compute_bwd(sb, edge[k]),
                                                    cost_tp_collective(sb, COLL_ALL_REDUCE, edge[k]->tp_comm_bwd));
     }
+    // sp: the embedding reduce-scatters its partial sums instead of all-reducing them
+    if (sb->has_pre)
+        out[ST_PRE_FWD] = ex_select(x, sb->s[SYM_SP],
+                                    ex_add(x, cost_part_compute_fwd(sb, &me->pre),
+                                           cost_tp_collective(sb, COLL_REDUCE_SCATTER, me->pre.tp_comm_fwd)),
+                                    out[ST_PRE_FWD]);
 }

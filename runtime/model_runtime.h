@@ -101,6 +101,10 @@ typedef struct ModelRuntime {
     // the LM head (rows [v0, v0 + Vt)); norms, wpe and the biases of
     // row-parallel layers are replicated. tp = 1: no tensor parallelism.
     int tp, tp_rank, v0, Vt;
+    // sequence parallelism (runtime/model_sp.h): norms and residual adds on
+    // this rank's Ns = N/tp rows; 0 = off (mr_layout_sp)
+    int sp;
+    size_t block_saved_measured;  // arena bytes block 0 kept after its first forward (0: not measured)
     int Vr;  // of the rank's Vt rows, the real ones (v0 + Vr <= V): the loss reads only these logits
     int Vs;  // row stride of the logits: Vt rounded up to 8 (16-byte aligned rows)
     size_t Pglobal;        // parameters of the whole model (every tp shard together)
@@ -190,6 +194,10 @@ int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp
 // tensor-parallel rank tp_rank of tp: this rank's shard of every parameter,
 // its heads / MLP units / vocabulary range. 0, or 2 with err.
 int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen);
+// Turns sequence parallelism on (sp = 1) for the layout of r (after
+// mr_layout_tp, before mr_plan_memory): needs tp >= 2 and tp dividing b*T.
+// 0, or 2 with err naming the stage and the values.
+int mr_layout_sp(ModelRuntime *r, int sp, char *err, size_t errlen);
 // Carves every tensor from the arenas (sized by model_acts) and reserves them
 // once. 0, or 1 with err.
 int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);

@@ -303,6 +303,7 @@ static int lay_out_stage(Training *t) {
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
     rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
+    if (!rc) rc = mr_layout_sp(r, sp->sp, err, sizeof err);  // sequence parallelism (runtime/model_sp.h)
     if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
@@ -363,6 +364,9 @@ static int report_predictions(Training *t) {
                "dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", (long long)model_param_count(&cfg->model),
                mist_dtype_name(t->dtype), S, S > 1 ? "s" : "", r->Pglobal, r->P, r->B, t->G, dp, tp, r->ckpt,
                r->zero, r->wo, r->go, r->oo, r->ao);
+        if (r->sp)
+            printf("mist: stage 0: sequence parallelism sp=1: norms and residual adds on %d of %d rows per tp rank\n",
+                   r->B * r->T / r->tp, r->B * r->T);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)t->pred_dev,
                b2, (long long)t->pred_host);
     }
@@ -754,7 +758,7 @@ static int final_report(Training *t) {
     int64_t device_peak = device_peak_bytes(&t->device_peak), arena_dev = (int64_t)arena_peak_bytes(&r->dev);
     RankMemory mine = {t->rank, grid->stage, t->pred_dev, arena_dev, t->pred_host,
                        (int64_t)arena_peak_bytes(&r->host), device_peak >= 0 ? device_peak : arena_dev,
-                       device_peak >= 0};
+                       device_peak >= 0, (int64_t)r->block_saved_measured};
     RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
     commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
     if (root) {

@@ -126,6 +126,12 @@ base | sed 's/^heads = 4/heads = 4\nkv_heads = 2/' > "$tmp/f.ini"
 sed -i 's/^tp = 1/tp = 4/' "$tmp/f.ini"
 expect "kv_heads not divisible by tp" "$tmp/f.ini" "f.ini:23:" "[stage.0] tp = 4" "must divide kv_heads (2)" "Hint:"
 
+base | sed 's/^b = 4/b = 4\nsp = true/' > "$tmp/f.ini"
+expect "sequence parallelism at tp = 1" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp = 1 with tp = 1" "allowed: sp = 1 only with tp >= 2" "Hint:"
+
+base | sed 's/^seq_len = 32/seq_len = 31/; s/^G = 2/G = 8/; s/^tp = 1/tp = 2/; s/^b = 4/b = 1\nsp = true/' > "$tmp/f.ini"
+expect "sequence parallelism with tp not dividing b*seq_len" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp = 1: b * seq_len = 1 * 31" "allowed: tp dividing b * seq_len" "Hint:"
+
 base | sed '/^seq_len = 32/d' > "$tmp/f.ini"
 expect "a required [model] key missing" "$tmp/f.ini" "f.ini:1:" "[model] seq_len is missing" "allowed:" "Hint:"
 

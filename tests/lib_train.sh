@@ -106,13 +106,14 @@ PYEOF
 }
 
 # stage_args G SPEC...: the -o options of a pipeline plan with one
-# "layers/dp/tp/zero/ckpt/offload[/sel]" SPEC per stage (offload: wo = go = oo = ao;
-# sel: recompute = selective; b = 8 / (dp G)) on one line, then the rank count on the next
+# "layers/dp/tp/zero/ckpt/offload[/sp[/sel]]" SPEC per stage (offload: wo = go = oo = ao;
+# sp: sequence parallelism, 0 when left out; sel: recompute = selective; b = 8 / (dp G)) on one
+# line, then the rank count on the next
 stage_args() {
     G=$1; shift
     s=0; np=0
     for spec in "$@"; do
-        IFS=/ read -r lay dp tp zero ckpt off sel <<EOF
+        IFS=/ read -r lay dp tp zero ckpt off sp sel <<EOF
 $spec
 EOF
         [ "$sel" = sel ] && printf ' -o stage.%d.recompute=selective' $s
@@ -120,6 +121,7 @@ EOF
             $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zero"
         printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
             $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
+        printf ' -o stage.%d.sp=%s' $s "${sp:-0}"
         s=$((s + 1)); np=$((np + dp * tp))
     done
     printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
@@ -153,7 +155,8 @@ within() {
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
 
 # The plans a comm path is checked on (train_staged.sh, train_nccl_fake.sh): dp, tp, ZeRO 0-3,
-# offloading, checkpointing, bf16, pipeline stages with a tied embedding. One line per plan:
+# offloading, checkpointing, bf16, pipeline stages with a tied embedding, sequence
+# parallelism (all-gathers and reduce-scatters over tp). One line per plan:
 # name model precision G stages (layers/dp/tp/zero/ckpt/offload each, for stage_args).
 # COMM_COMMON: the options every run of them gets.
 COMM_COMMON="-o train.steps=12 -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=3 -o log.interval=1000
@@ -177,5 +180,8 @@ llama-tp2    llama fp32 1 2/1/2/0/0/0
 llama-2x2    llama bf16 2 2/2/2/3/2/0.5
 gpt-pp-tied  gpt   fp32 2 1/2/1/1/0/0 1/1/2/2/1/0.5
 llama-pp-g4  llama fp32 4 1/1/2/0/0/0 1/2/1/1/1/0
+gpt-sp-tp2   gpt   fp32 1 2/2/2/1/1/0/1
+llama-sp-2x2 llama bf16 2 2/2/2/3/2/0.5/1
+gpt-pp-sp    gpt   fp32 2 1/1/2/0/0/0/1 1/1/2/2/1/0.5/1
 EOF
 }

@@ -45,9 +45,9 @@ llama-ref    llama 0 1 4/1/1/0/0/0
 llama-s2     llama 0 2 3/2/1/3/1/0.5 1/1/1/0/0/0
 llama-tied   llama 1 1 4/1/1/0/0/0
 llama-tied3  llama 1 2 1/1/1/0/0/0 1/2/1/1/0/0 2/1/1/2/1/0.25
-gpt-sel      gpt   1 2 2/1/1/0/1/0/sel 2/2/1/3/0/0.5/sel
-gpt-sel-mix  gpt   1 4 3/1/1/1/1/0.5/sel 1/1/1/0/0/0
-llama-sel    llama 0 2 1/1/1/0/0/0 3/2/1/2/1/1/sel
+gpt-sel      gpt   1 2 2/1/1/0/1/0/0/sel 2/2/1/3/0/0.5/0/sel
+gpt-sel-mix  gpt   1 4 3/1/1/1/1/0.5/0/sel 1/1/1/0/0/0
+llama-sel    llama 0 2 1/1/1/0/0/0 3/2/1/2/1/1/0/sel
 EOF
 tap_diag "pipeline plan matrix, $STEPS steps, $L layers each: loss = max relative per-step loss difference to the" \
     "1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
@@ -134,7 +134,7 @@ resume ck-s2-to-s3 ck-s2 3 $(stage_args 2 1/1/1/3/0/0.5 2/1/1/0/0/0 1/1/1/2/1/0 
 resume ck-one-to-s2 ck-one 2 $(stage_args 2 3/1/1/2/0/0 1/1/1/0/0/0.5 | head -1)
 # selective recompute on both stages: the weights and the optimizer state do not depend on it
 # shellcheck disable=SC2046,SC2086
-resume ck-s2-to-sel ck-s2 2 $(stage_args 2 3/1/1/0/0/0/sel 1/1/1/1/0/0.5/sel | head -1)
+resume ck-s2-to-sel ck-s2 2 $(stage_args 2 3/1/1/0/0/0/0/sel 1/1/1/1/0/0.5/0/sel | head -1)
 # shellcheck disable=SC2046,SC2086
 resume ck-het-same ck-het 3 $(stage_args 2 2/2/1/1/0/0 2/1/1/0/1/0 | head -1)
 cmp -s "$W/ck-het.ck/step_00000020.ckpt" "$W/ck-het-same.ck/step_00000020.ckpt"

@@ -4,7 +4,8 @@
 # stage (tp = 2 in every stage; dp 2 x tp 1 feeding dp 1 x tp 2 and back; a
 # tp = 2 middle stage; tp = 2 and tp = 4 at the two ends of a tied embedding
 # with a vocabulary that neither divides), ZeRO / ckpt / offload on some
-# stages, GPT and Llama, tied and untied embeddings, trains 20 steps with the
+# stages, sequence parallelism (a 7th field sp = 1) on some or all tp stages,
+# GPT and Llama, tied and untied embeddings, trains 20 steps with the
 # same per-step and validation losses as the 1-rank run of the same model and
 # ends with the same weights; every rank's measured arena peaks equal the
 # prediction. Checkpoints stay whole tensors: one written under 2 stages of
@@ -53,8 +54,14 @@ llama-untied-ref llama untied 1 4/1/1/0/0/0
 llama-tp2x2      llama untied 2 3/1/2/2/1/0.5 1/1/2/0/0/0
 llama-tied-ref   llama tied   1 4/1/1/0/0/0
 llama-tied-het   llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0
-gpt-sel-tp2x2    gpt   tied   2 2/1/2/0/1/0.5/sel 2/1/2/1/0/0/sel
-llama-sel-tp2    llama untied 2 3/1/2/2/1/0/sel 1/1/2/0/0/0.5
+gpt-sel-tp2x2    gpt   tied   2 2/1/2/0/1/0.5/0/sel 2/1/2/1/0/0/0/sel
+llama-sel-tp2    llama untied 2 3/1/2/2/1/0/0/sel 1/1/2/0/0/0.5
+gpt-sp-tp2x2     gpt   tied   2 2/1/2/0/0/0/1 2/1/2/0/0/0/1
+gpt-sp-mid       gpt   tied   2 1/1/1/0/0/0 2/1/2/0/1/0/1 1/1/1/0/0/0
+gpt-sp-one       gpt   tied   1 2/2/2/1/1/0/1 2/1/2/3/2/0.5/0
+gpt-v258-sp      gpt   v258   2 1/1/2/0/0/0/1 3/1/4/2/1/0/1
+llama-sp-tp2x2   llama untied 2 3/1/2/2/1/0.5/1 1/1/2/0/0/0/1
+llama-sp-het     llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0.5/1
 EOF
 tap_diag "tp inside pipeline stages, $STEPS steps, $L layers each: loss = max relative per-step loss difference" \
     "to the 1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
