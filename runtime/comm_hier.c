@@ -135,11 +135,13 @@ static int pipelined_all_reduce(CommHier *h, const void *send, void *recv, size_
 }
 
 int comm_hier_all_reduce(CommHier *h, const void *send, void *recv, size_t count, MistDtype t, CommOp op,
-                         int overlap) {
+                         int chunks) {
     size_t g = (size_t)h->g, pieces = count / g, tail = count - g * pieces;
     int rc = 0;
     if (pieces > 0) {
-        int chunks = overlap ? cost_hier_chunks((double)(g * pieces * mist_dtype_size(t))) : 1;
+        if (chunks == COMM_HIER_AUTO) chunks = cost_hier_chunks((double)(g * pieces * mist_dtype_size(t)));
+        if (chunks < 1) chunks = 1;
+        if (chunks > COST_HIER_MAX_CHUNKS) chunks = COST_HIER_MAX_CHUNKS;
         if ((size_t)chunks > pieces) chunks = (int)pieces;
         rc = pipelined_all_reduce(h, send, recv, pieces, t, op, chunks);
     }
@@ -206,7 +208,7 @@ int comm_hier_start(CommHier *h, const CommBackend *c, CollKind k, const void *s
         return c->iall_gather(c, send, recv, count, t, group, req);
     }
     *req = NULL;
-    if (k == COLL_ALL_REDUCE) return comm_hier_all_reduce(h, send, recv, count, t, COMM_SUM, 1);
+    if (k == COLL_ALL_REDUCE) return comm_hier_all_reduce(h, send, recv, count, t, COMM_SUM, COMM_HIER_AUTO);
     if (k == COLL_REDUCE_SCATTER) return comm_hier_reduce_scatter(h, send, recv, count, t, COMM_SUM);
     return comm_hier_all_gather(h, send, recv, count, t);
 }

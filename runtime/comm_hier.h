@@ -48,9 +48,12 @@ int comm_hier_per_node(const CommHier *h);  // g
 int comm_hier_groups(const CommHier *h, CommGroup *flat, CommGroup **out);
 
 // The blocking collectives, with the arguments of the flat ones (runtime/comm.h)
-// on h's group. overlap: pipeline the all-reduce in chunks (HO-Ring).
+// on h's group. chunks: the all-reduce's pipeline (HO-Ring): 0 or 1 = the levels
+// back to back, COMM_HIER_AUTO = cost_hier_chunks(bytes) (what training and
+// the price use), K > 1 = K chunks (at most COST_HIER_MAX_CHUNKS).
+#define COMM_HIER_AUTO (-1)
 int comm_hier_all_reduce(CommHier *h, const void *send, void *recv, size_t count, MistDtype t, CommOp op,
-                         int overlap);
+                         int chunks);
 int comm_hier_reduce_scatter(CommHier *h, const void *send, void *recv, size_t count, MistDtype t, CommOp op);
 int comm_hier_all_gather(CommHier *h, const void *send, void *recv, size_t count, MistDtype t);
 
