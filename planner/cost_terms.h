@@ -135,5 +135,11 @@ static inline int cost_hier_chunks(double bytes) {
 // (profile_collective_seconds), as at run time.
 double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus,
                                     int overlap);
+// The same as an expression of the stage's symbols, over the DP group's shape as
+// cost_dp_collective takes it (min(dp, the stage's nodes) nodes x dp/that GPUs each):
+// what the stage's DP collective costs under [cluster] collectives = hierarchical
+// (the flat ring where that shape has one node or one GPU per node). Not used by
+// schedule.c yet.
+Expr cost_dp_collective_hier(StageBuild *sb, CollKind kind, Expr bytes, int overlap);
 
 #endif

@@ -19,7 +19,45 @@ static double level(const HwProfile *p, CollKind k, double bytes, int nodes, int
     return p->coll_factor[k] * (bytes / f.k * (m - 1) / m + f.beta);
 }
 
+// cost_dp_collective_hier (symbolic) against the numeric price on the DP group's shape: a stage of
+// dp x tp ranks on M-GPU nodes has min(dp, ceil(dp tp / M)) nodes of ceil(dp / that) GPUs
+static void test_expression(void) {
+    static MistConfig cfg;  // zeroed: only cluster.gpus_per_node is read
+    HwProfile hw;
+    profile_preset(&hw, "dgx-a100-80g");
+    const int cases[][3] = {{16, 1, 8}, {4, 1, 2}, {8, 2, 4}, {4, 2, 8}, {8, 8, 8}, {2, 1, 2}};
+    const double sizes[] = {0, 3e6, 64.0 * 1048576, 1e9};
+    int good = 1, two_level = 0;
+    for (int c = 0; c < 6; c++) {
+        int dp = cases[c][0], tp = cases[c][1], M = cases[c][2];
+        cfg.cluster.gpus_per_node = M;
+        int stage_nodes = (dp * tp + M - 1) / M, nodes = dp < stage_nodes ? dp : stage_nodes;
+        int gpus = (dp + nodes - 1) / nodes;
+        two_level += nodes >= 2 && gpus >= 2;
+        for (int k = 0; k < COLL_COUNT; k++)
+            for (int o = 0; o < 2; o++)
+                for (int b = 0; b < 4; b++) {
+                    ExprCtx *x = expr_ctx_new();
+                    StageBuild sb = {.x = x, .hw = &hw, .cfg = &cfg};
+                    sb.zero = ex_num(x, 0), sb.one = ex_num(x, 1);
+                    for (int i = 0; i < STAGE_SYMS; i++) sb.s[i] = sb.one;
+                    sb.s[SYM_DP] = ex_num(x, dp), sb.s[SYM_TP] = ex_num(x, tp);
+                    double got = expr_eval(x, cost_dp_collective_hier(&sb, (CollKind)k, ex_num(x, sizes[b]), o), NULL);
+                    double want = cost_hier_collective_seconds(&hw, (CollKind)k, sizes[b], nodes, gpus, o);
+                    if (!close_to(got, want)) {
+                        diag("dp %d tp %d M %d kind %d overlap %d bytes %g: expression %.9g, numeric %.9g", dp, tp, M,
+                             k, o, sizes[b], got, want);
+                        good = 0;
+                    }
+                    expr_ctx_free(x);
+                }
+    }
+    ok(good && two_level == 3, "cost_dp_collective_hier = cost_hier_collective_seconds on the DP group's shape (6 "
+       "stages, %d of them two-level; every kind, with and without overlap, 4 sizes)", two_level);
+}
+
 int main(void) {
+    test_expression();
     HwProfile p;
     profile_preset(&p, "dgx-h100");
     // every cell its own line: a mix-up of the intra (1 x g) and inter (n x 1) cells shows
