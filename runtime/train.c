@@ -222,7 +222,7 @@ typedef struct {
 // [cluster] collectives = hierarchical: the dp group's collectives in two levels
 // (runtime/comm_hier.h) where the group spans nodes of gpus_per_node consecutive
 // ranks; flat otherwise. Collective over the dp group; rank 0 says which.
-// Its two subgroups are then prepared with the others (start_backend).
+// Its three groups are then prepared with the others (start_backend).
 static void dp_hierarchy(Training *t) {
     const MistConfig *cfg = t->cfg;
     t->dph = NULL;
@@ -271,9 +271,9 @@ static int start_backend(Training *t) {
     // in the plan, and an arena that no longer fits says so at start with its size. With
     // several stages the world's too, even where dp and tp are 1: the pipeline's device
     // messages go over it and need it made (comm_nccl.h), never inside their NCCL group.
-    CommGroup *device_groups[5] = {grid->dp, grid->tp, grid->world};
+    CommGroup *device_groups[6] = {grid->dp, grid->tp, grid->world};
     int ngroups = S > 1 ? 3 : 2;
-    dp_hierarchy(t);  // [cluster] collectives = hierarchical: two more (the dp group's again where flat)
+    dp_hierarchy(t);  // [cluster] collectives = hierarchical: three more (the dp group's again where flat)
     if (cfg->cluster.collectives == CLUSTER_COLL_HIER)
         ngroups += comm_hier_groups(t->dph, grid->dp, device_groups + ngroups);
     size_t free_before = 0, free_after = 0;

@@ -285,14 +285,15 @@ void *zero_g(ModelRuntime *r, int64_t off) {
 
 // Every collective of the dp group's training state starts here: the backend's
 // nonblocking one (flat), or with [cluster] collectives = hierarchical across nodes
-// the two-level one of runtime/comm_hier.h, complete on return (*req = NULL).
+// the two-level one of runtime/comm_hier.h; its requests are waited and tested
+// through comm_hier_wait / comm_hier_test, which serve both kinds.
 static void dp_collective(ModelRuntime *r, CollKind k, const void *send, void *recv, size_t count,
                           CommRequest **req) {
     commCheck(r->comm, comm_hier_start(r->dph, r->comm, k, send, recv, count, r->be->dtype, r->dpg, req));
 }
 
 static void wait_req(ModelRuntime *r, CommRequest **req) {
-    if (*req) commCheck(r->comm, r->comm->wait(r->comm, *req));
+    if (*req) commCheck(r->comm, comm_hier_wait(r->dph, r->comm, *req));
     *req = NULL;
 }
 
@@ -302,11 +303,11 @@ static void poll_requests(ModelRuntime *r) {
     for (int u = 0; u < r->num_units; u++) {
         int done = 0;
         if (r->wreq[u]) {
-            commCheck(r->comm, r->comm->test(r->comm, r->wreq[u], &done));
+            commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->wreq[u], &done));
             if (done) r->wreq[u] = NULL;
         }
         if (r->greq[u]) {
-            commCheck(r->comm, r->comm->test(r->comm, r->greq[u], &done));
+            commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->greq[u], &done));
             if (done) r->greq[u] = NULL;
         }
     }
