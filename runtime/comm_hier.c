@@ -11,8 +11,8 @@
 // the inter reduce-scatter among peers gives node N's rank the total of block
 // l*n + N, in place. That block belongs to rank l*n + N; one message (a
 // permutation of the ranks, no rank sends or receives twice) takes it there.
-// It moves count elements per rank, P/(g(n-1)) of what the inter level moves
-// per node (docs/paro.md prices it). All-gather runs the same steps backwards.
+// It moves count elements per rank: per node at most g*count, 1/(n-1) of the
+// (n-1)/n * P*count the inter level moves (docs/paro.md prices it). All-gather runs the same steps backwards.
 #include "runtime/comm_hier.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@ typedef struct {
 } HierSub;
 
 #define HIER_MAX_SUBS (3 * COST_HIER_MAX_CHUNKS + 1)
-#define HIER_MAX_OPS 32  // hierarchical operations in flight at once (more: the extra ones complete on start)
+#define HIER_MAX_OPS 32  // operations in flight at once (beyond: a new one first finishes those in flight)
 
 typedef struct {
     int used;
