@@ -258,3 +258,66 @@ static Expr host_copy(StageBuild *sb, const LinkFit *f, Expr bytes) {
 }
 Expr cost_h2d(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
 Expr cost_d2h(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->d2h, bytes); }
+
+// ---- hierarchical collectives (docs/paro.md "Hierarchical collectives")
+
+// The levels of a hierarchical collective of S bytes over n nodes x g ranks, each
+// priced as its own ring on its own shape:
+//   all-reduce:     RS(S) on 1 x g, AR(S/g) on n x 1, AG(S) on 1 x g;
+//   reduce-scatter: RS(S) on 1 x g, RS(S/g) on n x 1, one message of S/(n g);
+//   all-gather:     one message of S/(n g), AG(S/g) on n x 1, AG(S) on 1 x g.
+// Pipelined in K chunks (all-reduce), chunk j's inter level runs beside chunk
+// j+1's and j-1's intra levels: with a = the intra time of one chunk (its RS and
+// AG) and b = its inter time, T = a + b + (K-1) max(a, b) -- the first chunk's
+// levels in turn, then one chunk per step of the slower level. K = 1 is the
+// levels back to back.
+double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus,
+                                    int overlap) {
+    if (nodes < 2 || gpus < 2) return profile_collective_seconds(p, kind, bytes, nodes, gpus);
+    double g = gpus;
+    if (kind != COLL_ALL_REDUCE) {
+        LinkFit across = profile_coll_fit(p, 2, 1);
+        double msg = bytes / (nodes * g) / across.k + across.beta;
+        return profile_collective_seconds(p, kind, bytes, 1, gpus) +
+               profile_collective_seconds(p, kind, bytes / g, nodes, 1) + (bytes > 0 ? msg : 0.0);
+    }
+    int K = overlap ? cost_hier_chunks(bytes) : 1;
+    double s = bytes / K;
+    double a = profile_collective_seconds(p, COLL_REDUCE_SCATTER, s, 1, gpus) +
+               profile_collective_seconds(p, COLL_ALL_GATHER, s, 1, gpus);
+    double b = profile_collective_seconds(p, COLL_ALL_REDUCE, s / g, nodes, 1);
+    return a + b + (K - 1) * (a > b ? a : b);
+}
+
+// cost_hier_collective_seconds with a symbolic shape (the DP group's, as in
+// cost_dp_collective): each level is ring() on its own shape; K = the chunk rule
+// clamp(floor(bytes / COST_HIER_CHUNK_BYTES), 1, COST_HIER_MAX_CHUNKS).
+Expr cost_dp_collective_hier(StageBuild *sb, CollKind kind, Expr bytes, int overlap) {
+    ExprCtx *x = sb->x;
+    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
+    Expr stage_nodes = ex_ceil(x, ex_div(x, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), M));
+    Expr nodes = ex_min(x, sb->s[SYM_DP], stage_nodes);
+    Expr gpus = ex_ceil(x, ex_div(x, sb->s[SYM_DP], nodes));
+    Expr one = sb->one, two = ex_num(x, 2);
+    Expr flat = ring(sb, kind, bytes, nodes, gpus), h;
+    if (kind == COLL_ALL_REDUCE) {
+        Expr K = one;
+        if (overlap) {
+            Expr k = ex_floor(x, ex_div(x, bytes, ex_num(x, COST_HIER_CHUNK_BYTES)));
+            K = ex_min(x, ex_max(x, k, one), ex_num(x, COST_HIER_MAX_CHUNKS));
+        }
+        Expr s = ex_div(x, bytes, K);
+        Expr a = ex_add(x, ring(sb, COLL_REDUCE_SCATTER, s, one, gpus), ring(sb, COLL_ALL_GATHER, s, one, gpus));
+        Expr b = ring(sb, COLL_ALL_REDUCE, ex_div(x, s, gpus), nodes, one);
+        h = ex_add(x, ex_add(x, a, b), ex_mul(x, ex_sub(x, K, one), ex_max(x, a, b)));
+    } else {
+        LinkFit across = profile_coll_fit(sb->hw, 2, 1);
+        Expr block = ex_div(x, bytes, ex_mul(x, nodes, gpus));
+        Expr msg = ex_mul(x, ex_add(x, ex_mul(x, block, ex_num(x, 1.0 / across.k)), ex_num(x, across.beta)),
+                          cost_gt0(sb, bytes));
+        h = ex_add(x, ex_add(x, ring(sb, kind, bytes, one, gpus), ring(sb, kind, ex_div(x, bytes, gpus), nodes, one)),
+                   msg);
+    }
+    Expr two_levels = ex_mul(x, cost_ge(sb, nodes, two), cost_ge(sb, gpus, two));
+    return ex_select(x, two_levels, h, flat);
+}
