@@ -30,6 +30,12 @@ int grid_check_plan(const Plan *plan, char *err, size_t errlen) {
                  plan->num_stages, MIST_MAX_STAGES);
         return 2;
     }
+    if (plan_virtual(plan) > 1) {  // priced by the planner (docs/pipeline.md, "Interleaved 1F1B"); not run here
+        snprintf(err, errlen, "plan: [plan] virtual = %d: mist-train runs the plain 1F1B schedule only; allowed: "
+                 "virtual = 1. Hint: mist-plan --analyze prices the interleaved plan; to train, merge each rank's "
+                 "chunks into one stage (stages = %d) and set virtual = 1", plan_virtual(plan), plan_pipeline_size(plan));
+        return 2;
+    }
     for (int s = 0; s < plan->num_stages; s++) {
         const StagePlan *st = &plan->stage[s];
         const char *key = st->dp < 1 ? "dp" : st->tp < 1 ? "tp" : st->layers < 1 ? "layers" : NULL;
