@@ -30,12 +30,6 @@ int grid_check_plan(const Plan *plan, char *err, size_t errlen) {
                  plan->num_stages, MIST_MAX_STAGES);
         return 2;
     }
-    if (plan_virtual(plan) > 1) {  // priced by the planner (docs/pipeline.md, "Interleaved 1F1B"); not run here
-        snprintf(err, errlen, "plan: [plan] virtual = %d: mist-train runs the plain 1F1B schedule only; allowed: "
-                 "virtual = 1. Hint: mist-plan --analyze prices the interleaved plan; to train, merge each rank's "
-                 "chunks into one stage (stages = %d) and set virtual = 1", plan_virtual(plan), plan_pipeline_size(plan));
-        return 2;
-    }
     for (int s = 0; s < plan->num_stages; s++) {
         const StagePlan *st = &plan->stage[s];
         const char *key = st->dp < 1 ? "dp" : st->tp < 1 ? "tp" : st->layers < 1 ? "layers" : NULL;
@@ -49,9 +43,10 @@ int grid_check_plan(const Plan *plan, char *err, size_t errlen) {
     return 0;
 }
 
+// with [plan] virtual, chunk s runs on the ranks of pipeline rank s mod P
 static int stage_first(const Plan *plan, int s) {
     int r = 0;
-    for (int i = 0; i < s; i++) r += plan->stage[i].dp * plan->stage[i].tp;
+    for (int i = 0; i < s % plan_pipeline_size(plan); i++) r += plan->stage[i].dp * plan->stage[i].tp;
     return r;
 }
 
@@ -69,7 +64,7 @@ int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen) {
         snprintf(err, errlen, "plan: rank %d is outside the plan's %d ranks", rank, world);
         return 2;
     }
-    int s = 0, first = 0;
+    int s = 0, first = 0;  // (world <= the first P chunks' ranks: s stays below P)
     while (rank >= first + plan->stage[s].dp * plan->stage[s].tp) first += plan->stage[s].dp * plan->stage[s].tp, s++;
     const StagePlan *st = &plan->stage[s];
     int flat = rank - first;
@@ -87,6 +82,16 @@ int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen) {
     g->prev_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, s - 1);
     g->next_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, s + 1);
     return 0;
+}
+
+void grid_chunk(const Grid *g, const Plan *plan, int j, Grid *out) {
+    *out = *g;
+    int c = g->stage + j * plan_pipeline_size(plan);
+    out->stage = c;
+    out->first_layer = plan_first_layer(plan, c);
+    out->num_layers = plan->stage[c].layers;
+    out->prev_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, c - 1);
+    out->next_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, c + 1);
 }
 
 // "stage 0: 2 dp x 2 tp, stage 1: 1 dp x 4 tp" (shortened for long plans)

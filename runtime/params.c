@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "planner/interleave.h"
 #include "runtime/comm.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
@@ -73,6 +74,11 @@ void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, in
     r->pipe = (MrPipeline){stage, stages, first_layer, num_layers, G};
 }
 
+void mr_set_interleaved(ModelRuntime *r, int P, int v) {
+    r->pipe.P = P;
+    r->pipe.v = v;
+}
+
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
     const StagePlan sp = {.layers = m->layers, .dp = dp, .tp = 1, .b = B, .ckpt = ckpt};
     return mr_layout_sharded(r, m, &sp, 0, err, errlen);
@@ -118,6 +124,8 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     r->has_post = pipe.stage == pipe.stages - 1;
     r->tied_copy = r->has_post && !r->has_pre && m->tied_embeddings;
     r->K = pipeline_max_in_flight(pipe.stage, pipe.stages, pipe.G);  // 1 for a single stage
+    // interleaved: the chunk's own most in flight (its micro-batches in flight are consecutive, as in 1F1B)
+    if (pipe.v > 1) r->K = stage_p_interleaved(pipe.stage, pipe.P, pipe.v, pipe.G) + 1;
     r->tp = tp;
     r->tp_rank = tp_rank;
     r->zero = zero;

@@ -183,7 +183,10 @@ expect "virtual: chunks of one rank with different dp" "$tmp/v.ini" "-o stage.2.
 chunks | sed '/^\[stage.3\]/,$ s/^tp = 1/tp = 2/' > "$tmp/f.ini"
 expect "virtual: chunks of one rank with different tp" "$tmp/f.ini" "f.ini:41:" "[stage.3] tp = 2 but [stage.1] tp = 1" "allowed: the same dp, tp and b" "Hint: set [stage.3] tp = 1"
 expect "virtual: G not a multiple of the pipeline ranks" "$tmp/v.ini" "-o plan.G=1" "[plan] G = 1: the interleaved schedule (virtual = 2) needs G a multiple of the 2 pipeline ranks" "Hint:" -- -o plan.G=1 -o stage.0.b=8 -o stage.1.b=8 -o stage.2.b=8 -o stage.3.b=8
-expect "virtual: mist-train does not run interleaved plans" "$tmp/v.ini" "[plan] virtual = 2: mist-train runs the plain 1F1B schedule only" "mist-plan --analyze" "stages = 2"
+out=$("$TRAIN" --dry-run "$tmp/v.ini" 2>&1 </dev/null); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q "interleaved: virtual 2, the stages are chunks on 2 pipeline ranks" &&
+    printf '%s' "$out" | grep -q "under mpirun -np 2"
+tap_ok $? "virtual: a valid interleaved plan passes (2 ranks for 4 chunks; exit $rc)"
 
 base | sed 's/^steps = 3/steps = 3\nsteps = 4/' > "$tmp/f.ini"
 expect "a key set twice" "$tmp/f.ini" "f.ini:12:" "set twice (first at line 11)" "Hint:"
