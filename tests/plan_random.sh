@@ -47,7 +47,7 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
         v = S > 1 && rand() < 0.33 ? 2 + int(rand() * 2) : 1
         if (v > 1) G = S * (1 + int(rand() * 2))  # interleaved: G a multiple of the pipeline ranks
         for (c = 0; c < S * v; c++) {
-            s = c % S  # the chunk's pipeline rank: its mesh is the rank's
+            s = c % S  # the pipeline rank of chunk c, whose mesh it takes
             lay = 1 + int(rand() * (v > 1 ? 2 : 4))
             if (c < S) {
                 dp_[s] = 1 + int(rand() * 4); tp_[s] = 1
@@ -65,6 +65,8 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
         printf "p%02d %s %s %d %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, v, L, lcm * G * (1 + int(rand() * 2)), spec
     }
 }' >"$W/plans"
+[ "$(wc -l <"$W/plans")" -eq "$N" ]
+tap_ok $? "$N random plans drawn ($(awk '$7 > 1' "$W/plans" | wc -l) of them interleaved)"
 
 while read -r id model prec tied vocab G v layers gb stages; do
     case $model in
