@@ -169,6 +169,16 @@ static void print_header(FILE *f, int host_width) {
             "tp", "layers");
 }
 
+// the blocks of pipeline rank s: "first-last", with [plan] virtual each chunk's, comma-separated
+static void rank_layers(const Plan *plan, int s, char *out, size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int c = s; c < plan->num_stages && at + 24 < len; c += plan_pipeline_size(plan)) {
+        int first = plan_first_layer(plan, c);
+        at += (size_t)snprintf(out + at, len - at, "%s%d-%d", c == s ? "" : ",", first, first + plan->stage[c].layers - 1);
+    }
+}
+
 int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
     int n = plan_world_size(plan), rc = grid_check_plan(plan, err, errlen);
     if (rc) return rc;
@@ -179,8 +189,9 @@ int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
         Grid g;
         memset(&g, 0, sizeof g);
         if ((rc = grid_layout(&g, plan, r, err, errlen))) return rc;
-        fprintf(f, "%5d  %-4s  %5s  %-8s  %5d  %4d  %4d  %d-%d\n", r, "-", "-", "-", g.stage, g.dp_index, g.tp_index,
-                g.first_layer, g.first_layer + g.num_layers - 1);
+        char layers[256];
+        rank_layers(plan, g.stage, layers, sizeof layers);
+        fprintf(f, "%5d  %-4s  %5s  %-8s  %5d  %4d  %4d  %s\n", r, "-", "-", "-", g.stage, g.dp_index, g.tp_index, layers);
     }
     return 0;
 }
