@@ -130,6 +130,13 @@ while read -r name model tied G v stages; do
     tap_ok $? "$name: $np ranks, virtual = $v, chunks $stages, G=$G: losses, validation losses and weights within \
 1e-5 of 1 rank, peaks exact"
 done <"$W/vmatrix"
+# the measured trace draws plain pipelines: an interleaved run with [log] trace stops at start, saying so
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 2 v-trace -o model.layers=8 -o log.trace="$W/v.trace.json" \
+    $(VIRTUAL=2 stage_args 2 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0 | head -1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'allowed: no trace with \[plan\] virtual = 2' "$W/v-trace.out" && [ ! -e "$W/v.trace.json" ]
+tap_ok $? "virtual = 2 with [log] trace: refused at start with a clear message (exit $rc)"
 
 # ---- 2. checkpoints move between pipeline shapes ------------------------------
 # Written by 2 stages at step 10, resumed at 1 rank and by 3 stages; written by
