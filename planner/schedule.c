@@ -43,6 +43,30 @@ double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d) {
     return (G - 1) * tmax + tsum + extra;
 }
 
+// Interleaved: each rank runs its v chunks for every micro-batch, so in the
+// steady state the slowest rank sets the pace, T_max = max_r T_r per
+// micro-batch. Filling and draining the pipeline goes through the other
+// ranks one chunk at a time instead of one whole stage at a time: with
+// uniform chunks the fill is (P - 1) chunk-passes of T_r / v, the bubble
+// (P - 1) T_r / v (Narayanan et al. 2021, eq. in section 2.2.2), and in
+// general (sum_r T_r - T_max) / v - for v = 1 1F1B's sum t - max t. A rank's
+// first/last micro-batch extra is the sum of its chunks' (one rank runs them
+// all: their optimizer steps, their gradient syncs) and hides behind the fill
+// before the rank's first pass, B_r = sum_{q<r} T_q / v.
+double pipeline_interleaved_seconds(int P, int v, int G, const double *t, const double *d) {
+    if (v <= 1) return pipeline_1f1b_seconds(P, G, t, d);
+    double tmax = 0, tsum = 0, extra = 0, before = 0;
+    for (int r = 0; r < P; r++) {
+        double Tr = 0, Dr = 0;
+        for (int j = 0; j < v; j++) Tr += t[r + j * P], Dr += d[r + j * P];
+        tmax = fmax(tmax, Tr);
+        tsum += Tr;
+        extra = fmax(extra, Dr - before);
+        before += Tr / v;
+    }
+    return G * tmax + (tsum - tmax) / v + extra;
+}
+
 typedef struct {
     Expr C;        // compute of the block (incl. recompute / optimizer step)
     Expr E;        // TP all-reduces, not overlappable

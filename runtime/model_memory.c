@@ -3,6 +3,7 @@
 // arenas, and the prediction of their peaks.
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
+#include "planner/interleave.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,20 @@ static void sim_backward(const ModelRuntime *r, MemSim *m) {
     m->live -= s->grads_bufs + s->gather;
 }
 
+// an interleaved chunk (mr_set_interleaved): its own passes, in the order of its pipeline rank
+static void interleaved_memory(const ModelRuntime *r, MemSim *m) {
+    const MrPipeline *p = &r->pipe;
+    int n = 2 * p->G * p->v;
+    ChunkPass *order = malloc((size_t)n * sizeof *order);
+    n = interleaved_order(p->stage % p->P, p->P, p->v, p->G, order);
+    for (int i = 0; i < n; i++) {
+        if (order[i].chunk != p->stage) continue;
+        if (order[i].backward) sim_backward(r, m);
+        else sim_forward(r, m);
+    }
+    free(order);
+}
+
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
     MemSim m = {.s = act_sizes(r)};
     act_offload_mask(r, &m.off);
@@ -265,13 +280,17 @@ void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *hos
     // the stage's micro-batches in 1F1B order (pipeline_schedule.h): up to K
     // forwards keep their activations before the matching backwards free them
     int G = r->pipe.G, n = 2 * G;
-    PipeAction *order = malloc((size_t)n * sizeof *order);
-    pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
-    for (int i = 0; i < n; i++) {
-        if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
-        else sim_backward(r, &m);
+    if (r->pipe.v > 1) {
+        interleaved_memory(r, &m);
+    } else {
+        PipeAction *order = malloc((size_t)n * sizeof *order);
+        pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
+        for (int i = 0; i < n; i++) {
+            if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
+            else sim_backward(r, &m);
+        }
+        free(order);
     }
-    free(order);
     *device_peak = (int64_t)m.peak;
     size_t N = (size_t)r->B * r->T;
     // host: token staging, per-token losses, all ranks' losses of a micro-batch,

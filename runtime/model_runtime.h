@@ -77,6 +77,8 @@ typedef struct {
     int stage, stages;            // 0 .. stages-1; stages = 0: not set, one stage with every block
     int first_layer, num_layers;  // the stage's blocks
     int G;                        // micro-batches per iteration
+    int P, v;                     // interleaved ([plan] virtual = v > 1): stage is a chunk of P v on
+                                  // pipeline rank stage mod P; v = 0 or 1: plain 1F1B (mr_set_interleaved)
 } MrPipeline;
 
 // Offsets (in elements) of one block's parameters; -1 when absent.
@@ -181,6 +183,12 @@ static inline ArenaTensor *mr_stage_act(ModelRuntime *r, int k) {
 // micro-batches per iteration. Without it (r zeroed) the layout holds the
 // whole model.
 void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, int num_layers, int G);
+
+// After mr_set_pipeline, for an interleaved plan ([plan] virtual = v > 1,
+// stages = P v): the stage is a model chunk, which holds up to
+// stage_p_interleaved + 1 micro-batches at once (planner/interleave.h), and its
+// memory is replayed over its passes in the interleaved order.
+void mr_set_interleaved(ModelRuntime *r, int P, int v);
 
 // Reads the parameter layout from models/model.h and checks what this runtime
 // supports. 0, or 2 with err (config error). Unsharded, nothing offloaded.

@@ -177,6 +177,23 @@ expect "a stage section missing" "$tmp/f.ini" "f.ini:17:" "[stage.1] is missing"
 { base; printf '\n[stage.1]\nlayers = 1\n'; } > "$tmp/f.ini"
 expect "a stage section beyond stages" "$tmp/f.ini" "f.ini:25:" "[stage.1] is beyond [plan] stages = 1" "Hint:"
 
+# [plan] virtual = 2 (interleaved 1F1B): stages are 4 chunks of one block on 2 pipeline ranks
+chunks() {
+    base | sed 's/^stages = 1/stages = 4\nvirtual = 2/; /^\[stage.0\]/,$ s/^layers = 4/layers = 1/'
+    for c in 1 2 3; do printf '\n[stage.%d]\nlayers = 1\ndp = 1\ntp = 1\nb = 4\n' "$c"; done
+}
+chunks > "$tmp/v.ini"
+expect "virtual: stages not a multiple of it" "$tmp/v.ini" "-o plan.virtual=3" "[plan] virtual = 3: stages = 4 is not a multiple of it" "Hint:" -- -o plan.virtual=3
+expect "virtual: one pipeline rank" "$tmp/v.ini" "-o plan.virtual=4" "one pipeline rank" "allowed: virtual > 1 only with stages >= 2 * virtual" "Hint: set virtual = 1" -- -o plan.virtual=4
+expect "virtual: chunks of one rank with different dp" "$tmp/v.ini" "-o stage.2.dp=2" "[stage.2] dp = 2 but [stage.0] dp = 1" "both chunks run on pipeline rank 0" "Hint: set [stage.2] dp = 1" -- -o stage.2.dp=2 -o stage.2.b=2
+chunks | sed '/^\[stage.3\]/,$ s/^tp = 1/tp = 2/' > "$tmp/f.ini"
+expect "virtual: chunks of one rank with different tp" "$tmp/f.ini" "f.ini:41:" "[stage.3] tp = 2 but [stage.1] tp = 1" "allowed: the same dp, tp and b" "Hint: set [stage.3] tp = 1"
+expect "virtual: G not a multiple of the pipeline ranks" "$tmp/v.ini" "-o plan.G=1" "[plan] G = 1: the interleaved schedule (virtual = 2) needs G a multiple of the 2 pipeline ranks" "Hint:" -- -o plan.G=1 -o stage.0.b=8 -o stage.1.b=8 -o stage.2.b=8 -o stage.3.b=8
+out=$("$TRAIN" --dry-run "$tmp/v.ini" 2>&1 </dev/null); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q "interleaved: virtual 2, the stages are chunks on 2 pipeline ranks" &&
+    printf '%s' "$out" | grep -q "under mpirun -np 2"
+tap_ok $? "virtual: a valid interleaved plan passes (2 ranks for 4 chunks; exit $rc)"
+
 base | sed 's/^steps = 3/steps = 3\nsteps = 4/' > "$tmp/f.ini"
 expect "a key set twice" "$tmp/f.ini" "f.ini:12:" "set twice (first at line 11)" "Hint:"
 

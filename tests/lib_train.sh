@@ -88,8 +88,10 @@ peaks() {
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))["ranks"]
-    st = json.load(open(sys.argv[2]))["stages"]
-    plan = [(max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"]) for s in st]
+    a = json.load(open(sys.argv[2]))
+    plan = [(max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"]) for s in a["stages"]]
+    if "pipeline_ranks" in a:  # interleaved: a rank's chunks together, per pipeline rank (the ranks' "stage")
+        plan = [(r["peak_bytes"], r["host_bytes"]) for r in a["pipeline_ranks"]]
     worst = {}
     for r in d:
         w = worst.get(r["stage"], (0, 0))
@@ -111,6 +113,7 @@ PYEOF
 # line, then the rank count on the next
 stage_args() {
     G=$1; shift
+    v=${VIRTUAL:-1}; P=$(($# / v))  # VIRTUAL=v: the specs are P*v chunks, chunk c on the ranks of chunk c mod P
     s=0; np=0
     for spec in "$@"; do
         IFS=/ read -r lay dp tp zero ckpt off sp sel <<EOF
@@ -122,8 +125,10 @@ EOF
         printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
             $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
         printf ' -o stage.%d.sp=%s' $s "${sp:-0}"
-        s=$((s + 1)); np=$((np + dp * tp))
+        [ $s -lt $P ] && np=$((np + dp * tp))
+        s=$((s + 1))
     done
+    [ "$v" -gt 1 ] && printf ' -o plan.virtual=%d' "$v"
     printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
 }
 

@@ -108,6 +108,20 @@ static void test_pipeline(void) {
        "1F1B: a later stage's extra hides behind the fill (2 stages)");
 }
 
+// Interleaved 1F1B (docs/pipeline.md): v = 1 is the 1F1B total, and with uniform
+// chunks the bubble is (P - 1)/v of a rank's micro-batch (tests/test_interleave.c
+// checks the order itself on a timed simulation)
+static void test_pipeline_interleaved(void) {
+    double t[3] = {1, 2, 1}, d[3] = {3, 1, 5};
+    double a = pipeline_interleaved_seconds(3, 1, 4, t, d), b = pipeline_1f1b_seconds(3, 4, t, d);
+    ok(memcmp(&a, &b, sizeof a) == 0, "interleaved, v = 1: the 1F1B total bit for bit (%g)", a);
+    double tc[8], dc[8] = {0};
+    for (int c = 0; c < 8; c++) tc[c] = 0.5;  // P 4 ranks of 2 chunks: a rank's micro-batch takes 1
+    double T = pipeline_interleaved_seconds(4, 2, 8, tc, dc);
+    ok(near(T, 8 * 1.0 + (4 - 1) / 2.0 * 1.0, 0, 1e-15, "bubble"), "interleaved, P 4, v 2, G 8: G + (P - 1)/v = 9.5 (%g)",
+       T);
+}
+
 // weights + grads + optimizer of a single stage holding the whole model
 static double states(const StageModel *m, StageConfig c) {
     double o[ST_OUTPUTS];
@@ -736,6 +750,7 @@ int main(void) {
     profile_preset(&hw, "gcp-a100-80g");
     test_overlap();
     test_pipeline();
+    test_pipeline_interleaved();
     test_zero(&cfg, &hw);
     test_flops(&cfg);
     test_hand_time(&cfg);
