@@ -97,7 +97,7 @@ void ckpt_reader_close(CkptReader *r);
 // the most iterations a checkpoint may record (the optimizer counts its steps in an int)
 #define CKPT_MAX_STEP ((int64_t)INT32_MAX - 1)
 
-typedef struct {
+typedef struct CkptTensor {
     const char *name;              // global tensor name, e.g. "block.3.qkv_w" (at most 120 characters)
     int ndim;
     int64_t shape[CKPT_MAX_DIMS];  // full (unsharded) shape

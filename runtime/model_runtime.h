@@ -261,4 +261,10 @@ static inline int mr_is_sel_block(const ModelRuntime *r, int l) { return r->sel 
 // The saved rows (bits of MR_BLOCK_ACTS) a block that is not checkpointed keeps in its own tensors.
 static inline unsigned mr_kept_mask(const ModelRuntime *r) { return r->sel ? ~(unsigned)MR_SELECTIVE_MASK : ~0u; }
 
+// Every parameter tensor as a checkpoint entry over whole-model host arrays
+// (fp32 weights, Adam m, Adam v: 3 x Pglobal floats at `global`); calloc'ed, the
+// caller frees it (runtime/params.c has why checkpoints hold whole tensors).
+struct CkptTensor;
+struct CkptTensor *mr_checkpoint_tensors(ModelRuntime *r, float *global);
+
 #endif

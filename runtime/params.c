@@ -5,6 +5,7 @@
 #include <string.h>
 #include "models/model.h"
 #include "planner/interleave.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
@@ -385,4 +386,31 @@ void mr_tp_scatter(const ModelRuntime *r, const float *global, float *local, int
             tp_shard_extract(&t->shard, &t->spec, global + (size_t)a * r->Pglobal + t->goffset,
                              local + (size_t)a * r->Pp + t->offset, sizeof(float));
         }
+}
+
+// Every parameter tensor as a checkpoint entry over whole-model host arrays:
+// fp32 weights (the master under bf16), Adam m, Adam v (3 x Pglobal floats,
+// global shapes). Checkpoints hold whole tensors, so before a save the dp
+// shards are gathered (zero_collect) and the tp shards put in place
+// (mr_tp_gather); after a load each rank extracts its tp shard
+// (mr_tp_scatter) and takes its dp part (zero_distribute): a checkpoint
+// written under one plan resumes under any other.
+CkptTensor *mr_checkpoint_tensors(ModelRuntime *r, float *global) {
+    CkptTensor *t = calloc((size_t)r->num_tensors, sizeof *t);
+    float *w = global, *m = global + r->Pglobal, *v = global + 2 * r->Pglobal;
+    for (int i = 0; i < r->num_tensors; i++) {
+        const ParamTensor *p = &r->tensors[i];
+        t[i].name = p->name;
+        t[i].ndim = p->spec.cols == 1 ? 1 : 2;
+        t[i].shape[0] = p->spec.rows;
+        t[i].shape[1] = p->spec.cols;
+        // the padded vocabulary rows (all zero) are not stored: the file holds
+        // the real V rows, the first V*C floats of the row-major tensor, so a
+        // checkpoint written with any [model] vocab_pad loads under any other
+        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w")) t[i].shape[0] = r->V;
+        t[i].param = w + p->goffset;
+        t[i].adam_m = m + p->goffset;
+        t[i].adam_v = v + p->goffset;
+    }
+    return t;
 }

@@ -94,33 +94,6 @@ static int load_batch(void *ctx, ModelRuntime *r, int64_t it, int g, int slot) {
 
 static double loss_sum_cb(void *ctx, ModelRuntime *r) { return micro_batch_loss_sum(ctx, r); }
 
-// Every parameter tensor as a checkpoint entry over whole-model host arrays:
-// fp32 weights (the master under bf16), Adam m, Adam v (3 x Pglobal floats,
-// global shapes). Checkpoints hold whole tensors, so before a save the dp
-// shards are gathered (zero_collect) and the tp shards put in place
-// (mr_tp_gather); after a load each rank extracts its tp shard
-// (mr_tp_scatter) and takes its dp part (zero_distribute): a checkpoint
-// written under one plan resumes under any other.
-static CkptTensor *ckpt_tensors(ModelRuntime *r, float *global) {
-    CkptTensor *t = calloc((size_t)r->num_tensors, sizeof *t);
-    float *w = global, *m = global + r->Pglobal, *v = global + 2 * r->Pglobal;
-    for (int i = 0; i < r->num_tensors; i++) {
-        const ParamTensor *p = &r->tensors[i];
-        t[i].name = p->name;
-        t[i].ndim = p->spec.cols == 1 ? 1 : 2;
-        t[i].shape[0] = p->spec.rows;
-        t[i].shape[1] = p->spec.cols;
-        // the padded vocabulary rows (all zero) are not stored: the file holds
-        // the real V rows, the first V*C floats of the row-major tensor, so a
-        // checkpoint written with any [model] vocab_pad loads under any other
-        if (!strcmp(p->name, "wte") || !strcmp(p->name, "lm_head_w")) t[i].shape[0] = r->V;
-        t[i].param = w + p->goffset;
-        t[i].adam_m = m + p->goffset;
-        t[i].adam_v = v + p->goffset;
-    }
-    return t;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -136,35 +109,6 @@ static double median_seconds(const double *v, int n) {
     double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     free(c);
     return m;
-}
-
-void train_runtime_limits(SearchLimits *lim) {
-    memset(lim, 0, sizeof *lim);
-    lim->max_stages = 0;     // any: 1F1B pipeline (runtime/pipeline_run.c)
-    lim->max_tp = 0;         // any: tensor parallelism (the config checks that tp divides heads, kv_heads, ffn)
-    lim->max_tp_staged = 0;  // any, inside pipeline stages too
-    lim->interleave_min_ranks = 3;  // interleaved 1F1B: 2 pipeline ranks cannot run it over NCCL (train_chunks.c)
-}
-
-// Keep in step with train_runtime_limits().
-// Any mesh in any stage runs: tp > 1 inside pipeline stages too (the stages'
-// meshes may differ, see docs/pipeline.md).
-static int check_supported(const MistConfig *cfg, const Grid *grid, char *err, size_t errlen) {
-    if (cfg->train.precision == PREC_FP16) {
-        snprintf(err, errlen, "[train] precision = fp16: not supported by the training runtime; allowed: fp32, bf16");
-        return 2;
-    }
-    const char *staged = getenv("MIST_COMM_STAGED");
-    if (staged && strcmp(staged, "0") != 0 && strcmp(staged, "1") != 0) {
-        snprintf(err, errlen, "environment MIST_COMM_STAGED=%s: allowed: 0, 1 (1: move "
-                 "collectives of device memory through pinned host memory instead of NCCL)", staged);
-        return 2;
-    }
-    if (strcmp(grid->device, "cpu") != 0 && strncmp(grid->device, "cuda", 4) != 0) {
-        snprintf(err, errlen, "unknown device '%s'", grid->device);
-        return 1;
-    }
-    return 0;
 }
 
 // wall time of the last TIMED_MAX iterations but the run's first (which grows
@@ -242,7 +186,7 @@ static int start_backend(Training *t) {
     const CommBackend *comm = grid->comm;
     int rank = t->rank, root = t->root;
     char err[1024] = "";
-    int rc = check_supported(cfg, grid, err, sizeof err);
+    int rc = train_check_supported(cfg, grid, err, sizeof err);
     if (rc) {
         if (root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, err);
         return rc;
@@ -455,8 +399,8 @@ static int init_state(Training *t) {
                 "floats)\n", t->rank, r->Pp, r->Pglobal);
         return 1;
     }
-    t->ct = t->global_state ? ckpt_tensors(r, t->global_state) : NULL;
-    for (int j = 1; t->ct && j < t->ch.v; j++) t->ch.ct[j] = ckpt_tensors(t->ch.r[j], t->ch.global_state[j]);
+    t->ct = t->global_state ? mr_checkpoint_tensors(r, t->global_state) : NULL;
+    for (int j = 1; t->ct && j < t->ch.v; j++) t->ch.ct[j] = mr_checkpoint_tensors(t->ch.r[j], t->ch.global_state[j]);
     if (t->S > 1 && t->host_state && t->root) {
         mr_layout(&t->full, &cfg->model, 1, 0, 1, t->err, sizeof t->err);
         t->whole = calloc(3 * t->full.Pp, sizeof(float));
@@ -465,7 +409,7 @@ static int init_state(Training *t) {
                     t->full.Pp);
             t->comm->abort(t->comm, 1, "out of memory");
         }
-        t->whole_ct = ckpt_tensors(&t->full, t->whole);
+        t->whole_ct = mr_checkpoint_tensors(&t->full, t->whole);
     }
     return 0;
 }

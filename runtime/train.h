@@ -9,9 +9,12 @@ struct SearchLimits;
 
 // What this runtime executes, for the planner's search under [plan] mode = auto
 // (today every plan: any stages, dp x tp per stage, ZeRO level, offload ratios
-// and checkpointing). check_supported() in train.c enforces the same limits on
-// a fixed plan; change both together.
+// and checkpointing; interleaving with at least 3 pipeline ranks).
+// train_check_supported() enforces the same limits on a fixed plan and checks the
+// environment; change both together (runtime/train_support.c).
 void train_runtime_limits(struct SearchLimits *lim);
+// 0, or an exit code (2: configuration) with the reason in err.
+int train_check_supported(const MistConfig *cfg, const struct Grid *grid, char *err, size_t errlen);
 
 // Exit code of a run stopped early by SIGUSR1 / SIGTERM after writing a
 // checkpoint (runtime/stop_signal.h): a job script can requeue on it.
