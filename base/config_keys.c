@@ -17,6 +17,7 @@ static const char *const prec_names[] = {"bf16", "fp16", "fp32", NULL};
 static const char *const sched_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const mode_names[] = {"auto", "fixed", NULL};
 static const char *const recompute_names[] = {"none", "selective", NULL};
+static const char *const collectives_names[] = {"flat", "hierarchical", NULL};
 static const char *const space_names[] = {"megatron-mist", "megatron", "zero", "ckpt", "offload", "full", NULL};
 
 const KeySpec config_keys[] = {
@@ -67,6 +68,7 @@ const KeySpec config_keys[] = {
     {"cluster", "device_memory", KEY_BYTES, MC(cluster.device_memory), 0, 1e15, NULL, "bytes per device (e.g. 80GiB); 0 = the profile's capacity"},
     {"cluster", "host_memory", KEY_BYTES, MC(cluster.host_memory), 0, 1e16, NULL, "host bytes per node that its ranks share for offloading; 0 = the profile's"},
     {"cluster", "measure_transfers", KEY_BOOL, MC(cluster.measure_transfers), 0, 1, NULL, "mist-train measures this job's collectives and host copies at start and plans and predicts with them"},
+    {"cluster", "collectives", KEY_ENUM, MC(cluster.collectives), 0, 0, collectives_names, "the data-parallel collectives: flat (one ring) or hierarchical (inside the nodes, then across them, pipelined) when the dp group spans nodes"},
     {"cluster", "comm_timeout", KEY_FLOAT, MC(cluster.comm_timeout), 0, 604800, NULL, "seconds a collective or message may wait before the job ends with a report (exit 4); 0 = never"},
     // [plan]
     {"plan", "mode", KEY_ENUM, MC(plan.mode), 0, 0, mode_names, "auto (the planner picks) or fixed ([stage.N] sections)"},

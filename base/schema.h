@@ -67,6 +67,10 @@ typedef struct {
     int shuffle;
 } DataConfig;
 
+// [cluster] collectives: the data-parallel collectives as one ring (flat) or in two levels,
+// inside the nodes and across them (hierarchical; docs/paro.md)
+typedef enum { CLUSTER_COLL_FLAT = 0, CLUSTER_COLL_HIER = 1 } ClusterCollectives;
+
 typedef struct {
     int nodes;
     int gpus_per_node;
@@ -75,6 +79,7 @@ typedef struct {
     int64_t host_memory;            // host bytes per node, shared by its ranks; 0 = the profile's (planner/analyze.h)
     double comm_timeout;            // seconds a collective or message may wait before the job ends; 0 = never
     int measure_transfers;          // mist-train measures the job's collectives and host copies at start
+    int collectives;                // CLUSTER_COLL_FLAT or CLUSTER_COLL_HIER: the dp group's collectives (runtime/comm_hier.h)
     // Not a key: the profile with the lines mist-train measured (measure_transfers),
     // which the planner and the predictions then use instead of `hardware`'s.
     int measured_valid;

@@ -258,3 +258,33 @@ static Expr host_copy(StageBuild *sb, const LinkFit *f, Expr bytes) {
 }
 Expr cost_h2d(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->h2d, bytes); }
 Expr cost_d2h(StageBuild *sb, Expr bytes) { return host_copy(sb, &sb->hw->d2h, bytes); }
+
+// ---- hierarchical collectives (docs/paro.md "Hierarchical collectives")
+
+// The levels of a hierarchical collective of S bytes over n nodes x g ranks, each
+// priced as its own ring on its own shape:
+//   all-reduce:     RS(S) on 1 x g, AR(S/g) on n x 1, AG(S) on 1 x g;
+//   reduce-scatter: RS(S) on 1 x g, RS(S/g) on n x 1, one message of S/(n g);
+//   all-gather:     one message of S/(n g), AG(S/g) on n x 1, AG(S) on 1 x g.
+// Pipelined in K chunks (all-reduce), chunk j's inter level runs beside chunk
+// j+1's and j-1's intra levels: with a = the intra time of one chunk (its RS and
+// AG) and b = its inter time, T = a + b + (K-1) max(a, b) -- the first chunk's
+// levels in turn, then one chunk per step of the slower level. K = 1 is the
+// levels back to back.
+double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus,
+                                    int overlap) {
+    if (nodes < 2 || gpus < 2) return profile_collective_seconds(p, kind, bytes, nodes, gpus);
+    double g = gpus;
+    if (kind != COLL_ALL_REDUCE) {
+        LinkFit across = profile_coll_fit(p, 2, 1);
+        double msg = bytes / (nodes * g) / across.k + across.beta;
+        return profile_collective_seconds(p, kind, bytes, 1, gpus) +
+               profile_collective_seconds(p, kind, bytes / g, nodes, 1) + (bytes > 0 ? msg : 0.0);
+    }
+    int K = overlap ? cost_hier_chunks(bytes) : 1;
+    double s = bytes / K;
+    double a = profile_collective_seconds(p, COLL_REDUCE_SCATTER, s, 1, gpus) +
+               profile_collective_seconds(p, COLL_ALL_GATHER, s, 1, gpus);
+    double b = profile_collective_seconds(p, COLL_ALL_REDUCE, s / g, nodes, 1);
+    return a + b + (K - 1) * (a > b ? a : b);
+}

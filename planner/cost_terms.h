@@ -123,4 +123,24 @@ double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);
 // the same rule symbolically; NULL = no work on that stream
 Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr streams[STREAM_COUNT]);
 
+
+// ---- hierarchical collectives (docs/paro.md "Hierarchical collectives"; runtime/comm_hier.h)
+// The HO-Ring pipeline's chunks for a buffer of `bytes`: one per MiB, 1 .. COST_HIER_MAX_CHUNKS
+// (the runtime chunks with this rule, so the price and the run agree)
+#define COST_HIER_MAX_CHUNKS 8
+static inline int cost_hier_chunks(double bytes) {
+    double k = bytes / (1024.0 * 1024.0);
+    return k < 1 ? 1 : k > COST_HIER_MAX_CHUNKS ? COST_HIER_MAX_CHUNKS : (int)k;
+}
+// Seconds of the hierarchical collective of `bytes` (the whole, unsharded buffer, as
+// profile_collective_seconds takes it) over nodes x gpus ranks, from the fits of the
+// intra-node shape (1 x gpus) and the inter-node shape (nodes x 1); reduce-scatter and
+// all-gather add the one message between the levels (the (2 x 1) fit). overlap = 1:
+// the all-reduce pipelined in cost_hier_chunks(bytes) chunks (HO-Ring); the others
+// have no pipelined form and ignore it. 0 for a group of one or 0 bytes; a group
+// inside one node or with one rank per node is the flat ring
+// (profile_collective_seconds), as at run time.
+double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus,
+                                    int overlap);
+
 #endif

@@ -160,6 +160,7 @@ typedef struct ModelRuntime {
     int micro_last;                // the current micro-batch is the iteration's last (gradient sync)
     const struct CommBackend *comm;  // NULL or dp == 1: no collectives
     struct CommGroup *dpg;
+    struct CommHier *dph;          // the dp group's two levels ([cluster] collectives = hierarchical), NULL = flat
     struct TraceMeasure *trace;    // [log] trace: marks around each block and pre / post part, or NULL
     // optimizer over the flat buffers
     OptimTensor *opt_tensors;

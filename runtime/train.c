@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/comm_hier.h"
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
 #include "runtime/dataloader.h"
@@ -185,6 +186,7 @@ typedef struct {
     int have_choice;
     CommChoice choice;       // where collectives of device memory run (runtime/comm_select.h)
     const CommBackend *comm; // choice.comm
+    struct CommHier *dph;    // the dp group's two levels ([cluster] collectives = hierarchical), or NULL
     ModelRuntime model;      // this rank's part of the model, its memory and state
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
     TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
@@ -216,6 +218,20 @@ typedef struct {
     double sum_total, sum_compute, sum_wait, sum_norm;  // over every timed iteration
     DevicePeak device_peak;  // the device's own count of the run's memory (runtime/device_peak.h)
 } Training;
+
+// [cluster] collectives = hierarchical: the dp group's collectives in two levels
+// (runtime/comm_hier.h) where the group spans nodes of gpus_per_node consecutive
+// ranks; flat otherwise. Collective over the dp group; rank 0 says which.
+// Its two subgroups are then prepared with the others (start_backend).
+static void dp_hierarchy(Training *t) {
+    const MistConfig *cfg = t->cfg;
+    t->dph = NULL;
+    if (cfg->cluster.collectives != CLUSTER_COLL_HIER) return;
+    int gpn = cfg->cluster.gpus_per_node > 0 ? cfg->cluster.gpus_per_node : 1;
+    char why[160] = "";
+    commCheck(t->comm, comm_hier_new(t->comm, t->grid->dp, t->rank / gpn, &t->dph, why, sizeof why));
+    if (t->root) printf("mist: data-parallel collectives %s: %s\n", t->dph ? "hierarchical" : "flat", why);
+}
 
 // The backend of this rank's device and the path of its collectives; messages
 // about both. 0, or the exit code.
@@ -255,10 +271,14 @@ static int start_backend(Training *t) {
     // in the plan, and an arena that no longer fits says so at start with its size. With
     // several stages the world's too, even where dp and tp are 1: the pipeline's device
     // messages go over it and need it made (comm_nccl.h), never inside their NCCL group.
-    CommGroup *const device_groups[3] = {grid->dp, grid->tp, grid->world};
+    CommGroup *device_groups[5] = {grid->dp, grid->tp, grid->world};
+    int ngroups = S > 1 ? 3 : 2;
+    dp_hierarchy(t);  // [cluster] collectives = hierarchical: two more (the dp group's again where flat)
+    if (cfg->cluster.collectives == CLUSTER_COLL_HIER)
+        ngroups += comm_hier_groups(t->dph, grid->dp, device_groups + ngroups);
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
-    commCheck(comm, comm_select_prepare(choice, device_groups, S > 1 ? 3 : 2));
+    commCheck(comm, comm_select_prepare(choice, device_groups, ngroups));
     known = known && be->device_free_bytes(be, &free_after) == 0;
     if (root && known && choice->path == COMM_PATH_NCCL && free_before > free_after)
         printf("mist: NCCL's communicators took %.1f MiB of device memory on rank 0 (outside the plan's peak; "
@@ -401,6 +421,7 @@ static int init_state(Training *t) {
     r->comm = t->comm;
     r->dpg = t->grid->dp;
     r->tpg = t->grid->tp;
+    r->dph = t->dph;
     mr_init_params(r, tc->seed);
     int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
     if (failed_anywhere(t, failed, "[init] from")) return 1;
@@ -803,6 +824,8 @@ static int close_training(Training *t) {
     free(t->whole);
     pipe_free(&t->pipe);
     trace_measure_free(&t->trace);
+    comm_hier_free(t->dph);  // its groups, before the comm path goes
+    t->dph = t->model.dph = NULL;
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);
     if (t->be) t->be->destroy(t->be);

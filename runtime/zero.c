@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm.h"
+#include "runtime/comm_hier.h"
 #include "runtime/model_runtime.h"
 
 enum { GK_NONE = 0, GK_ACC_SHARD = 1, GK_SAVE = 2 };
@@ -282,6 +283,14 @@ void *zero_g(ModelRuntime *r, int64_t off) {
     return (char *)r->gbase[u] + ((size_t)off - r->units[u].off) * r->x;
 }
 
+// Every collective of the dp group's training state starts here: the backend's
+// nonblocking one (flat), or with [cluster] collectives = hierarchical across nodes
+// the two-level one of runtime/comm_hier.h, complete on return (*req = NULL).
+static void dp_collective(ModelRuntime *r, CollKind k, const void *send, void *recv, size_t count,
+                          CommRequest **req) {
+    commCheck(r->comm, comm_hier_start(r->dph, r->comm, k, send, recv, count, r->be->dtype, r->dpg, req));
+}
+
 static void wait_req(ModelRuntime *r, CommRequest **req) {
     if (*req) commCheck(r->comm, r->comm->wait(r->comm, *req));
     *req = NULL;
@@ -370,8 +379,8 @@ static void prefetch(ModelRuntime *r, int u) {
     size_t lo = (size_t)r->dp_rank * U->shard;
     if (!staged_w(r)) {
         if (r->need_gather[u])  // zero 1/2: every rank stepped its shard; gather in place
-            commCheck(r->comm, r->comm->iall_gather(r->comm, (char *)dev_at(&r->sw, u, 0) + lo * r->x, dev_at(&r->sw, u, 0),
-                                                    U->shard, r->be->dtype, r->dpg, &r->wreq[u]));
+            dp_collective(r, COLL_ALL_GATHER, (char *)dev_at(&r->sw, u, 0) + lo * r->x, dev_at(&r->sw, u, 0), U->shard,
+                          &r->wreq[u]);
         r->need_gather[u] = 0;
         return;
     }
@@ -381,20 +390,17 @@ static void prefetch(ModelRuntime *r, int u) {
     if (r->zero == 3) {
         if (!use_comm(r)) store_load(r, &r->sw, u, 0, U->shard, buf);
         else if (on_dev(&r->sw, u, 0, U->shard))
-            commCheck(r->comm, r->comm->iall_gather(r->comm, dev_at(&r->sw, u, 0), buf, U->shard, r->be->dtype, r->dpg,
-                                                    &r->wreq[u]));
+            dp_collective(r, COLL_ALL_GATHER, dev_at(&r->sw, u, 0), buf, U->shard, &r->wreq[u]);
         else {
             store_load(r, &r->sw, u, 0, U->shard, buf + lo * r->x);
             r->be->stream_synchronize(r->be, r->stream);
-            commCheck(r->comm, r->comm->iall_gather(r->comm, buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
-                                                    &r->wreq[u]));
+            dp_collective(r, COLL_ALL_GATHER, buf + lo * r->x, buf, U->shard, &r->wreq[u]);
         }
     } else {  // full weights, partly offloaded
         store_load(r, &r->sw, u, 0, U->padded, buf);
         if (r->need_gather[u]) {
             r->be->stream_synchronize(r->be, r->stream);
-            commCheck(r->comm, r->comm->iall_gather(r->comm, buf + lo * r->x, buf, U->shard, r->be->dtype, r->dpg,
-                                                    &r->wreq[u]));
+            dp_collective(r, COLL_ALL_GATHER, buf + lo * r->x, buf, U->shard, &r->wreq[u]);
             r->save_after[u] = 1;  // the gathered shards of the others go back to the store
         }
     }
@@ -471,16 +477,14 @@ void zero_bwd_end(ModelRuntime *r, int u) {
     const MrUnit *U = &r->units[u];
     size_t lo = (size_t)r->dp_rank * U->shard;
     int comm = use_comm(r), last = r->micro_last;
-    MistDtype t = be->dtype;
     if (!staged_g(r)) {  // in place in the full gradient buffer
         char *g = dev_at(&r->sg, u, 0);
         if (last && comm) {
             be->stream_synchronize(be, r->stream);
             if (r->zero == 0)
-                commCheck(r->comm, r->comm->iall_reduce(r->comm, g, g, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
+                dp_collective(r, COLL_ALL_REDUCE, g, g, U->padded, &r->greq[u]);
             else
-                commCheck(r->comm, r->comm->ireduce_scatter(r->comm, g, g + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
-                                                            &r->greq[u]));
+                dp_collective(r, COLL_REDUCE_SCATTER, g, g + lo * r->x, U->shard, &r->greq[u]);
         }
         r->gkind[u] = GK_NONE;
     } else {
@@ -488,8 +492,7 @@ void zero_bwd_end(ModelRuntime *r, int u) {
         if (r->zero >= 2) {  // every micro-batch: reduce-scatter, then add into the shard
             if (comm) {
                 be->stream_synchronize(be, r->stream);
-                commCheck(r->comm, r->comm->ireduce_scatter(r->comm, buf, buf + lo * r->x, U->shard, t, COMM_SUM, r->dpg,
-                                                            &r->greq[u]));
+                dp_collective(r, COLL_REDUCE_SCATTER, buf, buf + lo * r->x, U->shard, &r->greq[u]);
             }
             r->gkind[u] = GK_ACC_SHARD;
         } else if (!last) {  // zero 0/1, offloaded: accumulate now, reduce on the last micro-batch
@@ -501,10 +504,9 @@ void zero_bwd_end(ModelRuntime *r, int u) {
             if (comm) {
                 be->stream_synchronize(be, r->stream);
                 if (r->zero == 0)
-                    commCheck(r->comm, r->comm->iall_reduce(r->comm, buf, buf, U->padded, t, COMM_SUM, r->dpg, &r->greq[u]));
+                    dp_collective(r, COLL_ALL_REDUCE, buf, buf, U->padded, &r->greq[u]);
                 else
-                    commCheck(r->comm, r->comm->ireduce_scatter(r->comm, buf, buf + lo * r->x, U->shard, t, COMM_SUM,
-                                                                r->dpg, &r->greq[u]));
+                    dp_collective(r, COLL_REDUCE_SCATTER, buf, buf + lo * r->x, U->shard, &r->greq[u]);
             }
             r->gkind[u] = GK_SAVE;
         }

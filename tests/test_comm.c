@@ -6,6 +6,7 @@
 #include "runtime/comm_staged.h"
 #include "runtime/launch.h"
 #include "tests/comm_suite.h"
+#include "tests/comm_hier_suite.h"
 
 int main(int argc, char **argv) {
     Launch L;
@@ -35,6 +36,9 @@ int main(int argc, char **argv) {
     test_concurrent(world);
     test_concurrent(odd);
     test_errors(world);
+    // the hierarchical collectives (4 ranks: 2 x 2; 8: 4 x 2 and 2 x 4)
+    test_hier("world", world, 2);
+    test_hier("world", world, 4);
 
     // The staged backend (collectives of device memory through a host bounce buffer) over
     // the same groups, every collective's buffers in the CPU backend's device memory: the
@@ -53,6 +57,8 @@ int main(int argc, char **argv) {
     test_determinism(world, MIST_BF16);
     test_concurrent(world);  // three staged requests in flight at once, completed by test()
     test_concurrent(odd);
+    test_hier("staged world", world, 2);
+    test_hier("staged world", world, 4);
     long long calls = comm_staged_calls(C);
     check(calls > 0 && comm_staged_host_bytes(C) > 0, "staged round: %lld calls staged, bounce %zu B", calls,
           comm_staged_host_bytes(C));

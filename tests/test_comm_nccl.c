@@ -28,6 +28,7 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/launch.h"
 #include "tests/comm_suite.h"
+#include "tests/comm_hier_suite.h"
 
 #ifndef MIST_FAKE_NCCL
 #include <cuda_runtime_api.h>
@@ -463,6 +464,21 @@ int main(int argc, char **argv) {
     test_determinism(world, MIST_BF16);
     test_concurrent(world);
     test_concurrent(odd);
+    {  // the hierarchical collectives over the NCCL path, on an instance of their own (the
+       // communicators of their subgroups are not counted with the suite's below)
+        const CommBackend *suite = C;
+#ifdef MIST_FAKE_NCCL
+        long stand_in = fake_nccl_collectives();
+#endif
+        C = comm_nccl_new(mpi, dev_be);
+        test_hier("nccl world", world, 2);
+        test_hier("nccl world", world, 4);
+        comm_nccl_free(C);
+        C = suite;
+#ifdef MIST_FAKE_NCCL
+        elsewhere += (int)(fake_nccl_collectives() - stand_in);
+#endif
+    }
     test_errors(world);  // host buffers: the MPI backend's refusals pass through
 
     test_routing(mpi, world, &grid, n);
