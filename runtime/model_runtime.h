@@ -142,7 +142,10 @@ typedef struct ModelRuntime {
     MR_STAGE_ACTS(MR_ACT_FIELD)
     int dp;
     // ZeRO sharding and offloading (runtime/zero.h): units pre, block 0..L-1, post
-    int zero, dp_rank;
+    int zero, dp_rank;             // zero: the sharding code the stage runs (base/paro.h shard_code_effective)
+    int scope[3], paro_g;          // scope of W, G, O (SCOPE_*); g of the I scope (1: none)
+    struct CommGroup *paro_intra, *paro_inter;  // I scope: the g ranks of this rank's group, its dp/g peers
+    ZeroColl *wnext, *gnext;       // (num_units) the second level of a gather / reduction in flight
     double wo, go, oo;
     int num_units;                 // L + 2
     MrUnit *units;                 // (num_units)

@@ -37,6 +37,9 @@
 #define MIST_ZERO_H
 #include <stddef.h>
 #include <stdint.h>
+#include "base/dtype.h"
+#include "base/paro.h"
+#include "base/profile.h"
 #include "runtime/arena.h"
 
 struct ModelRuntime;
@@ -46,8 +49,45 @@ typedef struct {
     size_t off;     // first element in the flat (padded) layout
     size_t count;   // parameters of the unit
     size_t padded;  // count rounded up to a multiple of dp when sharded (else count)
-    size_t shard;   // padded / dp when sharded (else padded)
+    size_t shard;   // padded / dp when sharded (else padded): the G scope's block
 } MrUnit;
+
+// ---- Scopes (base/paro.h SCOPE_N / I / G; runtime/zero_levels.c has the layout)
+// Each state is stored whole (N), as the rank's piece of padded / g of the unit
+// (I: sharded inside its group of g consecutive dp ranks) or as its block of
+// padded / dp (G). ModelRuntime.scope[STATE_W / G / O] holds the stage's
+// scopes, paro_g its g (1 without an I scope). Where the layout needs them,
+// every unit is padded to a multiple of dp (g divides dp).
+struct ModelRuntime;
+size_t zero_scope_len(const struct ModelRuntime *r, int u, int scope);   // elements of unit u a scope stores
+size_t zero_scope_base(const struct ModelRuntime *r, int u, int scope);  // the unit position of the first
+struct CommGroup *zero_scope_group(const struct ModelRuntime *r, int scope);  // its replicas differ over: dp, intra, NULL
+
+// One collective between scopes, in place: kind, group, buffers, elements (per rank for
+// reduce-scatter and all-gather), dtype. send == NULL: none.
+typedef struct {
+    CollKind kind;
+    struct CommGroup *grp;
+    void *send, *recv;
+    size_t count;
+    MistDtype t;
+} ZeroColl;
+// The steps (0..2, into out) that gather unit u from scope `from` to the wider `to`
+// (from > to) in the buffer p that holds unit position `origin` (origin <= the
+// `to` scope's base) in elements of elem bytes of type t.
+int zero_gather_steps(const struct ModelRuntime *r, int u, int from, int to, char *p, size_t origin, size_t elem,
+                      MistDtype t, ZeroColl out[2]);
+// The steps that sum the full unit u in p (positions 0..padded, the runtime's dtype)
+// over dp into scope `to`'s range of p.
+int zero_reduce_steps(const struct ModelRuntime *r, int u, int to, char *p, ZeroColl out[2]);
+// A chain of n steps: the first started into *req, the second kept in *next and
+// started when the first completes (poll, or wait, which completes both).
+struct CommRequest;
+void zero_chain_start(struct ModelRuntime *r, const ZeroColl *steps, int n, struct CommRequest **req, ZeroColl *next);
+void zero_chain_poll(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
+void zero_chain_wait(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
+// n steps one after the other, blocking and flat (host buffers)
+void zero_chain_run(struct ModelRuntime *r, const ZeroColl *steps, int n);
 
 // One state split between the arenas, unit after unit.
 typedef struct {
@@ -60,9 +100,9 @@ typedef struct {
     size_t dev_elems, host_elems;
 } Store;
 
-// Elements unit u stores of a state (sharded or not, offload fraction f):
+// Elements unit u stores of a state (its scope, offload fraction f):
 // *n in all, *h of them on the host. Pure arithmetic, shared with the prediction.
-void zero_state_elems(const struct ModelRuntime *r, int sharded, double f, int u, size_t *n, size_t *h);
+void zero_state_elems(const struct ModelRuntime *r, int scope, double f, int u, size_t *n, size_t *h);
 // Persistent bytes of states and staging: device and host arena.
 void zero_predict(const struct ModelRuntime *r, size_t *device_bytes, size_t *host_bytes);
 // Carves stores and staging (mr_plan_memory), takes them for the run (mr_init_params).
