@@ -6,13 +6,6 @@
 const char *const shard_code_names[SHARD_CODES + 1] = {SHARD_CODE_TABLE(NAME) NULL};
 #undef NAME
 
-static int letter_scope(char c) { return c == 'G' ? SCOPE_G : c == 'I' ? SCOPE_I : SCOPE_N; }
-
-int shard_code_scope(int code, int state) {
-    if (code < 0 || code >= SHARD_CODES || state < 0 || state > 2) return SCOPE_N;
-    return letter_scope(shard_code_names[code][state]);
-}
-
 int shard_code_has_i(int code) {
     for (int s = 0; s < 3; s++)
         if (shard_code_scope(code, s) == SCOPE_I) return 1;

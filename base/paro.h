@@ -25,7 +25,15 @@ enum { STATE_W = 0, STATE_G = 1, STATE_O = 2 };
 extern const char *const shard_code_names[SHARD_CODES + 1];
 
 // The letter scope (SCOPE_*) of state (STATE_*) in code; SCOPE_N for a code out of range.
-int shard_code_scope(int code, int state);
+// (inline: the search evaluates it for every candidate row)
+static inline int shard_code_scope(int code, int state) {
+#define SHARD_LETTERS(c, s) s,
+    static const char letters[SHARD_CODES][4] = {SHARD_CODE_TABLE(SHARD_LETTERS)};
+#undef SHARD_LETTERS
+    if (code < 0 || code >= SHARD_CODES || state < 0 || state > 2) return SCOPE_N;
+    char c = letters[code][state];
+    return c == 'G' ? SCOPE_G : c == 'I' ? SCOPE_I : SCOPE_N;
+}
 // 1 when the code has an I scope (codes >= SHARD_ZERO_CODES)
 int shard_code_has_i(int code);
 // The code of the scopes (w, g, o), or -1 when they are not an ordering of the table.
