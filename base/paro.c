@@ -19,14 +19,6 @@ int shard_code_of(int w, int g, int o) {
     return -1;
 }
 
-static int gcd(int a, int b) {
-    while (b) {
-        int t = a % b;
-        a = b, b = t;
-    }
-    return a;
-}
-
 int shard_group_size(const StagePlan *sp, int gpus_per_node) {
     int g = sp->shard_group;
     if (g <= 0) {
@@ -34,7 +26,8 @@ int shard_group_size(const StagePlan *sp, int gpus_per_node) {
         g = gpus_per_node / tp;
     }
     if (g < 1) g = 1;
-    return sp->dp > 0 ? gcd(g, sp->dp) : 1;
+    if (sp->dp < 1) return 1;
+    return g >= sp->dp ? sp->dp : sp->dp % g ? 1 : g;
 }
 
 int shard_code_effective(int code, int g, int dp) {

@@ -40,7 +40,8 @@ int shard_code_has_i(int code);
 int shard_code_of(int w, int g, int o);
 
 // g of a stage: shard_group, or 0 = the dp ranks of one node, gpus_per_node / tp
-// (at least 1), cut to gcd(g, dp) so that the groups tile the dp ranks.
+// (at least 1); at most dp, and 1 (an I scope is then N) where it does not divide
+// dp: the groups tile the dp ranks. (The stage model computes the same rule.)
 int shard_group_size(const StagePlan *sp, int gpus_per_node);
 // The code a stage runs: its I scopes become G when the group holds every dp
 // rank (g >= dp) and N when a group is one rank (g <= 1), where the two are the

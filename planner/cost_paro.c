@@ -18,6 +18,11 @@
 // the intra and inter group shapes (nodes, GPUs per node)
 static void shapes(StageBuild *sb, Expr *in_nodes, Expr *in_gpus, Expr *x_nodes, Expr *x_gpus) {
     ExprCtx *x = sb->x;
+    if (!sb->paro_general) {  // a pattern's I scope: a group is one node's dp ranks, its peers one per node
+        *in_nodes = sb->one, *in_gpus = sb->g;
+        *x_nodes = ex_div(x, sb->s[SYM_DP], sb->g), *x_gpus = sb->one;
+        return;
+    }
     Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
     Expr dp = sb->s[SYM_DP], tp = sb->s[SYM_TP], g = sb->g;
     Expr dp_nodes = ex_min(x, dp, ex_ceil(x, ex_div(x, ex_mul(x, dp, tp), M)));
@@ -32,11 +37,18 @@ void cost_paro_scopes(StageBuild *sb, int general) {
     ExprCtx *x = sb->x;
     Expr one = sb->one, dp = sb->s[SYM_DP], tp = sb->s[SYM_TP];
     // g: shard_group, or the dp ranks of one node (gpus_per_node / tp, at least 1); at most
-    // dp (the runtime cuts it to gcd(g, dp): the same for the powers of two the meshes use)
+    // dp, and 1 where it does not divide dp (base/paro.h shard_group_size)
     int M = sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1;
     Expr node = ex_max(x, one, ex_floor(x, ex_div(x, ex_num(x, M), tp)));
     Expr sg = sb->s[SYM_SG];
-    sb->g = ex_min(x, ex_select(x, cost_ge(sb, sg, one), sg, node), dp);
+    sb->paro_general = general;
+    if (general) {
+        Expr g = ex_min(x, ex_select(x, cost_ge(sb, sg, one), sg, node), dp);
+        Expr divides = cost_ge(sb, ex_mul(x, g, ex_floor(x, ex_div(x, dp, g))), dp);  // g * floor(dp/g) = dp
+        sb->g = ex_select(x, divides, g, one);
+    } else {
+        sb->g = node;
+    }
     Expr *flag[3] = {&sb->wi, &sb->gi, &sb->oi};
     for (int k = 0; k < 3; k++) {
         Expr i = sb->s[SYM_WI + k];

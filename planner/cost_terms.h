@@ -79,6 +79,7 @@ typedef struct {
     Expr wshard, gshard, oshard;  // divisors: dp when that state is sharded, g when intra-group, else 1
     // PaRO (cost_paro.c): g of the I scope, 1 where a state's scope is I, any of them, the unit padding
     Expr g, wi, gi, oi, has_i, pad;
+    int paro_general;  // 1: any g and shard_group (else a pattern: g the node's dp ranks, 1 < g < dp)
     int has_pre, has_post;
 } StageBuild;
 
@@ -107,7 +108,10 @@ Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_el
 Expr cost_group_collective(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpus);
 // Sets sb's g, wi, gi, oi, has_i, pad and the shard divisors from the symbols; general = 1
 // (a model of every configuration): an I scope whose group holds one rank or every dp rank
-// is priced as N or G, the layout the runtime then runs (base/paro.h shard_code_effective)
+// is priced as N or G, the layout the runtime then runs (base/paro.h shard_code_effective).
+// general = 0 (a pattern's model): its I scopes hold the configurations the search gives it,
+// shard_group = 0 on meshes where 1 < g < dp and g divides dp (space_code_ok): g = M / tp,
+// one node per group, one peer per node.
 void cost_paro_scopes(StageBuild *sb, int general);
 // The dp traffic of a unit of W_full / G_full bytes (whole, per rank) in seconds: the gather
 // before each use, the gather of the first forward (after the step), the reduction of each

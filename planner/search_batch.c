@@ -118,6 +118,9 @@ int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const M
     if (search_reserve(s, (size_t)nmesh * nl) != 0) return -1;
     for (int z = 0; z < SHARD_CODES; z++) {
         if (!(s->rules.zero_mask >> z & 1)) continue;
+        int some = 0;  // a mesh the code is searched on (else no model to build)
+        for (int mi = 0; mi < nmesh && !some; mi++) some = space_code_ok(s, z, meshes[mi].dp, meshes[mi].tp);
+        if (!some) continue;
         StageModel *m = stage_model_get(s, kind, z, 0);
         if (!m) return -1;
         size_t n = 0;

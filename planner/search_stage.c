@@ -589,7 +589,9 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
         }
         int need_offload;
         rc = zero_ratio_pass(&ss, z, &need_offload);
-        if (rc || !s->rules.offload || !need_offload) continue;
+        // PaRO's codes without offload: an I scope keeps g-fold the state of G to save traffic; a
+        // stage short of memory gets it back from G scopes first (ZeRO's codes, which offload)
+        if (rc || !s->rules.offload || !need_offload || z >= SHARD_ZERO_CODES) continue;
         for (int mask = 1; mask < 16 && !rc; mask++) rc = pattern_screen(&ss, z, mask);
         // then the grid of each pattern: a least-fitting search along oo, go or wo per line, or
         // point by point for ao alone

@@ -4,7 +4,8 @@
 # how many, default 6). Each plan draws a model (GPT with a tied or untied
 # embedding and a vocabulary of 256 or 258, Llama with GQA, Llama with
 # parallel blocks, Falcon-style with one kv head), 1-4 pipeline stages of 1-4
-# layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow, ZeRO 0-3,
+# layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow, ZeRO 0-3
+# or a PaRO sharding code (shard = one of the 10, shard_group 0 or a divisor of dp),
 # any number of checkpointed blocks and offload ratios in eighths and tenths,
 # recompute none or selective;
 # G 1-6; fp32 or bf16; at most 8 ranks. Per plan, 6 steps:
@@ -30,11 +31,12 @@ COMMON="-o train.steps=6 -o train.lr=1e-3 -o train.warmup=2 -o log.interval=1 -o
 tap_diag "seed $SEED ($N plans; MIST_TEST_SEED=$SEED repeats them)"
 
 # one plan per line: name model precision tied vocab G layers global_batch, then per
-# stage layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute
+# stage layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute/shard_group (zero: 0-3 or a shard code)
 awk -v seed="$SEED" -v n="$N" 'BEGIN {
     srand(seed)
     split("gpt gpt llama llama-par falcon", models, " ")
     split("0 0 0 0.125 0.25 0.3 0.5 0.7 0.875 1", offs, " ")
+    split("NNN NNG NGG GGG NNI NII NIG III IIG IGG", codes, " ")
     for (i = 0; i < n; i++) {
         m = models[1 + int(rand() * 5)]
         prec = rand() < 0.3 ? "bf16" : "fp32"
@@ -49,10 +51,12 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
             if (ranks + dp * tp > 8 - (S - s - 1)) { dp = 1; tp = 1 }
             ranks += dp * tp; L += lay
             a = lcm; b = dp; while (b) { t = a % b; a = b; b = t }; lcm = lcm * dp / a
-            spec = spec sprintf(" %d/%d/%d/%d/%d/%s/%s/%s/%s", lay, dp, tp, int(rand() * 4), int(rand() * (lay + 1)),
+            z = rand() < 0.5 ? int(rand() * 4) : codes[1 + int(rand() * 10)]
+            sg = rand() < 0.4 ? 0 : rand() < 0.5 ? dp : (dp % 2 ? 1 : 2)  # 0: the dp ranks of one node
+            spec = spec sprintf(" %d/%d/%d/%s/%d/%s/%s/%s/%s", lay, dp, tp, z, int(rand() * (lay + 1)),
                                 offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)],
                                 offs[1 + int(rand() * 10)])
-            spec = spec (rand() < 0.4 ? "/selective" : "/none")
+            spec = spec (rand() < 0.4 ? "/selective" : "/none") "/" sg
         }
         printf "p%02d %s %s %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, L, lcm * G * (1 + int(rand() * 2)), spec
     }
@@ -73,11 +77,13 @@ while read -r id model prec tied vocab G layers gb stages; do
     [ "$prec" = bf16 ] && tol=1e-3
     s=0 nr=0 plan_args=
     for spec in $stages; do
-        IFS=/ read -r lay dp tp zero ckpt wo go oo ao recomp <<EOF
+        IFS=/ read -r lay dp tp zero ckpt wo go oo ao recomp sg <<EOF
 $spec
 EOF
         plan_args="$plan_args -o stage.$s.layers=$lay -o stage.$s.dp=$dp -o stage.$s.tp=$tp -o stage.$s.b=$((gb / (dp * G)))"
-        plan_args="$plan_args -o stage.$s.zero=$zero -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
+        case $zero in [0-3]) key=zero ;; *) key=shard ;; esac
+        plan_args="$plan_args -o stage.$s.$key=$zero -o stage.$s.shard_group=$sg"
+        plan_args="$plan_args -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
         plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao -o stage.$s.recompute=$recomp"
         s=$((s + 1)) nr=$((nr + dp * tp))
     done
@@ -106,7 +112,7 @@ EOF
     [ $rc_res -eq 0 ] || tail -3 "$W/$id.res.out" | sed 's/^/#   resumed: /'
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
         num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
-    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute:$stages), \
+    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute/g:$stages), \
 $nr ranks: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 
