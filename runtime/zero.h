@@ -14,16 +14,19 @@
 //
 // Which states are sharded (shard elements per unit, else `padded`):
 //   zero 1: optimizer (master, m, v);  zero 2: + G;  zero 3: + W.
+// More generally each state has a scope (the stage's PaRO code, base/paro.h):
+// N padded, I padded / g (inside a group of g dp ranks), G shard; the
+// "Scopes" block below and runtime/zero_levels.c have the layout.
 // Offload: of each unit's stored elements n, the last floor(f*n) live in the
 // host arena (f = wo, go, oo for W, G, and master/m/v), the rest in the device
 // arena. Compute never touches host memory: those parts are copied into
 // device staging buffers around use (h2d in, d2h out).
 //
 // Device staging (taken for the whole run, sized once):
-//   W staging when zero = 3 or wo > 0: one buffer for pre, one for post (the
+//   W staging when W is sharded (G or I) or wo > 0: one buffer for pre, one for post (the
 //     tied head reads pre's weights at the far end of the stage), a ring of 2
 //     for blocks (block i+1 is gathered while block i computes);
-//   G staging when zero >= 2 or go > 0: the same four buffers for gradients;
+//   G staging when G is sharded or go > 0: the same four buffers for gradients;
 //   gacc when go > 0: one unit's stored gradient (to add into it);
 //   opt swap when oo > 0: one unit's step range of master/m/v.
 //
