@@ -23,7 +23,6 @@
 #include <unistd.h>
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
-#include "base/paro.h"
 #include "runtime/comm_hier.h"
 #include "runtime/comm_select.h"
 #include "runtime/launch.h"
@@ -235,30 +234,6 @@ static void dp_hierarchy(Training *t) {
     if (t->root) printf("mist: data-parallel collectives %s: %s\n", t->dph ? "hierarchical" : "flat", why);
 }
 
-// The stage's plan as the runtime lays it out: shard_group resolved (0: the dp
-// ranks of one node), the same rule as the planner's (base/paro.h).
-static StagePlan stage_plan(const Training *t) {
-    StagePlan sp = t->cfg->plan.plan.stage[t->grid->stage];
-    int gpn = t->cfg->cluster.gpus_per_node > 0 ? t->cfg->cluster.gpus_per_node : 1;
-    sp.shard_group = shard_group_size(&sp, gpn);
-    return sp;
-}
-
-// A stage whose sharding has an I scope (runtime/zero_levels.c): its dp group's
-// subgroups, intra (the g consecutive dp ranks of this rank's group, ranked by
-// local index) and inter (the dp/g ranks of the same local index, by group).
-// Collective over the dp group.
-static void paro_groups(Training *t) {
-    const StagePlan sp = stage_plan(t);
-    int g = sp.shard_group, i = t->grid->dp_index;
-    t->paro[0] = t->paro[1] = NULL;
-    if (!shard_code_has_i(shard_code_effective(sp.zero, g, sp.dp))) return;
-    commCheck(t->comm, t->comm->group_split(t->comm, t->grid->dp, i / g, i, &t->paro[0]));
-    commCheck(t->comm, t->comm->group_split(t->comm, t->grid->dp, i % g, i, &t->paro[1]));
-    if (t->root) printf("mist: [stage.%d] shard = %s: groups of %d dp ranks\n", t->grid->stage,
-                        shard_code_names[sp.zero], g);
-}
-
 // The backend of this rank's device and the path of its collectives; messages
 // about both. 0, or the exit code.
 static int start_backend(Training *t) {
@@ -302,8 +277,8 @@ static int start_backend(Training *t) {
     dp_hierarchy(t);  // [cluster] collectives = hierarchical: two more (the dp group's again where flat)
     if (cfg->cluster.collectives == CLUSTER_COLL_HIER)
         ngroups += comm_hier_groups(t->dph, grid->dp, device_groups + ngroups);
-    paro_groups(t);  // an I scope: two more
-    for (int k = 0; k < 2 && t->paro[0]; k++) device_groups[ngroups++] = t->paro[k];
+    commCheck(comm, zero_scope_groups(comm, grid, cfg, t->paro));
+    for (int k = 0; k < 2 && t->paro[0]; k++) device_groups[ngroups++] = t->paro[k];  // an I scope's two
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
     commCheck(comm, comm_select_prepare(choice, device_groups, ngroups));
@@ -344,7 +319,7 @@ static int lay_out_stage(Training *t) {
     const CommBackend *comm = t->comm;
     Backend *be = t->be;
     ModelRuntime *r = &t->model;
-    const StagePlan resolved = stage_plan(t), *sp = &resolved;
+    const StagePlan resolved = zero_stage_plan(grid, cfg), *sp = &resolved;
     int G = t->G, tp = t->tp, S = t->S;
     char err[1024] = "";
     int rc;
@@ -854,8 +829,7 @@ static int close_training(Training *t) {
     pipe_free(&t->pipe);
     trace_measure_free(&t->trace);
     comm_hier_free(t->dph);  // its groups, before the comm path goes
-    for (int k = 0; k < 2; k++)
-        if (t->paro[k]) t->comm->group_free(t->comm, t->paro[k]);
+    zero_scope_groups_free(t->comm, t->paro);
     t->dph = t->model.dph = NULL;
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     mr_free(&t->model);

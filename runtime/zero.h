@@ -43,6 +43,7 @@
 #include "base/dtype.h"
 #include "base/paro.h"
 #include "base/profile.h"
+#include "base/schema.h"
 #include "runtime/arena.h"
 
 struct ModelRuntime;
@@ -91,6 +92,20 @@ void zero_chain_poll(struct ModelRuntime *r, struct CommRequest **req, ZeroColl 
 void zero_chain_wait(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
 // n steps one after the other, blocking and flat (host buffers)
 void zero_chain_run(struct ModelRuntime *r, const ZeroColl *steps, int n);
+
+// This rank's stage plan as the runtime lays it out: shard_group resolved by the
+// cluster's gpus_per_node (base/paro.h shard_group_size, the planner's rule too).
+struct Grid;
+StagePlan zero_stage_plan(const struct Grid *grid, const MistConfig *cfg);
+// Where that plan's code has an I scope (1 < g < dp): the dp group's subgroups,
+// out[0] intra (the g consecutive dp ranks of this rank's group, by local index)
+// and out[1] inter (the dp/g ranks of its local index, by group); else NULL.
+// Collective over the dp group (before the comm path prepares its groups).
+// 0, or the backend's error code.
+struct CommBackend;
+int zero_scope_groups(const struct CommBackend *c, const struct Grid *grid, const MistConfig *cfg,
+                      struct CommGroup *out[2]);
+void zero_scope_groups_free(const struct CommBackend *c, struct CommGroup *out[2]);
 
 // One state split between the arenas, unit after unit.
 typedef struct {

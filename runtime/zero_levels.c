@@ -15,9 +15,32 @@
 // Without an I scope (codes 0..3, g = 1) the G shard is block r and the moves
 // are the flat dp collectives (hierarchical across nodes with [cluster]
 // collectives = hierarchical, runtime/comm_hier.h), as ZeRO always ran them.
+#include "base/schema.h"
 #include "runtime/comm.h"
 #include "runtime/comm_hier.h"
+#include "runtime/grid.h"
 #include "runtime/model_runtime.h"
+
+StagePlan zero_stage_plan(const Grid *grid, const MistConfig *cfg) {
+    StagePlan sp = cfg->plan.plan.stage[grid->stage];
+    sp.shard_group = shard_group_size(&sp, cfg->cluster.gpus_per_node > 0 ? cfg->cluster.gpus_per_node : 1);
+    return sp;
+}
+
+int zero_scope_groups(const CommBackend *c, const Grid *grid, const MistConfig *cfg, CommGroup *out[2]) {
+    const StagePlan sp = zero_stage_plan(grid, cfg);
+    int g = sp.shard_group, i = grid->dp_index, rc;
+    out[0] = out[1] = NULL;
+    if (!shard_code_has_i(shard_code_effective(sp.zero, g, sp.dp))) return 0;
+    rc = c->group_split(c, grid->dp, i / g, i, &out[0]);
+    return rc ? rc : c->group_split(c, grid->dp, i % g, i, &out[1]);
+}
+
+void zero_scope_groups_free(const CommBackend *c, CommGroup *out[2]) {
+    for (int k = 0; k < 2; k++)
+        if (out[k]) c->group_free(c, out[k]);
+    out[0] = out[1] = NULL;
+}
 
 size_t zero_scope_len(const ModelRuntime *r, int u, int scope) {
     const MrUnit *U = &r->units[u];

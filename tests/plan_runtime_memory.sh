@@ -34,7 +34,7 @@ trap 'rm -rf "$W"' EXIT
 # name model prec dp zero ckpt G wo go oo ao layers global_batch [tp] (ranks = dp * tp,
 # b = global_batch / (dp * G); tp defaults to 1; zero: 0-3, or a PaRO shard code in groups of
 # the default shard_group, gpus_per_node / tp = 4 / tp dp ranks: at tp 2 and dp 4 groups of 2,
-# at dp 3 a group that does not divide dp, so I is N)
+# at dp 3 a group of 4 that holds every dp rank, so I is G)
 cat >"$W/matrix" <<'EOF'
 gpt-ref    gpt   fp32 1 0 0 1 0    0    0    0    2 8
 gpt-dp2    gpt   fp32 2 0 0 1 0    0    0    0    2 8

@@ -75,8 +75,6 @@ while read -r name model np shard g G off S; do
     tap_ok $? "$name: $np ranks, $S stage(s), shard=$shard shard_group=$g G=$G offload $off: losses and weights \
 within 1e-5 of 1 rank, peaks exact (runtime and planner)"
 done <"$W/matrix"
-grep -q "shard = NIG: groups of 2 dp ranks" "$W/gpt-NIG.out"
-tap_ok $? "mist-train says which groups an I scope shards over"
 
 # an I scope in groups of one rank is N, in one group of every dp rank G: the same bytes as those codes
 for pair in "NIG 1 NNG" "IIG 4 GGG"; do
