@@ -93,7 +93,8 @@ static int run_once(const CommBackend *c, CommGroup *grp, CommHier *h, int alg, 
     size_t block = count / (size_t)P;
     if (k == COLL_ALL_REDUCE)
         return alg == ALG_FLAT ? c->all_reduce(c, buf, buf, count, MIST_F32, COMM_SUM, grp)
-                               : comm_hier_all_reduce(h, buf, buf, count, MIST_F32, COMM_SUM, alg == ALG_OVERLAP);
+                               : comm_hier_all_reduce(h, buf, buf, count, MIST_F32, COMM_SUM,
+                                                      alg == ALG_OVERLAP ? COMM_HIER_AUTO : 1);
     if (k == COLL_REDUCE_SCATTER)
         return alg == ALG_FLAT ? c->reduce_scatter(c, buf, buf + (size_t)r * block, block, MIST_F32, COMM_SUM, grp)
                                : comm_hier_reduce_scatter(h, buf, buf + (size_t)r * block, block, MIST_F32, COMM_SUM);

@@ -292,3 +292,36 @@ double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double by
     double b = profile_collective_seconds(p, COLL_ALL_REDUCE, s / g, nodes, 1);
     return a + b + (K - 1) * (a > b ? a : b);
 }
+
+// cost_hier_collective_seconds with a symbolic shape (the DP group's, as in
+// cost_dp_collective): each level is ring() on its own shape; K = the chunk rule
+// clamp(floor(bytes / COST_HIER_CHUNK_BYTES), 1, COST_HIER_MAX_CHUNKS).
+Expr cost_dp_collective_hier(StageBuild *sb, CollKind kind, Expr bytes, int overlap) {
+    ExprCtx *x = sb->x;
+    Expr M = ex_num(x, sb->cfg->cluster.gpus_per_node > 0 ? sb->cfg->cluster.gpus_per_node : 1);
+    Expr stage_nodes = ex_ceil(x, ex_div(x, ex_mul(x, sb->s[SYM_DP], sb->s[SYM_TP]), M));
+    Expr nodes = ex_min(x, sb->s[SYM_DP], stage_nodes);
+    Expr gpus = ex_ceil(x, ex_div(x, sb->s[SYM_DP], nodes));
+    Expr one = sb->one, two = ex_num(x, 2);
+    Expr flat = ring(sb, kind, bytes, nodes, gpus), h;
+    if (kind == COLL_ALL_REDUCE) {
+        Expr K = one;
+        if (overlap) {
+            Expr k = ex_floor(x, ex_div(x, bytes, ex_num(x, COST_HIER_CHUNK_BYTES)));
+            K = ex_min(x, ex_max(x, k, one), ex_num(x, COST_HIER_MAX_CHUNKS));
+        }
+        Expr s = ex_div(x, bytes, K);
+        Expr a = ex_add(x, ring(sb, COLL_REDUCE_SCATTER, s, one, gpus), ring(sb, COLL_ALL_GATHER, s, one, gpus));
+        Expr b = ring(sb, COLL_ALL_REDUCE, ex_div(x, s, gpus), nodes, one);
+        h = ex_add(x, ex_add(x, a, b), ex_mul(x, ex_sub(x, K, one), ex_max(x, a, b)));
+    } else {
+        LinkFit across = profile_coll_fit(sb->hw, 2, 1);
+        Expr block = ex_div(x, bytes, ex_mul(x, nodes, gpus));
+        Expr msg = ex_mul(x, ex_add(x, ex_mul(x, block, ex_num(x, 1.0 / across.k)), ex_num(x, across.beta)),
+                          cost_gt0(sb, bytes));
+        h = ex_add(x, ex_add(x, ring(sb, kind, bytes, one, gpus), ring(sb, kind, ex_div(x, bytes, gpus), nodes, one)),
+                   msg);
+    }
+    Expr two_levels = ex_mul(x, cost_ge(sb, nodes, two), cost_ge(sb, gpus, two));
+    return ex_select(x, two_levels, h, flat);
+}

@@ -146,11 +146,13 @@ Expr overlap_expr(ExprCtx *x, const HwProfile *p, const Expr streams[STREAM_COUN
 
 
 // ---- hierarchical collectives (docs/paro.md "Hierarchical collectives"; runtime/comm_hier.h)
-// The HO-Ring pipeline's chunks for a buffer of `bytes`: one per MiB, 1 .. COST_HIER_MAX_CHUNKS
-// (the runtime chunks with this rule, so the price and the run agree)
+// The HO-Ring pipeline's chunks for a buffer of `bytes`: one per 16 MiB, 1 .. COST_HIER_MAX_CHUNKS
+// (the runtime chunks with this rule, so the price and the run agree). Each chunk pays
+// every level's latency again, so chunks stay large (benchmarks/RESULTS.md).
 #define COST_HIER_MAX_CHUNKS 8
+#define COST_HIER_CHUNK_BYTES (16.0 * 1024 * 1024)
 static inline int cost_hier_chunks(double bytes) {
-    double k = bytes / (1024.0 * 1024.0);
+    double k = bytes / COST_HIER_CHUNK_BYTES;
     return k < 1 ? 1 : k > COST_HIER_MAX_CHUNKS ? COST_HIER_MAX_CHUNKS : (int)k;
 }
 // Seconds of the hierarchical collective of `bytes` (the whole, unsharded buffer, as
@@ -163,5 +165,11 @@ static inline int cost_hier_chunks(double bytes) {
 // (profile_collective_seconds), as at run time.
 double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double bytes, int nodes, int gpus,
                                     int overlap);
+// The same as an expression of the stage's symbols, over the DP group's shape as
+// cost_dp_collective takes it (min(dp, the stage's nodes) nodes x dp/that GPUs each):
+// what the stage's DP collective costs under [cluster] collectives = hierarchical
+// (the flat ring where that shape has one node or one GPU per node). Not used by
+// schedule.c yet.
+Expr cost_dp_collective_hier(StageBuild *sb, CollKind kind, Expr bytes, int overlap);
 
 #endif

@@ -22,9 +22,14 @@
 // collective's up to fp32 reassociation (the sum is taken node first); bf16
 // adds in fp32 at each level and rounds once per level (twice in all), so it
 // may differ from the flat result by one bf16 rounding of the node's sum.
-// The calls complete before they return (they wait on their own requests);
-// reduce-scatter and all-gather are hierarchical in place only, other forms
-// run flat.
+// Reduce-scatter and all-gather are hierarchical in place only, other forms
+// run flat (on the whole group).
+//
+// Nonblocking: an operation is a list of sub-operations (backend collectives
+// and the message pair) started in list order, each once the one it needs has
+// completed; comm_hier_test / comm_hier_wait move it along (as MPI moves its
+// own nonblocking collectives only inside its calls, a caller that polls at
+// its compute boundaries overlaps the levels with its compute).
 #ifndef MIST_COMM_HIER_H
 #define MIST_COMM_HIER_H
 
@@ -43,22 +48,36 @@ int comm_hier_new(const CommBackend *c, CommGroup *group, int node, CommHier **o
 void comm_hier_free(CommHier *h);
 int comm_hier_nodes(const CommHier *h);     // n
 int comm_hier_per_node(const CommHier *h);  // g
-// The two subgroups (intra, inter) into out[0..1], or `flat` twice when h is NULL,
-// for the communicators made at start (comm_select_prepare); returns 2.
+// Its three groups (intra, inter, and its copy of the whole group) into out[0..2],
+// or `flat` three times when h is NULL, for the communicators made at start
+// (comm_select_prepare); returns 3.
 int comm_hier_groups(const CommHier *h, CommGroup *flat, CommGroup **out);
 
 // The blocking collectives, with the arguments of the flat ones (runtime/comm.h)
-// on h's group. overlap: pipeline the all-reduce in chunks (HO-Ring).
+// on h's group. chunks: the all-reduce's pipeline (HO-Ring): 0 or 1 = the levels
+// back to back, COMM_HIER_AUTO = cost_hier_chunks(bytes) (what training and
+// the price use), K > 1 = K chunks (at most COST_HIER_MAX_CHUNKS).
+#define COMM_HIER_AUTO (-1)
 int comm_hier_all_reduce(CommHier *h, const void *send, void *recv, size_t count, MistDtype t, CommOp op,
-                         int overlap);
+                         int chunks);
 int comm_hier_reduce_scatter(CommHier *h, const void *send, void *recv, size_t count, MistDtype t, CommOp op);
 int comm_hier_all_gather(CommHier *h, const void *send, void *recv, size_t count, MistDtype t);
 
-// One entry for callers that pick per run: h == NULL runs the flat nonblocking
-// collective of kind k on `group` (*req to wait on); otherwise the
-// hierarchical one (with overlap), complete on return (*req = NULL).
-// reduce-scatter: count per rank, in place at send + rank*count; all-gather:
-// count per rank; all-reduce: count in all (op COMM_SUM).
+// Starts the hierarchical collective of kind k (reduce-scatter, all-gather:
+// count per rank; all-reduce: count in all, in `chunks`): *req to finish with
+// comm_hier_wait / comm_hier_test, or NULL when it has already completed (at
+// most 32 operations are in flight per hierarchy; more complete on start).
+int comm_hier_istart(CommHier *h, CollKind k, const void *send, void *recv, size_t count, MistDtype t, CommOp op,
+                     int chunks, CommRequest **req);
+// wait / test of a request of h's (comm_hier_istart) or, for any other request
+// (h may be NULL), of backend c: one pair of calls for both.
+int comm_hier_wait(CommHier *h, const CommBackend *c, CommRequest *req);
+int comm_hier_test(CommHier *h, const CommBackend *c, CommRequest *req, int *done);
+
+// One entry for callers that pick per run: h == NULL starts the flat
+// nonblocking collective of kind k on `group`, otherwise the hierarchical one
+// (op COMM_SUM, chunks COMM_HIER_AUTO); *req (possibly NULL: done) to finish
+// with comm_hier_wait / comm_hier_test.
 int comm_hier_start(CommHier *h, const CommBackend *c, CollKind k, const void *send, void *recv, size_t count,
                     MistDtype t, CommGroup *group, CommRequest **req);
 

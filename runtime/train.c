@@ -187,7 +187,7 @@ typedef struct {
     CommChoice choice;       // where collectives of device memory run (runtime/comm_select.h)
     const CommBackend *comm; // choice.comm
     struct CommHier *dph;    // the dp group's two levels ([cluster] collectives = hierarchical), or NULL
-    CommGroup *paro[2];      // an I scope's groups of the dp group: intra (g ranks), inter (peers); or NULL
+    CommGroup *paro[4];      // an I scope's groups of the dp group (zero_scope_groups); or NULL
     ModelRuntime model;      // this rank's part of the model, its memory and state
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
     TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
@@ -223,7 +223,7 @@ typedef struct {
 // [cluster] collectives = hierarchical: the dp group's collectives in two levels
 // (runtime/comm_hier.h) where the group spans nodes of gpus_per_node consecutive
 // ranks; flat otherwise. Collective over the dp group; rank 0 says which.
-// Its two subgroups are then prepared with the others (start_backend).
+// Its three groups are then prepared with the others (start_backend).
 static void dp_hierarchy(Training *t) {
     const MistConfig *cfg = t->cfg;
     t->dph = NULL;
@@ -272,13 +272,13 @@ static int start_backend(Training *t) {
     // in the plan, and an arena that no longer fits says so at start with its size. With
     // several stages the world's too, even where dp and tp are 1: the pipeline's device
     // messages go over it and need it made (comm_nccl.h), never inside their NCCL group.
-    CommGroup *device_groups[7] = {grid->dp, grid->tp, grid->world};
+    CommGroup *device_groups[10] = {grid->dp, grid->tp, grid->world};
     int ngroups = S > 1 ? 3 : 2;
-    dp_hierarchy(t);  // [cluster] collectives = hierarchical: two more (the dp group's again where flat)
+    dp_hierarchy(t);  // [cluster] collectives = hierarchical: three more (the dp group's again where flat)
     if (cfg->cluster.collectives == CLUSTER_COLL_HIER)
         ngroups += comm_hier_groups(t->dph, grid->dp, device_groups + ngroups);
     commCheck(comm, zero_scope_groups(comm, grid, cfg, t->paro));
-    for (int k = 0; k < 2 && t->paro[0]; k++) device_groups[ngroups++] = t->paro[k];  // an I scope's two
+    for (int k = 0; k < 4 && t->paro[0]; k++) device_groups[ngroups++] = t->paro[k];  // an I scope's four
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
     commCheck(comm, comm_select_prepare(choice, device_groups, ngroups));
@@ -425,7 +425,7 @@ static int init_state(Training *t) {
     r->dpg = t->grid->dp;
     r->tpg = t->grid->tp;
     r->dph = t->dph;
-    r->paro_intra = t->paro[0], r->paro_inter = t->paro[1];
+    for (int k = 0; k < 4; k++) r->paro_grp[k] = t->paro[k];
     mr_init_params(r, tc->seed);
     int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
     if (failed_anywhere(t, failed, "[init] from")) return 1;

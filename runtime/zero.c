@@ -238,6 +238,8 @@ void zero_carve(ModelRuntime *r) {
     r->greq = calloc((size_t)nu, sizeof(CommRequest *));
     r->wnext = calloc((size_t)nu, sizeof(ZeroColl));
     r->gnext = calloc((size_t)nu, sizeof(ZeroColl));
+    r->chains = calloc(2 * (size_t)nu, sizeof(ZeroChain));
+    r->nchains = 0;
     r->due = calloc((size_t)nu, 1);
     r->need_gather = calloc((size_t)nu, 1);
     r->save_after = calloc((size_t)nu, 1);
@@ -263,7 +265,9 @@ void zero_take(ModelRuntime *r) {
 void zero_free(ModelRuntime *r) {
     store_free(&r->sw), store_free(&r->sg), store_free(&r->smaster), store_free(&r->sm), store_free(&r->sv);
     free(r->wbase), free(r->gbase), free(r->wreq), free(r->greq), free(r->wnext), free(r->gnext);
+    free(r->chains);
     r->wnext = r->gnext = NULL;
+    r->chains = NULL;
     free(r->due), free(r->need_gather), free(r->save_after), free(r->gkind), free(r->gbegun);
     r->wbase = r->gbase = NULL;
     r->wreq = r->greq = NULL;
@@ -295,9 +299,17 @@ static void wait_g(ModelRuntime *r, int u) { zero_chain_wait(r, &r->greq[u], &r-
 // lets MPI move pending collectives along (see the top of this file)
 static void poll_requests(ModelRuntime *r) {
     if (!use_comm(r)) return;
+    zero_chains_poll(r);  // second levels, in their chains' order (zero.h)
     for (int u = 0; u < r->num_units; u++) {
-        zero_chain_poll(r, &r->wreq[u], &r->wnext[u]);
-        zero_chain_poll(r, &r->greq[u], &r->gnext[u]);
+        int done = 0;
+        if (r->wreq[u] && !r->wnext[u].send) {
+            commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->wreq[u], &done));
+            if (done) r->wreq[u] = NULL;
+        }
+        if (r->greq[u] && !r->gnext[u].send) {
+            commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->greq[u], &done));
+            if (done) r->greq[u] = NULL;
+        }
     }
 }
 

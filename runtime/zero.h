@@ -85,10 +85,20 @@ int zero_gather_steps(const struct ModelRuntime *r, int u, int from, int to, cha
 // over dp into scope `to`'s range of p.
 int zero_reduce_steps(const struct ModelRuntime *r, int u, int to, char *p, ZeroColl out[2]);
 // A chain of n steps: the first started into *req, the second kept in *next and
-// started when the first completes (poll, or wait, which completes both).
+// started when the first completes (zero_chains_poll, or zero_chain_wait, which
+// completes both). Every rank must start the collectives of one group in the
+// same order, but a first level completes at different times on different
+// ranks; so second levels run on groups of their own (paro_grp[2], [3]: intra,
+// inter again) and start strictly in the order their chains started (a FIFO
+// whose head alone advances), while first levels start in program order on
+// paro_grp[0], [1]: each group sees the same sequence on every rank.
 struct CommRequest;
+typedef struct {
+    struct CommRequest **req;
+    ZeroColl *next;
+} ZeroChain;
 void zero_chain_start(struct ModelRuntime *r, const ZeroColl *steps, int n, struct CommRequest **req, ZeroColl *next);
-void zero_chain_poll(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
+void zero_chains_poll(struct ModelRuntime *r);  // at unit boundaries: starts the second levels due
 void zero_chain_wait(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
 // n steps one after the other, blocking and flat (host buffers)
 void zero_chain_run(struct ModelRuntime *r, const ZeroColl *steps, int n);
@@ -99,13 +109,14 @@ struct Grid;
 StagePlan zero_stage_plan(const struct Grid *grid, const MistConfig *cfg);
 // Where that plan's code has an I scope (1 < g < dp): the dp group's subgroups,
 // out[0] intra (the g consecutive dp ranks of this rank's group, by local index)
-// and out[1] inter (the dp/g ranks of its local index, by group); else NULL.
+// and out[1] inter (the dp/g ranks of its local index, by group), out[2], out[3]
+// the same again for second levels (zero_chain_start); else NULL.
 // Collective over the dp group (before the comm path prepares its groups).
 // 0, or the backend's error code.
 struct CommBackend;
 int zero_scope_groups(const struct CommBackend *c, const struct Grid *grid, const MistConfig *cfg,
-                      struct CommGroup *out[2]);
-void zero_scope_groups_free(const struct CommBackend *c, struct CommGroup *out[2]);
+                      struct CommGroup *out[4]);
+void zero_scope_groups_free(const struct CommBackend *c, struct CommGroup *out[4]);
 
 // One state split between the arenas, unit after unit.
 typedef struct {

@@ -15,6 +15,7 @@
 // Without an I scope (codes 0..3, g = 1) the G shard is block r and the moves
 // are the flat dp collectives (hierarchical across nodes with [cluster]
 // collectives = hierarchical, runtime/comm_hier.h), as ZeRO always ran them.
+#include <string.h>
 #include "base/schema.h"
 #include "runtime/comm.h"
 #include "runtime/comm_hier.h"
@@ -27,19 +28,20 @@ StagePlan zero_stage_plan(const Grid *grid, const MistConfig *cfg) {
     return sp;
 }
 
-int zero_scope_groups(const CommBackend *c, const Grid *grid, const MistConfig *cfg, CommGroup *out[2]) {
+int zero_scope_groups(const CommBackend *c, const Grid *grid, const MistConfig *cfg, CommGroup *out[4]) {
     const StagePlan sp = zero_stage_plan(grid, cfg);
-    int g = sp.shard_group, i = grid->dp_index, rc;
-    out[0] = out[1] = NULL;
+    int g = sp.shard_group, i = grid->dp_index, rc = 0;
+    for (int k = 0; k < 4; k++) out[k] = NULL;
     if (!shard_code_has_i(shard_code_effective(sp.zero, g, sp.dp))) return 0;
-    rc = c->group_split(c, grid->dp, i / g, i, &out[0]);
-    return rc ? rc : c->group_split(c, grid->dp, i % g, i, &out[1]);
+    for (int k = 0; k < 4 && !rc; k++) rc = c->group_split(c, grid->dp, k % 2 ? i % g : i / g, i, &out[k]);
+    return rc;
 }
 
-void zero_scope_groups_free(const CommBackend *c, CommGroup *out[2]) {
-    for (int k = 0; k < 2; k++)
+void zero_scope_groups_free(const CommBackend *c, CommGroup *out[4]) {
+    for (int k = 0; k < 4; k++) {
         if (out[k]) c->group_free(c, out[k]);
-    out[0] = out[1] = NULL;
+        out[k] = NULL;
+    }
 }
 
 size_t zero_scope_len(const ModelRuntime *r, int u, int scope) {
@@ -70,9 +72,9 @@ int zero_gather_steps(const ModelRuntime *r, int u, int from, int to, char *p, s
         out[0] = coll(COLL_ALL_GATHER, r->dpg, p, origin, elem, bG, 0, sh, t);
         return 1;
     }
-    int n = 0;
-    if (from == SCOPE_G) out[n++] = coll(COLL_ALL_GATHER, r->paro_inter, p, origin, elem, bG, bI, sh, t);
-    if (to == SCOPE_N) out[n++] = coll(COLL_ALL_GATHER, r->paro_intra, p, origin, elem, bI, 0, is, t);
+    int n = 0;  // (a step's group: paro_grp[level + 2 * its position in the chain])
+    if (from == SCOPE_G) out[n++] = coll(COLL_ALL_GATHER, r->paro_grp[1], p, origin, elem, bG, bI, sh, t);
+    if (to == SCOPE_N) out[n] = coll(COLL_ALL_GATHER, r->paro_grp[2 * n], p, origin, elem, bI, 0, is, t), n++;
     return n;
 }
 
@@ -90,13 +92,14 @@ int zero_reduce_steps(const ModelRuntime *r, int u, int to, char *p, ZeroColl ou
         out[0] = coll(COLL_REDUCE_SCATTER, r->dpg, p, 0, x, 0, bG, U->shard, t);
         return 1;
     }
-    out[0] = coll(COLL_REDUCE_SCATTER, r->paro_intra, p, 0, x, 0, bI, is, t);
-    if (to == SCOPE_I) out[1] = coll(COLL_ALL_REDUCE, r->paro_inter, p, 0, x, bI, bI, is, t);
-    else out[1] = coll(COLL_REDUCE_SCATTER, r->paro_inter, p, 0, x, bI, bG, U->shard, t);
+    out[0] = coll(COLL_REDUCE_SCATTER, r->paro_grp[0], p, 0, x, 0, bI, is, t);
+    if (to == SCOPE_I) out[1] = coll(COLL_ALL_REDUCE, r->paro_grp[3], p, 0, x, bI, bI, is, t);
+    else out[1] = coll(COLL_REDUCE_SCATTER, r->paro_grp[3], p, 0, x, bI, bG, U->shard, t);
     return 2;
 }
 
-// starts one step: the dp group's through comm_hier_start (flat, or two-level across nodes)
+// starts one step: the dp group's through comm_hier_start (flat, or two-level across nodes);
+// every request is tested and waited through comm_hier_test / _wait, which serve both kinds
 static void coll_start(ModelRuntime *r, const ZeroColl *c, CommRequest **req) {
     const CommBackend *m = r->comm;
     *req = NULL;
@@ -115,32 +118,41 @@ void zero_chain_start(ModelRuntime *r, const ZeroColl *steps, int n, CommRequest
     if (n < 1) return;
     coll_start(r, &steps[0], req);
     if (n < 2) return;
-    if (*req) *next = steps[1];  // started when the first completes (zero_chain_poll / _wait)
-    else coll_start(r, &steps[1], req);
+    *next = steps[1];
+    r->chains[r->nchains++] = (ZeroChain){req, next};
 }
 
-static void chain_next(ModelRuntime *r, CommRequest **req, ZeroColl *next) {
-    if (!next->send) return;
-    ZeroColl c = *next;
-    next->send = NULL;
-    coll_start(r, &c, req);
+// the FIFO's head: its first level done (wait = 1: waited for), its second started; 0 when
+// the first is still running (wait = 0)
+static int chain_advance(ModelRuntime *r, int wait) {
+    ZeroChain *h = &r->chains[0];
+    if (*h->req) {
+        int done = 1;
+        if (wait) commCheck(r->comm, comm_hier_wait(r->dph, r->comm, *h->req));
+        else commCheck(r->comm, comm_hier_test(r->dph, r->comm, *h->req, &done));
+        if (!done) return 0;
+        *h->req = NULL;
+    }
+    ZeroColl c = *h->next;
+    h->next->send = NULL;
+    coll_start(r, &c, h->req);
+    memmove(r->chains, r->chains + 1, (size_t)--r->nchains * sizeof *r->chains);
+    return 1;
+}
+
+void zero_chains_poll(ModelRuntime *r) {
+    while (r->nchains > 0 && chain_advance(r, 0)) {
+    }
 }
 
 void zero_chain_wait(ModelRuntime *r, CommRequest **req, ZeroColl *next) {
-    if (*req) commCheck(r->comm, r->comm->wait(r->comm, *req));
+    if (next->send) {  // its second level first: every chain before it starts its own (in order)
+        int at = 0;
+        while (at < r->nchains && r->chains[at].req != req) at++;
+        for (int k = 0; k <= at && r->nchains > 0; k++) chain_advance(r, 1);
+    }
+    if (*req) commCheck(r->comm, comm_hier_wait(r->dph, r->comm, *req));
     *req = NULL;
-    chain_next(r, req, next);
-    if (*req) commCheck(r->comm, r->comm->wait(r->comm, *req));
-    *req = NULL;
-}
-
-void zero_chain_poll(ModelRuntime *r, CommRequest **req, ZeroColl *next) {
-    int done = 0;
-    if (!*req) return;
-    commCheck(r->comm, r->comm->test(r->comm, *req, &done));
-    if (!done) return;
-    *req = NULL;
-    chain_next(r, req, next);
 }
 
 void zero_chain_run(ModelRuntime *r, const ZeroColl *steps, int n) {
@@ -155,5 +167,5 @@ void zero_chain_run(ModelRuntime *r, const ZeroColl *steps, int n) {
 }
 
 struct CommGroup *zero_scope_group(const ModelRuntime *r, int scope) {
-    return scope == SCOPE_G ? r->dpg : scope == SCOPE_I ? r->paro_intra : NULL;
+    return scope == SCOPE_G ? r->dpg : scope == SCOPE_I ? r->paro_grp[0] : NULL;
 }

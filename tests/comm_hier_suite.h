@@ -57,15 +57,15 @@ static int hclose(const void *got, const void *want, MistDtype t, CommOp op, int
     return 1;
 }
 
-// all-reduce of count elements: in place or not, overlap or not, against the flat one
-static int h_all_reduce(CommHier *h, CommGroup *g, MistDtype t, CommOp op, size_t count, int in_place, int overlap) {
+// all-reduce of count elements: in place or not, in `chunks` (comm_hier_all_reduce), against the flat one
+static int h_all_reduce(CommHier *h, CommGroup *g, MistDtype t, CommOp op, size_t count, int in_place, int chunks) {
     int n = C->group_size(C, g), r = C->group_rank(C, g);
     size_t sz = mist_dtype_size(t);
     char *send = buf_alloc(count * sz), *flat = buf_alloc(count * sz);
     char *recv = in_place ? send : buf_alloc(count * sz);
     for (size_t i = 0; i < count; i++) put(send, t, i, hval(r, i));
     int rc = C->all_reduce(C, send, flat, count, t, op, g);
-    if (!rc) rc = comm_hier_all_reduce(h, send, recv, count, t, op, overlap);
+    if (!rc) rc = comm_hier_all_reduce(h, send, recv, count, t, op, chunks);
     int same = same_everywhere(recv, count * sz);  // collective: every rank calls it
     int good = rc == 0 && same && hclose(recv, flat, t, op, n, 0, count, "all_reduce");
     if (!in_place) buf_free(recv);
@@ -108,6 +108,48 @@ static int h_all_gather(CommHier *h, CommGroup *g, MistDtype t, size_t count, in
     return good;
 }
 
+// Three operations in flight at once, finished by comm_hier_test in an order that
+// differs from rank to rank (odd ranks poll the newest first): the hierarchy starts
+// sub-operations in one global order, so every group sees the same sequence on every
+// rank. Then 40 all-reduces in flight (more than its 32 slots), waited newest first.
+static int h_in_flight(CommHier *h, CommGroup *g, MistDtype t) {
+    int n = C->group_size(C, g), r = C->group_rank(C, g), rc = 0;
+    size_t sz = mist_dtype_size(t), count = 1001, all = (size_t)n * count;
+    char *a = buf_alloc(count * sz), *aref = buf_alloc(count * sz), *b = buf_alloc(all * sz);
+    char *bcopy = buf_alloc(all * sz), *bref = buf_alloc(count * sz), *cc = buf_alloc(all * sz);
+    for (size_t i = 0; i < all; i++) put(b, t, i, hval(r, i)), put(bcopy, t, i, hval(r, i));
+    for (size_t i = 0; i < count; i++) put(a, t, i, hval(r + 3, i)), put(cc, t, (size_t)r * count + i, hval(r, i));
+    rc |= C->all_reduce(C, a, aref, count, t, COMM_SUM, g) | C->reduce_scatter(C, bcopy, bref, count, t, COMM_SUM, g);
+    CommRequest *q[3] = {NULL, NULL, NULL};
+    rc |= comm_hier_istart(h, COLL_ALL_REDUCE, a, a, count, t, COMM_SUM, 3, &q[0]);
+    rc |= comm_hier_istart(h, COLL_REDUCE_SCATTER, b, b + (size_t)r * count * sz, count, t, COMM_SUM, 1, &q[1]);
+    rc |= comm_hier_istart(h, COLL_ALL_GATHER, cc + (size_t)r * count * sz, cc, count, t, COMM_SUM, 1, &q[2]);
+    for (long spin = 0; !rc && (q[0] || q[1] || q[2]) && spin < 100000000L; spin++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            int i = r % 2 ? 2 - k : k, done = 0;
+            if (q[i]) rc |= comm_hier_test(h, C, q[i], &done);
+            if (done) q[i] = NULL;
+        }
+    int good = rc == 0 && !q[0] && !q[1] && !q[2];
+    int same = same_everywhere(a, count * sz);  // collective: every rank calls it
+    good = good && same && hclose(a, aref, t, COMM_SUM, n, 0, count, "in flight all_reduce") &&
+           hclose(b + (size_t)r * count * sz, bref, t, COMM_SUM, n, (size_t)r * count, count, "in flight reduce_scatter");
+    EXPECT_ALL(cc, t, all, hstored(t, (int)(i / count), i % count), "in flight all_gather");
+    buf_free(a), buf_free(aref), buf_free(b), buf_free(bcopy), buf_free(bref), buf_free(cc);
+    enum { MANY = 40, SMALL = 7 };
+    char *m = buf_alloc(MANY * SMALL * sz), *mref = buf_alloc(MANY * SMALL * sz);
+    CommRequest *mq[MANY];
+    for (size_t i = 0; i < MANY * SMALL; i++) put(m, t, i, hval(r, i));
+    rc = C->all_reduce(C, m, mref, MANY * SMALL, t, COMM_SUM, g);
+    for (int k = 0; k < MANY; k++)
+        rc |= comm_hier_istart(h, COLL_ALL_REDUCE, m + k * SMALL * sz, m + k * SMALL * sz, SMALL, t, COMM_SUM, 1, &mq[k]);
+    for (int k = MANY - 1; k >= 0; k--)
+        if (mq[k]) rc |= comm_hier_wait(h, C, mq[k]);
+    good = good && rc == 0 && hclose(m, mref, t, COMM_SUM, n, 0, MANY * SMALL, "40 in flight");
+    buf_free(m), buf_free(mref);
+    return good;
+}
+
 // The rounds on the world split into nodes of g ranks (nothing unless the world is
 // at least 2 nodes of g), then groups that must stay flat.
 static void test_hier(const char *name, CommGroup *world, int g) {
@@ -128,20 +170,24 @@ static void test_hier(const char *name, CommGroup *world, int g) {
             size_t c = counts[k];
             // every rank runs every collective (no short cut on a failure: the others would wait)
             ar &= h_all_reduce(h, world, t, COMM_SUM, c, k % 2, 0) & h_all_reduce(h, world, t, COMM_SUM, c, 1, 0);
-            ov &= h_all_reduce(h, world, t, COMM_SUM, c, 1, 1) & h_all_reduce(h, world, t, COMM_MAX, c, 0, 1);
+            ov &= h_all_reduce(h, world, t, COMM_SUM, c, 1, 3) & h_all_reduce(h, world, t, COMM_MAX, c, 0, 8);
             rs &= h_reduce_scatter(h, world, t, c, 1) & h_reduce_scatter(h, world, t, c, k == 1 ? 0 : 1);
             ag &= h_all_gather(h, world, t, c, 1) & h_all_gather(h, world, t, c, k == 1 ? 0 : 1);
         }
         check(ar, "%s hier %d x %d: all_reduce %s (counts 1, 7, 1001, 40003; in place and not) = flat, same bits "
               "everywhere", name, n / g, g, tn);
-        check(ov, "%s hier %d x %d: pipelined all_reduce %s (sum and max) = flat", name, n / g, g, tn);
-        // 2^20 f32 = 4 MiB: four chunks in the pipeline
+        check(ov, "%s hier %d x %d: pipelined all_reduce %s (sum in 3 chunks, max in 8) = flat", name, n / g, g, tn);
         if (t == MIST_F32)
-            check(h_all_reduce(h, world, t, COMM_SUM, ((size_t)1 << 20) + 3, 1, 1),
-                  "%s hier %d x %d: pipelined all_reduce of 2^20+3 f32 (4 chunks) = flat", name, n / g, g);
+            check(h_all_reduce(h, world, t, COMM_SUM, ((size_t)1 << 20) + 3, 1, COMM_HIER_AUTO) &
+                      h_all_reduce(h, world, t, COMM_SUM, ((size_t)1 << 20) + 3, 0, 5),
+                  "%s hier %d x %d: all_reduce of 2^20+3 f32, chunks as training takes them and in 5 = flat", name,
+                  n / g, g);
         check(rs, "%s hier %d x %d: reduce_scatter %s = flat", name, n / g, g, tn);
         check(ag, "%s hier %d x %d: all_gather %s = flat", name, n / g, g, tn);
     }
+    check(h_in_flight(h, world, MIST_F32) & h_in_flight(h, world, MIST_BF16),
+          "%s hier %d x %d: all_reduce, reduce_scatter, all_gather in flight at once, polled in another order on odd "
+          "ranks; 40 all_reduces in flight (32 slots) = flat", name, n / g, g);
     comm_hier_free(h);
     // one node, and nodes of unequal size: flat, saying why
     rc = comm_hier_new(C, world, 0, &h, why, sizeof why);

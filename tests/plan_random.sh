@@ -8,7 +8,8 @@
 # or a PaRO sharding code (shard = one of the 10, shard_group 0 or a divisor of dp),
 # any number of checkpointed blocks and offload ratios in eighths and tenths,
 # recompute none or selective;
-# G 1-6; fp32 or bf16; at most 8 ranks. Per plan, 6 steps:
+# G 1-6; fp32 or bf16; at most 8 ranks; every other plan with [cluster]
+# collectives = hierarchical on nodes of 2 ranks. Per plan, 6 steps:
 #   - the per-step losses equal the 1-rank run's of the same model within 1e-5
 #     relative in fp32 (the plans differ from it only in the summation order),
 #     1e-3 in bf16 (partial sums rounded to bf16 too);
@@ -75,6 +76,10 @@ while read -r id model prec tied vocab G layers gb stages; do
     # sum to bf16, which over these 6 steps moved the losses by up to 5e-5 (50 plans seen)
     tol=1e-5
     [ "$prec" = bf16 ] && tol=1e-3
+    # every other plan: the dp collectives in two levels over nodes of 2 ranks (docs/paro.md;
+    # flat where a stage's dp group does not span such nodes)
+    [ $(( (SEED + 1${id#p}) % 2 )) -eq 1 ] && model_args="$model_args -o cluster.collectives=hierarchical
+ -o cluster.gpus_per_node=2"
     s=0 nr=0 plan_args=
     for spec in $stages; do
         IFS=/ read -r lay dp tp zero ckpt wo go oo ao recomp sg <<EOF
@@ -110,10 +115,11 @@ EOF
     [ $rc -eq 0 ] || tail -3 "$W/$id.out" | sed 's/^/#   train: /'
     [ $rc_ref -eq 0 ] || tail -3 "$W/$id.ref.out" | sed 's/^/#   1 rank: /'
     [ $rc_res -eq 0 ] || tail -3 "$W/$id.res.out" | sed 's/^/#   resumed: /'
+    coll=$(sed -n 's/^mist: data-parallel collectives \([a-z]*\): .*/\1/p' "$W/$id.out")  # rank 0's dp group
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
         num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
     tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute/g:$stages), \
-$nr ranks: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
+$nr ranks, ${coll:-flat} dp collectives: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 
 # Random searches (MIST_RANDOM_SEARCHES, default 3): mist-plan searches a random small cluster (1-2

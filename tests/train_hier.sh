@@ -7,7 +7,8 @@
 # tests/train_zero.sh), ZeRO-2 on 4 ranks (2 nodes x 2) within 1e-5 of the
 # flat run, arena peaks exact; a dp group that does not span nodes with equal
 # ranks stays flat and says why; through the NCCL stand-in the hierarchical run
-# equals the plain flat one, its subgroups' communicators made at start; a
+# equals the plain flat one, its subgroups' communicators made at start; staged
+# through host memory it equals the plain hierarchical run to the bit; a
 # checkpoint written hierarchically resumes flat at dp=2.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib_train.sh"  # run, losses, loss_diff, within, peaks
@@ -70,6 +71,18 @@ used=$(sed -n 's/^mist: NCCL collectives on rank 0: .*, on \([0-9]*\) communicat
     grep -q "collectives hierarchical: 2 nodes x 2 ranks" "$W/h-nccl.out"
 tap_ok $? "through the NCCL stand-in: hierarchical ZeRO-2 = plain flat (losses $d), ${calls:-0} NCCL collectives on ${used:-?} communicators (${made:-?} made at start)"
 [ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/h-nccl.out")"
+
+# staged through host memory (runtime/comm_staged.h): the hierarchical run's losses to the bit
+# (a staged call runs the inner backend's same call on the same counts), with staged calls
+# shellcheck disable=SC2086
+MIST_COMM_STAGED=1 run "$GPT" 4 h-staged $HIER -o cluster.gpus_per_node=2 -o stage.0.dp=4 -o stage.0.b=2 -o stage.0.zero=2
+rc=$?
+calls=$(sed -n 's/^mist: staged collectives on rank 0: \([0-9]*\),.*/\1/p' "$W/h-staged.out")
+losses "$W/h-z2.jsonl" >"$W/a"; losses "$W/h-staged.jsonl" >"$W/b"
+[ $rc -eq 0 ] && [ -s "$W/a" ] && cmp -s "$W/a" "$W/b" && [ "${calls:-0}" -gt 0 ] &&
+    grep -q "collectives hierarchical: 2 nodes x 2 ranks" "$W/h-staged.out"
+tap_ok $? "staged through host memory: hierarchical ZeRO-2 = the plain hierarchical run to the bit, ${calls:-0} staged calls on rank 0"
+[ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/h-staged.out")"
 
 # a checkpoint written hierarchically at dp=4 zero=2 resumes flat at dp=2 zero=1
 SPLIT="-o checkpoint.interval=10 -o checkpoint.keep=10"
