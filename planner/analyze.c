@@ -143,7 +143,8 @@ const char *analysis_seconds_text(double s, char *buf, size_t len) {
 
 static const char *zero_name(int z) {
     static const char *names[] = {"0 (DP)", "1 (opt)", "2 (+grad)", "3 (+weight)"};
-    return z >= 0 && z <= 3 ? names[z] : "?";
+    if (z >= 0 && z <= 3) return names[z];
+    return z < SHARD_CODES ? shard_code_names[z] : "?";  // PaRO's codes by their scopes (base/paro.h)
 }
 
 void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) {
