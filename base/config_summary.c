@@ -43,6 +43,9 @@ void config_print_summary(const MistConfig *cfg, FILE *f) {
     }
     fprintf(f, "  plan       fixed%s%s: G %d, %d stage(s), %d ranks\n", cfg->plan.file[0] ? " from " : "",
             cfg->plan.file, p->G, p->num_stages, plan_world_size(p));
+    if (plan_virtual(p) > 1)
+        fprintf(f, "  interleaved: virtual %d, the stages are chunks on %d pipeline ranks (chunk c on rank c mod %d)\n",
+                plan_virtual(p), plan_pipeline_size(p), plan_pipeline_size(p));
     plan_print_stages(p, f);
 }
 

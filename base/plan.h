@@ -47,10 +47,15 @@ static inline int plan_virtual(const Plan *p) { return p->virtual_chunks > 1 ? p
 // would)
 #define MIST_MAX_RANKS (1 << 20)
 
-// ranks a plan needs: sum over stages of dp*tp (a validated plan: <= MIST_MAX_RANKS)
+// pipeline ranks P: the stages, or with virtual = v the chunks / v (chunk c runs on
+// pipeline rank c mod P, so chunks c and c + P share their ranks)
+static inline int plan_pipeline_size(const Plan *p) { return p->num_stages / plan_virtual(p); }
+
+// ranks a plan needs: sum of dp*tp over the first P stages (chunks), each
+// pipeline rank's mesh once (a validated plan: <= MIST_MAX_RANKS)
 static inline int plan_world_size(const Plan *p) {
     int n = 0;
-    for (int i = 0; i < p->num_stages; i++) n += p->stage[i].dp * p->stage[i].tp;
+    for (int i = 0; i < plan_pipeline_size(p); i++) n += p->stage[i].dp * p->stage[i].tp;
     return n;
 }
 

@@ -97,6 +97,43 @@ int stage_plan_equal(const StagePlan *a, const StagePlan *b) {
 
 // ---------------------------------------------------------------- checks
 
+// [plan] virtual = v > 1 (interleaved 1F1B, docs/pipeline.md): the stages are
+// P * v model chunks, chunk c on pipeline rank c mod P. The chunks of one rank
+// share its ranks, so their meshes and micro-batches must agree; the order
+// sends groups of P micro-batches through a rank's chunks, so G is a multiple
+// of P; and a chunk's successor must be on another rank (P >= 2).
+static int plan_check_virtual(Loader *ld, const Plan *p) {
+    int v = plan_virtual(p), P = plan_pipeline_size(p);
+    if (v == 1) return 0;
+    int v_origin = ld ? loader_origin(ld, "plan", "virtual") : 0;
+    if (p->num_stages % v)
+        return loader_fail(ld, v_origin, "[plan] virtual = %d: stages = %d is not a multiple of it; allowed: stages = "
+                           "P * virtual (one [stage.N] per model chunk, P pipeline ranks). Hint: set stages to %d or %d, "
+                           "or virtual to a divisor of %d", v, p->num_stages, p->num_stages / v * v,
+                           (p->num_stages / v + 1) * v, p->num_stages);
+    if (P < 2)
+        return loader_fail(ld, v_origin, "[plan] virtual = %d with stages = %d: one pipeline rank; allowed: virtual "
+                           "> 1 only with stages >= 2 * virtual (at least 2 pipeline ranks). Hint: set virtual = 1",
+                           v, p->num_stages);
+    for (int c = P; c < p->num_stages; c++) {
+        const StagePlan *a = &p->stage[c], *o = &p->stage[c % P];
+        const char *key = a->dp != o->dp ? "dp" : a->tp != o->tp ? "tp" : a->b != o->b ? "b" : NULL;
+        if (!key) continue;
+        int mine = key[0] == 'd' ? a->dp : key[0] == 't' ? a->tp : a->b;
+        int theirs = key[0] == 'd' ? o->dp : key[0] == 't' ? o->tp : o->b;
+        return loader_fail(ld, loader_stage_origin(ld, c, key), "[stage.%d] %s = %d but [stage.%d] %s = %d: with "
+                           "[plan] virtual = %d both chunks run on pipeline rank %d (chunk c on rank c mod %d); allowed: "
+                           "the same dp, tp and b in the chunks of one rank. Hint: set [stage.%d] %s = %d",
+                           c, key, mine, c % P, key, theirs, v, c % P, P, c, key, theirs);
+    }
+    if (p->G % P)
+        return loader_fail(ld, ld ? loader_origin(ld, "plan", "G") : 0, "[plan] G = %d: the interleaved schedule "
+                           "(virtual = %d) needs G a multiple of the %d pipeline ranks; allowed: G = %d, %d, ... Hint: "
+                           "set G = %d (and b so that b * dp * G = global_batch), or virtual = 1",
+                           p->G, v, P, P, 2 * P, (p->G / P + 1) * P);
+    return 0;
+}
+
 // The shared plan checks. ld may be NULL (plan_validate): then messages start with `where`.
 int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_batch, int world_size) {
     int G_origin = ld ? loader_origin(ld, "plan", "G") : 0;
@@ -118,6 +155,17 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
                                "a divisor of %d. Hint: each TP rank holds ffn_hidden/tp MLP columns",
                                s, st->tp, m->ffn_hidden, m->ffn_hidden);
         // vocab needs no check: a vocab-parallel embedding / LM head pads V up to a multiple of tp
+        // sequence parallelism shards the b*seq_len rows over the tp group; at tp = 1 it
+        // would do nothing, which a plan asking for it did not mean: refused
+        if (st->sp && st->tp < 2)
+            return loader_fail(ld, loader_stage_origin(ld, s, "sp"),
+                               "[stage.%d] sp = 1 with tp = 1: sequence parallelism shards over the tp group; "
+                               "allowed: sp = 1 only with tp >= 2. Hint: set sp = 0, or tp >= 2", s);
+        if (st->sp && ((int64_t)st->b * m->seq_len) % st->tp)
+            return loader_fail(ld, loader_stage_origin(ld, s, "sp"),
+                               "[stage.%d] sp = 1: b * seq_len = %d * %d rows do not split over tp = %d; allowed: "
+                               "tp dividing b * seq_len. Hint: each tp rank holds b*seq_len/tp rows", s, st->b,
+                               m->seq_len, st->tp);
         if (st->ckpt > st->layers)
             return loader_fail(ld, loader_stage_origin(ld, s, "ckpt"),
                                "[stage.%d] ckpt = %d: more than the stage's %d layers; "
@@ -163,8 +211,10 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
             "[stage.%d] layers = %d: the stages' layers add up to %d, but [model] layers = %d; allowed: "
             "the [stage.N] layers must sum to the model's layers. Hint: adjust the layers of one stage by %d",
             p->num_stages - 1, p->num_stages ? p->stage[p->num_stages - 1].layers : 0, sum, m->layers, m->layers - sum);
+    int vrc = plan_check_virtual(ld, p);
+    if (vrc) return vrc;
     int64_t wide = 0;  // in 64 bits: the int sum of plan_world_size could overflow here
-    for (int s = 0; s < p->num_stages; s++) wide += (int64_t)p->stage[s].dp * p->stage[s].tp;
+    for (int s = 0; s < plan_pipeline_size(p); s++) wide += (int64_t)p->stage[s].dp * p->stage[s].tp;
     if (wide > MIST_MAX_RANKS)
         return loader_fail(ld, ld ? loader_origin(ld, "plan", "stages") : 0,
                            "[plan] stages = %d: the plan needs %lld ranks (sum "
@@ -237,10 +287,10 @@ static int load_plan_file(Plan *plan, const char *path, const ModelConfig *m, in
         const KeySpec *ks = &config_keys[k];
         if (ld.key_origin[k] <= 0) continue;
         int plan_key = !strcmp(ks->section, "plan") && (!strcmp(ks->name, "G") || !strcmp(ks->name, "stages") ||
-                                                        !strcmp(ks->name, "mode"));
+                                                        !strcmp(ks->name, "mode") || !strcmp(ks->name, "virtual"));
         if (!plan_key && strcmp(ks->section, "stage"))  // anything else would be silently ignored
             return loader_fail(&ld, ld.key_origin[k],
-                               "[%s] %s: a plan file holds only [plan] G, stages (and mode = fixed) "
+                               "[%s] %s: a plan file holds only [plan] G, stages, virtual (and mode = fixed) "
                                "and [stage.N]; allowed: those keys. Hint: move it to the main configuration",
                                ks->section, ks->name);
     }
@@ -286,6 +336,7 @@ int plan_validate(const Plan *plan, const ModelConfig *m, int64_t global_batch, 
 
 void plan_write_ini(const Plan *plan, FILE *f) {
     fprintf(f, "[plan]\nmode = fixed\nG = %d\nstages = %d\n", plan->G, plan->num_stages);
+    if (plan_virtual(plan) > 1) fprintf(f, "virtual = %d\n", plan_virtual(plan));  // interleaved: stages are chunks
     for (int s = 0; s < plan->num_stages; s++) {
         fprintf(f, "\n[stage.%d]\n", s);
         for (int i = 0; i < config_num_keys; i++) {

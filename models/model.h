@@ -52,6 +52,11 @@
 //     d_qkv X(N,QKV/tp), d_act X(N,F/tp), d_fc X(N,FC/tp)      (backward)
 //     d_ln_mlp X(N,C) (parallel block only): the MLP branch's dL/dln1, summed
 //     with the attention branch's before their one all-reduce
+//   Sequence parallelism (model_acts_sp, sp = 1): x, ln1, mid, ln2 and their
+//   statistics are sequence-sharded (N/tp rows per rank: ActSpec.seq), and two
+//   tensors exist only then: ln_full X(N,C) (the all-gathered norm output the
+//   column-parallel matmuls read; forward scratch and backward workspace) and
+//   d_norm X(k*C) (the norm parameters' partial gradients, summed over tp)
 //   POST saved: x X(N,C) (the last block's output), lnf X(N,C), lnf_mean f32(N)
 //     (LayerNorm), lnf_rstd f32(N), logits X(N,Vp/tp), losses f32(N). The
 //     cross-entropy runs fused with its gradient and overwrites logits in place.
@@ -96,11 +101,20 @@ typedef struct {
     int ckpt_saved;  // kept when it is checkpointed (the block input)
     int sel_recompute;  // saved, but under [stage.N] recompute = selective a block that is not
                         // checkpointed recomputes it in backward (att, lse: one attention forward)
+    int seq;         // sequence-sharded under sequence parallelism (N/tp rows per rank)
 } ActSpec;
 
 // activation tensors of one block / pre / post for micro-batch b, sequence s,
 // tp degree (see the list above); returns the count, -1 on error
 int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, ActSpec *out, int max);
+// The same under sequence parallelism when sp = 1 (tp > 1, tp dividing b*s):
+// the sequence-sharded tensors hold N/tp rows, and two more are listed with
+// their sizes (0 otherwise): ln_full X(N,C), the all-gathered norm output the
+// column-parallel matmuls read (forward and backward), and d_norm X(k*C), the
+// norm weights' (and biases') partial gradients summed over tp once per block
+// (k = 1 or 2 norms times weight [+ bias]). sp = 0 is model_acts; -1 when
+// sp = 1 and tp < 2 or tp does not divide b*s.
+int model_acts_sp(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, int sp, ActSpec *out, int max);
 
 // Most tensors one part lists (sizes for callers' arrays).
 #define MODEL_MAX_PARAMS 16

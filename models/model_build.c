@@ -83,6 +83,20 @@ static void add_tensor(Shapes *z, const char *name, Expr elems, int f32, int sav
     t->ckpt_saved = ckpt_saved;
     t->scratch_fwd = scratch_fwd;
     t->scratch_bwd = scratch_bwd;
+    t->elems_sp = elems;
+}
+
+// Sequence parallelism (models/model.h model_acts_sp): the last tensor added
+// holds N/tp of its rows per rank (tp divides N = b*s: checked by the plan)
+static void last_seq(Shapes *z) {
+    ModelTensor *t = &z->o->tensor[z->o->n_tensors - 1];
+    t->seq = 1;
+    t->elems_sp = ex_div(z->x, t->elems, z->o->tp);
+}
+// a tensor only sequence parallelism has: 0 elements without it
+static void add_sp_tensor(Shapes *z, const char *name, Expr elems_sp, int scratch_fwd, int scratch_bwd) {
+    add_tensor(z, name, num(z, 0), 0, 0, 0, scratch_fwd, scratch_bwd);
+    z->o->tensor[z->o->n_tensors - 1].elems_sp = elems_sp;
 }
 
 // all-reduce payload of one (N,C) storage tensor, 0 when tp = 1
@@ -277,10 +291,10 @@ static void build_block(Shapes *z) {
 
     // activations (models/model.h lists them with their meaning)
     Expr nc = mul(z, N, C);
-    add_tensor(z, "x", nc, 0, 1, 1, 0, 0);
-    add_tensor(z, "ln1", nc, 0, 1, 0, 0, 0);
-    if (ln) add_tensor(z, "ln1_mean", N, 1, 1, 0, 0, 0);
-    add_tensor(z, "ln1_rstd", N, 1, 1, 0, 0, 0);
+    add_tensor(z, "x", nc, 0, 1, 1, 0, 0), last_seq(z);
+    add_tensor(z, "ln1", nc, 0, 1, 0, 0, 0), last_seq(z);
+    if (ln) add_tensor(z, "ln1_mean", N, 1, 1, 0, 0, 0), last_seq(z);
+    add_tensor(z, "ln1_rstd", N, 1, 1, 0, 0, 0), last_seq(z);
     add_tensor(z, "qkv", mul(z, N, z->qkv_tp), 0, 1, 0, 0, 0);
     add_tensor(z, "att", mul(z, N, z->att_tp), 0, 1, 0, 0, 0);
     add_tensor(z, "lse", mul3(z, z->o->b, z->a_tp, z->o->s), 1, 1, 0, 0, 0);
@@ -288,10 +302,10 @@ static void build_block(Shapes *z) {
     // ones a block not checkpointed recomputes from qkv by one attention forward
     z->o->tensor[z->o->n_tensors - 2].sel_recompute = z->o->tensor[z->o->n_tensors - 1].sel_recompute = 1;
     if (!parallel) {
-        add_tensor(z, "mid", nc, 0, 1, 0, 0, 0);
-        add_tensor(z, "ln2", nc, 0, 1, 0, 0, 0);
-        if (ln) add_tensor(z, "ln2_mean", N, 1, 1, 0, 0, 0);
-        add_tensor(z, "ln2_rstd", N, 1, 1, 0, 0, 0);
+        add_tensor(z, "mid", nc, 0, 1, 0, 0, 0), last_seq(z);
+        add_tensor(z, "ln2", nc, 0, 1, 0, 0, 0), last_seq(z);
+        if (ln) add_tensor(z, "ln2_mean", N, 1, 1, 0, 0, 0), last_seq(z);
+        add_tensor(z, "ln2_rstd", N, 1, 1, 0, 0, 0), last_seq(z);
     }
     add_tensor(z, "fc", mul(z, N, z->fc_tp), 0, 1, 0, 0, 0);
     add_tensor(z, "act", mul(z, N, z->f_tp), 0, 1, 0, 0, 0);
@@ -304,6 +318,11 @@ static void build_block(Shapes *z) {
     add_tensor(z, "d_fc", mul(z, N, z->fc_tp), 0, 0, 0, 0, 1);
     // parallel: the MLP branch's dL/dln1, added to the attention's before their one all-reduce
     if (parallel) add_tensor(z, "d_ln_mlp", nc, 0, 0, 0, 0, 1);
+    // sequence parallelism: the all-gathered norm output (N,C) the column-parallel
+    // matmuls read, in forward and again in backward (re-gathered, not kept),
+    // and the norm parameters' partial gradients of the rank's rows, summed over tp
+    add_sp_tensor(z, "ln_full", nc, 1, 1);
+    add_sp_tensor(z, "d_norm", scale(z, (double)((ln ? 2 : 1) * (parallel ? 1 : 2)), C), 0, 1);
 }
 
 static void build_post(Shapes *z) {

@@ -51,6 +51,13 @@ int64_t model_param_count(const ModelConfig *m) {
 }
 
 int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, ActSpec *out, int max) {
+    return model_acts_sp(m, part, b, s, tp, 0, out, max);
+}
+
+int model_acts_sp(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int tp, int sp, ActSpec *out, int max) {
+    // sp needs tp >= 2 dividing b*s: -1 without a message (the planner asks at every
+    // tp level, tp = 1 included; the plan checks tell the user)
+    if (sp && (tp < 2 || (b * s) % tp)) return -1;
     if (b <= 0 || s <= 0 || tp <= 0) {
         fprintf(stderr, "models/model_concrete.c: model_acts: b=%lld s=%lld tp=%d must be positive\n", (long long)b,
                 (long long)s, tp);
@@ -76,7 +83,8 @@ int model_acts(const ModelConfig *m, ModelPart part, int64_t b, int64_t s, int t
         ActSpec *a = &out[n++];
         memset(a, 0, sizeof *a);
         snprintf(a->name, sizeof a->name, "%s", t->name);
-        a->elems = (int64_t)expr_eval(cx, t->elems, vals);
+        a->elems = (int64_t)expr_eval(cx, sp ? t->elems_sp : t->elems, vals);
+        a->seq = t->seq;
         a->f32 = t->f32;
         a->saved = t->saved;
         a->ckpt_saved = t->ckpt_saved;

@@ -67,6 +67,13 @@ typedef struct {
     int scratch_fwd;    // part of the forward working set (not saved)
     int scratch_bwd;    // part of the backward working set (not saved)
     int sel_recompute;  // [stage.N] recompute = selective: not kept, recomputed from qkv in backward
+    // under sequence parallelism ([stage.N] sp = 1, tp > 1): the elements per
+    // rank. A sequence-sharded tensor (the residual stream's rows outside the
+    // tp matmuls: x, the norms' outputs and statistics, mid) holds N/tp of the
+    // N = b*s rows; the tensors only sp needs (the gathered norm output, the
+    // norm weights' partial gradients) are 0 in `elems`
+    Expr elems_sp;
+    int seq;            // sequence-sharded under sp
 } ModelTensor;
 
 typedef struct {

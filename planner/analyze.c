@@ -5,11 +5,37 @@
 #include "models/model.h"
 #include "models/model_flops.h"
 #include "planner/analyze.h"
+#include "planner/interleave.h"
 
 int64_t host_capacity_per_rank(const MistConfig *cfg, const HwProfile *hw, int ranks_per_node) {
     int64_t node = cfg->cluster.host_memory > 0 ? cfg->cluster.host_memory : hw->host_memory_bytes;
     if (node <= 0) return 0;
     return node / (ranks_per_node > 0 ? ranks_per_node : 1);
+}
+
+// Interleaved: each pipeline rank holds its v chunks at once, every chunk with
+// its own activation slots for the micro-batches it holds at its own peak
+// (p + 1 of them, stage_p_interleaved) and its own buffers, so a rank's device
+// peak is the sum over its chunks of max(peak fwd, peak bwd), its host bytes
+// the sum of theirs; the rank fits when both sums do, and then each of its
+// chunks is marked as the rank is.
+static void analyze_ranks(PlanAnalysis *a) {
+    int P = a->pipeline_ranks;
+    a->all_fit = 1;
+    a->first_bad = -1;
+    for (int r = 0; r < P; r++) {
+        int64_t dev = 0, host = 0;
+        for (int c = r; c < a->num_stages; c += P) dev += a->stage[c].peak, host += a->stage[c].host;
+        a->rank_peak[r] = dev, a->rank_host[r] = host;
+        int64_t short_dev = dev > a->capacity ? dev - a->capacity : 0;
+        int64_t short_host = a->host_capacity > 0 && host > a->host_capacity ? host - a->host_capacity : 0;
+        for (int c = r; c < a->num_stages; c += P) {
+            StageAnalysis *st = &a->stage[c];
+            st->shortfall = short_dev, st->host_shortfall = short_host;
+            st->fits = !short_dev && !short_host;
+        }
+        if ((short_dev || short_host) && a->all_fit) a->all_fit = 0, a->first_bad = r;
+    }
 }
 
 int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
@@ -59,6 +85,13 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
     }
     a->num_stages = S;
     a->G = plan->G;
+    a->virtual_chunks = plan_virtual(plan);
+    a->pipeline_ranks = plan_pipeline_size(plan);
+    if (a->virtual_chunks > 1 && (S % a->virtual_chunks || a->pipeline_ranks < 2 || plan->G % a->pipeline_ranks)) {
+        snprintf(err, errlen, "plan: virtual = %d with %d stages and G = %d (allowed: stages a multiple of virtual, "
+                 "at least 2 pipeline ranks, G a multiple of stages / virtual)", a->virtual_chunks, S, plan->G);
+        return -1;
+    }
     a->world = plan_world_size(plan);
     a->params_total = model_param_count(m);
     a->capacity = cfg->cluster.device_memory > 0 ? cfg->cluster.device_memory : profile_capacity_bytes(hw);
@@ -90,6 +123,7 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
         st->first_layer = plan_first_layer(plan, i);
         st->last_layer = st->first_layer + st->sp.layers - 1;
         st->p = S - i - 1 < plan->G - 1 ? S - i - 1 : plan->G - 1;
+        if (plan_virtual(plan) > 1) st->p = stage_p_interleaved(i, plan_pipeline_size(plan), plan_virtual(plan), plan->G);
         StageConfig c = {st->sp, plan->G, st->p};
         stage_eval_scalar(&models[has_pre][has_post], &c, st->out);
         double peak = fmax(st->out[ST_PEAK_FWD], st->out[ST_PEAK_BWD]);
@@ -110,6 +144,10 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
         for (int v = 0; v < 2; v++)
             if (built[u][v]) stage_model_free(&models[u][v]);
     a->iteration_seconds = pipeline_1f1b_seconds(S, plan->G, t, d);
+    if (plan_virtual(plan) > 1) {
+        a->iteration_seconds = pipeline_interleaved_seconds(a->pipeline_ranks, a->virtual_chunks, plan->G, t, d);
+        analyze_ranks(a);
+    }
     a->model_flops = model_flops_per_iteration(cfg);
     a->peak_flops = hw->peak_flops[compute_dtype_of(cfg)];
     double tokens = (double)cfg->train.global_batch * m->seq_len;
@@ -145,6 +183,31 @@ static const char *zero_name(int z) {
     static const char *names[] = {"0 (DP)", "1 (opt)", "2 (+grad)", "3 (+weight)"};
     if (z >= 0 && z <= 3) return names[z];
     return z < SHARD_CODES ? shard_code_names[z] : "?";  // PaRO's codes by their scopes (base/paro.h)
+}
+
+// Interleaved plans: what each pipeline rank holds together (analyze_ranks).
+static void analysis_print_ranks(const PlanAnalysis *a, FILE *f) {
+    char b1[32], b2[32], b3[32];
+    int P = a->pipeline_ranks;
+    fprintf(f, "\ninterleaved 1F1B: virtual = %d, %d pipeline ranks, chunk c (a stage above) on rank c mod %d; "
+               "a rank's peak = the sum of its chunks' peaks:\n", a->virtual_chunks, P, P);
+    for (int r = 0; r < P; r++) {
+        char chunks[128];
+        size_t at = 0;
+        for (int c = r; c < a->num_stages && at + 8 < sizeof chunks; c += P)
+            at += (size_t)snprintf(chunks + at, sizeof chunks - at, "%s%d", c == r ? "" : " ", c);
+        const StageAnalysis *s = &a->stage[r];
+        fprintf(f, "  rank %d: chunks %s, peak %s, host %s, fits %s\n", r, chunks,
+                human((double)a->rank_peak[r], b1, sizeof b1), human((double)a->rank_host[r], b2, sizeof b2),
+                s->fits ? "yes" : "NO");
+        if (s->shortfall)
+            fprintf(f, "  rank %d does not fit: peak %lld bytes > capacity %lld bytes, short by %lld bytes (%s)\n", r,
+                    (long long)a->rank_peak[r], (long long)a->capacity, (long long)s->shortfall,
+                    human((double)s->shortfall, b3, sizeof b3));
+        if (s->host_shortfall)
+            fprintf(f, "  rank %d does not fit the host: %lld bytes > %lld bytes per rank\n", r,
+                    (long long)a->rank_host[r], (long long)a->host_capacity);
+    }
 }
 
 void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) {
@@ -194,13 +257,14 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if (s->out[ST_LOGITS] > 0) fprintf(f, ", logits+loss %s", human(s->out[ST_LOGITS], b1, sizeof b1));
         fprintf(f, ", host %s\n", human(s->out[ST_HOST], b1, sizeof b1));
     }
+    if (a->virtual_chunks > 1) analysis_print_ranks(a, f);
     fprintf(f, "\niteration: %s, %.0f tokens/s\n", analysis_seconds_text(a->iteration_seconds, b1, sizeof b1), a->tokens_per_second);
     // HFU counts what the kernels execute: recompute in, the causal half of the score matrix
     // only, so without checkpointing it is a little below MFU (Megatron's full s^2)
     fprintf(f, "model FLOPs per iteration: %.4g (MFU %.1f%%; HFU %.1f%%: executed FLOPs, recompute in, causal attention "
                "halved; of %.4g FLOP/s peak per device)\n",
             a->model_flops, 100 * a->mfu, 100 * a->hfu, a->peak_flops);
-    for (int i = 0; i < a->num_stages; i++) {
+    for (int i = 0; i < (a->virtual_chunks > 1 ? 0 : a->num_stages); i++) {  // interleaved: per rank above
         const StageAnalysis *s = &a->stage[i];
         if (s->shortfall)
             fprintf(f, "stage %d does not fit: peak %lld bytes > capacity %lld bytes, short by %lld bytes (%s)\n", i,
@@ -239,6 +303,7 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, "\"recompute\": \"%s\", ", s->sp.recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
         fprintf(f, "\"offload\": {\"wo\": %.17g, \"go\": %.17g, \"oo\": %.17g, \"ao\": %.17g}, \"p\": %d, ", s->sp.wo,
                 s->sp.go, s->sp.oo, s->sp.ao, s->p);
+        fprintf(f, "\"sp\": %d, ", s->sp.sp);  // sequence parallelism
         fprintf(f, "\"t_stable_seconds\": %.17g, \"t_delta_seconds\": %.17g, ", o[ST_T], o[ST_D]);
         fprintf(f, "\"fwd_first_seconds\": %.17g, \"fwd_other_seconds\": %.17g, \"bwd_last_seconds\": %.17g, "
                    "\"bwd_other_seconds\": %.17g, ",
@@ -256,7 +321,15 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
                 bytes_int(o[ST_BUFFERS_BWD]), bytes_int(o[ST_TRANSIENT_FWD]), bytes_int(o[ST_TRANSIENT_BWD]),
                 bytes_int(o[ST_LOGITS]), bytes_int(o[ST_HOST]));
     }
-    fprintf(f, "], \"fallbacks\": ");  // the op table's uncovered shapes (optable_report.h)
+    fprintf(f, "]");
+    if (a->virtual_chunks > 1) {  // interleaved: the stages are chunks; what each pipeline rank holds
+        fprintf(f, ", \"virtual\": %d, \"pipeline_ranks\": [", a->virtual_chunks);
+        for (int r = 0; r < a->pipeline_ranks; r++)
+            fprintf(f, "%s{\"peak_bytes\": %lld, \"host_bytes\": %lld, \"fits\": %s}", r ? ", " : "",
+                    (long long)a->rank_peak[r], (long long)a->rank_host[r], a->stage[r].fits ? "true" : "false");
+        fprintf(f, "]");
+    }
+    fprintf(f, ", \"fallbacks\": ");  // the op table's uncovered shapes (optable_report.h)
     optable_misses_print_json(&a->table_misses, f);
     fprintf(f, "}\n");
 }

@@ -43,6 +43,11 @@ typedef struct {
     char hardware[64];
     int staged_collectives;  // the profile's: collectives through host memory, copies on the critical path
     OptableMisses table_misses;  // the shapes the op table does not cover (none without a table)
+    // [plan] virtual = v > 1 (interleaved 1F1B): the stages above are chunks, chunk c on pipeline
+    // rank c mod P; a rank holds its chunks together (docs/pipeline.md, "Interleaved 1F1B"):
+    // its peak is the sum of its chunks' peaks, and it fits when that sum does
+    int virtual_chunks, pipeline_ranks;  // v (1: plain 1F1B) and P = stages / v
+    int64_t rank_peak[MIST_MAX_STAGES], rank_host[MIST_MAX_STAGES];  // per pipeline rank (v > 1)
 } PlanAnalysis;
 
 // Host bytes each rank may keep (offloaded states and activations, I/O and

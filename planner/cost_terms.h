@@ -45,7 +45,8 @@ typedef struct {
 // the element size only, so they are tabulated once per configuration.
 #define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
 // AC_SEL: the part of R a block under selective recompute does not keep (att, lse)
-enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_OFFLOAD, AC_COUNT };
+// AC_GATHER: sequence parallelism's gathered norm output (runtime/model_sp.h), 0 without sp
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_GATHER, AC_OFFLOAD, AC_COUNT };
 typedef struct {
     double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
     int n_rest;
@@ -54,11 +55,30 @@ typedef struct {
     int valid;                         // the model splits over this tp
 } ActLevel;
 void memory_act_levels(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
+// The same under sequence parallelism (model_acts_sp with sp = 1; tp = 1 is not valid)
+void memory_act_levels_sp(const ModelConfig *m, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]);
+// Sequence parallelism's change to a block's classes in closed form: class c
+// under sp = its value without sp - (Q_c - Q_c / tp) + E_c, Q_c the class's
+// sequence-sharded bytes (the same at every tp), E_c the bytes of the tensors
+// only sp has; a few operations where selecting between two level tables per
+// class would double the memory program. Checked against model_acts_sp at
+// every tp level when derived (affine = 0: it does not hold, the tables are
+// selected instead).
+typedef struct {
+    int affine;
+    double shard_b[2][AC_COUNT], extra_b[2][AC_COUNT];  // Q_c and E_c at b = 1 and 2
+    int valid[MEM_TP_LEVELS];                            // model_acts_sp splits at tp = 2^l
+} SpTerms;
+void memory_sp_terms(const ModelConfig *m, int elt, const ActLevel plain[MEM_TP_LEVELS],
+                     const ActLevel with_sp[MEM_TP_LEVELS], SpTerms *out);
 
 // The model's symbolic parts for one configuration (stage_model.c).
 typedef struct {
     PartExprs pre, block, post;
     ActLevel acts_block[MEM_TP_LEVELS], acts_post[MEM_TP_LEVELS];  // memory_act_levels
+    ActLevel acts_block_sp[MEM_TP_LEVELS];  // the block's under sequence parallelism (memory_act_levels_sp)
+    SpTerms sp_terms;                       // and the same in closed form (memory_sp_terms)
+    double sp_norm_grad_elems;  // sp: elements of a block's norm-parameter gradients summed over tp per micro-batch
     int param_bytes;       // 2 (bf16/fp16) or 4 (fp32)
     int grad_bytes;        // bytes per gradient element
     int optimizer_bytes;   // 12 (fp32 master + m + v) or 8 (m + v, fp32 training)

@@ -124,15 +124,16 @@ static int act_class(ModelPart part, const ActSpec *a) {
     if (a->ckpt_saved) return AC_X;
     if (a->saved) return AC_REST;
     if (!strcmp(a->name, "scratch")) return AC_SCRATCH;
+    if (!strcmp(a->name, "ln_full")) return AC_GATHER;
     return AC_GRADS;
 }
 
-static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, ActLevel *lv) {
+static void act_level(const ModelConfig *m, ModelPart part, int tp, int sp, int elt, ActLevel *lv) {
     memset(lv, 0, sizeof *lv);
     lv->valid = 1;
     for (int bb = 0; bb < 2; bb++) {
         ActSpec acts[MODEL_MAX_ACTS];
-        int n = model_acts(m, part, bb + 1, m->seq_len, tp, acts, MODEL_MAX_ACTS);
+        int n = model_acts_sp(m, part, bb + 1, m->seq_len, tp, sp, acts, MODEL_MAX_ACTS);
         if (n < 0) {
             lv->valid = 0;
             return;
@@ -155,7 +156,45 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int elt, Act
 void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]) {
     ModelConfig m = *model;
     if (m.kv_heads <= 0) m.kv_heads = m.heads;
-    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, elt, &out[l]);
+    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, 0, elt, &out[l]);
+}
+
+void memory_act_levels_sp(const ModelConfig *model, ModelPart part, int elt, ActLevel out[MEM_TP_LEVELS]) {
+    ModelConfig m = *model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) act_level(&m, part, 1 << l, 1, elt, &out[l]);
+}
+
+void memory_sp_terms(const ModelConfig *model, int elt, const ActLevel plain[MEM_TP_LEVELS],
+                     const ActLevel with_sp[MEM_TP_LEVELS], SpTerms *t) {
+    ModelConfig m = *model;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    memset(t, 0, sizeof *t);
+    // at tp = 2 with and without sp, tensor by tensor: a sequence-sharded tensor's
+    // whole size is the same at every tp (Q); the others differ only if sp adds them (E)
+    for (int bb = 0; bb < 2; bb++) {
+        ActSpec a0[MODEL_MAX_ACTS], a1[MODEL_MAX_ACTS];
+        int n0 = model_acts_sp(&m, PART_BLOCK, bb + 1, m.seq_len, 2, 0, a0, MODEL_MAX_ACTS);
+        int n1 = model_acts_sp(&m, PART_BLOCK, bb + 1, m.seq_len, 2, 1, a1, MODEL_MAX_ACTS);
+        if (n0 < 0 || n1 != n0) return;
+        for (int i = 0; i < n0; i++) {
+            double b0 = (double)a0[i].elems * (a0[i].f32 ? 4 : elt), b1 = (double)a1[i].elems * (a1[i].f32 ? 4 : elt);
+            int c = act_class(PART_BLOCK, &a1[i]);
+            if (a0[i].seq) t->shard_b[bb][c] += b0;
+            else t->extra_b[bb][c] += b1 - b0;
+        }
+    }
+    for (int l = 0; l < MEM_TP_LEVELS; l++) {
+        double tp = (double)(1 << l);
+        t->valid[l] = with_sp[l].valid;
+        if (!with_sp[l].valid || !plain[l].valid) continue;
+        for (int bb = 0; bb < 2; bb++)
+            for (int c = 0; c < AC_OFFLOAD; c++) {
+                double q = t->shard_b[bb][c];
+                if (plain[l].at_b[bb][c] - (q - q / tp) + t->extra_b[bb][c] != with_sp[l].at_b[bb][c]) return;
+            }
+    }
+    t->affine = 1;
 }
 
 // O: scan R's tensors largest first, taking each whose addition keeps the
@@ -170,16 +209,20 @@ void memory_act_levels(const ModelConfig *model, ModelPart part, int elt, ActLev
 // stage's program runs the scan once per candidate instead of once per level.
 // A level with fewer tensors pads with size 0: taking it adds +0 to both sums
 // (taken <= budget always), so each level's result is its own scan's, bitwise.
-static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr *kept_off) {
-    double size[MEM_TP_LEVELS][MAX_REST] = {{0}}, icpt[MEM_TP_LEVELS][MAX_REST] = {{0}};
-    double keep[MEM_TP_LEVELS][MAX_REST] = {{0}};  // 1: a block under selective recompute keeps it
-    double slope[MEM_TP_LEVELS][MAX_REST] = {{0}};
-    int slots = 0, all_valid = 1;
+// R's tensors of each level largest first, as sizes at b = 1 and affine in b
+// (bytes through (1, s1), (2, s2): as cost_bytes_by_tp); levels not valid stay empty
+typedef struct {
+    double size[MEM_TP_LEVELS][MAX_REST], icpt[MEM_TP_LEVELS][MAX_REST], slope[MEM_TP_LEVELS][MAX_REST];
+    double keep[MEM_TP_LEVELS][MAX_REST];  // 1: a block under selective recompute keeps it (not att, lse)
+    double rest[MEM_TP_LEVELS];  // R at b = 1 (the budget's base)
+    int slots;
+} RestSlots;
+
+static void rest_slots(const ActLevel lv[MEM_TP_LEVELS], RestSlots *r) {
+    memset(r, 0, sizeof *r);
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
-        if (!lv[l].valid) {
-            all_valid = 0;
-            continue;
-        }
+        if (!lv[l].valid) continue;
+        r->rest[l] = lv[l].at_b[0][AC_REST];
         int order[MAX_REST], n = 0;
         for (int i = 0; i < lv[l].n_rest; i++)
             if (lv[l].rest_b[0][i] > 0) order[n++] = i;
@@ -191,44 +234,69 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
             }
         for (int i = 0; i < n; i++) {
             double s1 = lv[l].rest_b[0][order[i]], s2 = lv[l].rest_b[1][order[i]];
-            size[l][i] = s1;
-            keep[l][i] = !lv[l].rest_sel[order[i]];
-            slope[l][i] = s2 - s1;  // bytes affine in b through (1, s1), (2, s2): as cost_bytes_by_tp
-            icpt[l][i] = s1 - slope[l][i];
+            r->size[l][i] = s1;
+            r->keep[l][i] = !lv[l].rest_sel[order[i]];
+            r->slope[l][i] = s2 - s1;
+            r->icpt[l][i] = s1 - r->slope[l][i];
         }
-        if (n > slots) slots = n;
+        if (n > r->slots) r->slots = n;
     }
-    Expr at[MEM_TP_LEVELS];
-    for (int l = 0; l < MEM_TP_LEVELS; l++) at[l] = ex_num(x, lv[l].valid ? lv[l].at_b[0][AC_REST] : 0.0);
+}
+
+// the value at this candidate's level of a per-level table, plain or (sp = 1) sequence-parallel
+static Expr pick_level(ExprCtx *x, Expr tp, Expr sp, const double *plain, const double *with_sp) {
+    Expr p[MEM_TP_LEVELS], q[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) p[l] = ex_num(x, plain[l]), q[l] = ex_num(x, with_sp ? with_sp[l] : 0);
+    Expr e = select_tp(x, tp, p);
+    return with_sp ? ex_select(x, sp, select_tp(x, tp, q), e) : e;
+}
+
+// The scan over the levels lv, or (lv_sp not NULL) over lv or lv_sp as the
+// stage symbol sp says: one scan whose slot sizes are picked per candidate.
+// Returns O; *kept_off: the same choice less what selective recompute does not keep.
+static Expr offload_bytes_sp(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr sp,
+                             const ActLevel *lv_sp, Expr *kept_off) {
+    RestSlots r[2];  // plain, sp
+    rest_slots(lv, &r[0]);
+    if (lv_sp) rest_slots(lv_sp, &r[1]);
+    int slots = r[0].slots > r[1].slots || !lv_sp ? r[0].slots : r[1].slots, all_valid = 1;
+    for (int l = 0; l < MEM_TP_LEVELS; l++) all_valid &= lv[l].valid;
     // Every tensor of the shipped models is b times its b = 1 size (intercept 0,
     // slope = size): then O = b * taken, one product instead of a second sum
     // carried through the scan. Both are exact (integer bytes far below 2^53),
     // so the two forms give the same bits; a model with an intercept keeps the sum.
     int proportional = 1;
-    for (int l = 0; l < MEM_TP_LEVELS; l++)
-        for (int i = 0; i < slots; i++) proportional &= icpt[l][i] == 0 && slope[l][i] == size[l][i];
-    Expr budget = ex_mul(x, ao, select_tp(x, tp, at));
+    for (int k = 0; k < (lv_sp ? 2 : 1); k++)
+        for (int l = 0; l < MEM_TP_LEVELS; l++)
+            for (int i = 0; i < slots; i++)
+                proportional &= r[k].icpt[l][i] == 0 && r[k].slope[l][i] == r[k].size[l][i];
+    const RestSlots *q = lv_sp ? &r[1] : NULL;
+    Expr budget = ex_mul(x, ao, pick_level(x, tp, sp, r[0].rest, q ? q->rest : NULL));
     Expr taken = ex_num(x, 0), off = ex_num(x, 0), taken_k = ex_num(x, 0), off_k = ex_num(x, 0);
     for (int i = 0; i < slots; i++) {
-        Expr s[MEM_TP_LEVELS], a[MEM_TP_LEVELS], k[MEM_TP_LEVELS], sk[MEM_TP_LEVELS], ak[MEM_TP_LEVELS];
-        Expr kk[MEM_TP_LEVELS];
-        for (int l = 0; l < MEM_TP_LEVELS; l++) {
-            s[l] = ex_num(x, size[l][i]), a[l] = ex_num(x, icpt[l][i]), k[l] = ex_num(x, slope[l][i]);
-            sk[l] = ex_num(x, keep[l][i] * size[l][i]), ak[l] = ex_num(x, keep[l][i] * icpt[l][i]);
-            kk[l] = ex_num(x, keep[l][i] * slope[l][i]);
-        }
-        Expr si = select_tp(x, tp, s);
+        double s[2][MEM_TP_LEVELS], a[2][MEM_TP_LEVELS], k[2][MEM_TP_LEVELS];
+        double sk[2][MEM_TP_LEVELS], ak[2][MEM_TP_LEVELS], kk[2][MEM_TP_LEVELS];
+        for (int v = 0; v < 2; v++)
+            for (int l = 0; l < MEM_TP_LEVELS; l++) {
+                s[v][l] = r[v].size[l][i], a[v][l] = r[v].icpt[l][i], k[v][l] = r[v].slope[l][i];
+                sk[v][l] = r[v].keep[l][i] * s[v][l], ak[v][l] = r[v].keep[l][i] * a[v][l];
+                kk[v][l] = r[v].keep[l][i] * k[v][l];
+            }
+        Expr si = pick_level(x, tp, sp, s[0], q ? s[1] : NULL);
         Expr with = ex_add(x, taken, si);
         Expr over = ex_sub(x, with, budget);  // > 0: the tensor does not fit, skip it
         // one select per slot: equal to taken + take * si for take in {0, 1}
         // (taken + 0 * si = taken, taken + 1 * si = with), bitwise
         if (!proportional) {
-            off = ex_select(x, over, off, ex_add(x, off, ex_add(x, select_tp(x, tp, a), ex_mul(x, select_tp(x, tp, k), b))));
+            off = ex_select(x, over, off,
+                            ex_add(x, off, ex_add(x, pick_level(x, tp, sp, a[0], q ? a[1] : NULL),
+                                                  ex_mul(x, pick_level(x, tp, sp, k[0], q ? k[1] : NULL), b))));
             off_k = ex_select(x, over, off_k,
-                              ex_add(x, off_k, ex_add(x, select_tp(x, tp, ak), ex_mul(x, select_tp(x, tp, kk), b))));
+                              ex_add(x, off_k, ex_add(x, pick_level(x, tp, sp, ak[0], q ? ak[1] : NULL),
+                                                      ex_mul(x, pick_level(x, tp, sp, kk[0], q ? kk[1] : NULL), b))));
         }
         taken = ex_select(x, over, taken, with);
-        taken_k = ex_select(x, over, taken_k, ex_add(x, taken_k, select_tp(x, tp, sk)));
+        taken_k = ex_select(x, over, taken_k, ex_add(x, taken_k, pick_level(x, tp, sp, sk[0], q ? sk[1] : NULL)));
     }
     if (proportional) off = ex_mul(x, b, taken), off_k = ex_mul(x, b, taken_k);
     *kept_off = off_k;
@@ -243,11 +311,15 @@ static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel l
     return select_tp(x, tp, per_level);
 }
 
-// every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions of b, tp, ao
-static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
+static Expr offload_bytes(ExprCtx *x, Expr b, Expr tp, Expr ao, const ActLevel lv[MEM_TP_LEVELS], Expr *kept_off) {
+    return offload_bytes_sp(x, b, tp, ao, lv, EXPR_NONE, NULL, kept_off);
+}
+
+// every class of a part (AC_OFFLOAD, the last: O, blocks only) as expressions
+// of b, tp, ao from the levels lv
+static void act_classes_of(StageBuild *sb, ModelPart part, const ActLevel *lv, Expr out[AC_COUNT]) {
     ExprCtx *x = sb->x;
     Expr b = sb->s[SYM_B], tp = sb->s[SYM_TP];
-    const ActLevel *lv = part == PART_BLOCK ? sb->me->acts_block : sb->me->acts_post;
     double at1[MEM_TP_LEVELS], at2[MEM_TP_LEVELS];
     int valid[MEM_TP_LEVELS];
     for (int c = 0; c < AC_OFFLOAD; c++) {
@@ -273,6 +345,50 @@ Expr memory_sel_bytes(StageBuild *sb) {
     for (int l = 0; l < MEM_TP_LEVELS; l++)
         at1[l] = lv[l].at_b[0][AC_SEL], at2[l] = lv[l].at_b[1][AC_SEL], valid[l] = lv[l].valid;
     return cost_bytes_by_tp(sb->x, sb->s[SYM_B], sb->s[SYM_TP], at1, at2, valid, MEM_TP_LEVELS);
+}
+
+// a + k b from the values at b = 1 and 2 (k b when a = 0)
+static Expr affine_b(ExprCtx *x, Expr b, double at1, double at2) {
+    double slope = at2 - at1, intercept = at1 - slope;
+    Expr kb = ex_mul(x, ex_num(x, slope), b);
+    return intercept == 0 ? kb : ex_add(x, ex_num(x, intercept), kb);
+}
+
+// A part's classes; the block's under sequence parallelism (symbol sp = 1):
+// sequence-sharded X and part of R at 1/tp, the gathered norm output G, the
+// norm-gradient buffer in D (docs/tensor-parallel.md), in closed form
+// (SpTerms) or, where that does not hold, from the sp levels themselves
+static void act_classes(StageBuild *sb, ModelPart part, Expr out[AC_COUNT]) {
+    const ModelExprs *me = sb->me;
+    act_classes_of(sb, part, part == PART_BLOCK ? me->acts_block : me->acts_post, out);
+    if (part != PART_BLOCK) return;
+    ExprCtx *x = sb->x;
+    Expr sp = sb->s[SYM_SP], b = sb->s[SYM_B], tp = sb->s[SYM_TP];
+    Expr with_sp[AC_COUNT];
+    if (!me->sp_terms.affine) {
+        act_classes_of(sb, part, me->acts_block_sp, with_sp);
+        for (int c = 0; c < AC_COUNT; c++) out[c] = ex_select(x, sp, with_sp[c], out[c]);
+        return;
+    }
+    // the offload scan takes whole tensors, whose sizes sp changes: its own scan,
+    // unless the pattern offloads no activations (ao is the constant 0: both are 0)
+    if (sb->s[SYM_AO] != sb->zero) {
+        Expr kept_off, off = offload_bytes_sp(x, b, tp, sb->s[SYM_AO], me->acts_block, sp, me->acts_block_sp, &kept_off);
+        out[AC_OFFLOAD] = ex_select(x, sb->s[SYM_SEL], kept_off, off);
+    }
+    const SpTerms *t = &me->sp_terms;
+    for (int c = 0; c < AC_OFFLOAD; c++) {
+        if (t->shard_b[0][c] != 0 || t->shard_b[1][c] != 0) {
+            Expr q = affine_b(x, b, t->shard_b[0][c], t->shard_b[1][c]);
+            out[c] = ex_sub(x, out[c], ex_mul(x, sp, ex_sub(x, q, ex_div(x, q, tp))));
+        }
+        if (t->extra_b[0][c] != 0 || t->extra_b[1][c] != 0)
+            out[c] = ex_add(x, out[c], ex_mul(x, sp, affine_b(x, b, t->extra_b[0][c], t->extra_b[1][c])));
+    }
+    // where sp cannot split the rows (tp = 1, tp not dividing b*s): bytes that never fit
+    Expr bad[MEM_TP_LEVELS];
+    for (int l = 0; l < MEM_TP_LEVELS; l++) bad[l] = ex_num(x, t->valid[l] ? 0 : 1e30);
+    out[AC_X] = ex_add(x, out[AC_X], ex_mul(x, sp, select_tp(x, tp, bad)));
 }
 
 // ---- states of one unit
@@ -399,18 +515,25 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     // selective recompute: a block not checkpointed keeps R - A, and the one
     // running holds A (att, lse) in the selective workspace
     Expr A = ex_mul(x, sb->s[SYM_SEL], ac[AC_SEL]);
+    Expr Gx = ac[AC_GATHER];  // sp: the gathered norm output, 0 without
     Expr normal = ex_sub(x, L, c);  // blocks that keep R - A - O
     Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, R, A), O)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
     Expr OA = ex_add(x, O, A);       // the swap and selective workspaces
     Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, OA));
     Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), OA));
+    // sp: the gathered norm output lives with the scratch in forward and with D in
+    // backward; the last block's output is the whole (N,C) stage output (the post
+    // part's x) where the other blocks' are their N/tp rows
+    Expr sp_fwd = ex_add(x, Gx, ex_sub(x, ac_post[AC_X], X));
+    T_fwd = ex_add(x, T_fwd, ex_select(x, sb->s[SYM_SP], sp_fwd, zero));
+    T_bwd = ex_add(x, T_bwd, Gx);
     Expr kept = ex_mul(x, ex_add(x, p, one), M);  // this and the in-flight micro-batches
     Expr head = zero, work_fwd = T_fwd, work_bwd = T_bwd;
     if (sb->has_post) {
         head = ex_add(x, ac_post[AC_X], ex_add(x, ac_post[AC_REST], ac_post[AC_LOGITS]));
         work_fwd = ex_max(x, T_fwd, head);
-        work_bwd = ex_max(x, T_bwd, ex_add(x, head, D));
+        work_bwd = ex_max(x, T_bwd, ex_add(x, head, ex_add(x, D, Gx)));
     }
     Expr base = ex_add(x, ex_add(x, states, buffers), kept);
     Expr host_acts = ex_mul(x, ex_add(x, p, one), ex_mul(x, normal, O));

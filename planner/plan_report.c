@@ -122,7 +122,15 @@ int plan_report_analysis(const MistConfig *cfg, const Plan *plan, const HwProfil
     if (json) analysis_print_json(&an, cfg, stdout);
     else analysis_print_text(&an, cfg, stdout);
     if (an.all_fit) return 0;
-    for (int i = 0; i < an.num_stages; i++)
+    for (int r = 0; an.virtual_chunks > 1 && r < an.pipeline_ranks; r++)  // interleaved: a rank holds its chunks
+        if (an.stage[r].shortfall || an.stage[r].host_shortfall)
+            fprintf(stderr, "mist-plan: pipeline rank %d (chunks %d, %d, ...; virtual = %d) does not fit%s: its chunks "
+                    "need %lld bytes together, has %lld, short by %lld bytes\n", r, r, r + an.pipeline_ranks,
+                    an.virtual_chunks, an.stage[r].shortfall ? "" : " the host",
+                    (long long)(an.stage[r].shortfall ? an.rank_peak[r] : an.rank_host[r]),
+                    (long long)(an.stage[r].shortfall ? an.capacity : an.host_capacity),
+                    (long long)(an.stage[r].shortfall ? an.stage[r].shortfall : an.stage[r].host_shortfall));
+    for (int i = 0; an.virtual_chunks == 1 && i < an.num_stages; i++)
         if (an.stage[i].shortfall)
             fprintf(stderr, "mist-plan: stage %d (layers %d-%d) does not fit: needs %lld bytes, has %lld, short by %lld bytes\n",
                     i, an.stage[i].first_layer, an.stage[i].last_layer, (long long)an.stage[i].peak,

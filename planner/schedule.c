@@ -43,6 +43,30 @@ double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d) {
     return (G - 1) * tmax + tsum + extra;
 }
 
+// Interleaved: each rank runs its v chunks for every micro-batch, so in the
+// steady state the slowest rank sets the pace, T_max = max_r T_r per
+// micro-batch. Filling and draining the pipeline goes through the other
+// ranks one chunk at a time instead of one whole stage at a time: with
+// uniform chunks the fill is (P - 1) chunk-passes of T_r / v, the bubble
+// (P - 1) T_r / v (Narayanan et al. 2021, eq. in section 2.2.2), and in
+// general (sum_r T_r - T_max) / v - for v = 1 1F1B's sum t - max t. A rank's
+// first/last micro-batch extra is the sum of its chunks' (one rank runs them
+// all: their optimizer steps, their gradient syncs) and hides behind the fill
+// before the rank's first pass, B_r = sum_{q<r} T_q / v.
+double pipeline_interleaved_seconds(int P, int v, int G, const double *t, const double *d) {
+    if (v <= 1) return pipeline_1f1b_seconds(P, G, t, d);
+    double tmax = 0, tsum = 0, extra = 0, before = 0;
+    for (int r = 0; r < P; r++) {
+        double Tr = 0, Dr = 0;
+        for (int j = 0; j < v; j++) Tr += t[r + j * P], Dr += d[r + j * P];
+        tmax = fmax(tmax, Tr);
+        tsum += Tr;
+        extra = fmax(extra, Dr - before);
+        before += Tr / v;
+    }
+    return G * tmax + (tsum - tmax) / v + extra;
+}
+
 typedef struct {
     Expr C;        // compute of the block (incl. recompute / optimizer step)
     Expr E;        // TP all-reduces, not overlappable
@@ -236,6 +260,19 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr Cf = cost_part_compute_fwd(sb, blk), Cb = cost_part_compute_bwd(sb, blk);
     Expr Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
     Expr Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
+    // sequence parallelism (runtime/model_sp.c): each all-reduce of an (N,C)
+    // payload becomes an all-gather before the region and a reduce-scatter after
+    // it; backward also re-gathers the norm output for the weight gradient (one
+    // more all-gather per region) and sums the norm parameters' gradients
+    Expr sp = sb->s[SYM_SP];
+    Expr Ef_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, blk->tp_comm_fwd),
+                        cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_fwd));
+    Expr norm_grads = ex_num(x, me->sp_norm_grad_elems * me->grad_bytes);
+    Expr Eb_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, ex_mul(x, ex_num(x, 2), blk->tp_comm_bwd)),
+                        ex_add(x, cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_bwd),
+                               cost_tp_collective(sb, COLL_ALL_REDUCE, norm_grads)));
+    Ef = ex_select(x, sp, Ef_sp, Ef);
+    Eb = ex_select(x, sp, Eb_sp, Eb);
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
     Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
 
@@ -283,6 +320,14 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     if (!sb->has_post) edge_t = ex_add(x, edge_t, side);  // send activations forward, receive their grads
     if (!sb->has_pre) edge_t = ex_add(x, edge_t, side);   // receive activations, send input grads backward
 
+    // sequence parallelism: the stage's output and, in backward, its input gradient are
+    // all-gathered from the ranks' rows (the head, the embedding and the pipeline boundary
+    // see whole tensors); the embedding's partial sums are reduce-scattered, not all-reduced
+    Expr sp_edge = ex_mul(x, ex_num(x, 2), cost_tp_collective(sb, COLL_ALL_GATHER, blk->output));
+    if (sb->has_pre)
+        sp_edge = ex_add(x, sp_edge, ex_sub(x, cost_tp_collective(sb, COLL_REDUCE_SCATTER, me->pre.tp_comm_fwd),
+                                            cost_tp_collective(sb, COLL_ALL_REDUCE, me->pre.tp_comm_fwd)));
+    edge_t = ex_add(x, edge_t, ex_select(x, sb->s[SYM_SP], sp_edge, sb->zero));
     Expr multi_t = ex_add(x, t_fwd_other, t_bwd_other);
     Expr multi_d = ex_sub(x, ex_add(x, t_fwd_first, t_bwd_last), multi_t);
     Expr several = ex_sub(x, sb->s[SYM_G], ex_num(x, 1.5));  // G >= 2
@@ -306,4 +351,10 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
         out[k ? ST_POST_BWD : ST_PRE_BWD] = ex_add(x, cost_part_compute_bwd(sb, edge[k]),
                                                    cost_tp_collective(sb, COLL_ALL_REDUCE, edge[k]->tp_comm_bwd));
     }
+    // sp: the embedding reduce-scatters its partial sums instead of all-reducing them
+    if (sb->has_pre)
+        out[ST_PRE_FWD] = ex_select(x, sb->s[SYM_SP],
+                                    ex_add(x, cost_part_compute_fwd(sb, &me->pre),
+                                           cost_tp_collective(sb, COLL_REDUCE_SCATTER, me->pre.tp_comm_fwd)),
+                                    out[ST_PRE_FWD]);
 }

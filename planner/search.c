@@ -129,15 +129,23 @@ typedef struct {
 static int combo_search_uniform(Search *s, const Combo *c, Best *best) {
     StagePlan sp;
     double T = INFINITY;
-    int rc = uniform_search(s, c->S, c->G, &c->mesh[0], &sp, &T);
+    int rc = uniform_search(s, c->S, c->G, &c->mesh[0], &sp, &T), v = 1;
     if (rc < 0) return -1;
+    // interleaved: the S pipeline ranks of the combination with v chunks each
+    if (s->rules.max_virtual > 1) {
+        StagePlan spv;
+        int bv = 1, rv = uniform_search_virtual(s, c->S, c->G, &c->mesh[0], s->rules.max_virtual, &spv, &bv, &T);
+        if (rv < 0) return -1;
+        if (rv > 0) sp = spv, v = bv, rc = 1;
+    }
     if (rc > 0 && T < s->incumbent) {
         s->incumbent = T;
         best->found = 1;
         best->T = T;
         best->plan.G = c->G;
-        best->plan.num_stages = c->S;
-        for (int i = 0; i < c->S; i++) best->plan.stage[i] = sp;
+        best->plan.num_stages = c->S * v;
+        best->plan.virtual_chunks = v;
+        for (int i = 0; i < c->S * v; i++) best->plan.stage[i] = sp;
         saved_free(&best->saved);  // nothing to confirm: no inter-stage problem
     }
     return 0;

@@ -34,6 +34,7 @@ typedef struct SearchLimits {
     int zero_levels;  // bit z set: ZeRO level z allowed; 0 = all four
     int no_offload;   // 1: every offload ratio stays 0
     int no_ckpt;      // 1: no activation checkpointing
+    int interleave_min_ranks;  // interleaved 1F1B only with at least this many pipeline ranks; 0 = 2
 } SearchLimits;
 
 typedef struct {

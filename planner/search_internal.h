@@ -64,6 +64,7 @@ typedef struct {
     int sp;              // 1: sequence parallelism allowed on meshes with tp > 1
     int b_mask;          // bit b: micro-batch size b allowed (b < 31); 0: any
     int max_virtual;     // model chunks per pipeline rank the uniform spaces may interleave (1: plain 1F1B)
+    int interleave_min_ranks;  // pipeline ranks an interleaved plan needs at least (2, or the runtime's limit)
     int offload;         // 1: offload ratios on the grid
     int uniform;         // 1: every stage has L/S layers and the same mesh
     int max_stages, max_tp, max_tp_staged;
@@ -200,5 +201,9 @@ int search_closest_plan(Search *s, SearchResult *r);
 // Best configuration shared by all S stages of L/S blocks on mesh me (uniform spaces) that is
 // faster than both the incumbent and *best_T: 1 (best_sp, best_T updated), 0 none, -1 error.
 int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, double *best_T);
+// The same with P pipeline ranks of v = 2 .. vmax chunks each (interleaved 1F1B, chunks of L / (P v)
+// blocks): 1 (best_sp, *best_v, best_T updated), 0 none, -1 error. The plan: G, P v stages, virtual v.
+int uniform_search_virtual(Search *s, int P, int G, const Mesh *me, int vmax, StagePlan *best_sp, int *best_v,
+                           double *best_T);
 
 #endif

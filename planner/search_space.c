@@ -62,10 +62,12 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
         if (lim->zero_levels) r->zero_mask &= lim->zero_levels;
         if (lim->no_offload) r->offload = 0;
         if (lim->no_ckpt) r->no_ckpt = 1;
+        r->interleave_min_ranks = lim->interleave_min_ranks;
         r->max_stages = lim->max_stages;
         r->max_tp = lim->max_tp;
         r->max_tp_staged = lim->max_tp_staged;
     }
+    if (r->interleave_min_ranks < 2) r->interleave_min_ranks = 2;
     r->wg_steps = SEARCH_WG_STEPS;
     r->oa_steps = SEARCH_OA_STEPS;
 }

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "planner/interleave.h"
 #include "planner/search_internal.h"
 
 typedef struct {
@@ -153,4 +154,98 @@ oom:
 fail:
     free(rows), free(tz), free(need);
     return -1;
+}
+
+// ---------------------------------------------------------------- interleaved 1F1B
+// The v loop of the uniform spaces (docs/pipeline.md, "Interleaved 1F1B"): P
+// pipeline ranks on mesh me, each holding v chunks of L / (P v) blocks, every
+// chunk with one configuration (ZeRO level and ckpt count; offload ratios 0).
+// Chunk c is of kind first / last / middle as a stage of P v would be, with
+// p = stage_p_interleaved(c, P, v, G) more micro-batches in flight; a
+// configuration fits when each rank's chunks fit together (the sum of their
+// peaks and of their host bytes, planner/analyze.c's rule), and takes
+// pipeline_interleaved_seconds over the chunks' t and d. Tried for v = 2 ..
+// vmax where P >= 2, G is a multiple of P and P v divides L. Returns 1 when a
+// configuration beats the incumbent and *best_T (then *best_sp is every
+// chunk's plan, *best_v its v: the plan to write has G, stages = P * v,
+// virtual = v and [stage.c] = *best_sp for every c), 0 when none does, -1 on
+// error (s->err).
+
+// The chunks' rows of one (v, z): for each checkpoint option ci and chunk c,
+// the t, d, device peak and host bytes of that chunk. 0 or -1.
+static int virtual_rows(Search *s, int P, int v, int G, const Mesh *me, int b, int z, const StageOpt *copt, int nc,
+                        double *t, double *d, double *peak, double *host) {
+    int S = P * v, l = s->L / S;
+    for (int kind = 0; kind < KINDS; kind++) {
+        size_t n = 0;
+        for (int c = 0; c < S; c++) n += stage_kind(c, S) == kind;
+        if (!n) continue;
+        StageModel *m = stage_model_get(s, kind, z, 0);
+        if (!m || search_reserve(s, n * (size_t)nc) != 0) return -1;
+        size_t i = 0;
+        for (int ci = 0; ci < nc; ci++)
+            for (int c = 0; c < S; c++) {
+                if (stage_kind(c, S) != kind) continue;
+                StagePlan sp = uniform_plan(s, l, me, b, z, &copt[ci], NULL);
+                search_set_row(s, i++, &sp, G, stage_p_interleaved(c, P, v, G));
+            }
+        search_eval(s, m, i, EVAL_BOTH);
+        i = 0;
+        for (int ci = 0; ci < nc; ci++)
+            for (int c = 0; c < S; c++) {
+                if (stage_kind(c, S) != kind) continue;
+                size_t at = (size_t)ci * S + c;
+                t[at] = s->outs[ST_T][i], d[at] = s->outs[ST_D][i];
+                peak[at] = ceil(fmax(s->outs[ST_PEAK_FWD][i], s->outs[ST_PEAK_BWD][i]));
+                host[at] = ceil(s->outs[ST_HOST][i]);
+                i++;
+            }
+    }
+    return 0;
+}
+
+int uniform_search_virtual(Search *s, int P, int G, const Mesh *me, int vmax, StagePlan *best_sp, int *best_v,
+                           double *best_T) {
+    int64_t per = (int64_t)G * me->dp;
+    if (P < s->rules.interleave_min_ranks || G % P || s->B % per || !space_b_ok(&s->rules, s->B / per)) return 0;
+    int b = (int)(s->B / per), found = 0;
+    for (int v = 2; v <= vmax && P * v <= MIST_MAX_STAGES; v++) {
+        int S = P * v;
+        if (s->L % S) continue;
+        StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
+        int nc = space_stage_options(&s->rules, s->L / S, me->tp, copt);
+        size_t cells = (size_t)nc * S;
+        double *buf = malloc(cells * 4 * sizeof *buf);
+        if (!buf) {
+            snprintf(s->err, sizeof s->err, "out of memory in the interleaved uniform search");
+            return -1;
+        }
+        double *t = buf, *d = buf + cells, *peak = buf + 2 * cells, *host = buf + 3 * cells;
+        for (int z = 0; z < 4; z++) {
+            if (!(s->rules.zero_mask >> z & 1)) continue;
+            if (virtual_rows(s, P, v, G, me, b, z, copt, nc, t, d, peak, host) != 0) {
+                free(buf);
+                return -1;
+            }
+            for (int ci = 0; ci < nc; ci++) {
+                const double *tc = t + (size_t)ci * S, *dc = d + (size_t)ci * S;
+                int fits = 1;
+                for (int r = 0; r < P && fits; r++) {
+                    double dev = 0, h = 0;
+                    for (int c = r; c < S; c += P) dev += peak[(size_t)ci * S + c], h += host[(size_t)ci * S + c];
+                    fits = dev <= (double)s->capacity && (s->host_capacity <= 0 || h <= (double)s->host_capacity);
+                }
+                if (!fits) continue;
+                s->stats->candidates_fit++;
+                double T = pipeline_interleaved_seconds(P, v, G, tc, dc);
+                if (T < s->incumbent && T < *best_T) {
+                    *best_T = T, *best_v = v;
+                    *best_sp = uniform_plan(s, s->L / S, me, b, z, &copt[ci], NULL);
+                    found = 1;
+                }
+            }
+        }
+        free(buf);
+    }
+    return found;
 }

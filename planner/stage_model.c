@@ -55,8 +55,8 @@ static Expr part_params(ExprCtx *x, Expr tp, const ModelConfig *m, ModelPart par
 // backward's activation gradients, named d_*). A tp the model cannot split
 // into (model_acts fails) gets an impossible 1e30 bytes: it never fits.
 #define TP_LEVELS 7  // tp = 1 .. 64
-static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, ModelPart part, int which,
-                           int act_bytes) {
+static Expr part_act_bytes_sp(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, ModelPart part, int which,
+                              int act_bytes, int sp) {
     double at1[TP_LEVELS], at2[TP_LEVELS];
     int valid[TP_LEVELS];
     for (int l = 0; l < TP_LEVELS; l++) {
@@ -64,7 +64,7 @@ static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, Mo
         valid[l] = 1;
         for (int bb = 1; bb <= 2; bb++) {
             ActSpec acts[128];
-            int n = model_acts(m, part, bb, m->seq_len, 1 << l, acts, 128);
+            int n = model_acts_sp(m, part, bb, m->seq_len, 1 << l, sp, acts, 128);
             if (n < 0) valid[l] = 0;
             for (int i = 0; i < n; i++) {
                 int grad = !strncmp(acts[i].name, "d_", 2);
@@ -78,6 +78,16 @@ static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, Mo
         at1[l] = bytes_at[0], at2[l] = bytes_at[1];
     }
     return cost_bytes_by_tp(x, b, tp, at1, at2, valid, TP_LEVELS);
+}
+
+// The bytes of part_act_bytes_sp; the block's under sequence parallelism when
+// the stage symbol sp is 1 (its own table: tp = 1 is not valid there)
+static Expr part_act_bytes(ExprCtx *x, Expr b, Expr tp, const ModelConfig *m, ModelPart part, int which,
+                           int act_bytes) {
+    Expr plain = part_act_bytes_sp(x, b, tp, m, part, which, act_bytes, 0);
+    if (part != PART_BLOCK) return plain;
+    Expr with_sp = part_act_bytes_sp(x, b, tp, m, part, which, act_bytes, 1);
+    return ex_select(x, ex_sym(x, "sp"), with_sp, plain);
 }
 
 // ---- the op list from models/: one description for planner and runtime
@@ -137,7 +147,9 @@ static OpClass op_class(ModelOpKind k) {
 
 // One part's ops, executed FLOPs (hw_flops: causal attention, elementwise
 // arithmetic) and bytes, and its tensor-parallel all-reduce payloads.
-static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const Expr *map) {
+// rows: the share of the N rows the part's norms and residual adds run on
+// (1/tp under sequence parallelism, the block's; EXPR_NONE: all of them)
+static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const Expr *map, Expr rows) {
     p->tp_comm_fwd = p->tp_comm_bwd = ex_num(x, 0);
     for (int i = 0; i < ol->n_ops && p->n_ops < PART_MAX_OPS; i++) {
         const ModelOp *mo = &ol->op[i];
@@ -149,6 +161,10 @@ static void part_from_ops(PartExprs *p, ExprCtx *x, const ModelOpList *ol, const
         o->bwd_bytes = map[mo->bytes_bwd];
         o->cls = op_class(mo->kind);
         o->gemm_m = map[mo->gemm_m], o->gemm_n = map[mo->gemm_n], o->gemm_k = map[mo->gemm_k];
+        if (rows != EXPR_NONE && (mo->kind == MOP_NORM || mo->kind == MOP_RESIDUAL)) {
+            o->fwd_flops = ex_mul(x, o->fwd_flops, rows), o->bwd_flops = ex_mul(x, o->bwd_flops, rows);
+            o->fwd_bytes = ex_mul(x, o->fwd_bytes, rows), o->bwd_bytes = ex_mul(x, o->bwd_bytes, rows);
+        }
         p->tp_comm_fwd = ex_add(x, p->tp_comm_fwd, map[mo->tp_comm_fwd]);
         p->tp_comm_bwd = ex_add(x, p->tp_comm_bwd, map[mo->tp_comm_bwd]);
     }
@@ -183,6 +199,9 @@ static int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, 
     me->compute = compute_dtype_of(cfg);
     memory_act_levels(m, PART_BLOCK, elt, me->acts_block);
     memory_act_levels(m, PART_POST, elt, me->acts_post);
+    memory_act_levels_sp(m, PART_BLOCK, elt, me->acts_block_sp);
+    memory_sp_terms(m, elt, me->acts_block, me->acts_block_sp, &me->sp_terms);
+    me->sp_norm_grad_elems = (double)((m->norm == NORM_LAYERNORM ? 2 : 1) * (m->parallel_block ? 1 : 2)) * m->hidden;
 
     Expr b = ex_sym(x, "b"), tp = ex_sym(x, "tp");
     // every quantity of the model description is an integer count (elements,
@@ -207,7 +226,11 @@ static int model_exprs_build(ModelExprs *me, ExprCtx *x, const MistConfig *cfg, 
         map = malloc(expr_ctx_num_nodes(mx) * sizeof *map);
         rc = map ? transplant(x, mx, b, tp, m->seq_len, elt, map, err, errlen) : -1;
     }
-    for (int i = 0; rc == 0 && i < 3; i++) part_from_ops(parts[i], x, &ol[i], map);
+    // sequence parallelism: the block's norms and residual adds on N/tp rows, 1 / (1 + sp (tp - 1))
+    Expr one = ex_num(x, 1);
+    Expr sp_rows = ex_div(x, one, ex_add(x, one, ex_mul(x, ex_sym(x, "sp"), ex_sub(x, tp, one))));
+    for (int i = 0; rc == 0 && i < 3; i++)
+        part_from_ops(parts[i], x, &ol[i], map, ids[i] == PART_BLOCK ? sp_rows : EXPR_NONE);
     free(map);
     free(ol);
     if (mx) expr_ctx_free(mx);

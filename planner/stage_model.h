@@ -189,6 +189,12 @@ void stage_eval_batch(const StageModel *m, const double *const cols[STAGE_SYMS],
 // 1F1B total over S stages: (G-1)*max t + sum t + max(0, max_i(d_i - sum_{j<i} t_j))
 // (schedule.c)
 double pipeline_1f1b_seconds(int S, int G, const double *t, const double *d);
+// Interleaved 1F1B ([plan] virtual = v > 1; planner/interleave.h) over S = P v
+// chunks on P ranks, t and d per chunk (S entries each), T_r = sum of the t of
+// rank r's chunks r, r + P, ..., D_r of their d, B_r = sum_{q<r} T_q / v:
+//   G max_r T_r + (sum_r T_r - max_r T_r) / v + max(0, max_r (D_r - B_r))
+// (docs/pipeline.md derives it); v = 1 is pipeline_1f1b_seconds. (schedule.c)
+double pipeline_interleaved_seconds(int P, int v, int G, const double *t, const double *d);
 
 // Bytes per parameter of the model states: weight, gradient and optimizer
 // state (bf16/fp16 training: 2 + 2 + 12, the optimizer keeping an fp32

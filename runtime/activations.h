@@ -31,6 +31,8 @@ typedef enum {
                      // recomputed into one shared workspace); activation offload moves these
     MR_USE_SCRATCH,  // forward transient of every block (projection outputs)
     MR_USE_GRAD,     // backward transient of every block
+    MR_USE_GATHER,   // sequence parallelism: the all-gathered norm output, live with the
+                     // scratch in forward and with the gradient buffers in backward
     MR_USE_OUTPUT,   // the last block's output (the size of a block input)
     MR_USE_HEAD,     // the final norm's output and statistics
     MR_USE_LOGITS,
@@ -46,6 +48,9 @@ typedef enum {
     MR_SHAPE_N_FC,    // X(N,FC): FC = F (gelu) or 2F (swiglu)
     MR_SHAPE_N_F,     // X(N,F)
     MR_SHAPE_LOGITS,  // X(N,Vs): rows of Vt padded to Vs
+    MR_SHAPE_NC_SEQ,     // X(Ns,C): sequence-sharded, Ns = N/tp under sp, else N
+    MR_SHAPE_N_F32_SEQ,  // f32(Ns)
+    MR_SHAPE_NORM_GRADS, // X(k*C): a block's norm weights and biases (k of them)
 } MrActShape;
 
 typedef enum {
@@ -54,21 +59,22 @@ typedef enum {
     MR_MODELS_SEQUENTIAL,      // sequential blocks (not parallel_block)
     MR_MODELS_SEQ_LAYERNORM,   // both
     MR_MODELS_PARALLEL,        // parallel (Falcon) blocks
+    MR_MODELS_SP,              // sequence parallelism on (any model)
 } MrActModels;
 
 // One block's own tensors, in BlockActs order (bit k of the offload mask is row k).
 #define MR_BLOCK_ACTS(X)                                                                  \
-    X(x, BLOCK, "x", "acts.x", INPUT, NC, ALL)                                            \
-    X(ln1, BLOCK, "ln1", "acts.ln1", SAVED, NC, ALL)                                      \
-    X(ln1_mean, BLOCK, "ln1_mean", "acts.ln1_mean", SAVED, N_F32, LAYERNORM)              \
-    X(ln1_rstd, BLOCK, "ln1_rstd", "acts.ln1_rstd", SAVED, N_F32, ALL)                    \
+    X(x, BLOCK, "x", "acts.x", INPUT, NC_SEQ, ALL)                                        \
+    X(ln1, BLOCK, "ln1", "acts.ln1", SAVED, NC_SEQ, ALL)                                  \
+    X(ln1_mean, BLOCK, "ln1_mean", "acts.ln1_mean", SAVED, N_F32_SEQ, LAYERNORM)          \
+    X(ln1_rstd, BLOCK, "ln1_rstd", "acts.ln1_rstd", SAVED, N_F32_SEQ, ALL)                \
     X(qkv, BLOCK, "qkv", "acts.qkv", SAVED, N_QKV, ALL)                /* after rotary */ \
     X(att, BLOCK, "att", "acts.att", SAVED, N_ATT, ALL)                                   \
     X(lse, BLOCK, "lse", "acts.lse", SAVED, LSE, ALL)                                     \
-    X(mid, BLOCK, "mid", "acts.mid", SAVED, NC, SEQUENTIAL)  /* residual after attention */ \
-    X(ln2, BLOCK, "ln2", "acts.ln2", SAVED, NC, SEQUENTIAL)                               \
-    X(ln2_mean, BLOCK, "ln2_mean", "acts.ln2_mean", SAVED, N_F32, SEQ_LAYERNORM)          \
-    X(ln2_rstd, BLOCK, "ln2_rstd", "acts.ln2_rstd", SAVED, N_F32, SEQUENTIAL)             \
+    X(mid, BLOCK, "mid", "acts.mid", SAVED, NC_SEQ, SEQUENTIAL)  /* residual after attention */ \
+    X(ln2, BLOCK, "ln2", "acts.ln2", SAVED, NC_SEQ, SEQUENTIAL)                           \
+    X(ln2_mean, BLOCK, "ln2_mean", "acts.ln2_mean", SAVED, N_F32_SEQ, SEQ_LAYERNORM)      \
+    X(ln2_rstd, BLOCK, "ln2_rstd", "acts.ln2_rstd", SAVED, N_F32_SEQ, SEQUENTIAL)         \
     X(fc, BLOCK, "fc", "acts.fc", SAVED, N_FC, ALL)                    /* pre-activation */ \
     X(act, BLOCK, "act", "acts.act", SAVED, N_F, ALL)
 
@@ -77,6 +83,7 @@ typedef enum {
 #define MR_STAGE_ACTS(X)                                                                  \
     X(x_out, POST, "x", "acts.x_out", OUTPUT, NC, ALL)                                    \
     X(scratch, BLOCK, "scratch", "scratch", SCRATCH, NC, ALL)                             \
+    X(ln_full, BLOCK, "ln_full", "sp.ln_full", GATHER, NC, SP)  /* sp: gathered norm output */ \
     X(lnf, POST, "lnf", "acts.lnf", HEAD, NC, ALL)                                        \
     X(lnf_mean, POST, "lnf_mean", "acts.lnf_mean", HEAD, N_F32, LAYERNORM)                \
     X(lnf_rstd, POST, "lnf_rstd", "acts.lnf_rstd", HEAD, N_F32, ALL)                      \
@@ -89,6 +96,8 @@ typedef enum {
     X(d_fc, BLOCK, "d_fc", "grad.fc", GRAD, N_FC, ALL)          /* swiglu's backward */   \
     /* a parallel block: the MLP branch's dL/dln1, added to the attention's */            \
     X(d_ln_mlp, BLOCK, "d_ln_mlp", "grad.norm_out_mlp", GRAD, NC, PARALLEL)               \
+    /* sp: the norm parameters' gradients of the rank's rows, summed over tp */            \
+    X(d_norm, BLOCK, "d_norm", "sp.grad.norm_params", GRAD, NORM_GRADS, SP)               \
     X(t_losses, POST, "losses", "losses", LOSSES, N_F32, ALL)
 
 // Row indices MR_ACT_<field>, the block's rows first (MR_NUM_BLOCK_ACTS of them).

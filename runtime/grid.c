@@ -43,9 +43,10 @@ int grid_check_plan(const Plan *plan, char *err, size_t errlen) {
     return 0;
 }
 
+// with [plan] virtual, chunk s runs on the ranks of pipeline rank s mod P
 static int stage_first(const Plan *plan, int s) {
     int r = 0;
-    for (int i = 0; i < s; i++) r += plan->stage[i].dp * plan->stage[i].tp;
+    for (int i = 0; i < s % plan_pipeline_size(plan); i++) r += plan->stage[i].dp * plan->stage[i].tp;
     return r;
 }
 
@@ -63,7 +64,7 @@ int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen) {
         snprintf(err, errlen, "plan: rank %d is outside the plan's %d ranks", rank, world);
         return 2;
     }
-    int s = 0, first = 0;
+    int s = 0, first = 0;  // (world <= the first P chunks' ranks: s stays below P)
     while (rank >= first + plan->stage[s].dp * plan->stage[s].tp) first += plan->stage[s].dp * plan->stage[s].tp, s++;
     const StagePlan *st = &plan->stage[s];
     int flat = rank - first;
@@ -81,6 +82,16 @@ int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen) {
     g->prev_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, s - 1);
     g->next_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, s + 1);
     return 0;
+}
+
+void grid_chunk(const Grid *g, const Plan *plan, int j, Grid *out) {
+    *out = *g;
+    int c = g->stage + j * plan_pipeline_size(plan);
+    out->stage = c;
+    out->first_layer = plan_first_layer(plan, c);
+    out->num_layers = plan->stage[c].layers;
+    out->prev_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, c - 1);
+    out->next_rank = grid_peer_rank(plan, g->dp_index, g->tp_index, c + 1);
 }
 
 // "stage 0: 2 dp x 2 tp, stage 1: 1 dp x 4 tp" (shortened for long plans)
@@ -158,6 +169,16 @@ static void print_header(FILE *f, int host_width) {
             "tp", "layers");
 }
 
+// the blocks of pipeline rank s: "first-last", with [plan] virtual each chunk's, comma-separated
+static void rank_layers(const Plan *plan, int s, char *out, size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int c = s; c < plan->num_stages && at + 24 < len; c += plan_pipeline_size(plan)) {
+        int first = plan_first_layer(plan, c);
+        at += (size_t)snprintf(out + at, len - at, "%s%d-%d", c == s ? "" : ",", first, first + plan->stage[c].layers - 1);
+    }
+}
+
 int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
     int n = plan_world_size(plan), rc = grid_check_plan(plan, err, errlen);
     if (rc) return rc;
@@ -168,8 +189,9 @@ int grid_print_plan_table(const Plan *plan, FILE *f, char *err, size_t errlen) {
         Grid g;
         memset(&g, 0, sizeof g);
         if ((rc = grid_layout(&g, plan, r, err, errlen))) return rc;
-        fprintf(f, "%5d  %-4s  %5s  %-8s  %5d  %4d  %4d  %d-%d\n", r, "-", "-", "-", g.stage, g.dp_index, g.tp_index,
-                g.first_layer, g.first_layer + g.num_layers - 1);
+        char layers[256];
+        rank_layers(plan, g.stage, layers, sizeof layers);
+        fprintf(f, "%5d  %-4s  %5s  %-8s  %5d  %4d  %4d  %s\n", r, "-", "-", "-", g.stage, g.dp_index, g.tp_index, layers);
     }
     return 0;
 }

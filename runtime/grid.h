@@ -44,6 +44,12 @@ int grid_layout(Grid *g, const Plan *plan, int rank, char *err, size_t errlen);
 // `to`. -1 when `to` is not a stage of the plan. See grid.c for why.
 int grid_peer_rank(const Plan *plan, int dp_index, int tp_index, int to);
 
+// Interleaved plans ([plan] virtual = v > 1, docs/pipeline.md): a rank's grid
+// describes its pipeline rank r = stage (< P) and chunk r; its chunk j (0 .. v-1)
+// is chunk r + j P, on the same ranks and groups. out = g with that chunk's
+// stage, blocks and pipeline neighbours (j = 0: g itself).
+void grid_chunk(const Grid *g, const Plan *plan, int j, Grid *out);
+
 // Checks a plan's shape (stage count, dp/tp/layers >= 1). 0, or 2 with a message.
 int grid_check_plan(const Plan *plan, char *err, size_t errlen);
 

@@ -3,6 +3,7 @@
 // arenas, and the prediction of their peaks.
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
+#include "planner/interleave.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,8 @@ static int match_acts(ModelRuntime *r, char *err, size_t errlen) {
     static const ModelPart parts[2] = {PART_BLOCK, PART_POST};
     ActSpec list[2][MODEL_MAX_ACTS];
     int n[2];
-    for (int p = 0; p < 2; p++) n[p] = model_acts(&r->m, parts[p], r->B, r->T, r->tp, list[p], MODEL_MAX_ACTS);
+    for (int p = 0; p < 2; p++)
+        n[p] = model_acts_sp(&r->m, parts[p], r->B, r->T, r->tp, r->sp, list[p], MODEL_MAX_ACTS);
     if (n[0] < 0 || n[1] < 0) {
         snprintf(err, errlen, "models/model.h: model_acts failed for b=%d s=%d tp=%d", r->B, r->T, r->tp);
         return 1;
@@ -67,9 +69,11 @@ static size_t act_want(const ModelRuntime *r, int k) {
     int ln = r->m.norm == NORM_LAYERNORM, seq = !r->m.parallel_block;
     int needed = a->models == MR_MODELS_ALL || (a->models == MR_MODELS_LAYERNORM && ln) ||
                  (a->models == MR_MODELS_SEQUENTIAL && seq) || (a->models == MR_MODELS_SEQ_LAYERNORM && seq && ln) ||
-                 (a->models == MR_MODELS_PARALLEL && !seq);
+                 (a->models == MR_MODELS_PARALLEL && !seq) || (a->models == MR_MODELS_SP && r->sp);
     if (!needed) return 0;
     size_t N = (size_t)r->B * r->T, x = r->x;
+    size_t Ns = r->sp ? N / (size_t)r->tp : N;  // rows of the sequence-sharded tensors
+    size_t norm_params = (size_t)(ln ? 2 : 1) * (seq ? 2 : 1);
     switch (a->shape) {
     case MR_SHAPE_NC: return N * r->C * x;
     case MR_SHAPE_N_F32: return N * sizeof(float);
@@ -79,6 +83,9 @@ static size_t act_want(const ModelRuntime *r, int k) {
     case MR_SHAPE_N_FC: return N * r->FC * x;
     case MR_SHAPE_N_F: return N * r->F * x;
     case MR_SHAPE_LOGITS: return N * r->Vs * x;
+    case MR_SHAPE_NC_SEQ: return Ns * r->C * x;
+    case MR_SHAPE_N_F32_SEQ: return Ns * sizeof(float);
+    case MR_SHAPE_NORM_GRADS: return norm_params * r->C * x;
     }
     return 0;
 }
@@ -108,6 +115,8 @@ typedef struct {
     size_t block_rest;  // one block's other saved tensors
     size_t sel;         // of block_rest, the selective workspace's (att, lse) when r->sel, else 0
     size_t scratch;     // projection outputs (transient)
+    size_t gather;      // sp: the gathered norm output (with scratch in forward, the grads in backward)
+    size_t x_out;       // the stage's output (N,C): the last block's output, whole under sp too
     size_t grads_bufs;  // backward gradient buffers (transient)
     size_t post;        // lnf and its statistics
     size_t logits, losses;
@@ -124,8 +133,9 @@ static ActSizes act_sizes(const ModelRuntime *r) {
             if (!(mr_kept_mask(r) >> k & 1)) s.sel += bytes;
             break;
         case MR_USE_SCRATCH: s.scratch += bytes; break;
+        case MR_USE_GATHER: s.gather += bytes; break;
         case MR_USE_GRAD: s.grads_bufs += bytes; break;
-        case MR_USE_OUTPUT: break;  // the last block's output, counted as x_nc
+        case MR_USE_OUTPUT: s.x_out += bytes; break;
         case MR_USE_HEAD: s.post += bytes; break;
         case MR_USE_LOGITS: s.logits += bytes; break;
         case MR_USE_LOSSES: s.losses += bytes; break;
@@ -208,12 +218,16 @@ static void sim_grow(MemSim *m, size_t n) {
 static void sim_forward(const ModelRuntime *r, MemSim *m) {
     const ActSizes *s = &m->s;
     sim_grow(m, s->x_nc);                       // x_0 (embedding, or the received activation)
+    if (r->sp && r->has_pre) {                  // sp: the embedding's partial sums in the scratch
+        sim_grow(m, s->scratch);
+        m->live -= s->scratch;
+    }
     for (int l = 0; l < r->L; l++) {
         // own tensors (+ the swap workspace, + the selective workspace), or the recompute workspace
         sim_grow(m, s->block_rest);
-        sim_grow(m, s->x_nc);                   // x_{l+1}
-        sim_grow(m, s->scratch);                // projection scratch
-        m->live -= s->scratch;
+        sim_grow(m, l + 1 < r->L ? s->x_nc : s->x_out);  // x_{l+1}
+        sim_grow(m, s->scratch + s->gather);    // projection scratch (sp: and the gathered norm output)
+        m->live -= s->scratch + s->gather;
         if (mr_is_ckpt_block(r, l)) m->live -= s->block_rest;
         else {  // the selective workspace given back, the offloaded tensors swapped out
             m->live -= s->sel + m->off;
@@ -222,15 +236,15 @@ static void sim_forward(const ModelRuntime *r, MemSim *m) {
         }
     }
     if (r->has_post) sim_grow(m, s->post + s->logits);  // final norm, logits
-    else m->live -= s->x_nc;                             // the output went to a send buffer
+    else m->live -= s->x_out;                            // the output went to a send buffer
 }
 
 static void sim_backward(const ModelRuntime *r, MemSim *m) {
     const ActSizes *s = &m->s;
-    sim_grow(m, s->grads_bufs);                 // backward starts
+    sim_grow(m, s->grads_bufs + s->gather);     // backward starts
     if (r->has_post) {
         m->live -= s->logits;
-        m->live -= s->post + s->x_nc;           // lnf and the last block's output
+        m->live -= s->post + s->x_out;          // lnf and the last block's output
     }
     for (int l = r->L - 1; l >= 0; l--) {
         if (mr_is_ckpt_block(r, l)) {
@@ -242,7 +256,21 @@ static void sim_backward(const ModelRuntime *r, MemSim *m) {
         }
         m->live -= s->block_rest + s->x_nc;     // the block's tensors and its input
     }
-    m->live -= s->grads_bufs;
+    m->live -= s->grads_bufs + s->gather;
+}
+
+// an interleaved chunk (mr_set_interleaved): its own passes, in the order of its pipeline rank
+static void interleaved_memory(const ModelRuntime *r, MemSim *m) {
+    const MrPipeline *p = &r->pipe;
+    int n = 2 * p->G * p->v;
+    ChunkPass *order = malloc((size_t)n * sizeof *order);
+    n = interleaved_order(p->stage % p->P, p->P, p->v, p->G, order);
+    for (int i = 0; i < n; i++) {
+        if (order[i].chunk != p->stage) continue;
+        if (order[i].backward) sim_backward(r, m);
+        else sim_forward(r, m);
+    }
+    free(order);
 }
 
 void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *host_peak) {
@@ -252,13 +280,17 @@ void mr_memory_predict(const ModelRuntime *r, int64_t *device_peak, int64_t *hos
     // the stage's micro-batches in 1F1B order (pipeline_schedule.h): up to K
     // forwards keep their activations before the matching backwards free them
     int G = r->pipe.G, n = 2 * G;
-    PipeAction *order = malloc((size_t)n * sizeof *order);
-    pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
-    for (int i = 0; i < n; i++) {
-        if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
-        else sim_backward(r, &m);
+    if (r->pipe.v > 1) {
+        interleaved_memory(r, &m);
+    } else {
+        PipeAction *order = malloc((size_t)n * sizeof *order);
+        pipeline_1f1b(r->pipe.stage, r->pipe.stages, G, order);
+        for (int i = 0; i < n; i++) {
+            if (order[i].kind == PIPE_FORWARD) sim_forward(r, &m);
+            else sim_backward(r, &m);
+        }
+        free(order);
     }
-    free(order);
     *device_peak = (int64_t)m.peak;
     size_t N = (size_t)r->B * r->T;
     // host: token staging, per-token losses, all ranks' losses of a micro-batch,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm.h"
+#include "runtime/model_sp.h"
 #include "runtime/trace_measure.h"
 
 // ---------------------------------------------------------------- forward / backward
@@ -264,8 +265,10 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
     if (r->units[0].count) zero_fwd_begin(r, 0);
     void *x0 = take(&r->acts[ACTS(slot, 0)].x);
     if (r->has_pre) part_begin(r, TRACE_PRE_FORWARD, -1);
-    if (!r->has_pre) {
-        be->copy_d2d(be, x0, in, xbytes, st);  // the previous stage's output (its receive buffer is posted again next)
+    if (!r->has_pre) {  // the previous stage's output (its receive buffer is posted again next); sp: its own rows
+        be->copy_d2d(be, x0, mr_sp_own(r, (void *)in), r->act_bytes[MR_ACT_x], st);
+    } else if (r->sp) {
+        mr_sp_embedding_forward(r, slot, x0);
     } else if (r->tp == 1) {
         be->embedding_forward(be, st, x0, mr_inputs(r, slot), PARAM(r->wte), PARAM(r->wpe), r->B, r->T, r->C);
     } else {  // vocabulary-parallel: each rank adds the rows it holds (wpe once, on tp rank 0), summed over tp
@@ -279,6 +282,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         int swapped = !mr_is_ckpt_block(r, l) && r->act_mask;  // part of its tensors wait on the host
         int sel = mr_is_sel_block(r, l);                       // att, lse in the selective workspace
         BlockActs *a = mr_is_ckpt_block(r, l) ? &r->work : &r->acts[i], view;
+        size_t live_before = r->dev.live;
         take_rest(a);
         if (swapped || sel) {
             if (swapped) take_masked(&r->aws, r->act_mask);
@@ -288,18 +292,29 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         }
         ArenaTensor *next = l + 1 < r->L ? &r->acts[i + 1].x : &r->x_out;
         void *xnext = take(next);
+        if (r->sp && next == &r->x_out) xnext = mr_sp_own(r, xnext);  // its rows of the (N,C) stage output
         take(&r->scratch);
+        take(&r->ln_full);
         const void *xin = arena_ptr(&r->acts[i].x);
         zero_fwd_begin(r, 1 + l);
         part_begin(r, TRACE_BLOCK_FORWARD, l);
-        block_forward_to_act(r, l, a, xin);
-        block_forward_output(r, l, a, xin, xnext);
+        if (r->sp) {
+            mr_sp_block_forward_to_act(r, l, a, xin);
+            mr_sp_block_forward_output(r, l, a, xin, xnext);
+        } else {
+            block_forward_to_act(r, l, a, xin);
+            block_forward_output(r, l, a, xin, xnext);
+        }
         part_end(r);
+        arena_release(&r->ln_full);
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays
         if (sel) release_masked(&r->sws, MR_SELECTIVE_MASK);  // recomputed in backward
         if (swapped) acts_swap_out(r, i);
+        // measured saved activations of one block: what block 0 kept (+ x_1, the size of its own input)
+        if (l == 0 && r->L > 1 && !r->block_saved_measured) r->block_saved_measured = r->dev.live - live_before;
     }
+    if (r->sp) mr_sp_gather(r, mr_sp_own(r, arena_ptr(&r->x_out)), arena_ptr(&r->x_out));  // the whole output
     if (!r->has_post) {  // the output goes to the next stage, from a send buffer (x_out serves the next forward)
         be->copy_d2d(be, out, arena_ptr(&r->x_out), xbytes, st);
         be->stream_synchronize(be, st);
@@ -349,6 +364,7 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
     int N = r->B * r->T;
     size_t xbytes = (size_t)N * r->C * r->x;
     take_grads(r);
+    take(&r->ln_full);
     void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln);
     if (r->has_post) {
         void *lnf = arena_ptr(&r->lnf), *logits = arena_ptr(&r->logits);
@@ -380,7 +396,8 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
             take_rest(a);
             take(&r->scratch);
             part_begin(r, TRACE_BLOCK_RECOMPUTE, l);
-            block_forward_to_act(r, l, a, xin);
+            if (r->sp) mr_sp_block_forward_to_act(r, l, a, xin);
+            else block_forward_to_act(r, l, a, xin);
             part_end(r);
             arena_release(&r->scratch);
             view = *a;
@@ -390,7 +407,8 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
         }
         part_begin(r, TRACE_BLOCK_BACKWARD, l);
         if (sel) attention_recompute(r, &view);
-        block_backward(r, l, &view, xin);
+        if (r->sp) mr_sp_block_backward(r, l, &view, xin);
+        else block_backward(r, l, &view, xin);
         part_end(r);
         zero_bwd_end(r, 1 + l);
         release_rest(a);
@@ -398,6 +416,8 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
         if (sel) release_masked(&r->sws, MR_SELECTIVE_MASK);
         arena_release(&r->acts[i].x);
     }
+    arena_release(&r->ln_full);
+    if (r->sp) mr_sp_gather(r, mr_sp_own(r, d_res), d_res);  // dL/dx_0, all rows (embedding, boundary)
     if (r->units[0].count) {
         // the embedding's gradient, or (tied copy) the head's gradient of wte already in its buffer
         zero_bwd_begin(r, 0);

@@ -77,6 +77,8 @@ typedef struct {
     int stage, stages;            // 0 .. stages-1; stages = 0: not set, one stage with every block
     int first_layer, num_layers;  // the stage's blocks
     int G;                        // micro-batches per iteration
+    int P, v;                     // interleaved ([plan] virtual = v > 1): stage is a chunk of P v on
+                                  // pipeline rank stage mod P; v = 0 or 1: plain 1F1B (mr_set_interleaved)
 } MrPipeline;
 
 // Offsets (in elements) of one block's parameters; -1 when absent.
@@ -101,6 +103,10 @@ typedef struct ModelRuntime {
     // the LM head (rows [v0, v0 + Vt)); norms, wpe and the biases of
     // row-parallel layers are replicated. tp = 1: no tensor parallelism.
     int tp, tp_rank, v0, Vt;
+    // sequence parallelism (runtime/model_sp.h): norms and residual adds on
+    // this rank's Ns = N/tp rows; 0 = off (mr_layout_sp)
+    int sp;
+    size_t block_saved_measured;  // arena bytes block 0 kept after its first forward (0: not measured)
     int Vr;  // of the rank's Vt rows, the real ones (v0 + Vr <= V): the loss reads only these logits
     int Vs;  // row stride of the logits: Vt rounded up to 8 (16-byte aligned rows)
     size_t Pglobal;        // parameters of the whole model (every tp shard together)
@@ -183,6 +189,12 @@ static inline ArenaTensor *mr_stage_act(ModelRuntime *r, int k) {
 // whole model.
 void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, int num_layers, int G);
 
+// After mr_set_pipeline, for an interleaved plan ([plan] virtual = v > 1,
+// stages = P v): the stage is a model chunk, which holds up to
+// stage_p_interleaved + 1 micro-batches at once (planner/interleave.h), and its
+// memory is replayed over its passes in the interleaved order.
+void mr_set_interleaved(ModelRuntime *r, int P, int v);
+
 // Reads the parameter layout from models/model.h and checks what this runtime
 // supports. 0, or 2 with err (config error). Unsharded, nothing offloaded.
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen);
@@ -196,6 +208,10 @@ int mr_layout_sharded(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp
 // tensor-parallel rank tp_rank of tp: this rank's shard of every parameter,
 // its heads / MLP units / vocabulary range. 0, or 2 with err.
 int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen);
+// Turns sequence parallelism on (sp = 1) for the layout of r (after
+// mr_layout_tp, before mr_plan_memory): needs tp >= 2 and tp dividing b*T.
+// 0, or 2 with err naming the stage and the values.
+int mr_layout_sp(ModelRuntime *r, int sp, char *err, size_t errlen);
 // Carves every tensor from the arenas (sized by model_acts) and reserves them
 // once. 0, or 1 with err.
 int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen);

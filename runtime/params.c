@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "models/model.h"
+#include "planner/interleave.h"
 #include "runtime/comm.h"
 #include "runtime/model_runtime.h"
 #include "runtime/pipeline_schedule.h"
@@ -70,7 +71,12 @@ static int add_part(ModelRuntime *r, const ModelConfig *m, ModelPart part, const
 }
 
 void mr_set_pipeline(ModelRuntime *r, int stage, int stages, int first_layer, int num_layers, int G) {
-    r->pipe = (MrPipeline){stage, stages, first_layer, num_layers, G};
+    r->pipe = (MrPipeline){stage, stages, first_layer, num_layers, G, 0, 0};
+}
+
+void mr_set_interleaved(ModelRuntime *r, int P, int v) {
+    r->pipe.P = P;
+    r->pipe.v = v;
 }
 
 int mr_layout(ModelRuntime *r, const ModelConfig *m, int B, int ckpt, int dp, char *err, size_t errlen) {
@@ -115,12 +121,14 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     double wo = sp->wo, go = sp->go, oo = sp->oo, ao = sp->ao;
     MrPipeline pipe = r->pipe;  // the one field set before the layout (kept by mr_layout_tp's relayout too)
     memset(r, 0, sizeof *r);
-    if (pipe.stages < 1) pipe = (MrPipeline){0, 1, 0, m->layers, 1};
+    if (pipe.stages < 1) pipe = (MrPipeline){0, 1, 0, m->layers, 1, 0, 0};
     r->pipe = pipe;
     r->has_pre = pipe.stage == 0;
     r->has_post = pipe.stage == pipe.stages - 1;
     r->tied_copy = r->has_post && !r->has_pre && m->tied_embeddings;
     r->K = pipeline_max_in_flight(pipe.stage, pipe.stages, pipe.G);  // 1 for a single stage
+    // interleaved: the chunk's own most in flight (its micro-batches in flight are consecutive, as in 1F1B)
+    if (pipe.v > 1) r->K = stage_p_interleaved(pipe.stage, pipe.P, pipe.v, pipe.G) + 1;
     r->tp = tp;
     r->tp_rank = tp_rank;
     r->zero = zero;

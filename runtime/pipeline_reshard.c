@@ -3,9 +3,11 @@
 // same pieces without talking.
 #include "runtime/pipeline_reshard.h"
 
+// the first world rank of stage s; with [plan] virtual, chunk s runs on the
+// ranks of pipeline rank s mod P (the first P chunks lie consecutively)
 static int stage_first_rank(const Plan *plan, int s) {
     int r = 0;
-    for (int i = 0; i < s; i++) r += plan->stage[i].dp * plan->stage[i].tp;
+    for (int i = 0; i < s % plan_pipeline_size(plan); i++) r += plan->stage[i].dp * plan->stage[i].tp;
     return r;
 }
 

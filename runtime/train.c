@@ -41,6 +41,7 @@
 #include "runtime/stop_signal.h"
 #include "runtime/trace_measure.h"
 #include "runtime/trainlog.h"
+#include "runtime/train_chunks.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -63,8 +64,7 @@ typedef struct {
 // Sum of per-token losses of one micro-batch over the dp group, added in the
 // order of the global sample stream (rank r holds sequences r*b .. r*b+b-1 of
 // the micro-batch), so the total is the same bits for any dp / G split.
-static double micro_batch_loss_sum(Run *run) {
-    ModelRuntime *r = run->r;
+static double micro_batch_loss_sum(Run *run, ModelRuntime *r) {
     Backend *be = r->be;
     size_t N = (size_t)r->B * r->T;
     float *h_losses = arena_ptr(&r->h_losses), *all = arena_ptr(&r->h_gather);
@@ -78,9 +78,8 @@ static double micro_batch_loss_sum(Run *run) {
 }
 
 // micro-batch g of iteration it: tokens (first stage) into slot `slot`, targets (last stage)
-static int load_batch(void *ctx, int64_t it, int g, int slot) {
+static int load_batch(void *ctx, ModelRuntime *r, int64_t it, int g, int slot) {
     Run *run = ctx;
-    ModelRuntime *r = run->r;
     Backend *be = r->be;
     size_t bytes = (size_t)r->B * r->T * sizeof(int32_t);
     int32_t *hi = arena_ptr(&r->h_inputs), *ht = arena_ptr(&r->h_targets);
@@ -93,7 +92,7 @@ static int load_batch(void *ctx, int64_t it, int g, int slot) {
     return 0;
 }
 
-static double loss_sum_cb(void *ctx) { return micro_batch_loss_sum(ctx); }
+static double loss_sum_cb(void *ctx, ModelRuntime *r) { return micro_batch_loss_sum(ctx, r); }
 
 // Every parameter tensor as a checkpoint entry over whole-model host arrays:
 // fp32 weights (the master under bf16), Adam m, Adam v (3 x Pglobal floats,
@@ -144,6 +143,7 @@ void train_runtime_limits(SearchLimits *lim) {
     lim->max_stages = 0;     // any: 1F1B pipeline (runtime/pipeline_run.c)
     lim->max_tp = 0;         // any: tensor parallelism (the config checks that tp divides heads, kv_heads, ffn)
     lim->max_tp_staged = 0;  // any, inside pipeline stages too
+    lim->interleave_min_ranks = 3;  // interleaved 1F1B: 2 pipeline ranks cannot run it over NCCL (train_chunks.c)
 }
 
 // Keep in step with train_runtime_limits().
@@ -189,6 +189,7 @@ typedef struct {
     struct CommHier *dph;    // the dp group's two levels ([cluster] collectives = hierarchical), or NULL
     CommGroup *paro[4];      // an I scope's groups of the dp group (zero_scope_groups); or NULL
     ModelRuntime model;      // this rank's part of the model, its memory and state
+    TrainChunks ch;          // [plan] virtual: the rank's other model chunks (runtime/train_chunks.h)
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
     TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
     Run run;                 // what the data callbacks read
@@ -324,14 +325,17 @@ static int lay_out_stage(Training *t) {
     char err[1024] = "";
     int rc;
     mr_set_pipeline(r, grid->stage, S, grid->first_layer, grid->num_layers, G);
+    chunks_begin(&t->ch, r, &cfg->plan.plan);
     rc = mr_layout_sharded(r, &cfg->model, sp, grid->dp_index, err, sizeof err);
     if (!rc && tp > 1) rc = mr_layout_tp(r, tp, grid->tp_index, err, sizeof err);
+    if (!rc) rc = mr_layout_sp(r, sp->sp, err, sizeof err);  // sequence parallelism (runtime/model_sp.h)
     if (!rc && tp > 1 && !be->supports_op(be, &(BackendOpShape){.op = OP_VOCAB_PARALLEL})) {
         snprintf(err, sizeof err, "[stage.%d] tp = %d: the %s backend has no vocabulary-parallel embedding and "
                  "cross-entropy kernels; allowed: tp = 1 on it. Hint: MIST_DEVICE=cpu, or a plan without tensor "
                  "parallelism", grid->stage, tp, be->name);
         rc = 2;
     }
+    if (!rc) rc = chunks_layout(&t->ch, cfg, grid, comm, err, sizeof err);
     // A layout error can hit some stages only; the others would wait for them
     // at their first exchange. Every rank learns the worst verdict and all stop.
     int worst = rc;
@@ -366,6 +370,8 @@ static int plan_memory(Training *t) {
     // the model's kernels write what the collectives send (stream-ordered: tp_sum needs no host sync)
     r->comm_stream_ordered = comm_select_follow(&t->choice, r->stream);
     mr_memory_predict(r, &t->pred_dev, &t->pred_host);
+    if (chunks_plan_memory(&t->ch, t->be, &t->pred_dev, &t->pred_host, t->err, sizeof t->err))
+        t->comm->abort(t->comm, 1, "memory plan failed");
     device_peak_sample(&t->device_peak, t->be);
     int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
     return failed_anywhere(t, failed, "memory");
@@ -386,6 +392,9 @@ static int report_predictions(Training *t) {
                "dp=%d tp=%d ckpt=%d zero=%d wo=%g go=%g oo=%g ao=%g\n", (long long)model_param_count(&cfg->model),
                mist_dtype_name(t->dtype), S, S > 1 ? "s" : "", r->Pglobal, r->P, r->B, t->G, dp, tp, r->ckpt,
                r->zero, r->wo, r->go, r->oo, r->ao);
+        if (r->sp)
+            printf("mist: stage 0: sequence parallelism sp=1: norms and residual adds on %d of %d rows per tp rank\n",
+                   r->B * r->T / r->tp, r->B * r->T);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)t->pred_dev,
                b2, (long long)t->pred_host);
     }
@@ -430,7 +439,7 @@ static int init_state(Training *t) {
     int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
     if (failed_anywhere(t, failed, "[init] from")) return 1;
     t->run = (Run){cfg, t->grid, t->comm, r, t->G, NULL, "train", t->err, sizeof t->err};
-    if (pipe_init(&t->pipe, r, t->grid, &cfg->plan.plan, t->err, sizeof t->err)) {
+    if (pipe_init(&t->pipe, t->ch.r, t->grid, &cfg->plan.plan, t->err, sizeof t->err)) {
         if (t->root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, t->err);
         return 2;
     }
@@ -441,15 +450,17 @@ static int init_state(Training *t) {
                          .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
                          .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
                          .weight_decay = tc->weight_decay};
+    if (failed_anywhere(t, chunks_init(&t->ch, cfg, t->err, sizeof t->err) != 0, "[init] from")) return 1;
     // the arrays also carry a sample's weights to rank 0 when the model spans several stages
     int gathers = cfg->checkpoint.dir[0] || (t->S > 1 && cfg->log.sample_interval > 0);
     if (gathers && (!(t->host_state = calloc(3 * r->Pp, sizeof(float))) ||
-                                   !(t->global_state = calloc(3 * r->Pglobal, sizeof(float))))) {
+                    !(t->global_state = calloc(3 * r->Pglobal, sizeof(float))) || chunks_alloc_state(&t->ch))) {
         fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu + 3 x %zu "
                 "floats)\n", t->rank, r->Pp, r->Pglobal);
         return 1;
     }
     t->ct = t->global_state ? ckpt_tensors(r, t->global_state) : NULL;
+    for (int j = 1; t->ct && j < t->ch.v; j++) t->ch.ct[j] = ckpt_tensors(t->ch.r[j], t->ch.global_state[j]);
     if (t->S > 1 && t->host_state && t->root) {
         mr_layout(&t->full, &cfg->model, 1, 0, 1, t->err, sizeof t->err);
         t->whole = calloc(3 * t->full.Pp, sizeof(float));
@@ -523,6 +534,8 @@ static int resume(Training *t) {
             // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
             mr_tp_scatter(r, t->global_state, t->host_state, 3);
             zero_distribute(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
+            if (failed_anywhere(t, chunks_resume(&t->ch, path, &cfg->model, t->err, sizeof t->err) != 0, "resume"))
+                return 1;
             t->start = st->step;
             r->opt.t = st->adam_t;
             if (t->root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)t->start);
@@ -552,7 +565,9 @@ static void gather_whole_state(Training *t) {
     zero_collect(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
     // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
     if (t->grid->dp_index == 0) mr_tp_gather(r, t->host_state, t->global_state, 3);
-    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->global_state, t->whole);
+    chunks_gather(&t->ch);
+    t->ch.global_state[0] = t->global_state;  // every chunk's whole tensors, in chunk order
+    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->ch.global_state, t->whole);
 }
 
 // [log] sample_interval's sample after iteration it (collective): one stage
@@ -671,6 +686,7 @@ static int train_loop(Training *t) {
             skipped++;
             consecutive++;
             zero_clear_grads(r);
+            chunks_clear_grads(&t->ch);
             if (root) fprintf(stderr, "mist-train: warning: iteration %lld: loss %g, grad norm %g not finite; "
                               "step skipped (%lld in a row, abort after %d)\n", (long long)it + 1, loss, norm,
                               (long long)consecutive, tc->max_nonfinite);
@@ -683,6 +699,7 @@ static int train_loop(Training *t) {
             consecutive = 0;
             // deferred: each unit steps just before its first use in the next iteration
             zero_schedule_step(r, (float)lr, optimizer_clip_scale(norm, tc->grad_clip));
+            chunks_schedule_step(&t->ch, (float)lr, optimizer_clip_scale(norm, tc->grad_clip));
         }
         be->stream_synchronize(be, r->stream);
         double dt = now_s() - t0;
@@ -697,11 +714,12 @@ static int train_loop(Training *t) {
                              .consumed_tokens = (int64_t)((double)(it + 1) * tokens_per_iter),
                              .ms_per_iter = 1e3 * dt, .tokens_per_s = tokens_per_iter / dt,
                              .lr = lr, .loss = loss, .grad_norm = norm, .skipped = skipped, .nonfinite = nonfinite,
-                             .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev)};
+                             .peak_device_bytes = (int64_t)arena_peak_bytes(&r->dev) + chunks_device_peak(&t->ch)};
         train_flops_rates(&t->flops, dt, &stats->tflops_per_device, &stats->mfu, &stats->hfu);
         t->have_stats = 1;
         if (t->vdl && ((it + 1) % cfg->data.val_interval == 0 || it + 1 == tc->steps)) {
             zero_flush(r);
+            chunks_flush(&t->ch);
             t->run.dl = t->vdl, t->run.what = "val";
             snprintf(context, sizeof context, "step %lld (validation)", (long long)it + 1);
             comm->set_context(comm, context);
@@ -755,6 +773,7 @@ static int final_report(Training *t) {
     ModelRuntime *r = &t->model;
     int root = t->root, rc = 0;
     zero_flush(r);  // the last iteration's step
+    chunks_flush(&t->ch);
     int n = t->timed_n < TIMED_MAX ? (int)t->timed_n : TIMED_MAX;
     RunTiming timing = {t->flops.predicted_seconds > 0 ? t->flops.predicted_seconds : 0,
                         median_seconds(t->timed, n), n, 0, 0, 0, 0};
@@ -776,10 +795,13 @@ static int final_report(Training *t) {
     }
     // predicted vs measured peaks of every rank
     device_peak_sample(&t->device_peak, t->be);
-    int64_t device_peak = device_peak_bytes(&t->device_peak), arena_dev = (int64_t)arena_peak_bytes(&r->dev);
+    // a rank's chunks hold their arenas together (runtime/train_chunks.h)
+    int64_t device_peak = device_peak_bytes(&t->device_peak);
+    int64_t arena_dev = (int64_t)arena_peak_bytes(&r->dev) + chunks_device_peak(&t->ch);
     RankMemory mine = {t->rank, grid->stage, t->pred_dev, arena_dev, t->pred_host,
-                       (int64_t)arena_peak_bytes(&r->host), device_peak >= 0 ? device_peak : arena_dev,
-                       device_peak >= 0};
+                       (int64_t)arena_peak_bytes(&r->host) + chunks_host_peak(&t->ch),
+                       device_peak >= 0 ? device_peak : arena_dev,
+                       device_peak >= 0, (int64_t)r->block_saved_measured};
     RankMemory *all = calloc((size_t)grid->world_size, sizeof *all);
     commCheck(comm, comm->all_gather(comm, &mine, all, sizeof mine, MIST_U8, grid->world));
     if (root) {
@@ -832,6 +854,7 @@ static int close_training(Training *t) {
     zero_scope_groups_free(t->comm, t->paro);
     t->dph = t->model.dph = NULL;
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
+    chunks_free(&t->ch);
     mr_free(&t->model);
     if (t->be) t->be->destroy(t->be);
     return rc;

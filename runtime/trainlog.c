@@ -196,10 +196,11 @@ int trainlog_write_summary(const char *path, const RankMemory *ranks, int n, con
                                 "%s\n    {\"rank\": %d, \"stage\": %d, \"predicted_device_peak_bytes\": %" PRId64
                                 ", \"measured_device_peak_bytes\": %" PRId64 ", \"predicted_host_peak_bytes\": %" PRId64
                                 ", \"measured_host_peak_bytes\": %" PRId64 ", \"device_peak_bytes\": %" PRId64
-                                ", \"device_peak_source\": \"%s\"}",
+                                ", \"device_peak_source\": \"%s\", \"block_saved_bytes\": %" PRId64 "}",
                                 i ? "," : "", m->rank, m->stage, m->predicted_device_peak_bytes,
                                 m->measured_device_peak_bytes, m->predicted_host_peak_bytes, m->measured_host_peak_bytes,
-                                m->device_peak_bytes, m->device_peak_from_device ? "device" : "arena");
+                                m->device_peak_bytes, m->device_peak_from_device ? "device" : "arena",
+                                m->block_saved_bytes);
     }
     len += (size_t)snprintf(buf + len, cap - len, "%s],\n  \"final\": ", n ? "\n  " : "");
     if (last) len += (size_t)trainlog_format_json(last, buf + len, cap - len);

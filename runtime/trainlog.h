@@ -59,6 +59,10 @@ typedef struct {
     // else (CPU backend) the arena's peak again
     int64_t device_peak_bytes;
     int device_peak_from_device;
+    // device bytes the stage's first block took in its first forward and kept
+    // (its saved tensors and its output, the next block's input): the measured
+    // saved activations of one block (docs/tensor-parallel.md); 0 when not measured
+    int64_t block_saved_bytes;
 } RankMemory;
 
 // The run's time per iteration against the planner's.

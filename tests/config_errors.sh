@@ -126,6 +126,12 @@ base | sed 's/^heads = 4/heads = 4\nkv_heads = 2/' > "$tmp/f.ini"
 sed -i 's/^tp = 1/tp = 4/' "$tmp/f.ini"
 expect "kv_heads not divisible by tp" "$tmp/f.ini" "f.ini:23:" "[stage.0] tp = 4" "must divide kv_heads (2)" "Hint:"
 
+base | sed 's/^b = 4/b = 4\nsp = true/' > "$tmp/f.ini"
+expect "sequence parallelism at tp = 1" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp = 1 with tp = 1" "allowed: sp = 1 only with tp >= 2" "Hint:"
+
+base | sed 's/^seq_len = 32/seq_len = 31/; s/^G = 2/G = 8/; s/^tp = 1/tp = 2/; s/^b = 4/b = 1\nsp = true/' > "$tmp/f.ini"
+expect "sequence parallelism with tp not dividing b*seq_len" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp = 1: b * seq_len = 1 * 31" "allowed: tp dividing b * seq_len" "Hint:"
+
 base | sed '/^seq_len = 32/d' > "$tmp/f.ini"
 expect "a required [model] key missing" "$tmp/f.ini" "f.ini:1:" "[model] seq_len is missing" "allowed:" "Hint:"
 
@@ -170,6 +176,23 @@ expect "a stage section missing" "$tmp/f.ini" "f.ini:17:" "[stage.1] is missing"
 
 { base; printf '\n[stage.1]\nlayers = 1\n'; } > "$tmp/f.ini"
 expect "a stage section beyond stages" "$tmp/f.ini" "f.ini:25:" "[stage.1] is beyond [plan] stages = 1" "Hint:"
+
+# [plan] virtual = 2 (interleaved 1F1B): stages are 4 chunks of one block on 2 pipeline ranks
+chunks() {
+    base | sed 's/^stages = 1/stages = 4\nvirtual = 2/; /^\[stage.0\]/,$ s/^layers = 4/layers = 1/'
+    for c in 1 2 3; do printf '\n[stage.%d]\nlayers = 1\ndp = 1\ntp = 1\nb = 4\n' "$c"; done
+}
+chunks > "$tmp/v.ini"
+expect "virtual: stages not a multiple of it" "$tmp/v.ini" "-o plan.virtual=3" "[plan] virtual = 3: stages = 4 is not a multiple of it" "Hint:" -- -o plan.virtual=3
+expect "virtual: one pipeline rank" "$tmp/v.ini" "-o plan.virtual=4" "one pipeline rank" "allowed: virtual > 1 only with stages >= 2 * virtual" "Hint: set virtual = 1" -- -o plan.virtual=4
+expect "virtual: chunks of one rank with different dp" "$tmp/v.ini" "-o stage.2.dp=2" "[stage.2] dp = 2 but [stage.0] dp = 1" "both chunks run on pipeline rank 0" "Hint: set [stage.2] dp = 1" -- -o stage.2.dp=2 -o stage.2.b=2
+chunks | sed '/^\[stage.3\]/,$ s/^tp = 1/tp = 2/' > "$tmp/f.ini"
+expect "virtual: chunks of one rank with different tp" "$tmp/f.ini" "f.ini:41:" "[stage.3] tp = 2 but [stage.1] tp = 1" "allowed: the same dp, tp and b" "Hint: set [stage.3] tp = 1"
+expect "virtual: G not a multiple of the pipeline ranks" "$tmp/v.ini" "-o plan.G=1" "[plan] G = 1: the interleaved schedule (virtual = 2) needs G a multiple of the 2 pipeline ranks" "Hint:" -- -o plan.G=1 -o stage.0.b=8 -o stage.1.b=8 -o stage.2.b=8 -o stage.3.b=8
+out=$("$TRAIN" --dry-run "$tmp/v.ini" 2>&1 </dev/null); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q "interleaved: virtual 2, the stages are chunks on 2 pipeline ranks" &&
+    printf '%s' "$out" | grep -q "under mpirun -np 2"
+tap_ok $? "virtual: a valid interleaved plan passes (2 ranks for 4 chunks; exit $rc)"
 
 base | sed 's/^steps = 3/steps = 3\nsteps = 4/' > "$tmp/f.ini"
 expect "a key set twice" "$tmp/f.ini" "f.ini:12:" "set twice (first at line 11)" "Hint:"

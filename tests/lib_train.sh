@@ -88,8 +88,10 @@ peaks() {
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))["ranks"]
-    st = json.load(open(sys.argv[2]))["stages"]
-    plan = [(max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"]) for s in st]
+    a = json.load(open(sys.argv[2]))
+    plan = [(max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]), s["memory"]["host_bytes"]) for s in a["stages"]]
+    if "pipeline_ranks" in a:  # interleaved: a rank's chunks together, per pipeline rank (the ranks' "stage")
+        plan = [(r["peak_bytes"], r["host_bytes"]) for r in a["pipeline_ranks"]]
     worst = {}
     for r in d:
         w = worst.get(r["stage"], (0, 0))
@@ -106,13 +108,15 @@ PYEOF
 }
 
 # stage_args G SPEC...: the -o options of a pipeline plan with one
-# "layers/dp/tp/zero/ckpt/offload[/sel]" SPEC per stage (zero: 0-3 or a shard code; offload: wo = go = oo = ao;
-# sel: recompute = selective; b = 8 / (dp G)) on one line, then the rank count on the next
+# "layers/dp/tp/zero/ckpt/offload[/sp[/sel]]" SPEC per stage (zero: 0-3 or a shard code; offload:
+# wo = go = oo = ao; sp: sequence parallelism, 0 when left out; sel: recompute = selective;
+# b = 8 / (dp G)) on one line, then the rank count on the next
 stage_args() {
     G=$1; shift
+    v=${VIRTUAL:-1}; P=$(($# / v))  # VIRTUAL=v: the specs are P*v chunks, chunk c on the ranks of chunk c mod P
     s=0; np=0
     for spec in "$@"; do
-        IFS=/ read -r lay dp tp zero ckpt off sel <<EOF
+        IFS=/ read -r lay dp tp zero ckpt off sp sel <<EOF
 $spec
 EOF
         [ "$sel" = sel ] && printf ' -o stage.%d.recompute=selective' $s
@@ -121,8 +125,11 @@ EOF
             $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zk" "$zero"
         printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
             $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
-        s=$((s + 1)); np=$((np + dp * tp))
+        printf ' -o stage.%d.sp=%s' $s "${sp:-0}"
+        [ $s -lt $P ] && np=$((np + dp * tp))
+        s=$((s + 1))
     done
+    [ "$v" -gt 1 ] && printf ' -o plan.virtual=%d' "$v"
     printf ' -o plan.stages=%d -o plan.G=%d\n%d\n' $s "$G" $np
 }
 
@@ -154,7 +161,8 @@ within() {
 last_ckpt() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
 
 # The plans a comm path is checked on (train_staged.sh, train_nccl_fake.sh): dp, tp, ZeRO 0-3,
-# offloading, checkpointing, bf16, pipeline stages with a tied embedding. One line per plan:
+# offloading, checkpointing, bf16, pipeline stages with a tied embedding, sequence
+# parallelism (all-gathers and reduce-scatters over tp). One line per plan:
 # name model precision G stages (layers/dp/tp/zero/ckpt/offload each, for stage_args).
 # COMM_COMMON: the options every run of them gets.
 COMM_COMMON="-o train.steps=12 -o train.global_batch=8 -o train.lr=1e-3 -o train.warmup=3 -o log.interval=1000
@@ -178,6 +186,9 @@ llama-tp2    llama fp32 1 2/1/2/0/0/0
 llama-2x2    llama bf16 2 2/2/2/3/2/0.5
 gpt-pp-tied  gpt   fp32 2 1/2/1/1/0/0 1/1/2/2/1/0.5
 llama-pp-g4  llama fp32 4 1/1/2/0/0/0 1/2/1/1/1/0
+gpt-sp-tp2   gpt   fp32 1 2/2/2/1/1/0/1
+llama-sp-2x2 llama bf16 2 2/2/2/3/2/0.5/1
+gpt-pp-sp    gpt   fp32 2 1/1/2/0/0/0/1 1/1/2/2/1/0.5/1
 gpt-paro-nig gpt   fp32 2 2/4/2/NIG/1/0.5
 EOF
 }

@@ -120,6 +120,48 @@ tb=$(grep -o '"t_stable_seconds": [0-9.e+-]*' "$tmp/b.json" | head -1 | sed 's/.
 num_ok 'b > a + 0.003 && b < a + 0.006' a="$ta" b="$tb"
 tap_ok $? "a measured op table entry replaces the roofline for that op ($ta s -> $tb s)"
 
+# [plan] virtual (interleaved 1F1B): 8 chunks of 3 blocks on 4 pipeline ranks. Each rank's peak is the
+# sum of its chunks' max(fwd, bwd) peaks, the iteration the interleaved formula over the chunks' t and d
+# (docs/pipeline.md), the in-flight counts Megatron's order holds; virtual = 1 is the plain plan
+chunks() {  # P v G
+    printf '[plan]\nmode = fixed\nG = %d\nstages = %d\nvirtual = %d\n' "$3" $(($1 * $2)) "$2"
+    c=0; while [ $c -lt $(($1 * $2)) ]; do
+        printf '\n[stage.%d]\nlayers = %d\ndp = 2\ntp = 1\nb = %d\nzero = 1\nckpt = 1\n' $c $((24 / ($1 * $2))) $((256 / $3))
+        c=$((c + 1))
+    done
+}
+chunks 4 2 16 >"$tmp/v2.ini"; chunks 4 1 16 >"$tmp/v1.ini"; sed '/^virtual/d' "$tmp/v1.ini" >"$tmp/v0.ini"
+"$PLAN" "$GPT" --analyze "$tmp/v2.ini" --json >"$tmp/v2.json" 2>"$tmp/v2.err"; rc=$?
+python3 - "$tmp/v2.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+P, v, G, st = 4, a["virtual"], a["G"], a["stages"]
+peak = [max(s["peak_bytes_fwd"], s["peak_bytes_bwd"]) for s in st]
+ranks = a["pipeline_ranks"]
+ok = v == 2 and len(st) == 8 and len(ranks) == 4
+ok &= all(ranks[r]["peak_bytes"] == peak[r] + peak[r + P] for r in range(P))
+t = [s["t_stable_seconds"] for s in st]; d = [s["t_delta_seconds"] for s in st]
+T = [t[r] + t[r + P] for r in range(P)]; D = [d[r] + d[r + P] for r in range(P)]
+extra, before = 0.0, 0.0
+for r in range(P):
+    extra = max(extra, D[r] - before); before += T[r] / v
+want = G * max(T) + (sum(T) - max(T)) / v + extra
+ok &= abs(a["iteration_seconds"] - want) <= 1e-12 * want
+ok &= [s["p"] for s in st] == [7, 7, 6, 4, 3, 3, 2, 0]
+print("# interleaved", a["iteration_seconds"], want, [s["p"] for s in st], [x["peak_bytes"] for x in ranks])
+sys.exit(0 if ok else 1)
+PY
+tap_ok $? "virtual = 2: each rank's peak = the sum of its chunks', the interleaved iteration formula, p = 7 7 6 4 3 3 2 0"
+"$PLAN" "$GPT" --analyze "$tmp/v1.ini" --json >"$tmp/v1.json" 2>/dev/null
+"$PLAN" "$GPT" --analyze "$tmp/v0.ini" --json >"$tmp/v0.json" 2>/dev/null
+t1=$(grep -o '"iteration_seconds": [0-9.e+-]*' "$tmp/v1.json"); t2=$(grep -o '"iteration_seconds": [0-9.e+-]*' "$tmp/v2.json")
+cmp -s "$tmp/v1.json" "$tmp/v0.json" && [ -n "$t1" ] && ! grep -q '"virtual"' "$tmp/v1.json"
+tap_ok $? "virtual = 1 is the plain 1F1B plan, byte for byte ($t1; virtual = 2: $t2)"
+out=$("$PLAN" "$GPT" --analyze "$tmp/v2.ini" --trace "$tmp/v2.trace.json" 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'virtual = 2: the predicted trace and picture draw plain 1F1B' &&
+    [ ! -e "$tmp/v2.trace.json" ]
+tap_ok $? "--trace of an interleaved plan: refused with a clear message (exit $rc)"
+
 # every shipped example: its plan fits (exit 0), and the parameter counts published for
 # the models (GPT-2 small, Llama 7B, Falcon-7B) are the ones the JSON reports
 for ex in "$MIST_SRCDIR"/examples/*.ini; do

@@ -4,12 +4,16 @@
 # how many, default 6). Each plan draws a model (GPT with a tied or untied
 # embedding and a vocabulary of 256 or 258, Llama with GQA, Llama with
 # parallel blocks, Falcon-style with one kv head), 1-4 pipeline stages of 1-4
-# layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow, ZeRO 0-3
-# or a PaRO sharding code (shard = one of the 10, shard_group 0 or a divisor of dp),
+# layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow (and then
+# sequence parallelism on or off), ZeRO 0-3 or a PaRO sharding code (shard = one
+# of the 10, shard_group 0 or a divisor of dp; ZeRO's only in interleaved plans),
 # any number of checkpointed blocks and offload ratios in eighths and tenths,
 # recompute none or selective;
 # G 1-6; fp32 or bf16; at most 8 ranks; every other plan with [cluster]
-# collectives = hierarchical on nodes of 2 ranks. Per plan, 6 steps:
+# collectives = hierarchical on nodes of 2 ranks. A third of the plans with several
+# stages are interleaved ([plan] virtual = 2 or 3): each pipeline rank gets v
+# chunks with the rank's dp and tp and their own layers, ZeRO, ckpt, offload, sp
+# and recompute, and G a multiple of the ranks. Per plan, 6 steps:
 #   - the per-step losses equal the 1-rank run's of the same model within 1e-5
 #     relative in fp32 (the plans differ from it only in the summation order),
 #     1e-3 in bf16 (partial sums rounded to bf16 too);
@@ -31,8 +35,8 @@ COMMON="-o train.steps=6 -o train.lr=1e-3 -o train.warmup=2 -o log.interval=1 -o
  -o model.seq_len=32 -o checkpoint.keep=1"
 tap_diag "seed $SEED ($N plans; MIST_TEST_SEED=$SEED repeats them)"
 
-# one plan per line: name model precision tied vocab G layers global_batch, then per
-# stage layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute/shard_group (zero: 0-3 or a shard code)
+# one plan per line: name model precision tied vocab G virtual layers global_batch, then per
+# stage (chunk) layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/shard_group (zero: 0-3 or a shard code)
 awk -v seed="$SEED" -v n="$N" 'BEGIN {
     srand(seed)
     split("gpt gpt llama llama-par falcon", models, " ")
@@ -45,25 +49,35 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
         vocab = m == "gpt" && rand() < 0.3 ? 258 : 256
         S = 1 + int(rand() * 4); G = 1 + int(rand() * 6)
         ranks = 0; lcm = 1; L = 0; spec = ""
-        for (s = 0; s < S; s++) {
-            lay = 1 + int(rand() * 4); dp = 1 + int(rand() * 4); tp = 1
-            # tp divides the heads (4) and the kv heads: 4 for GPT, 2 for Llama, 1 for Falcon-style
-            if (rand() < 0.35) tp = m == "gpt" ? (rand() < 0.5 ? 2 : 4) : m == "falcon" ? 1 : 2
-            if (ranks + dp * tp > 8 - (S - s - 1)) { dp = 1; tp = 1 }
-            ranks += dp * tp; L += lay
+        v = S > 1 && rand() < 0.33 ? 2 + int(rand() * 2) : 1
+        if (v > 1) G = S * (1 + int(rand() * 2))  # interleaved: G a multiple of the pipeline ranks
+        for (c = 0; c < S * v; c++) {
+            s = c % S  # the pipeline rank of chunk c, whose mesh it takes
+            lay = 1 + int(rand() * (v > 1 ? 2 : 4))
+            if (c < S) {
+                dp_[s] = 1 + int(rand() * 4); tp_[s] = 1
+                # tp divides the heads (4) and the kv heads: 4 for GPT, 2 for Llama, 1 for Falcon-style
+                if (rand() < 0.35) tp_[s] = m == "gpt" ? (rand() < 0.5 ? 2 : 4) : m == "falcon" ? 1 : 2
+                if (ranks + dp_[s] * tp_[s] > 8 - (S - s - 1)) { dp_[s] = 1; tp_[s] = 1 }
+                ranks += dp_[s] * tp_[s]
+            }
+            dp = dp_[s]; tp = tp_[s]; L += lay
             a = lcm; b = dp; while (b) { t = a % b; a = b; b = t }; lcm = lcm * dp / a
-            z = rand() < 0.5 ? int(rand() * 4) : codes[1 + int(rand() * 10)]
+            z = v > 1 || rand() < 0.5 ? int(rand() * 4) : codes[1 + int(rand() * 10)]
             sg = rand() < 0.4 ? 0 : rand() < 0.5 ? dp : (dp % 2 ? 1 : 2)  # 0: the dp ranks of one node
             spec = spec sprintf(" %d/%d/%d/%s/%d/%s/%s/%s/%s", lay, dp, tp, z, int(rand() * (lay + 1)),
                                 offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)],
                                 offs[1 + int(rand() * 10)])
+            spec = spec "/" (tp > 1 && rand() < 0.5 ? 1 : 0)  # sequence parallelism, where tp > 1
             spec = spec (rand() < 0.4 ? "/selective" : "/none") "/" sg
         }
-        printf "p%02d %s %s %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, L, lcm * G * (1 + int(rand() * 2)), spec
+        printf "p%02d %s %s %d %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, v, L, lcm * G * (1 + int(rand() * 2)), spec
     }
 }' >"$W/plans"
+[ "$(wc -l <"$W/plans")" -eq "$N" ]
+tap_ok $? "$N random plans drawn ($(awk '$7 > 1' "$W/plans" | wc -l) of them interleaved)"
 
-while read -r id model prec tied vocab G layers gb stages; do
+while read -r id model prec tied vocab G v layers gb stages; do
     case $model in
         llama) ini=$MIST_SRCDIR/examples/tiny-llama.ini extra= ;;
         llama-par) ini=$MIST_SRCDIR/examples/tiny-llama.ini extra="-o model.parallel_block=1" ;;
@@ -81,16 +95,20 @@ while read -r id model prec tied vocab G layers gb stages; do
     [ $(( (SEED + 1${id#p}) % 2 )) -eq 1 ] && model_args="$model_args -o cluster.collectives=hierarchical
  -o cluster.gpus_per_node=2"
     s=0 nr=0 plan_args=
+    # shellcheck disable=SC2086
+    set -- $stages
+    P=$(($# / v))  # pipeline ranks: the ranks of the first P chunks
     for spec in $stages; do
-        IFS=/ read -r lay dp tp zero ckpt wo go oo ao recomp sg <<EOF
+        IFS=/ read -r lay dp tp zero ckpt wo go oo ao sp recomp sg <<EOF
 $spec
 EOF
         plan_args="$plan_args -o stage.$s.layers=$lay -o stage.$s.dp=$dp -o stage.$s.tp=$tp -o stage.$s.b=$((gb / (dp * G)))"
         case $zero in [0-3]) key=zero ;; *) key=shard ;; esac
         plan_args="$plan_args -o stage.$s.$key=$zero -o stage.$s.shard_group=$sg"
         plan_args="$plan_args -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
-        plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao -o stage.$s.recompute=$recomp"
-        s=$((s + 1)) nr=$((nr + dp * tp))
+        plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao -o stage.$s.sp=$sp -o stage.$s.recompute=$recomp"
+        [ $s -lt $P ] && nr=$((nr + dp * tp))
+        s=$((s + 1))
     done
     # (run, from lib_train.sh, sets ini, np and name: this loop uses other names)
     # shellcheck disable=SC2086
@@ -98,8 +116,8 @@ EOF
         -o stage.0.tp=1 -o stage.0.b="$gb"
     rc_ref=$?
     # shellcheck disable=SC2086
-    run "$ini" "$nr" "$id" $model_args $plan_args -o plan.stages=$s -o plan.G="$G" -o checkpoint.interval=3 \
-        -o checkpoint.keep=2
+    run "$ini" "$nr" "$id" $model_args $plan_args -o plan.stages=$s -o plan.G="$G" -o plan.virtual="$v" \
+        -o checkpoint.interval=3 -o checkpoint.keep=2
     rc=$?
     ld=$(loss_diff "$W/$id.ref.jsonl" "$W/$id.jsonl")
     # its step-3 checkpoint resumed at 1 rank: steps 4-6 as the plan trained them
@@ -118,7 +136,7 @@ EOF
     coll=$(sed -n 's/^mist: data-parallel collectives \([a-z]*\): .*/\1/p' "$W/$id.out")  # rank 0's dp group
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
         num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
-    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s) (layers/dp/tp/zero/ckpt/wo/go/oo/ao/recompute/g:$stages), \
+    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s), virtual $v (layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/g:$stages), \
 $nr ranks, ${coll:-flat} dp collectives: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 

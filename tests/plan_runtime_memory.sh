@@ -1,7 +1,7 @@
 #!/bin/sh
 # The planner's memory model against the runtime's measurement: for a matrix
 # of single-stage plans (GPT, Llama and parallel-block models, fp32 and bf16, 1 to 4 ranks incl. a dp
-# that is not a power of two, tp 2 and 4, ZeRO 0-3, checkpointing, every
+# that is not a power of two, tp 2 and 4 with and without sequence parallelism, ZeRO 0-3, checkpointing, every
 # offload knob and their combinations) and one of 1F1B pipeline plans (2, 3
 # and 4 stages, see the second matrix) mist-train runs 2 steps on the CPU
 # backend and writes every rank's measured arena peaks and its stage to its
@@ -31,10 +31,10 @@ set_model() {
 W=$(mktemp -d "${TMPDIR:-/tmp}/mist-planmem-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
-# name model prec dp zero ckpt G wo go oo ao layers global_batch [tp] (ranks = dp * tp,
-# b = global_batch / (dp * G); tp defaults to 1; zero: 0-3, or a PaRO shard code in groups of
-# the default shard_group, gpus_per_node / tp = 4 / tp dp ranks: at tp 2 and dp 4 groups of 2,
-# at dp 3 a group of 4 that holds every dp rank, so I is G)
+# name model prec dp zero ckpt G wo go oo ao layers global_batch [tp [sp]] (ranks = dp * tp,
+# b = global_batch / (dp * G); tp defaults to 1, sp (sequence parallelism) to 0; zero: 0-3, or a
+# PaRO shard code in groups of the default shard_group, gpus_per_node / tp = 4 / tp dp ranks: at
+# tp 2 and dp 4 groups of 2, at dp 3 a group of 4 that holds every dp rank, so I is G)
 cat >"$W/matrix" <<'EOF'
 gpt-ref    gpt   fp32 1 0 0 1 0    0    0    0    2 8
 gpt-dp2    gpt   fp32 2 0 0 1 0    0    0    0    2 8
@@ -71,6 +71,12 @@ falcon-mix falcon fp32 4 3 1 2 0.5 0.5  0.5  0.5  2 16
 falcon-ao  falcon fp32 2 1 0 1 0   0    0    0.5  3 8
 falcon-bf  falcon bf16 2 2 1 1 0.3 0.3  0.3  0.3  2 8
 lpar-tp2   llama-par fp32 2 3 1 1 0.5 0.5 0.5 0.5 2 8  2
+gpt-sp2    gpt   fp32 1 0 0 1 0    0    0    0    2 8  2 1
+gpt-sp4ck  gpt   fp32 1 1 1 2 0    0    0    0    2 8  4 1
+gpt-sp2mix gpt   fp32 2 3 1 1 0.5  0.5  0.5  0.5  2 8  2 1
+llama-sp2  llama fp32 1 2 0 1 0    0.5  0    0.5  2 8  2 1
+gpt-bf-sp2 gpt   bf16 2 1 0 2 0    0    0.5  0    2 8  2 1
+lpar-sp2   llama-par fp32 2 3 1 1 0.5 0.5 0.5 0.5 2 8  2 1
 paro-nig   gpt   fp32 4 NIG 1 2 0.5 0.5 0.5 0.5 2 16 2
 paro-iig   llama fp32 4 IIG 0 1 0    0.5  0    0.3  2 16 2
 paro-bf    gpt   bf16 4 IGG 1 1 0.3  0.3  0.3  0.3  2 16 2
@@ -104,14 +110,15 @@ tap_diag "per plan: planner (mist-plan --analyze --json) and rank 0 measured (mi
     "all-ranks: every rank's measured device and host peaks equal the planner's" \
     "$(printf '%-10s %5s %4s %2s %3s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' name model prec np z c G \
     wo go oo ao L dev-plan dev-meas hst-plan hst-meas all-ranks)"
-while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp; do
+while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp sp; do
     set_model "$model"
-    tp=${tp:-1} np=$((dp * tp))
+    tp=${tp:-1} np=$((dp * tp)) sp=${sp:-0}
     b=$((gb / (dp * G)))
     case $zero in [0-3]) zk=zero ;; *) zk=shard ;; esac
     set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
         -o stage.0.b="$b" -o stage.0.$zk="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" \
-        -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers"
+        -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers" \
+        -o stage.0.sp="$sp"
     # shellcheck disable=SC2086
     mist_mpirun -np "$np" "$TRAIN" "$ini" $extra "$@" -o train.steps=2 -o log.interval=1000 -o data.val_interval=0 \
         -o log.summary="$W/$name.json" -o log.jsonl="$W/$name.jsonl" >"$W/$name.out" 2>&1
@@ -132,7 +139,7 @@ while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp; do
     [ $rc_train -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   train: /'
     [ $rc_plan -eq 0 ] || tail -3 "$W/$name.plan.err" | sed 's/^/#   plan: /'
     [ $rc_train -eq 0 ] && [ $rc_plan -eq 0 ] && [ "$agree" = yes ]
-    tap_ok $? "$name: $np ranks (dp $dp x tp $tp) zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: planned \
+    tap_ok $? "$name: $np ranks (dp $dp x tp $tp, sp $sp) zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao L=$layers $prec: planned \
 device peak and host bytes equal every rank's measured peaks"
 done <"$W/matrix"
 

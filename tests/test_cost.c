@@ -108,6 +108,20 @@ static void test_pipeline(void) {
        "1F1B: a later stage's extra hides behind the fill (2 stages)");
 }
 
+// Interleaved 1F1B (docs/pipeline.md): v = 1 is the 1F1B total, and with uniform
+// chunks the bubble is (P - 1)/v of a rank's micro-batch (tests/test_interleave.c
+// checks the order itself on a timed simulation)
+static void test_pipeline_interleaved(void) {
+    double t[3] = {1, 2, 1}, d[3] = {3, 1, 5};
+    double a = pipeline_interleaved_seconds(3, 1, 4, t, d), b = pipeline_1f1b_seconds(3, 4, t, d);
+    ok(memcmp(&a, &b, sizeof a) == 0, "interleaved, v = 1: the 1F1B total bit for bit (%g)", a);
+    double tc[8], dc[8] = {0};
+    for (int c = 0; c < 8; c++) tc[c] = 0.5;  // P 4 ranks of 2 chunks: a rank's micro-batch takes 1
+    double T = pipeline_interleaved_seconds(4, 2, 8, tc, dc);
+    ok(near(T, 8 * 1.0 + (4 - 1) / 2.0 * 1.0, 0, 1e-15, "bubble"), "interleaved, P 4, v 2, G 8: G + (P - 1)/v = 9.5 (%g)",
+       T);
+}
+
 // weights + grads + optimizer of a single stage holding the whole model
 static double states(const StageModel *m, StageConfig c) {
     double o[ST_OUTPUTS];
@@ -522,6 +536,7 @@ static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
         unsigned seed = 11 + variant;
         for (int i = 0; i < N; i++) {
             StageConfig *c = &cs[i];
+            memset(c, 0, sizeof *c);  // every knob the draws below leave out is 0
             c->plan.layers = 1 + (int)(frand(&seed) * 4);
             c->plan.b = 1 << (int)(frand(&seed) * 3);
             c->plan.dp = 1 << (int)(frand(&seed) * 5);
@@ -534,6 +549,7 @@ static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
             c->plan.go = frand(&seed) < 0.5 ? 0 : frand(&seed);
             c->plan.oo = frand(&seed) < 0.5 ? 0 : frand(&seed);
             c->plan.ao = frand(&seed) < 0.5 ? 0 : frand(&seed);
+            c->plan.sp = frand(&seed) < 0.5;  // sequence parallelism; at tp = 1 an impossible plan (1e30 bytes)
             double v[STAGE_SYMS];
             stage_sym_values(c, v);
             for (int s = 0; s < STAGE_SYMS; s++) col[s][i] = v[s];
@@ -673,6 +689,60 @@ static void test_optable_names(const MistConfig *cfg) {
     ok(built && all_used, "every name the op table accepts is an op of one of them (%d names)", names);
 }
 
+// Sequence parallelism (symbol sp): a middle stage's kept activations are L
+// times a block's saved bytes from model_acts_sp (1/tp of the tp = 1 block's),
+// the time changes (all-gathers + reduce-scatters, norms on N/tp rows), and
+// sp at tp = 1 never fits.
+static void test_sequence_parallel(const MistConfig *cfg, const HwProfile *hw) {
+    StageModel m;
+    char err[256];
+    if (stage_model_build(&m, cfg, hw, NULL, 0, 0, err, sizeof err) != 0) {
+        ok(0, "stage model builds: %s", err);
+        return;
+    }
+    int L = cfg->model.layers, tp = 4;
+    double o[2][ST_OUTPUTS], one[ST_OUTPUTS], bad[ST_OUTPUTS], want[2] = {0, 0}, want_tp1 = 0;
+    for (int sp = 0; sp < 2; sp++) {
+        StageConfig c = stage(L, 2, 1, tp, 0, 0, 1, 0);
+        c.plan.sp = sp;
+        stage_eval_scalar(&m, &c, o[sp]);
+        ActSpec a[MODEL_MAX_ACTS];
+        int n = model_acts_sp(&cfg->model, PART_BLOCK, 2, cfg->model.seq_len, tp, sp, a, MODEL_MAX_ACTS);
+        for (int i = 0; i < n; i++) want[sp] += a[i].saved ? (double)a[i].elems * (a[i].f32 ? 4 : 2) : 0;
+    }
+    StageConfig c1 = stage(L, 2, 1, 1, 0, 0, 1, 0);
+    stage_eval_scalar(&m, &c1, one);
+    ActSpec a[MODEL_MAX_ACTS];
+    int n = model_acts(&cfg->model, PART_BLOCK, 2, cfg->model.seq_len, 1, a, MODEL_MAX_ACTS);
+    for (int i = 0; i < n; i++) want_tp1 += a[i].saved ? (double)a[i].elems * (a[i].f32 ? 4 : 2) : 0;
+    ok(o[0][ST_ACTIVATIONS] == L * want[0] && o[1][ST_ACTIVATIONS] == L * want[1] &&
+           o[1][ST_ACTIVATIONS] * tp == one[ST_ACTIVATIONS] && one[ST_ACTIVATIONS] == L * want_tp1,
+       "sp at tp = %d: kept activations %g = L x model_acts_sp's block = 1/tp of tp = 1's %g (sp = 0: %g)", tp,
+       o[1][ST_ACTIVATIONS], one[ST_ACTIVATIONS], o[0][ST_ACTIVATIONS]);
+    ok(o[1][ST_PEAK_BWD] < o[0][ST_PEAK_BWD] && o[1][ST_BLOCK_BWD] != o[0][ST_BLOCK_BWD] && isfinite(o[1][ST_T]) &&
+           o[1][ST_T] > 0,
+       "sp: lower peak (%g < %g), another block backward time (%g vs %g s)", o[1][ST_PEAK_BWD], o[0][ST_PEAK_BWD],
+       o[1][ST_BLOCK_BWD], o[0][ST_BLOCK_BWD]);
+    // the memory model's closed form of the sp classes holds for these models (else it selects tables)
+    ModelConfig ms[3] = {cfg->model, model_family_config(FAMILY_LLAMA, 2, 64, 4, 256, 32), cfg->model};
+    ms[1].kv_heads = 2;
+    ms[2].parallel_block = 1;
+    int affine = 1;
+    for (int k = 0; k < 3; k++) {
+        ActLevel plain[MEM_TP_LEVELS], with_sp[MEM_TP_LEVELS];
+        SpTerms t;
+        memory_act_levels(&ms[k], PART_BLOCK, 2, plain);
+        memory_act_levels_sp(&ms[k], PART_BLOCK, 2, with_sp);
+        memory_sp_terms(&ms[k], 2, plain, with_sp, &t);
+        affine &= t.affine && !t.valid[0] && t.valid[1];
+    }
+    ok(affine, "sp's memory classes in closed form (GPT, Llama GQA, parallel blocks), tp = 1 not valid");
+    c1.plan.sp = 1;
+    stage_eval_scalar(&m, &c1, bad);
+    ok(bad[ST_PEAK_FWD] >= 1e29, "sp at tp = 1 is an impossible plan (peak %g bytes)", bad[ST_PEAK_FWD]);
+    stage_model_free(&m);
+}
+
 int main(void) {
     MistConfig cfg;
     tiny_config(&cfg, PREC_BF16);
@@ -680,6 +750,7 @@ int main(void) {
     profile_preset(&hw, "gcp-a100-80g");
     test_overlap();
     test_pipeline();
+    test_pipeline_interleaved();
     test_zero(&cfg, &hw);
     test_flops(&cfg);
     test_hand_time(&cfg);
@@ -690,6 +761,7 @@ int main(void) {
     test_boundary_time(&cfg, &hw);
     test_batched(&cfg, &hw);
     test_specialised(&cfg, &hw);
+    test_sequence_parallel(&cfg, &hw);
     test_optable_names(&cfg);
     return tap_done();
 }

@@ -230,6 +230,52 @@ static void test_activations(void) {
     ok(model_acts(&t, PART_BLOCK, 0, 64, 1, acts, MODEL_MAX_ACTS) < 0, "b = 0 is refused");
 }
 
+// Sequence parallelism (model_acts_sp): every saved tensor of a block is 1/tp
+// of its tp = 1 size (Korthikanti et al.: sbh(34/t + 5as/(ht)) with sp, i.e.
+// 32sbh/t here without dropout masks and scores), the checkpointed input too;
+// the gathered norm output ln_full (N,h) and d_norm (k*h) exist only under sp.
+static void test_sequence_parallel(void) {
+    ModelConfig cfgs[3] = {gpt(24, 2048, 16, 50257, 2048), llama7b(), gpt(2, 64, 4, 256, 64)};
+    cfgs[1].kv_heads = 8;
+    cfgs[2].parallel_block = 1;
+    int good = 1;
+    for (int k = 0; k < 3; k++)
+        for (int tp = 2; tp <= 8 && model_tp_shards(&cfgs[k], tp); tp *= 2) {
+            ActSpec one[MODEL_MAX_ACTS], sp[MODEL_MAX_ACTS];
+            int n1 = model_acts_sp(&cfgs[k], PART_BLOCK, 2, cfgs[k].seq_len, 1, 0, one, MODEL_MAX_ACTS);
+            int n = model_acts_sp(&cfgs[k], PART_BLOCK, 2, cfgs[k].seq_len, tp, 1, sp, MODEL_MAX_ACTS);
+            double saved1 = 0, saved = 0, ck1 = 0, ck = 0, full = -1, dnorm = -1;
+            for (int i = 0; i < n1; i++) {
+                double bytes = (double)one[i].elems * (one[i].f32 ? 4 : 2);
+                saved1 += one[i].saved ? bytes : 0, ck1 += one[i].ckpt_saved ? bytes : 0;
+            }
+            for (int i = 0; i < n; i++) {
+                double bytes = (double)sp[i].elems * (sp[i].f32 ? 4 : 2);
+                saved += sp[i].saved ? bytes : 0, ck += sp[i].ckpt_saved ? bytes : 0;
+                if (!strcmp(sp[i].name, "ln_full")) full = (double)sp[i].elems;
+                if (!strcmp(sp[i].name, "d_norm")) dnorm = (double)sp[i].elems;
+            }
+            double N = 2.0 * cfgs[k].seq_len, h = cfgs[k].hidden;
+            int norms = cfgs[k].parallel_block ? 1 : 2, per_norm = cfgs[k].norm == NORM_LAYERNORM ? 2 : 1;
+            if (n != n1 || saved * tp != saved1 || ck * tp != ck1 || full != N * h || dnorm != norms * per_norm * h) {
+                diag("config %d tp %d: saved %g x tp vs %g, ckpt %g x tp vs %g, ln_full %g, d_norm %g", k, tp, saved,
+                     saved1, ck, ck1, full, dnorm);
+                good = 0;
+            }
+        }
+    ok(good, "sp: a block's saved and checkpointed bytes are 1/tp of tp = 1's (GPT, Llama GQA, parallel blocks, tp 2-8)");
+    ActSpec a[MODEL_MAX_ACTS], z[MODEL_MAX_ACTS];
+    ModelConfig g = gpt(2, 64, 4, 256, 64);
+    int n = model_acts(&g, PART_BLOCK, 1, 64, 2, z, MODEL_MAX_ACTS);
+    int zero = n > 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(z[i].name, "ln_full") || !strcmp(z[i].name, "d_norm")) zero &= z[i].elems == 0;
+    ok(zero, "without sp, ln_full and d_norm are listed with 0 elements");
+    ok(model_acts_sp(&g, PART_BLOCK, 1, 64, 1, 1, a, MODEL_MAX_ACTS) < 0 &&
+           model_acts_sp(&g, PART_BLOCK, 1, 63, 2, 1, a, MODEL_MAX_ACTS) < 0,
+       "sp is refused at tp = 1 and when tp does not divide b*s");
+}
+
 static void test_tensor_parallel(void) {
     ModelConfig g = gpt(24, 2048, 16, 50257, 2048);
     double h = 2048;
@@ -404,6 +450,7 @@ int main(void) {
     test_flops();
     test_activations();
     test_tensor_parallel();
+    test_sequence_parallel();
     test_concrete_matches_symbolic();
     test_bytes_and_transients();
     return tap_done();

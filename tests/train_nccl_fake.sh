@@ -48,6 +48,29 @@ while read -r c model prec G stages; do  # (not `name`: run() sets that)
     [ $ok -eq 0 ] || tap_diag "rc $rc1 / $rc2" "$(tail -5 "$W/$c.out")" "$(tail -5 "$W/$c-nccl.out")"
 done <"$W/matrix"
 
+# interleaved 1F1B ([plan] virtual = 2): 4 pipeline ranks of 2 chunks, the boundaries' device
+# messages through NCCL (ordered, untagged) as through MPI; with 2 pipeline ranks activations and
+# gradients would share one ordered direction: refused with a clear message
+# shellcheck disable=SC2046
+set -- $(VIRTUAL=2 stage_args 4 1/1/1/0/0/0 1/1/1/1/0/0 1/1/1/0/1/0 1/1/1/0/0/0 1/1/1/2/0/0.5 1/1/1/0/0/0 \
+    1/1/1/0/0/0 1/1/1/3/0/0 | head -1)
+TRAIN=$PLAIN
+run "$GPT" 4 vpp -o model.layers=8 "$@"
+rc1=$?
+TRAIN=$NCCL
+run "$GPT" 4 vpp-nccl -o model.layers=8 "$@"
+rc2=$?
+d=$(loss_diff "$W/vpp.jsonl" "$W/vpp-nccl.jsonl")
+pk=$(peaks "$W/vpp-nccl.json")
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && num_ok 'd <= 1e-5' d="$d" && echo "$pk" | grep -q ' yes ' &&
+    grep -q NCCL "$W/vpp-nccl.out"
+tap_ok $? "virtual = 2 on 4 pipeline ranks through NCCL = plain (max relative loss difference $d), peaks: $pk"
+# shellcheck disable=SC2046
+run "$GPT" 2 vpp2-nccl -o model.layers=4 $(VIRTUAL=2 stage_args 2 1/1/1/0/0/0 1/1/1/0/0/0 1/1/1/0/0/0 1/1/1/0/0/0 | head -1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'at least 3 pipeline ranks' "$W/vpp2-nccl.out"
+tap_ok $? "virtual = 2 on 2 pipeline ranks through NCCL: refused, asking for 3 pipeline ranks (exit $rc)"
+
 # MIST_COMM_STAGED=1 takes the staged path even where NCCL could run
 TRAIN=$NCCL
 MIST_COMM_STAGED=1 run "$GPT" 2 forced -o stage.0.dp=2 -o stage.0.b=4

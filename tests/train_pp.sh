@@ -2,7 +2,7 @@
 # 1F1B pipeline parallelism on the CPU backend under mpirun: a matrix of plans
 # with 2, 3 and 4 stages (even and uneven layers, different dp per stage,
 # ZeRO / ckpt / offload on some stages, GPT and Llama, tied and untied
-# embeddings) trains 20 steps with the same per-step and validation losses as
+# embeddings), and of interleaved plans ([plan] virtual = 2 and 3), trains 20 steps with the same per-step and validation losses as
 # the 1-rank run and ends with the same weights (bf16: close to them); every
 # rank's measured arena peaks equal the prediction; checkpoints move between
 # 1 and several stages bit-exactly; a rank killed with SIGKILL ends the
@@ -45,9 +45,9 @@ llama-ref    llama 0 1 4/1/1/0/0/0
 llama-s2     llama 0 2 3/2/1/3/1/0.5 1/1/1/0/0/0
 llama-tied   llama 1 1 4/1/1/0/0/0
 llama-tied3  llama 1 2 1/1/1/0/0/0 1/2/1/1/0/0 2/1/1/2/1/0.25
-gpt-sel      gpt   1 2 2/1/1/0/1/0/sel 2/2/1/3/0/0.5/sel
-gpt-sel-mix  gpt   1 4 3/1/1/1/1/0.5/sel 1/1/1/0/0/0
-llama-sel    llama 0 2 1/1/1/0/0/0 3/2/1/2/1/1/sel
+gpt-sel      gpt   1 2 2/1/1/0/1/0/0/sel 2/2/1/3/0/0.5/0/sel
+gpt-sel-mix  gpt   1 4 3/1/1/1/1/0.5/0/sel 1/1/1/0/0/0
+llama-sel    llama 0 2 1/1/1/0/0/0 3/2/1/2/1/1/0/sel
 EOF
 tap_diag "pipeline plan matrix, $STEPS steps, $L layers each: loss = max relative per-step loss difference to the" \
     "1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
@@ -92,6 +92,55 @@ ok=$?
 tap_diag "bf16, stages 1/2/1/3/1/0.5 3/1/1/0/0/0: loss $ld, weights $wd, peaks exact on every rank: $exact"
 tap_ok $ok "bf16 over 2 stages (dp 2 zero 3 offload, dp 1): losses and weights within 2e-2 of 1 rank, peaks exact"
 
+# ---- 1b. interleaved 1F1B ([plan] virtual = v: the stages are P*v chunks) --------
+# 8 blocks; name model tied G v chunks (layers/dp/tp/zero/ckpt/offload, chunk c on the ranks of
+# chunk c mod P): v = 2 and 3, P = 2 and 4, uneven chunks, dp 2 and dp 1 ranks, ZeRO 1-3, ckpt
+# and offload on some chunks, tied and untied embeddings. Every rank's peaks (its chunks' arenas
+# together) equal the runtime's prediction and the planner's per pipeline rank.
+cat >"$W/vmatrix" <<'EOF'
+gpt8-ref     gpt   1 2 1 8/1/1/0/0/0
+gpt8-v2      gpt   1 2 2 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0
+gpt8-v2-odd  gpt   1 2 2 3/1/1/1/1/0 1/1/1/0/0/0 1/1/1/2/0/0 3/1/1/0/2/0.5
+gpt8-v2-dp   gpt   1 2 2 2/2/1/1/0/0 2/1/1/0/1/0 2/2/1/3/1/0.5 2/1/1/2/0/0
+gpt8-v3      gpt   1 2 3 2/1/1/0/0/0 1/1/1/1/0/0 1/1/1/0/1/0 2/1/1/0/0/0 1/1/1/2/0/0 1/1/1/0/0/0.25
+gpt8-v2-p4   gpt   1 4 2 1/1/1/0/0/0 1/1/1/0/0/0 1/1/1/1/0/0 1/1/1/0/1/0 1/1/1/0/0/0 1/1/1/3/0/0 1/1/1/0/0/0 1/1/1/0/0/0
+llama8-ref   llama 0 2 1 8/1/1/0/0/0
+llama8-v2    llama 0 2 2 1/2/1/3/1/0 3/1/1/0/0/0.5 2/2/1/1/0/0 2/1/1/2/1/0
+llama8-v3    llama 0 2 3 1/1/1/0/0/0 2/1/1/2/0/0 1/1/1/0/1/0 1/1/1/1/0/0 2/1/1/0/0/0 1/1/1/0/0/0
+EOF
+while read -r name model tied G v stages; do
+    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    # shellcheck disable=SC2086
+    args=$(VIRTUAL=$v stage_args "$G" $stages)
+    np=$(echo "$args" | tail -1)
+    # shellcheck disable=SC2046
+    run "$ini" "$np" "$name" -o model.layers=8 -o model.tied_embeddings="$tied" -o data.val_interval=10 \
+        -o data.val_batches=2 $(echo "$args" | head -1)
+    rc=$?
+    ref=$model"8-ref"
+    if [ "$name" = "$ref" ]; then ld=0; vd=0; wd=0; else
+        ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+        vd=$(KEY=val_loss loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+        wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
+    fi
+    # shellcheck disable=SC2046
+    set -- $(peaks "$W/$name.json")
+    tap_diag "$(printf '%-12s %5s %4s %2s v%s %-47s | %7s %7s %7s | %s of %s ranks' "$name" "$model" "$tied" "$G" \
+        "$v" "$stages" "$ld" "$vd" "$wd" "$5" "$6")"
+    [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
+    [ $rc -eq 0 ] && [ "$5" = yes ] && [ "$6" = "$np" ] &&
+        num_ok 'l <= 1e-5 && v <= 1e-5 && w <= 1e-5' l="$ld" v="$vd" w="$wd"
+    tap_ok $? "$name: $np ranks, virtual = $v, chunks $stages, G=$G: losses, validation losses and weights within \
+1e-5 of 1 rank, peaks exact"
+done <"$W/vmatrix"
+# the measured trace draws plain pipelines: an interleaved run with [log] trace stops at start, saying so
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 2 v-trace -o model.layers=8 -o log.trace="$W/v.trace.json" \
+    $(VIRTUAL=2 stage_args 2 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0 2/1/1/0/0/0 | head -1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'allowed: no trace with \[plan\] virtual = 2' "$W/v-trace.out" && [ ! -e "$W/v.trace.json" ]
+tap_ok $? "virtual = 2 with [log] trace: refused at start with a clear message (exit $rc)"
+
 # ---- 2. checkpoints move between pipeline shapes ------------------------------
 # Written by 2 stages at step 10, resumed at 1 rank and by 3 stages; written by
 # 1 rank, resumed by 2 stages. A bit-exact load gives a bit-identical first
@@ -134,11 +183,24 @@ resume ck-s2-to-s3 ck-s2 3 $(stage_args 2 1/1/1/3/0/0.5 2/1/1/0/0/0 1/1/1/2/1/0 
 resume ck-one-to-s2 ck-one 2 $(stage_args 2 3/1/1/2/0/0 1/1/1/0/0/0.5 | head -1)
 # selective recompute on both stages: the weights and the optimizer state do not depend on it
 # shellcheck disable=SC2046,SC2086
-resume ck-s2-to-sel ck-s2 2 $(stage_args 2 3/1/1/0/0/0/sel 1/1/1/1/0/0.5/sel | head -1)
+resume ck-s2-to-sel ck-s2 2 $(stage_args 2 3/1/1/0/0/0/0/sel 1/1/1/1/0/0.5/0/sel | head -1)
 # shellcheck disable=SC2046,SC2086
 resume ck-het-same ck-het 3 $(stage_args 2 2/2/1/1/0/0 2/1/1/0/1/0 | head -1)
 cmp -s "$W/ck-het.ck/step_00000020.ckpt" "$W/ck-het-same.ck/step_00000020.ckpt"
 tap_ok $? "resumed under the same plan of dp 2 and dp 1 stages: the step-20 checkpoint is byte-identical"
+# interleaved: written by 2 ranks of 2 chunks each, resumed at 1 rank and by 2 plain stages;
+# written by 1 rank and by 2 plain stages, resumed interleaved
+# shellcheck disable=SC2046,SC2086
+run "$GPT" 2 ck-v2 $SPLIT $(VIRTUAL=2 stage_args 2 1/1/1/1/0/0 1/1/1/0/1/0 1/1/1/2/0/0 1/1/1/0/0/0.5 | head -1)
+tap_ok $? "virtual = 2 (4 chunks on 2 ranks) writes checkpoints at steps 10 and 20"
+# shellcheck disable=SC2046,SC2086
+resume ck-v2-to-one ck-v2 1 $(stage_args 2 4/1/1/0/0/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-v2-to-s2 ck-v2 2 $(stage_args 2 3/1/1/0/1/0 1/1/1/3/0/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-one-to-v2 ck-one 2 $(VIRTUAL=2 stage_args 2 1/1/1/0/0/0 1/1/1/3/0/0 1/1/1/0/1/0 1/1/1/0/0/0 | head -1)
+# shellcheck disable=SC2046,SC2086
+resume ck-s2-to-v2 ck-s2 2 $(VIRTUAL=2 stage_args 2 1/1/1/2/0/0.5 1/1/1/0/0/0 1/1/1/1/0/0 1/1/1/0/1/0 | head -1)
 
 # ---- 3. a rank killed with SIGKILL ends the pipeline job ----------------------
 export OMPI_MCA_rmaps_base_oversubscribe=1

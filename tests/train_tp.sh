@@ -118,6 +118,91 @@ done <"$W/matrix"
 [ "$(losses "$W/gpt-ref.jsonl")" != "$(losses "$W/gpt-tp2.jsonl")" ] && grep -q "tp=2" "$W/gpt-tp2.out"
 tap_ok $? "gpt-tp2 ran with tp=2 (its losses are not bit-identical to the 1-rank run)"
 
+# ---- 1b. sequence parallelism ([stage.0] sp = 1) --------------------------------
+# The same plans with norms and residual adds on N/tp rows of each tp rank
+# (runtime/model_sp.h): all-gathers and reduce-scatters in place of the
+# all-reduces, the norm gradients summed over tp. Against the 1-rank runs of
+# section 1, same tolerances; predicted = measured peaks on every rank (the
+# planner's too: peaks()).
+cat >"$W/sp-matrix" <<'EOF'
+gpt-sp2          gpt   -      fp32 1 2 0 0 1 0    0    0    0
+gpt-sp4-ck       gpt   -      fp32 1 4 0 1 2 0    0    0    0
+gpt-sp-2x2-z3    gpt   -      fp32 2 2 3 1 1 0.5  0.5  0.5  0.5
+gpt-sp-2x2-off   gpt   -      fp32 2 2 1 0 1 1    0    1    1
+gpt-untied-sp2   gpt   untied fp32 1 2 2 2 1 0    0    0    0
+gpt-v258-sp4     gpt   v258   fp32 1 4 0 0 1 0    0    0    0.5
+llama-sp2        llama -      fp32 1 2 0 0 1 0    0    0    0
+llama-sp-2x2-z2  llama -      fp32 2 2 2 1 1 0    0    0    0.5
+llama-kv4-sp4-z3 llama kv4    fp32 1 4 3 2 2 0.5  0.5  0.5  0.5
+gpt-par-sp2-ck   gpt   par    fp32 1 2 0 1 1 0    0    0    0
+llama-par-sp-2x2 llama par    fp32 2 2 2 0 1 0    0    0    0.5
+gpt-bf-sp-2x2    gpt   -      bf16 2 2 3 1 1 0.5  0.5  0.5  0.5
+EOF
+while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
+    ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
+    case $variant in
+        untied) var="-o model.tied_embeddings=0" ;;
+        kv4) var="-o model.kv_heads=4" ;;
+        v258) var="-o model.vocab=258 -o model.vocab_pad=1" ;;
+        par) var="-o model.parallel_block=1" ;;
+        *) var="" ;;
+    esac
+    b=$((8 / (dp * G)))
+    # shellcheck disable=SC2086
+    run "$ini" $((dp * tp)) "$name" $var -o train.precision="$prec" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
+        -o stage.0.sp=1 -o stage.0.b="$b" -o plan.G="$G" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" \
+        -o stage.0.wo="$wo" -o stage.0.go="$go" -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o data.val_interval=10 \
+        -o data.val_batches=1
+    rc=$?
+    ref=$model-ref; tol=1e-5
+    [ "$variant" != - ] && ref=$model-$variant-ref
+    [ "$prec" = bf16 ] && { ref=gpt-bf-ref; tol=2e-2; }
+    ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+    wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
+    # shellcheck disable=SC2046
+    set -- $(peaks "$W/$name.json")
+    tap_diag "$(printf "$fmt" "$name" "$model" "$variant" "$prec" "$dp" "$tp" "$zero" "$ckpt" "$G" "$wo" "$go" \
+        "$oo" "$ao" "$ld" "$wd" "$1" "$2" "$3" "$4" "$5")"
+    [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
+    [ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
+    tap_ok $? "$name: sp=1 dp=$dp tp=$tp zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao $model $variant \
+$prec: losses and weights within $tol of 1 rank, peaks exact"
+done <"$W/sp-matrix"
+# sp changes what the ranks compute (partial norm gradients, other sums): not the tp run's bits by accident
+[ "$(losses "$W/gpt-tp2.jsonl")" != "$(losses "$W/gpt-sp2.jsonl")" ] && grep -q "sp=1" "$W/gpt-sp2.out"
+tap_ok $? "gpt-sp2 ran with sp=1 (its losses are not bit-identical to gpt-tp2's)"
+
+# sp = 1 needs tp >= 2 (it would do nothing at tp = 1: refused, not ignored)
+run "$GPT" 1 sp-tp1 -o stage.0.dp=1 -o stage.0.b=8 -o stage.0.sp=1
+rc=$?
+[ $rc -ne 0 ] && grep -q "sp = 1" "$W/sp-tp1.out" && grep -q "tp = 1" "$W/sp-tp1.out"
+tap_ok $? "sp = 1 at tp = 1 is refused with a message naming sp and tp (exit $rc)"
+
+# The saved activations of one block at tp = 8 (8 ranks, 8 heads): the
+# runtime measures what block 0 keeps after its forward (its saved tensors
+# and its output, the next block's input: block_saved_bytes in the summary),
+# on every rank equal to docs/tensor-parallel.md's formula
+#   sp = 1: (b s / tp) (4 e h + 4 n k + e (QKV + a hd + FC + F) + 4 a)
+#   sp = 0: b s (4 e h + 4 n k) + (b s / tp) (e (QKV + a hd + FC + F) + 4 a)
+# (QKV = (a + 2 kv) hd; n = 2 norms, k = 2 statistics each for LayerNorm, 1
+# for RMSNorm; FC = F, or 2F with SwiGLU).
+for sp in 1 0; do
+    run "$GPT" 8 sp-tp8-$sp -o model.heads=8 -o stage.0.dp=1 -o stage.0.tp=8 -o stage.0.sp=$sp -o stage.0.b=8 \
+        -o train.steps=2
+    rc=$?
+    meas=$(grep -o '"block_saved_bytes": [0-9]*' "$W/sp-tp8-$sp.json" | sed 's/.*: //' | sort -u)
+    # tiny.ini: h = 64, a = kv = 8 (hd = 8), F = 4h = 256, GELU, LayerNorm, fp32 (e = 4), s = 64; b = 8
+    e=4 h=64 a=8 kv=8 hd=8 F=256 FC=256 n=2 k=2 s=64 b=8 tp=8
+    rest=$((e * ((a + 2 * kv) * hd + a * hd + FC + F) + 4 * a))
+    if [ $sp = 1 ]; then want=$((b * s / tp * (4 * e * h + 4 * n * k + rest)))
+    else want=$((b * s * (4 * e * h + 4 * n * k) + b * s / tp * rest)); fi
+    # shellcheck disable=SC2046
+    set -- $(peaks "$W/sp-tp8-$sp.json")
+    tap_diag "tp = 8, sp = $sp: block 0 keeps $meas bytes on every rank; formula $want; peaks exact: $5"
+    [ $rc -eq 0 ] && [ "$meas" = "$want" ] && [ "$5" = yes ]
+    tap_ok $? "tp = 8, sp = $sp: a block's saved activation bytes measured on all 8 ranks = the documented formula"
+done
+
 # ---- 2. checkpoints across tp degrees ------------------------------------------
 # written at tp=2 (dp=2, zero=3) at step 10, resumed at tp=1 (1 rank); written
 # at 1 rank at step 10, resumed at tp=4 (zero=1). With lr = 0 one step leaves
@@ -128,8 +213,12 @@ run "$GPT" 4 ck-tp2 $SPLIT -o stage.0.dp=2 -o stage.0.tp=2 -o stage.0.b=4 -o sta
 tap_ok $? "dp=2 tp=2 zero=3 run writes checkpoints at steps 10 and 20"
 run "$GPT" 1 ck-tp1 $SPLIT -o stage.0.dp=1 -o stage.0.b=8
 tap_ok $? "1-rank run writes checkpoints at steps 10 and 20"
+run "$GPT" 4 ck-sp4 $SPLIT -o stage.0.dp=1 -o stage.0.tp=4 -o stage.0.sp=1 -o stage.0.b=8
+tap_ok $? "tp=4 sp=1 run writes checkpoints at steps 10 and 20"
 for case in "ck-tp2 tp1 1 -o stage.0.dp=1 -o stage.0.b=8" \
-    "ck-tp1 tp4 4 -o stage.0.dp=1 -o stage.0.tp=4 -o stage.0.b=8 -o stage.0.zero=1"; do
+    "ck-tp1 tp4 4 -o stage.0.dp=1 -o stage.0.tp=4 -o stage.0.b=8 -o stage.0.zero=1" \
+    "ck-sp4 tp2 4 -o stage.0.dp=2 -o stage.0.tp=2 -o stage.0.b=4 -o stage.0.zero=3" \
+    "ck-tp1 sp2 2 -o stage.0.dp=1 -o stage.0.tp=2 -o stage.0.sp=1 -o stage.0.b=8"; do
     set -- $case
     src=$1; dst=$2; np=$3; shift 3
     for lr in zero normal; do

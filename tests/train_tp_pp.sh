@@ -3,8 +3,10 @@
 # matrix of plans with 2 and 3 stages whose meshes (dp x tp) may differ per
 # stage (tp = 2 in every stage; dp 2 x tp 1 feeding dp 1 x tp 2 and back; a
 # tp = 2 middle stage; tp = 2 and tp = 4 at the two ends of a tied embedding
-# with a vocabulary that neither divides), ZeRO / ckpt / offload on some
-# stages, GPT and Llama, tied and untied embeddings, trains 20 steps with the
+# with a vocabulary that neither divides; interleaved plans of 2 chunks per
+# rank with tp 2 and tp 4 chunks), ZeRO / ckpt / offload on some stages,
+# sequence parallelism (a 7th field sp = 1) on some or all tp stages,
+# GPT and Llama, tied and untied embeddings, trains 20 steps with the
 # same per-step and validation losses as the 1-rank run of the same model and
 # ends with the same weights; every rank's measured arena peaks equal the
 # prediction. Checkpoints stay whole tensors: one written under 2 stages of
@@ -32,6 +34,8 @@ COMMON="-o train.steps=$STEPS -o train.global_batch=8 -o train.lr=1e-3 -o train.
 
 # ---- 1. the matrix -----------------------------------------------------------
 # name model variant G stages (layers/dp/tp/zero/ckpt/offload per stage); b = 8 / (dp * G).
+# G = 2v2: G = 2 with [plan] virtual = 2 (the stages are 4 chunks on 2 pipeline ranks, chunk c on
+# the ranks of chunk c mod 2: tp 2 and dp 2 ranks, tp 2 and tp 4 at a tied embedding's two ends).
 # A row's reference is the 1-rank run of the same model variant (its -ref row):
 # tied / untied embeddings, v258 = a vocabulary of 258, unpadded (tp = 2: 129 rows per
 # rank; tp = 4: 65, 65, 65, 63). Validation (forward only through the stages)
@@ -53,8 +57,17 @@ llama-untied-ref llama untied 1 4/1/1/0/0/0
 llama-tp2x2      llama untied 2 3/1/2/2/1/0.5 1/1/2/0/0/0
 llama-tied-ref   llama tied   1 4/1/1/0/0/0
 llama-tied-het   llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0
-gpt-sel-tp2x2    gpt   tied   2 2/1/2/0/1/0.5/sel 2/1/2/1/0/0/sel
-llama-sel-tp2    llama untied 2 3/1/2/2/1/0/sel 1/1/2/0/0/0.5
+gpt-sel-tp2x2    gpt   tied   2 2/1/2/0/1/0.5/0/sel 2/1/2/1/0/0/0/sel
+llama-sel-tp2    llama untied 2 3/1/2/2/1/0/0/sel 1/1/2/0/0/0.5
+gpt-sp-tp2x2     gpt   tied   2 2/1/2/0/0/0/1 2/1/2/0/0/0/1
+gpt-sp-mid       gpt   tied   2 1/1/1/0/0/0 2/1/2/0/1/0/1 1/1/1/0/0/0
+gpt-sp-one       gpt   tied   1 2/2/2/1/1/0/1 2/1/2/3/2/0.5/0
+gpt-v258-sp      gpt   v258   2 1/1/2/0/0/0/1 3/1/4/2/1/0/1
+llama-sp-tp2x2   llama untied 2 3/1/2/2/1/0.5/1 1/1/2/0/0/0/1
+llama-sp-het     llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0.5/1
+gpt-v2-tp2       gpt   tied   2v2 1/1/2/0/0/0 1/2/1/1/0/0 1/1/2/0/1/0 1/2/1/0/0/0
+gpt-v258-v2      gpt   v258   2v2 1/1/2/0/0/0 1/1/4/2/1/0 1/1/2/0/0/0 1/1/4/0/0/0
+llama-v2-tp2     llama untied 2v2 1/1/2/2/1/0 1/1/2/0/0/0.5 1/1/2/1/0/0 1/1/2/0/1/0
 EOF
 tap_diag "tp inside pipeline stages, $STEPS steps, $L layers each: loss = max relative per-step loss difference" \
     "to the 1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
@@ -68,8 +81,10 @@ while read -r name model variant G stages; do
         tied) var="-o model.tied_embeddings=1" ;;
         v258) var="-o model.tied_embeddings=1 -o model.vocab=258 -o model.vocab_pad=1" ;;
     esac
+    v=1
+    case $G in *v*) v=${G#*v} G=${G%v*} ;; esac
     # shellcheck disable=SC2086
-    args=$(stage_args "$G" $stages)
+    args=$(VIRTUAL=$v stage_args "$G" $stages)
     np=$(echo "$args" | tail -1)
     # shellcheck disable=SC2046,SC2086
     run "$ini" "$np" "$name" $var -o data.val_interval=10 -o data.val_batches=2 $(echo "$args" | head -1)

@@ -36,7 +36,7 @@ else
     for f in "$top"/kernels/cpu/*.c "$top"/models/*.c "$top"/expr/*.c "$top"/base/model_family.c "$top"/base/launcher_rank.c "$top"/base/excerpt.c \
              "$top"/base/profile.c "$top"/base/profile_presets.c "$top"/planner/optable.c "$top"/planner/optable_report.c "$top"/planner/stage_model.c \
              "$top"/planner/cost_terms.c "$top"/planner/memory.c "$top"/planner/overlap.c "$top"/planner/schedule.c "$top"/planner/analyze.c \
-             "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_memory.c "$top"/runtime/model_runtime.c "$top"/runtime/zero.c \
+             "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_memory.c "$top"/runtime/model_runtime.c "$top"/runtime/model_sp.c "$top"/runtime/zero.c \
              "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c \
              "$top"/runtime/trace_measure.c "$top"/planner/trace.c; do
         # shellcheck disable=SC2086
