@@ -3,6 +3,7 @@
 #include <string.h>
 #include "base/schema.h"
 #include "base/config_keys.h"
+#include "base/paro.h"
 #include "base/profile.h"
 
 #define MC(f) offsetof(MistConfig, f), sizeof(((MistConfig *)0)->f)
@@ -82,7 +83,10 @@ const KeySpec config_keys[] = {
     {"stage", "dp", KEY_INT, SP(dp), 1, 1 << 20, NULL, "data-parallel degree"},
     {"stage", "tp", KEY_INT, SP(tp), 1, 1024, NULL, "tensor-parallel degree (inside a node)"},
     {"stage", "b", KEY_INT, SP(b), 1, 1 << 20, NULL, "micro-batch size per data-parallel rank"},
-    {"stage", "zero", KEY_INT, SP(zero), 0, 3, NULL, "ZeRO level: 0 none, 1 optimizer, 2 + grads, 3 + weights sharded over dp"},
+    {"stage", "shard", KEY_ENUM, SP(zero), 0, 0, shard_code_names, "scopes of W, G, O: N replicated, I sharded in a group of shard_group dp ranks, G over all dp (W <= G <= O; docs/paro.md)"},
+    // a shorthand of shard (the same field, after it): read, never written (config_key_is_shorthand)
+    {"stage", "zero", KEY_INT, SP(zero), 0, 3, NULL, "ZeRO level, shorthand of shard: 0 = NNN, 1 = NNG, 2 = NGG, 3 = GGG"},
+    {"stage", "shard_group", KEY_INT, SP(shard_group), 0, 1 << 20, NULL, "dp ranks per group of shard's I scope (consecutive, dividing dp); 0 = those of one node, gpus_per_node / tp"},
     {"stage", "ckpt", KEY_INT, SP(ckpt), 0, 4096, NULL, "blocks (the last ones of the stage) that recompute activations"},
     {"stage", "sp", KEY_BOOL, SP(sp), 0, 1, NULL, "sequence parallelism: norms and residuals on T/tp rows of each tp rank"},
     {"stage", "recompute", KEY_ENUM, SP(recompute), 0, 0, recompute_names, "none, or selective: blocks not checkpointed recompute their attention core"},
@@ -106,6 +110,13 @@ const KeySpec config_keys[] = {
     {"log", "sample_interval", KEY_INT, MC(log.sample_interval), 0, BIG, NULL, "print 64 tokens of generated text every N iterations (one pipeline stage); 0 = off"},
 };
 const int config_num_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
+
+int config_key_is_shorthand(int key) {
+    const KeySpec *k = &config_keys[key];
+    for (int i = 0; i < key; i++)
+        if (!strcmp(config_keys[i].section, k->section) && config_keys[i].offset == k->offset) return 1;
+    return 0;
+}
 
 int config_key_find(const char *section, const char *name) {
     for (int i = 0; i < config_num_keys; i++)

@@ -33,4 +33,9 @@ extern const int config_num_keys;
 // index of (section, name) in config_keys, or -1; section "stage" for [stage.N]
 int config_key_find(const char *section, const char *name);
 
+// 1 when row `key` sets the same field as an earlier row of its section: a
+// shorthand ([stage.N] zero for shard) that files may use but that plan
+// files, summaries and comparisons skip (the earlier row speaks for the field)
+int config_key_is_shorthand(int key);
+
 #endif

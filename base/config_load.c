@@ -15,6 +15,7 @@
 #include "base/config_keys.h"
 #include "base/config_load.h"
 #include "base/config_loader.h"
+#include "base/paro.h"
 #include "base/plan_file.h"
 #include "base/schema.h"
 
@@ -290,6 +291,27 @@ int loader_stage_slot(int key) {  // position of a stage key among the stage key
     return slot;
 }
 
+// [stage.N] key k just set the field from `before` to `after`: another row of the same field
+// (zero, the shorthand of shard) set from the same source (both lines of files, or both
+// overrides) must name the same point. An override replaces what a file said.
+static int check_shorthand(Loader *ld, int st, int k, int before, int after, int origin) {
+    for (int j = 0; j < config_num_keys; j++) {
+        const KeySpec *o = &config_keys[j];
+        if (j == k || strcmp(o->section, "stage") || o->offset != config_keys[k].offset) continue;
+        int other = ld->stage_origin[st][loader_stage_slot(j)];
+        if (!other || (other > 0) != (origin > 0) || before == after) continue;
+        const KeySpec *sh = config_keys[k].type == KEY_ENUM ? &config_keys[k] : o;  // the shard row
+        const char *z = sh == o ? config_keys[k].name : o->name;
+        int zv = sh == o ? after : before, sv = sh == o ? before : after;
+        return loader_fail(ld, origin,
+                           "[stage.%d] %s = %d and %s = %s name different sharding (the other key at line %d); "
+                           "allowed: one of the two, or both the same point (zero 0 = NNN, 1 = NNG, 2 = NGG, "
+                           "3 = GGG). Hint: keep shard = %s and delete the zero line",
+                           st, z, zv, sh->name, shard_code_names[sv], other > 0 ? other : 0, shard_code_names[sv]);
+    }
+    return 0;
+}
+
 // One (section, key, value) from the file or an override.
 static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *name, const char *value, int origin) {
     int st = stage_index(section);
@@ -344,7 +366,10 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
                            "(a '#' comment only at the start of a line). Hint: write '%.*s ; ...'",
                            section, name, value, (int)(hash - value - 1), value);
     void *base = st >= 0 ? (void *)&cfg->plan.plan.stage[st] : (void *)cfg;
-    return set_value(ld, &config_keys[k], base, section, value, origin);
+    if (st < 0) return set_value(ld, &config_keys[k], base, section, value, origin);
+    int before = *(int *)((char *)base + config_keys[k].offset);
+    if (set_value(ld, &config_keys[k], base, section, value, origin)) return 1;
+    return check_shorthand(ld, st, k, before, *(int *)((char *)base + config_keys[k].offset), origin);
 }
 
 static int on_key_value(void *user, const char *section, const char *name, const char *value) {

@@ -20,7 +20,9 @@ typedef struct {
     int dp;       // data-parallel degree of the stage's mesh
     int tp;       // tensor-parallel degree (innermost rank dimension, inside a node)
     int b;        // micro-batch size per DP rank
-    int zero;     // 0 none, 1 optimizer state, 2 + grads, 3 + weights sharded over dp
+    int zero;     // the sharding code (base/paro.h): 0..3 = ZeRO 0..3 (0 none, 1 optimizer state, 2 + grads,
+                  // 3 + weights sharded over dp), 4..9 the PaRO points with an intra-group (I) scope
+    int shard_group;  // g of the I scope: consecutive dp ranks per group; 0 = the dp ranks of one node
     int ckpt;     // how many of the stage's blocks recompute activations in backward (the last ckpt)
     int sp;       // 1: sequence parallelism over the tp group (norms, residuals on T/tp rows; docs/tensor-parallel.md)
     int recompute;  // RECOMPUTE_SELECTIVE: the blocks not checkpointed recompute their attention core

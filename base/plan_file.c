@@ -11,7 +11,10 @@
 
 // ---------------------------------------------------------------- the [stage.N] rows
 
-static int is_stage_key(const KeySpec *k) { return !strcmp(k->section, "stage"); }
+// a [stage.N] row that speaks for its field (not a shorthand such as zero for shard)
+static int is_stage_key(const KeySpec *k) {
+    return !strcmp(k->section, "stage") && !config_key_is_shorthand((int)(k - config_keys));
+}
 
 // The value of [stage.N] key k in st: KEY_FLOAT keys are doubles, the others ints.
 static double stage_value(const StagePlan *st, const KeySpec *k) {
@@ -170,6 +173,11 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
                                s, st->ckpt, st->layers, st->layers);
         // the real-valued knobs are the offload ratios (their keys give the range; a real knob of
         // another kind would word its message from its key's hint)
+        if (st->shard_group > 0 && st->dp % st->shard_group)
+            return loader_fail(ld, loader_stage_origin(ld, s, "shard_group"),
+                               "[stage.%d] shard_group = %d: must divide dp (%d); allowed: 0 (the dp ranks of one "
+                               "node) or a divisor of %d. Hint: groups are consecutive dp ranks, e.g. shard_group = "
+                               "gpus_per_node / tp", s, st->shard_group, st->dp, st->dp);
         const KeySpec *bad = stage_real_out_of_range(st);
         if (bad)
             return loader_fail(ld, loader_stage_origin(ld, s, bad->name), "[stage.%d] %s = %g: offload ratio out of "

@@ -1,6 +1,7 @@
 // Analyze a fixed plan with the stage cost model (see analyze.h).
 #include <math.h>
 #include <string.h>
+#include "base/paro.h"
 #include "models/model.h"
 #include "models/model_flops.h"
 #include "planner/analyze.h"
@@ -53,11 +54,11 @@ int plan_analyze(PlanAnalysis *a, const MistConfig *cfg, const Plan *plan, const
     int layers = 0;
     for (int i = 0; i < S; i++) {
         const StagePlan *sp = &plan->stage[i];
-        if (sp->layers < 1 || sp->dp < 1 || sp->tp < 1 || sp->b < 1 || sp->zero < 0 || sp->zero > 3 || sp->ckpt < 0 ||
-            sp->ckpt > sp->layers) {
+        if (sp->layers < 1 || sp->dp < 1 || sp->tp < 1 || sp->b < 1 || sp->zero < 0 || sp->zero >= SHARD_CODES ||
+            sp->ckpt < 0 || sp->ckpt > sp->layers) {
             snprintf(err, errlen,
                      "plan: [stage.%d] layers=%d dp=%d tp=%d b=%d zero=%d ckpt=%d (allowed: layers, dp, tp, b >= 1; "
-                     "zero 0..3; ckpt 0..layers)",
+                     "zero (the shard code) 0..9; ckpt 0..layers)",
                      i, sp->layers, sp->dp, sp->tp, sp->b, sp->zero, sp->ckpt);
             return -1;
         }
@@ -180,7 +181,8 @@ const char *analysis_seconds_text(double s, char *buf, size_t len) {
 
 static const char *zero_name(int z) {
     static const char *names[] = {"0 (DP)", "1 (opt)", "2 (+grad)", "3 (+weight)"};
-    return z >= 0 && z <= 3 ? names[z] : "?";
+    if (z >= 0 && z <= 3) return names[z];
+    return z < SHARD_CODES ? shard_code_names[z] : "?";  // PaRO's codes by their scopes (base/paro.h)
 }
 
 // Interleaved plans: what each pipeline rank holds together (analyze_ranks).

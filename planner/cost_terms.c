@@ -205,6 +205,10 @@ static Expr ring(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpu
     return ex_mul(x, ex_mul(x, ex_num(x, sb->hw->coll_factor[kind]), t), cost_gt0(sb, bytes));
 }
 
+Expr cost_group_collective(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpus) {
+    return ring(sb, kind, bytes, nodes, gpus);
+}
+
 // DP groups span nodes first: a stage of dp*tp ranks on M-GPU nodes occupies
 // ceil(dp*tp/M) nodes; its DP group has min(dp, nodes) nodes and dp/that GPUs
 // per node.

@@ -96,7 +96,10 @@ typedef struct {
     const ModelExprs *me;
     Expr s[STAGE_SYMS];
     Expr zero, one;
-    Expr wshard, gshard, oshard;  // divisors: dp when that state is sharded, else 1
+    Expr wshard, gshard, oshard;  // divisors: dp when that state is sharded, g when intra-group, else 1
+    // PaRO (cost_paro.c): g of the I scope, 1 where a state's scope is I, any of them, the unit padding
+    Expr g, wi, gi, oi, has_i, pad;
+    int paro_general;  // 1: any g and shard_group (else a pattern: g the node's dp ranks, 1 < g < dp)
     int has_pre, has_post;
 } StageBuild;
 
@@ -120,6 +123,24 @@ Expr cost_d2h(StageBuild *sb, Expr bytes);
 Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound Adam step
 // ceil(elems / divisor) * bytes_per_elem
 Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
+// ---- PaRO scopes (cost_paro.c; docs/paro.md "Memory and traffic")
+// The ring collective of `bytes` over a group of nodes x gpus (the profile's per-shape fits)
+Expr cost_group_collective(StageBuild *sb, CollKind kind, Expr bytes, Expr nodes, Expr gpus);
+// Sets sb's g, wi, gi, oi, has_i, pad and the shard divisors from the symbols; general = 1
+// (a model of every configuration): an I scope whose group holds one rank or every dp rank
+// is priced as N or G, the layout the runtime then runs (base/paro.h shard_code_effective).
+// general = 0 (a pattern's model): its I scopes hold the configurations the search gives it,
+// shard_group = 0 on meshes where 1 < g < dp and g divides dp (space_code_ok): g = M / tp,
+// one node per group, one peer per node.
+void cost_paro_scopes(StageBuild *sb, int general);
+// The dp traffic of a unit of W_full / G_full bytes (whole, per rank) in seconds: the gather
+// before each use, the gather of the first forward (after the step), the reduction of each
+// micro-batch and of the last one. ag, rs, ar: the flat dp collectives of those bytes.
+typedef struct {
+    Expr gather_use, gather_first, reduce_micro, reduce_last;
+} ParoTraffic;
+ParoTraffic cost_paro_traffic(StageBuild *sb, Expr W_full, Expr G_full, Expr ag, Expr rs, Expr ar);
+
 Expr cost_ge(StageBuild *sb, Expr a, Expr b);  // 1 if a >= b (integers) else 0
 Expr cost_gt0(StageBuild *sb, Expr a);          // 1 if a > 0 else 0
 // value_at[i] for sym = 2^i (i < n), the last for larger values: a chain of

@@ -27,7 +27,7 @@
 //
 // ---- buffers (persistent: taken once, live through the whole step)
 // Staging of full units for compute, when weights are gathered or offloaded
-// (zero = 3 or wo > 0), and likewise for gradients (zero >= 2 or go > 0):
+// (W sharded, G or I, or wo > 0), and likewise for gradients (G sharded or go > 0):
 //   x * (padded_pre + padded_post + 2 * padded_block)   each
 // (a slot for the pre and post units, a double-buffered ring for blocks).
 // Swap buffers: go > 0: x * max_u n_G (the accumulation view of a unit's
@@ -400,11 +400,13 @@ typedef struct {
 static Unit unit_of(StageBuild *sb, Expr count) {
     ExprCtx *x = sb->x;
     Unit u;
-    Expr shard = ex_ceil(x, ex_div(x, count, sb->oshard));
-    u.padded = ex_mul(x, shard, sb->oshard);
-    u.n_w = ex_select(x, sb->s[SYM_WS], shard, u.padded);
-    u.n_g = ex_select(x, sb->s[SYM_GS], shard, u.padded);
-    u.n_o = shard;
+    Expr shard = ex_ceil(x, ex_div(x, count, sb->pad));
+    u.padded = ex_mul(x, shard, sb->pad);
+    // an I scope keeps padded / g (g divides dp: whole elements)
+    Expr piece = ex_div(x, u.padded, sb->g);
+    u.n_w = ex_select(x, sb->s[SYM_WS], shard, ex_select(x, sb->wi, piece, u.padded));
+    u.n_g = ex_select(x, sb->s[SYM_GS], shard, ex_select(x, sb->gi, piece, u.padded));
+    u.n_o = ex_select(x, sb->s[SYM_OS], shard, ex_select(x, sb->oi, piece, u.padded));
     return u;
 }
 
@@ -481,8 +483,8 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr host_states = ex_add(x, ex_mul(x, xb, ex_add(x, se.hw, se.hg)), ex_mul(x, ob, se.ho));
 
     // ---- buffers
-    Expr staged_w = ex_max(x, sb->s[SYM_WS], cost_gt0(sb, sb->s[SYM_WO]));
-    Expr staged_g = ex_max(x, sb->s[SYM_GS], cost_gt0(sb, sb->s[SYM_GO]));
+    Expr staged_w = ex_max(x, ex_max(x, sb->s[SYM_WS], sb->wi), cost_gt0(sb, sb->s[SYM_WO]));
+    Expr staged_g = ex_max(x, ex_max(x, sb->s[SYM_GS], sb->gi), cost_gt0(sb, sb->s[SYM_GO]));
     Expr buffers = ex_mul(x, ex_add(x, staged_w, staged_g), ex_mul(x, xb, staging));
     buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_GO]), ex_mul(x, xb, max_g)));
     buffers = ex_add(x, buffers, ex_mul(x, cost_gt0(sb, sb->s[SYM_OO]), ex_mul(x, ob, max_o)));

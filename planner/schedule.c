@@ -172,13 +172,15 @@ static Expr edge_part_time(StageBuild *sb, const PartExprs *part, Expr *extra, E
     Expr cf = cost_part_compute_fwd(sb, part), cb = cost_part_compute_bwd(sb, part);
     Expr e = ex_add(x, cost_tp_collective(sb, COLL_ALL_REDUCE, part->tp_comm_fwd),
                      cost_tp_collective(sb, COLL_ALL_REDUCE, part->tp_comm_bwd));
-    Expr steady = ex_add(x, ex_add(x, cf, cb), ex_add(x, e, ex_add(x, mul_flag(x, ws, ag), mul_flag(x, gs, rs))));
+    ParoTraffic tr = cost_paro_traffic(sb, Wf, Gf, ag, rs, ar);  // ZeRO's terms for codes 0..3
+    (void)ws, (void)gs, (void)os;
+    Expr steady = ex_add(x, ex_add(x, cf, cb), ex_add(x, e, ex_add(x, tr.gather_use, tr.reduce_micro)));
     // first fwd: optimizer step of the shard + refresh gather when the
-    // optimizer is sharded but weights are not (ZeRO-1/2); last bwd: the grad
-    // sync not already done per micro-batch
+    // optimizer is sharded more widely than weights (ZeRO-1/2; PaRO's O > W);
+    // last bwd: the grad sync not already done per micro-batch
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, part->params, sb->oshard)));
-    Expr refresh = mul_flag(x, ex_mul(x, os, ex_sub(x, sb->one, ws)), ag);
-    Expr sync = ex_sub(x, ex_select(x, os, rs, ar), mul_flag(x, gs, rs));
+    Expr refresh = ex_sub(x, tr.gather_first, tr.gather_use);
+    Expr sync = ex_sub(x, tr.reduce_last, tr.reduce_micro);
     *extra = ex_add(x, *extra, ex_add(x, step, ex_add(x, refresh, sync)));
     *flops = ex_add(x, *flops, ex_add(x, cost_part_flops(sb, part, 0), cost_part_flops(sb, part, 1)));
     return steady;
@@ -274,16 +276,18 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
     Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
 
+    // the dp traffic of each phase by the scopes (planner/cost_paro.c; codes 0..3: ZeRO's flat terms)
+    ParoTraffic tr = cost_paro_traffic(sb, W_full, G_full, AG_w, RS_g, AR_g);
     Phase fwd_first[2], fwd_other[2], bwd_last[2], bwd_other[2];
     for (int k = 0; k < 2; k++) {  // k = 0 normal, 1 checkpointed
-        fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, mul_flag(x, os, AG_w), EXPR_NONE,
+        fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, tr.gather_first, EXPR_NONE,
                                ex_add(x, O_in, G_in), ex_add(x, ex_add(x, O_out, W_out), A_out[k])};
-        fwd_other[k] = (Phase){Cf, Ef, mul_flag(x, ws, AG_w), EXPR_NONE, W_in, A_out[k]};
+        fwd_other[k] = (Phase){Cf, Ef, tr.gather_use, EXPR_NONE, W_in, A_out[k]};
         Expr C = k ? ex_add(x, Cf, Cb) : ex_add(x, Cb, Ca);
         Expr E = k ? ex_add(x, Ef, Eb) : Eb;
         Expr H = ex_add(x, ex_add(x, W_in, G_in), A_in[k]);
-        bwd_last[k] = (Phase){C, E, mul_flag(x, ws, AG_w), ex_select(x, os, RS_g, AR_g), H, G_out};
-        bwd_other[k] = (Phase){C, E, mul_flag(x, ws, AG_w), mul_flag(x, gs, RS_g), H, G_out};
+        bwd_last[k] = (Phase){C, E, tr.gather_use, tr.reduce_last, H, G_out};
+        bwd_other[k] = (Phase){C, E, tr.gather_use, tr.reduce_micro, H, G_out};
         if (AG_cp != EXPR_NONE) {  // staged: each phase's copies with its unhidden extras
             fwd_first[k].E = ex_add(x, fwd_first[k].E, mul_flag(x, os, AG_cp));
             fwd_other[k].E = ex_add(x, fwd_other[k].E, mul_flag(x, ws, AG_cp));

@@ -35,7 +35,7 @@ StageModel *stage_model_get(Search *s, int kind, int zero, int mask) {
 
 void search_models_free(Search *s) {
     for (int k = 0; k < KINDS; k++)
-        for (int z = 0; z < 4; z++)
+        for (int z = 0; z < SHARD_CODES; z++)
             for (int m = 0; m < 16; m++)
                 if (s->models[k][z][m]) {
                     stage_model_free(s->models[k][z][m]);
@@ -116,14 +116,17 @@ int stage_t_lower_bounds(Search *s, int kind, int lmin, int lmax, int G, const M
     int nl = lmax - lmin + 1;
     for (int l = lmin; l <= lmax; l++) tmin[l] = INFINITY;
     if (search_reserve(s, (size_t)nmesh * nl) != 0) return -1;
-    for (int z = 0; z < 4; z++) {
+    for (int z = 0; z < SHARD_CODES; z++) {
         if (!(s->rules.zero_mask >> z & 1)) continue;
+        int some = 0;  // a mesh the code is searched on (else no model to build)
+        for (int mi = 0; mi < nmesh && !some; mi++) some = space_code_ok(s, z, meshes[mi].dp, meshes[mi].tp);
+        if (!some) continue;
         StageModel *m = stage_model_get(s, kind, z, 0);
         if (!m) return -1;
         size_t n = 0;
         for (int mi = 0; mi < nmesh; mi++) {
             int64_t per = (int64_t)G * meshes[mi].dp;
-            if (s->B % per) continue;
+            if (s->B % per || !space_code_ok(s, z, meshes[mi].dp, meshes[mi].tp)) continue;
             for (int l = lmin; l <= lmax; l++) {
                 StagePlan sp = {.layers = l, .dp = meshes[mi].dp, .tp = meshes[mi].tp, .b = (int)(s->B / per),
                                 .zero = z};

@@ -42,9 +42,10 @@ int search_closest_plan(Search *s, SearchResult *r) {
                     // is the least
                     int64_t stage_short = INT64_MAX;
                     int best_z = 0, best_mask = 0, best_host = 0;
-                    for (int z = 0; z < 4; z++) {
-                        if (!(s->rules.zero_mask >> z & 1)) continue;
-                        for (int mask = 0; mask < (s->rules.offload ? 16 : 1); mask++) {
+                    for (int z = 0; z < SHARD_CODES; z++) {
+                        if (!(s->rules.zero_mask >> z & 1) || !space_code_ok(s, z, meshes[mi].dp, meshes[mi].tp))
+                            continue;
+                        for (int mask = 0; mask < (s->rules.offload && z < SHARD_ZERO_CODES ? 16 : 1); mask++) {
                             StageModel *m = stage_model_get(s, stage_kind(i, S), z, mask);
                             if (!m || search_reserve(s, 1) != 0) return -1;
                             StagePlan sp = least_memory_stage(l, &meshes[mi], (int)(s->B / per), z, ck, seq, mask);

@@ -55,7 +55,7 @@ typedef struct {
 
 // What a space lets each stage choose (after the limits).
 typedef struct {
-    int zero_mask;       // bit z: ZeRO level z
+    int zero_mask;       // bit z: sharding code z (base/paro.h; 0..3 = ZeRO 0..3, 4..9 PaRO's with I scopes)
     int ckpt_any;        // 1: ckpt 0..l; 0: {0, l} (all or nothing), unless no_ckpt
     int ckpt_all;        // 1: every block recomputes (ckpt = l; megatron-mist), unless no_ckpt
     int no_ckpt;         // 1: ckpt = 0 only
@@ -92,7 +92,7 @@ typedef struct Search {
     int warm_steps;      // > 0: a warm-start pass on an offload grid of 1/warm_steps (a subset of the full grid)
     double tau;          // the other stages of a stage of l blocks sum to at least tau * (L - l) of t
     // compiled stage models, built when first needed: [kind][zero][offload mask wo|go<<1|oo<<2|ao<<3]
-    StageModel *models[KINDS][4][16];
+    StageModel *models[KINDS][SHARD_CODES][16];
     StageModelBase *base;  // the model's parts every stage model starts from, built with the first one
     // batch buffers: (cap,) per symbol and per output
     double *cols[STAGE_SYMS];
@@ -131,6 +131,10 @@ void space_grid(Search *s);
 double search_now(void);
 
 // ---- search_stage.c
+// Whether sharding code z is searched on a mesh of dp x tp: ZeRO's codes always; a code with
+// an I scope only where its groups (gpus_per_node / tp dp ranks) lie strictly inside the dp
+// group and tile it (1 < g < dp, g | dp): elsewhere I is N or G exactly, a ZeRO code's point.
+int space_code_ok(const Search *s, int z, int dp, int tp);
 // The compiled model of (kind, zero, offload mask), built on first use; NULL on failure (s->err).
 StageModel *stage_model_get(Search *s, int kind, int zero, int mask);
 // Make room for n batch columns.

@@ -33,6 +33,12 @@ int search_space_parse(const char *name, PlanSpace *out) {
     return -1;
 }
 
+int space_code_ok(const Search *s, int z, int dp, int tp) {
+    if (z < SHARD_ZERO_CODES) return 1;
+    int gpn = s->cfg->cluster.gpus_per_node > 0 ? s->cfg->cluster.gpus_per_node : 1, g = gpn / tp;
+    return g > 1 && g < dp && dp % g == 0;
+}
+
 void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
     memset(r, 0, sizeof *r);
     if (space == SPACE_MEGATRON_MIST) {
@@ -43,7 +49,8 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
         r->b_mask = 1 << 1 | 1 << 2 | 1 << 4;
         r->max_virtual = 1;
     } else {
-        r->zero_mask = space >= SPACE_ZERO ? 0xF : 0x3;
+        // full: every sharding code, PaRO's too; the spaces below it ZeRO's levels
+        r->zero_mask = space >= SPACE_FULL ? (1 << SHARD_CODES) - 1 : space >= SPACE_ZERO ? 0xF : 0x3;
         r->ckpt_any = 1;  // Megatron-LM's uniform recompute_num_layers: any count, the same on every stage
         r->sel = r->sp = 1;
         r->sel_mixed = space == SPACE_FULL;

@@ -573,16 +573,30 @@ int stage_candidates(Search *s, int kind, int lo, int hi, int G, const Mesh *mes
     memset(&ss, 0, sizeof ss);
     ss.s = s, ss.kind = kind, ss.G = G, ss.plist = plist, ss.np = np > MAX_P ? MAX_P : np, ss.out = out;
     int rc = cells_build(&ss, lo, hi, meshes, nmesh);
-    for (int z = 0; z < 4 && !rc && ss.nc; z++) {
+    Cell *all = ss.cells;
+    int nall = ss.nc;
+    Cell *some = nall ? malloc((size_t)nall * sizeof *some) : NULL;  // a code's cells (space_code_ok)
+    if (nall && !some) rc = candidates_oom(s);
+    for (int z = 0; z < SHARD_CODES && !rc && nall; z++) {
         if (!(s->rules.zero_mask >> z & 1)) continue;
+        ss.cells = all, ss.nc = nall;
+        if (z >= SHARD_ZERO_CODES) {
+            ss.nc = 0;
+            for (int x = 0; x < nall; x++)
+                if (space_code_ok(s, z, all[x].sp.dp, all[x].sp.tp)) some[ss.nc++] = all[x];
+            ss.cells = some;
+            if (!ss.nc) continue;
+        }
         int need_offload;
         rc = zero_ratio_pass(&ss, z, &need_offload);
-        if (rc || !s->rules.offload || !need_offload) continue;
+        // PaRO's codes without offload: an I scope keeps g-fold the state of G to save traffic; a
+        // stage short of memory gets it back from G scopes first (ZeRO's codes, which offload)
+        if (rc || !s->rules.offload || !need_offload || z >= SHARD_ZERO_CODES) continue;
         for (int mask = 1; mask < 16 && !rc; mask++) rc = pattern_screen(&ss, z, mask);
         // then the grid of each pattern: a least-fitting search along oo, go or wo per line, or
         // point by point for ao alone
         for (int mask = 1; mask < 16 && !rc; mask++) rc = mask == 8 ? grid_ao(&ss, z) : grid_lines(&ss, z, mask);
     }
-    free(ss.cells), free(ss.k0), free(ss.cell_ok), free(ss.act.v), free(ss.tz);
+    free(all), free(some), free(ss.k0), free(ss.cell_ok), free(ss.act.v), free(ss.tz);
     return rc;
 }

@@ -59,8 +59,8 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
     double *tz = malloc((size_t)nc * 6 * sizeof *tz);  // (nc, 3 kinds, t|d)
     int *need = malloc((size_t)nc * sizeof *need);
     if (!tz || !need) goto oom;
-    for (int z = 0; z < 4; z++) {
-        if (!(R->zero_mask >> z & 1)) continue;
+    for (int z = 0; z < SHARD_CODES; z++) {
+        if (!(R->zero_mask >> z & 1) || !space_code_ok(s, z, me->dp, me->tp)) continue;
         // ratios zero, every kind
         for (int ci = 0; ci < nc; ci++) need[ci] = 1;
         for (int k = 0; k < nk; k++) {

@@ -268,7 +268,10 @@ int stage_pattern_has(const StagePattern *p, const StageConfig *c) {
 }
 
 void stage_pattern_name(const StagePattern *p, char *buf, size_t len) {
-    snprintf(buf, len, "z%d%s%s%s%s", p->zero, p->wo ? " wo" : "", p->go ? " go" : "", p->oo ? " oo" : "",
+    char z[16];
+    if (p->zero < SHARD_ZERO_CODES) snprintf(z, sizeof z, "z%d", p->zero);
+    else snprintf(z, sizeof z, "%s", shard_code_names[p->zero]);
+    snprintf(buf, len, "%s%s%s%s%s", z, p->wo ? " wo" : "", p->go ? " go" : "", p->oo ? " oo" : "",
              p->ao ? " ao" : "");
 }
 
@@ -346,9 +349,12 @@ int stage_model_build_from(StageModel *sm, const StageModelBase *base, const HwP
         // registered, so evaluation takes the same columns and ignores them)
         sm->specialised = 1;
         sm->pattern = *pattern;
-        sb.s[SYM_WS] = ex_num(sm->ctx, pattern->zero >= 3);
-        sb.s[SYM_GS] = ex_num(sm->ctx, pattern->zero >= 2);
-        sb.s[SYM_OS] = ex_num(sm->ctx, pattern->zero >= 1);
+        // (a code with I scopes is searched only where its groups are inside the dp group:
+        // 1 < g < dp, so its letters are the layout the runtime runs)
+        for (int k = 0; k < 3; k++) {
+            sb.s[SYM_WS + k] = ex_num(sm->ctx, shard_code_scope(pattern->zero, k) == SCOPE_G);
+            sb.s[SYM_WI + k] = ex_num(sm->ctx, shard_code_scope(pattern->zero, k) == SCOPE_I);
+        }
         const int on[4] = {pattern->wo, pattern->go, pattern->oo, pattern->ao};
         for (int r = 0; r < 4; r++) {
             if (!on[r]) sb.s[SYM_WO + r] = ex_num(sm->ctx, 0);
@@ -361,10 +367,7 @@ int stage_model_build_from(StageModel *sm, const StageModelBase *base, const HwP
     sb.me = &base->me;
     sb.zero = ex_num(sm->ctx, 0);
     sb.one = ex_num(sm->ctx, 1);
-    Expr dp_minus_1 = ex_sub(sm->ctx, sb.s[SYM_DP], sb.one);
-    sb.wshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_WS], dp_minus_1));
-    sb.gshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_GS], dp_minus_1));
-    sb.oshard = ex_add(sm->ctx, sb.one, ex_mul(sm->ctx, sb.s[SYM_OS], dp_minus_1));
+    cost_paro_scopes(&sb, !pattern);  // the shard divisors, g and the I flags (planner/cost_paro.c)
     sb.has_pre = sm->has_pre = has_pre;
     sb.has_post = sm->has_post = has_post;
     for (int k = 0; k < ST_OUTPUTS; k++) sm->out[k] = EXPR_NONE;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include "expr/expr.h"
 #include "planner/optable.h"
+#include "base/paro.h"
 #include "base/profile.h"
 #include "base/schema.h"
 
@@ -37,9 +38,13 @@ typedef struct {
     X(SYM_B, "b", (c)->plan.b)            /* micro-batch size per DP rank */                              \
     X(SYM_DP, "dp", (c)->plan.dp)                                                                         \
     X(SYM_TP, "tp", (c)->plan.tp)                                                                         \
-    X(SYM_WS, "ws", (c)->plan.zero >= 3)  /* 1 when weights are sharded over dp (ZeRO-3) */               \
-    X(SYM_GS, "gs", (c)->plan.zero >= 2)  /* 1 when grads are sharded (ZeRO-2, 3) */                      \
-    X(SYM_OS, "os", (c)->plan.zero >= 1)  /* 1 when optimizer state is sharded (ZeRO-1, 2, 3) */          \
+    X(SYM_WS, "ws", shard_code_scope((c)->plan.zero, STATE_W) == SCOPE_G) /* 1: weights sharded over dp (ZeRO-3) */ \
+    X(SYM_GS, "gs", shard_code_scope((c)->plan.zero, STATE_G) == SCOPE_G) /* 1: grads sharded (ZeRO-2, 3) */  \
+    X(SYM_OS, "os", shard_code_scope((c)->plan.zero, STATE_O) == SCOPE_G) /* 1: optimizer state sharded (1-3) */ \
+    X(SYM_WI, "wi", shard_code_scope((c)->plan.zero, STATE_W) == SCOPE_I) /* 1: weights sharded in a group (PaRO) */ \
+    X(SYM_GI, "gi", shard_code_scope((c)->plan.zero, STATE_G) == SCOPE_I) /* the same for grads */          \
+    X(SYM_OI, "oi", shard_code_scope((c)->plan.zero, STATE_O) == SCOPE_I) /* and optimizer state */         \
+    X(SYM_SG, "sg", (c)->plan.shard_group) /* g of the I scope; 0 = the dp ranks of one node */            \
     X(SYM_CKPT, "ckpt", (c)->plan.ckpt)   /* checkpointed blocks (the last ckpt of the stage) */          \
     X(SYM_SP, "sp", (c)->plan.sp)         /* 1: sequence parallelism over the tp group */                 \
     X(SYM_SEL, "sel", (c)->plan.recompute == RECOMPUTE_SELECTIVE) /* 1: attention core recomputed */  \
@@ -117,7 +122,7 @@ extern const char *const stage_output_names[ST_OUTPUTS];
 // constants: absent streams (no weight gathers under ZeRO-0, no host copies
 // without offload) and zero terms fold away when the model is built.
 typedef struct {
-    int zero;                // 0..3
+    int zero;                // the sharding code 0..9 (base/paro.h; 0..3 = ZeRO 0..3)
     int wo, go, oo, ao;      // 1: that offload ratio may be nonzero; 0: it is 0
 } StagePattern;
 

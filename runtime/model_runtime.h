@@ -148,7 +148,12 @@ typedef struct ModelRuntime {
     MR_STAGE_ACTS(MR_ACT_FIELD)
     int dp;
     // ZeRO sharding and offloading (runtime/zero.h): units pre, block 0..L-1, post
-    int zero, dp_rank;
+    int zero, dp_rank;             // zero: the sharding code the stage runs (base/paro.h shard_code_effective)
+    int scope[3], paro_g;          // scope of W, G, O (SCOPE_*); g of the I scope (1: none)
+    struct CommGroup *paro_grp[4];  // I scope: intra, inter, and again for second levels (zero.h)
+    ZeroColl *wnext, *gnext;       // (num_units) the second level of a gather / reduction in flight
+    ZeroChain *chains;             // (2 num_units) chains whose second level waits, in start order
+    int nchains;
     double wo, go, oo;
     int num_units;                 // L + 2
     MrUnit *units;                 // (num_units)

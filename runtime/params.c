@@ -97,6 +97,7 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
     ModelConfig m = r->m;
     // the stage's knobs as the layout kept them (layers: the pipeline's; tp: the argument)
     const StagePlan sp = {.layers = r->L, .dp = r->dp, .tp = tp, .b = r->B, .zero = r->zero, .ckpt = r->ckpt,
+                          .shard_group = r->paro_g,
                           .wo = r->wo, .go = r->go, .oo = r->oo, .ao = r->ao,
                           .recompute = r->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
     int dp_rank = r->dp_rank;
@@ -116,7 +117,8 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
 
 static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, int dp_rank, int tp, int tp_rank,
                   char *err, size_t errlen) {
-    int B = sp->b, ckpt = sp->ckpt, dp = sp->dp, zero = sp->zero;
+    int B = sp->b, ckpt = sp->ckpt, dp = sp->dp, code = sp->zero, g = shard_group_size(sp, 0);
+    int zero = dp >= 1 ? shard_code_effective(code, g, dp) : code;  // I scopes of a group of 1 or all dp: N, G
     double wo = sp->wo, go = sp->go, oo = sp->oo, ao = sp->ao;
     MrPipeline pipe = r->pipe;  // the one field set before the layout (kept by mr_layout_tp's relayout too)
     memset(r, 0, sizeof *r);
@@ -131,6 +133,8 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     r->tp = tp;
     r->tp_rank = tp_rank;
     r->zero = zero;
+    r->paro_g = shard_code_has_i(zero) ? g : 1;
+    for (int k = 0; k < 3; k++) r->scope[k] = shard_code_scope(zero, k);
     r->dp_rank = dp_rank;
     r->wo = wo, r->go = go, r->oo = oo, r->ao = ao;
     r->sel = sp->recompute == RECOMPUTE_SELECTIVE;
@@ -166,10 +170,11 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
         snprintf(err, errlen, "[stage.%d] ckpt = %d: allowed 0..%d (the stage's blocks)", pipe.stage, ckpt, r->L);
         return 2;
     }
-    if (zero < 0 || zero > 3 || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||
+    if (code < 0 || code >= SHARD_CODES || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||
         !(oo >= 0 && oo <= 1) || !(ao >= 0 && ao <= 1)) {
-        snprintf(err, errlen, "[stage.%d] zero = %d, dp rank %d of %d, wo = %g, go = %g, oo = %g, ao = %g; allowed: "
-                 "zero 0..3, offload fractions in [0, 1]", pipe.stage, zero, dp_rank, dp, wo, go, oo, ao);
+        snprintf(err, errlen, "[stage.%d] shard code %d, dp rank %d of %d, wo = %g, go = %g, oo = %g, ao = %g; allowed: "
+                 "codes 0..%d (base/paro.h), offload fractions in [0, 1]", pipe.stage, code, dp_rank, dp, wo, go, oo, ao,
+                 SHARD_CODES - 1);
         return 2;
     }
     r->units = calloc((size_t)r->L + 3, sizeof *r->units);

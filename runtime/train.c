@@ -131,6 +131,7 @@ typedef struct {
     CommChoice choice;       // where collectives of device memory run (runtime/comm_select.h)
     const CommBackend *comm; // choice.comm
     struct CommHier *dph;    // the dp group's two levels ([cluster] collectives = hierarchical), or NULL
+    CommGroup *paro[4];      // an I scope's groups of the dp group (zero_scope_groups); or NULL
     ModelRuntime model;      // this rank's part of the model, its memory and state
     TrainChunks ch;          // [plan] virtual: the rank's other model chunks (runtime/train_chunks.h)
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
@@ -216,11 +217,13 @@ static int start_backend(Training *t) {
     // in the plan, and an arena that no longer fits says so at start with its size. With
     // several stages the world's too, even where dp and tp are 1: the pipeline's device
     // messages go over it and need it made (comm_nccl.h), never inside their NCCL group.
-    CommGroup *device_groups[6] = {grid->dp, grid->tp, grid->world};
+    CommGroup *device_groups[10] = {grid->dp, grid->tp, grid->world};
     int ngroups = S > 1 ? 3 : 2;
     dp_hierarchy(t);  // [cluster] collectives = hierarchical: three more (the dp group's again where flat)
     if (cfg->cluster.collectives == CLUSTER_COLL_HIER)
         ngroups += comm_hier_groups(t->dph, grid->dp, device_groups + ngroups);
+    commCheck(comm, zero_scope_groups(comm, grid, cfg, t->paro));
+    for (int k = 0; k < 4 && t->paro[0]; k++) device_groups[ngroups++] = t->paro[k];  // an I scope's four
     size_t free_before = 0, free_after = 0;
     int known = be->device_free_bytes && be->device_free_bytes(be, &free_before) == 0;
     commCheck(comm, comm_select_prepare(choice, device_groups, ngroups));
@@ -261,7 +264,7 @@ static int lay_out_stage(Training *t) {
     const CommBackend *comm = t->comm;
     Backend *be = t->be;
     ModelRuntime *r = &t->model;
-    const StagePlan *sp = &cfg->plan.plan.stage[grid->stage];
+    const StagePlan resolved = zero_stage_plan(grid, cfg), *sp = &resolved;
     int G = t->G, tp = t->tp, S = t->S;
     char err[1024] = "";
     int rc;
@@ -375,6 +378,7 @@ static int init_state(Training *t) {
     r->dpg = t->grid->dp;
     r->tpg = t->grid->tp;
     r->dph = t->dph;
+    for (int k = 0; k < 4; k++) r->paro_grp[k] = t->paro[k];
     mr_init_params(r, tc->seed);
     int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
     if (failed_anywhere(t, failed, "[init] from")) return 1;
@@ -791,6 +795,7 @@ static int close_training(Training *t) {
     pipe_free(&t->pipe);
     trace_measure_free(&t->trace);
     comm_hier_free(t->dph);  // its groups, before the comm path goes
+    zero_scope_groups_free(t->comm, t->paro);
     t->dph = t->model.dph = NULL;
     if (t->have_choice) comm_select_release(&t->choice);  // before the stream NCCL follows goes
     chunks_free(&t->ch);

@@ -46,8 +46,17 @@ int chunks_layout(TrainChunks *c, const MistConfig *cfg, const Grid *grid, const
         }
         mr_set_pipeline(r, g->stage, plan->num_stages, g->first_layer, g->num_layers, plan->G);
         mr_set_interleaved(r, c->P, c->v);
-        int rc = mr_layout_sharded(r, &cfg->model, &plan->stage[g->stage], g->dp_index, err, errlen);
+        const StagePlan sp = zero_stage_plan(g, cfg);  // shard_group resolved
+        int rc = mr_layout_sharded(r, &cfg->model, &sp, g->dp_index, err, errlen);
         if (!rc && g->tp_size > 1) rc = mr_layout_tp(r, g->tp_size, g->tp_index, err, errlen);
+        if (!rc && r->paro_g > 1 && r->paro_g != c->r[0]->paro_g) {  // I groups are the rank's (chunk 0's)
+            snprintf(err, errlen, "[stage.%d] shard = %s in groups of %d dp ranks: the chunks of one pipeline rank "
+                     "share its I scope's groups, and chunk [stage.%d] has %s; allowed: the same shard_group on "
+                     "every chunk of the rank with an I scope, chunk 0 among them. Hint: give [stage.%d] an I scope "
+                     "too, or this chunk a ZeRO level", g->stage, shard_code_names[r->zero], r->paro_g, grid->stage,
+                     c->r[0]->paro_g > 1 ? "other groups" : "none", grid->stage);
+            rc = 2;
+        }
         if (rc) return rc;
     }
     return 0;
@@ -75,6 +84,7 @@ int chunks_init(TrainChunks *c, const MistConfig *cfg, char *err, size_t errlen)
         r->comm = r0->comm;
         r->dpg = r0->dpg;
         r->tpg = r0->tpg;
+        for (int k = 0; k < 4; k++) r->paro_grp[k] = r0->paro_grp[k];  // (the same g: chunks_layout)
         mr_init_params(r, cfg->train.seed);
         if (cfg->init.from[0] && init_weights_apply(r, cfg->init.from, err, errlen) != 0) return 1;
         r->opt = r0->opt;  // the hyperparameters; this chunk's tensors and norm accumulator

@@ -18,30 +18,32 @@
 enum { GK_NONE = 0, GK_ACC_SHARD = 1, GK_SAVE = 2 };
 enum { SLOT_PRE = 0, SLOT_POST = 1, SLOT_RING = 2 };
 
-static int staged_w(const ModelRuntime *r) { return r->zero == 3 || r->wo > 0; }
-static int staged_g(const ModelRuntime *r) { return r->zero >= 2 || r->go > 0; }
+static int staged_w(const ModelRuntime *r) { return r->scope[STATE_W] != SCOPE_N || r->wo > 0; }
+static int staged_g(const ModelRuntime *r) { return r->scope[STATE_G] != SCOPE_N || r->go > 0; }
 static int use_comm(const ModelRuntime *r) { return r->dp > 1 && r->comm; }
 static int slot_of(const ModelRuntime *r, int u) {
     return u == 0 ? SLOT_PRE : u == r->num_units - 1 ? SLOT_POST : SLOT_RING + u % 2;
 }
 
-void zero_state_elems(const ModelRuntime *r, int sharded, double f, int u, size_t *n, size_t *h) {
-    const MrUnit *U = &r->units[u];
-    *n = sharded ? U->shard : U->padded;
+void zero_state_elems(const ModelRuntime *r, int scope, double f, int u, size_t *n, size_t *h) {
+    *n = zero_scope_len(r, u, scope);
     *h = (size_t)floor(f * (double)*n);
     if (*h > *n) *h = *n;
 }
 
 // The step range of unit u: unit positions [lo, lo+len) this rank updates.
+// (the optimizer state's range, cut to the unit's parameters)
 static void step_range(const ModelRuntime *r, int u, size_t *lo, size_t *len) {
     const MrUnit *U = &r->units[u];
-    if (r->zero == 0) {
-        *lo = 0;
-        *len = U->count;
-        return;
-    }
-    *lo = (size_t)r->dp_rank * U->shard;
-    *len = *lo >= U->count ? 0 : U->count - *lo < U->shard ? U->count - *lo : U->shard;
+    size_t n = zero_scope_len(r, u, r->scope[STATE_O]);
+    *lo = zero_scope_base(r, u, r->scope[STATE_O]);
+    *len = *lo >= U->count ? 0 : U->count - *lo < n ? U->count - *lo : n;
+}
+
+// where a unit's summed gradient is needed: its stored range when G is sharded, else
+// (gradients whole, summed on the last micro-batch) only the optimizer's range
+static int reduced_scope(const ModelRuntime *r) {
+    return r->scope[STATE_G] != SCOPE_N ? r->scope[STATE_G] : r->scope[STATE_O];
 }
 
 // ---------------------------------------------------------------- sizes
@@ -54,12 +56,12 @@ static StateSizes state_sizes(const ModelRuntime *r) {
     StateSizes s = {0};
     for (int u = 0; u < r->num_units; u++) {
         size_t n, h;
-        zero_state_elems(r, r->zero == 3, r->wo, u, &n, &h);
+        zero_state_elems(r, r->scope[STATE_W], r->wo, u, &n, &h);
         s.w_dev += n - h, s.w_host += h;
-        zero_state_elems(r, r->zero >= 2, r->go, u, &n, &h);
+        zero_state_elems(r, r->scope[STATE_G], r->go, u, &n, &h);
         s.g_dev += n - h, s.g_host += h;
         if (n > s.max_g_n) s.max_g_n = n;
-        zero_state_elems(r, r->zero >= 1, r->oo, u, &n, &h);
+        zero_state_elems(r, r->scope[STATE_O], r->oo, u, &n, &h);
         s.o_dev += n - h, s.o_host += h;
         if (n > s.max_o_n) s.max_o_n = n;
         if (u > 0 && u < r->num_units - 1 && r->units[u].padded > s.max_block_padded)
@@ -93,7 +95,7 @@ void zero_predict(const ModelRuntime *r, size_t *device_bytes, size_t *host_byte
 }
 
 // ---------------------------------------------------------------- stores
-static void store_shape(ModelRuntime *r, Store *s, ArenaTensor *dev, size_t elem, int sharded, double f, int present) {
+static void store_shape(ModelRuntime *r, Store *s, ArenaTensor *dev, size_t elem, int scope, double f, int present) {
     int nu = r->num_units;
     s->dev = dev;
     s->elem = elem;
@@ -105,9 +107,9 @@ static void store_shape(ModelRuntime *r, Store *s, ArenaTensor *dev, size_t elem
     s->dev_elems = s->host_elems = 0;
     for (int u = 0; u < nu; u++) {
         size_t n = 0, h = 0;
-        if (present) zero_state_elems(r, sharded, f, u, &n, &h);
+        if (present) zero_state_elems(r, scope, f, u, &n, &h);
         s->n[u] = n, s->h[u] = h;
-        s->base[u] = sharded ? (size_t)r->dp_rank * r->units[u].shard : 0;
+        s->base[u] = zero_scope_base(r, u, scope);
         s->dev_off[u] = s->dev_elems;
         s->host_off[u] = s->host_elems;
         s->dev_elems += n - h;
@@ -200,11 +202,12 @@ static void store_zero(ModelRuntime *r, const Store *s, int u) {
 void zero_carve(ModelRuntime *r) {
     Arena *d = &r->dev, *h = &r->host;
     int nu = r->num_units, bf16 = r->be->dtype != MIST_F32;
-    store_shape(r, &r->sw, &r->t_params, r->x, r->zero == 3, r->wo, 1);
-    store_shape(r, &r->sg, &r->t_grads, r->x, r->zero >= 2, r->go, 1);
-    store_shape(r, &r->smaster, &r->t_master, sizeof(float), r->zero >= 1, r->oo, bf16);
-    store_shape(r, &r->sm, &r->t_m, sizeof(float), r->zero >= 1, r->oo, 1);
-    store_shape(r, &r->sv, &r->t_v, sizeof(float), r->zero >= 1, r->oo, 1);
+    const int *sc = r->scope;
+    store_shape(r, &r->sw, &r->t_params, r->x, sc[STATE_W], r->wo, 1);
+    store_shape(r, &r->sg, &r->t_grads, r->x, sc[STATE_G], r->go, 1);
+    store_shape(r, &r->smaster, &r->t_master, sizeof(float), sc[STATE_O], r->oo, bf16);
+    store_shape(r, &r->sm, &r->t_m, sizeof(float), sc[STATE_O], r->oo, 1);
+    store_shape(r, &r->sv, &r->t_v, sizeof(float), sc[STATE_O], r->oo, 1);
     arena_carve(d, &r->t_params, r->sw.dev_elems * r->x, "params");
     arena_carve(d, &r->t_grads, r->sg.dev_elems * r->x, "grads");
     arena_carve(d, &r->t_master, r->smaster.dev_elems * sizeof(float), "master");
@@ -233,6 +236,10 @@ void zero_carve(ModelRuntime *r) {
     r->gbase = calloc((size_t)nu, sizeof(void *));
     r->wreq = calloc((size_t)nu, sizeof(CommRequest *));
     r->greq = calloc((size_t)nu, sizeof(CommRequest *));
+    r->wnext = calloc((size_t)nu, sizeof(ZeroColl));
+    r->gnext = calloc((size_t)nu, sizeof(ZeroColl));
+    r->chains = calloc(2 * (size_t)nu, sizeof(ZeroChain));
+    r->nchains = 0;
     r->due = calloc((size_t)nu, 1);
     r->need_gather = calloc((size_t)nu, 1);
     r->save_after = calloc((size_t)nu, 1);
@@ -257,7 +264,10 @@ void zero_take(ModelRuntime *r) {
 
 void zero_free(ModelRuntime *r) {
     store_free(&r->sw), store_free(&r->sg), store_free(&r->smaster), store_free(&r->sm), store_free(&r->sv);
-    free(r->wbase), free(r->gbase), free(r->wreq), free(r->greq);
+    free(r->wbase), free(r->gbase), free(r->wreq), free(r->greq), free(r->wnext), free(r->gnext);
+    free(r->chains);
+    r->wnext = r->gnext = NULL;
+    r->chains = NULL;
     free(r->due), free(r->need_gather), free(r->save_after), free(r->gkind), free(r->gbegun);
     r->wbase = r->gbase = NULL;
     r->wreq = r->greq = NULL;
@@ -283,30 +293,20 @@ void *zero_g(ModelRuntime *r, int64_t off) {
     return (char *)r->gbase[u] + ((size_t)off - r->units[u].off) * r->x;
 }
 
-// Every collective of the dp group's training state starts here: the backend's
-// nonblocking one (flat), or with [cluster] collectives = hierarchical across nodes
-// the two-level one of runtime/comm_hier.h; its requests are waited and tested
-// through comm_hier_wait / comm_hier_test, which serve both kinds.
-static void dp_collective(ModelRuntime *r, CollKind k, const void *send, void *recv, size_t count,
-                          CommRequest **req) {
-    commCheck(r->comm, comm_hier_start(r->dph, r->comm, k, send, recv, count, r->be->dtype, r->dpg, req));
-}
-
-static void wait_req(ModelRuntime *r, CommRequest **req) {
-    if (*req) commCheck(r->comm, comm_hier_wait(r->dph, r->comm, *req));
-    *req = NULL;
-}
+static void wait_w(ModelRuntime *r, int u) { zero_chain_wait(r, &r->wreq[u], &r->wnext[u]); }
+static void wait_g(ModelRuntime *r, int u) { zero_chain_wait(r, &r->greq[u], &r->gnext[u]); }
 
 // lets MPI move pending collectives along (see the top of this file)
 static void poll_requests(ModelRuntime *r) {
     if (!use_comm(r)) return;
+    zero_chains_poll(r);  // second levels, in their chains' order (zero.h)
     for (int u = 0; u < r->num_units; u++) {
         int done = 0;
-        if (r->wreq[u]) {
+        if (r->wreq[u] && !r->wnext[u].send) {
             commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->wreq[u], &done));
             if (done) r->wreq[u] = NULL;
         }
-        if (r->greq[u]) {
+        if (r->greq[u] && !r->gnext[u].send) {
             commCheck(r->comm, comm_hier_test(r->dph, r->comm, r->greq[u], &done));
             if (done) r->greq[u] = NULL;
         }
@@ -362,7 +362,8 @@ static void unit_step(ModelRuntime *r, int u) {
         store_unview(r, &r->sv, u, oi, len, v);
     }
     store_zero(r, &r->sg, u);  // the next iteration accumulates from zero
-    if ((r->zero == 1 || r->zero == 2) && use_comm(r)) r->need_gather[u] = 1;
+    // weights stored wider than the step's range: the others' ranges come by gather
+    if (r->scope[STATE_O] > r->scope[STATE_W] && use_comm(r)) r->need_gather[u] = 1;
     r->due[u] = 0;
 }
 
@@ -377,32 +378,41 @@ static void prefetch(ModelRuntime *r, int u) {
         r->need_gather[u] = 0;
         return;
     }
-    size_t lo = (size_t)r->dp_rank * U->shard;
+    int sw = r->scope[STATE_W], so = r->scope[STATE_O];
+    size_t x = r->x, wb = r->sw.base[u], wl = r->sw.n[u];
+    MistDtype t = r->be->dtype;
+    ZeroColl st[2];
     if (!staged_w(r)) {
-        if (r->need_gather[u])  // zero 1/2: every rank stepped its shard; gather in place
-            dp_collective(r, COLL_ALL_GATHER, (char *)dev_at(&r->sw, u, 0) + lo * r->x, dev_at(&r->sw, u, 0), U->shard,
-                          &r->wreq[u]);
+        if (r->need_gather[u])  // whole weights: every rank stepped its range; gather in place
+            zero_chain_start(r, st, zero_gather_steps(r, u, so, SCOPE_N, dev_at(&r->sw, u, 0), 0, x, t, st),
+                             &r->wreq[u], &r->wnext[u]);
         r->need_gather[u] = 0;
         return;
     }
     int slot = slot_of(r, u);
     if (r->slot_unit[slot] == u && !r->need_gather[u]) return;
     char *buf = arena_ptr(&r->wstage[slot]);
-    if (r->zero == 3) {
-        if (!use_comm(r)) store_load(r, &r->sw, u, 0, U->shard, buf);
-        else if (on_dev(&r->sw, u, 0, U->shard))
-            dp_collective(r, COLL_ALL_GATHER, dev_at(&r->sw, u, 0), buf, U->shard, &r->wreq[u]);
+    if (sw != SCOPE_N) {  // sharded (I or G): stored range [wb, wb + wl) of the unit
+        if (!use_comm(r)) store_load(r, &r->sw, u, 0, wl, buf);
         else {
-            store_load(r, &r->sw, u, 0, U->shard, buf + lo * r->x);
-            r->be->stream_synchronize(r->be, r->stream);
-            dp_collective(r, COLL_ALL_GATHER, buf + lo * r->x, buf, U->shard, &r->wreq[u]);
+            // the step's range is narrower than the store's (O = G, W = I): the peers' blocks
+            // first, then the group's pieces; the store keeps the completed piece (save_after)
+            int pre = r->need_gather[u] ? zero_gather_steps(r, u, so, sw, buf, 0, x, t, st) : 0;
+            int n = pre + zero_gather_steps(r, u, sw, SCOPE_N, buf, 0, x, t, st + pre);
+            if (!pre && on_dev(&r->sw, u, 0, wl)) st[0].send = dev_at(&r->sw, u, 0);  // straight from the store
+            else {
+                store_load(r, &r->sw, u, 0, wl, buf + wb * x);
+                r->be->stream_synchronize(r->be, r->stream);
+            }
+            r->save_after[u] = pre > 0;
+            zero_chain_start(r, st, n, &r->wreq[u], &r->wnext[u]);
         }
     } else {  // full weights, partly offloaded
         store_load(r, &r->sw, u, 0, U->padded, buf);
         if (r->need_gather[u]) {
             r->be->stream_synchronize(r->be, r->stream);
-            dp_collective(r, COLL_ALL_GATHER, buf + lo * r->x, buf, U->shard, &r->wreq[u]);
-            r->save_after[u] = 1;  // the gathered shards of the others go back to the store
+            zero_chain_start(r, st, zero_gather_steps(r, u, so, SCOPE_N, buf, 0, x, t, st), &r->wreq[u], &r->wnext[u]);
+            r->save_after[u] = 1;  // the gathered ranges of the others go back to the store
         }
     }
     r->need_gather[u] = 0;
@@ -412,13 +422,13 @@ static void prefetch(ModelRuntime *r, int u) {
 // Unit u's full weights are in place for compute.
 static void ensure_weights(ModelRuntime *r, int u) {
     prefetch(r, u);
-    wait_req(r, &r->wreq[u]);
+    wait_w(r, u);
     if (!staged_w(r)) {
         r->wbase[u] = dev_at(&r->sw, u, 0);
         return;
     }
     void *buf = arena_ptr(&r->wstage[slot_of(r, u)]);
-    if (r->save_after[u]) store_save(r, &r->sw, u, 0, r->units[u].padded, buf);
+    if (r->save_after[u]) store_save(r, &r->sw, u, 0, r->sw.n[u], (char *)buf + r->sw.base[u] * r->x);
     r->save_after[u] = 0;
     r->wbase[u] = buf;
 }
@@ -461,42 +471,36 @@ static void grads_accumulate(ModelRuntime *r, int u, size_t i, size_t n, const v
 
 // completes the reduction of unit u's gradient started by zero_bwd_end
 static void finish_grads(ModelRuntime *r, int u) {
-    wait_req(r, &r->greq[u]);
-    const MrUnit *U = &r->units[u];
-    size_t lo = (size_t)r->dp_rank * U->shard;
+    wait_g(r, u);
+    int rs = reduced_scope(r);
+    size_t lo = zero_scope_base(r, u, rs), n = zero_scope_len(r, u, rs);
     char *buf = staged_g(r) ? arena_ptr(&r->gstage[slot_of(r, u)]) : NULL;
-    if (r->gkind[u] == GK_ACC_SHARD) grads_accumulate(r, u, 0, U->shard, buf + lo * r->x);
-    else if (r->gkind[u] == GK_SAVE) {
-        if (r->zero == 1) store_save(r, &r->sg, u, lo, U->shard, buf + lo * r->x);
-        else store_save(r, &r->sg, u, 0, U->padded, buf);
-    }
+    if (r->gkind[u] == GK_ACC_SHARD) grads_accumulate(r, u, 0, n, buf + lo * r->x);
+    else if (r->gkind[u] == GK_SAVE) store_save(r, &r->sg, u, lo - r->sg.base[u], n, buf + lo * r->x);
     r->gkind[u] = GK_NONE;
 }
 
 void zero_bwd_end(ModelRuntime *r, int u) {
     Backend *be = r->be;
     const MrUnit *U = &r->units[u];
-    size_t lo = (size_t)r->dp_rank * U->shard;
     int comm = use_comm(r), last = r->micro_last;
-    if (!staged_g(r)) {  // in place in the full gradient buffer
+    ZeroColl st[2];
+    if (!staged_g(r)) {  // in place in the full gradient buffer: summed into the step's range
         char *g = dev_at(&r->sg, u, 0);
         if (last && comm) {
             be->stream_synchronize(be, r->stream);
-            if (r->zero == 0)
-                dp_collective(r, COLL_ALL_REDUCE, g, g, U->padded, &r->greq[u]);
-            else
-                dp_collective(r, COLL_REDUCE_SCATTER, g, g + lo * r->x, U->shard, &r->greq[u]);
+            zero_chain_start(r, st, zero_reduce_steps(r, u, r->scope[STATE_O], g, st), &r->greq[u], &r->gnext[u]);
         }
         r->gkind[u] = GK_NONE;
     } else {
         char *buf = arena_ptr(&r->gstage[slot_of(r, u)]);
-        if (r->zero >= 2) {  // every micro-batch: reduce-scatter, then add into the shard
+        if (r->scope[STATE_G] != SCOPE_N) {  // every micro-batch: reduce into the stored range, then add
             if (comm) {
                 be->stream_synchronize(be, r->stream);
-                dp_collective(r, COLL_REDUCE_SCATTER, buf, buf + lo * r->x, U->shard, &r->greq[u]);
+                zero_chain_start(r, st, zero_reduce_steps(r, u, r->scope[STATE_G], buf, st), &r->greq[u], &r->gnext[u]);
             }
             r->gkind[u] = GK_ACC_SHARD;
-        } else if (!last) {  // zero 0/1, offloaded: accumulate now, reduce on the last micro-batch
+        } else if (!last) {  // whole gradients, offloaded: accumulate now, reduce on the last micro-batch
             grads_accumulate(r, u, 0, U->padded, buf);
             r->gkind[u] = GK_NONE;
         } else {
@@ -504,10 +508,7 @@ void zero_bwd_end(ModelRuntime *r, int u) {
             be->residual_forward(be, r->stream, buf, buf, acc, U->padded);
             if (comm) {
                 be->stream_synchronize(be, r->stream);
-                if (r->zero == 0)
-                    dp_collective(r, COLL_ALL_REDUCE, buf, buf, U->padded, &r->greq[u]);
-                else
-                    dp_collective(r, COLL_REDUCE_SCATTER, buf, buf + lo * r->x, U->shard, &r->greq[u]);
+                zero_chain_start(r, st, zero_reduce_steps(r, u, r->scope[STATE_O], buf, st), &r->greq[u], &r->gnext[u]);
             }
             r->gkind[u] = GK_SAVE;
         }
@@ -561,7 +562,9 @@ double zero_grad_norm(ModelRuntime *r) {
     be->copy_d2h(be, &host, acc, sizeof(float), r->stream);
     be->stream_synchronize(be, r->stream);
     // sharded gradients: every rank holds a disjoint part of the sum of squares
-    if (r->zero >= 1 && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(r->comm, &host, &host, 1, MIST_F32, COMM_SUM, r->dpg));
+    // (I: each group holds every range once; its ranks' parts add up to the whole)
+    struct CommGroup *part = zero_scope_group(r, r->scope[STATE_O]);
+    if (part && use_comm(r)) commCheck(r->comm, r->comm->all_reduce(r->comm, &host, &host, 1, MIST_F32, COMM_SUM, part));
     if (r->tp > 1) commCheck(r->comm, r->comm->all_reduce(r->comm, &host, &host, 1, MIST_F32, COMM_SUM, r->tpg));
     return sqrt((double)host);
 }
@@ -572,14 +575,16 @@ void zero_sum_tied_grads(ModelRuntime *r, struct CommGroup *tied, int contribute
     // wte opens unit 0 on both stages; this tp rank holds its vocabulary rows
     // [v0, v0 + Vt) of the whole (Vp, C), padded rows included
     size_t x = r->x, C = (size_t)r->C, count = (size_t)r->Vt * C, whole_n = (size_t)r->Vp * C;
-    size_t lo, len;  // the unit positions this rank holds reduced (zero >= 1: its shard)
-    if (r->zero == 0) lo = 0, len = U->padded;
-    else lo = (size_t)r->dp_rank * U->shard, len = U->shard;
+    // the unit positions this rank holds reduced (its range of the reduced scope)
+    int rs = reduced_scope(r);
+    size_t lo = zero_scope_base(r, 0, rs), len = zero_scope_len(r, 0, rs);
     char *full = calloc(U->padded ? U->padded : 1, x);
     if (!full) r->comm->abort(r->comm, 1, "zero.c: out of host memory for the tied embedding gradient");
     store_read_host(r, &r->sg, 0, lo - r->sg.base[0], len, full + lo * x);
-    if (r->zero >= 1 && use_comm(r))  // the other shards of this stage's dp group
-        commCheck(r->comm, r->comm->all_gather(r->comm, full + lo * x, full, U->shard, be->dtype, r->dpg));
+    if (rs != SCOPE_N && use_comm(r)) {  // the other ranges of this stage's dp group
+        ZeroColl st[2];
+        zero_chain_run(r, st, zero_gather_steps(r, 0, rs, SCOPE_N, full, 0, x, be->dtype, st));
+    }
     // The two stages may split the vocabulary over different tp degrees, so
     // the sum is taken over the whole (Vp, C) gradient: the stage's tp shards
     // are gathered first. Shard t holds rows [t * ceil(Vp/tp), ...), so the
@@ -671,8 +676,12 @@ void zero_collect(ModelRuntime *r, float *w, float *m, float *v) {
                 store_read_host(r, s, u, 0, U->padded, dst[k]);
                 continue;
             }
-            store_read_host(r, s, u, 0, U->shard, tmp);
-            commCheck(r->comm, r->comm->all_gather(r->comm, tmp, dst[k], U->shard, MIST_F32, r->dpg));
+            // its range in place in the whole unit, the others' gathered around it
+            int sc = k == 0 && !bf16 ? r->scope[STATE_W] : r->scope[STATE_O];
+            ZeroColl st[2];
+            store_read_host(r, s, u, 0, s->n[u], tmp + s->base[u]);
+            zero_chain_run(r, st, zero_gather_steps(r, u, sc, SCOPE_N, (char *)tmp, 0, sizeof(float), MIST_F32, st));
+            memcpy(dst[k], tmp, U->padded * sizeof(float));
         }
     }
     free(tmp);

@@ -14,16 +14,19 @@
 //
 // Which states are sharded (shard elements per unit, else `padded`):
 //   zero 1: optimizer (master, m, v);  zero 2: + G;  zero 3: + W.
+// More generally each state has a scope (the stage's PaRO code, base/paro.h):
+// N padded, I padded / g (inside a group of g dp ranks), G shard; the
+// "Scopes" block below and runtime/zero_levels.c have the layout.
 // Offload: of each unit's stored elements n, the last floor(f*n) live in the
 // host arena (f = wo, go, oo for W, G, and master/m/v), the rest in the device
 // arena. Compute never touches host memory: those parts are copied into
 // device staging buffers around use (h2d in, d2h out).
 //
 // Device staging (taken for the whole run, sized once):
-//   W staging when zero = 3 or wo > 0: one buffer for pre, one for post (the
+//   W staging when W is sharded (G or I) or wo > 0: one buffer for pre, one for post (the
 //     tied head reads pre's weights at the far end of the stage), a ring of 2
 //     for blocks (block i+1 is gathered while block i computes);
-//   G staging when zero >= 2 or go > 0: the same four buffers for gradients;
+//   G staging when G is sharded or go > 0: the same four buffers for gradients;
 //   gacc when go > 0: one unit's stored gradient (to add into it);
 //   opt swap when oo > 0: one unit's step range of master/m/v.
 //
@@ -37,6 +40,10 @@
 #define MIST_ZERO_H
 #include <stddef.h>
 #include <stdint.h>
+#include "base/dtype.h"
+#include "base/paro.h"
+#include "base/profile.h"
+#include "base/schema.h"
 #include "runtime/arena.h"
 
 struct ModelRuntime;
@@ -46,8 +53,70 @@ typedef struct {
     size_t off;     // first element in the flat (padded) layout
     size_t count;   // parameters of the unit
     size_t padded;  // count rounded up to a multiple of dp when sharded (else count)
-    size_t shard;   // padded / dp when sharded (else padded)
+    size_t shard;   // padded / dp when sharded (else padded): the G scope's block
 } MrUnit;
+
+// ---- Scopes (base/paro.h SCOPE_N / I / G; runtime/zero_levels.c has the layout)
+// Each state is stored whole (N), as the rank's piece of padded / g of the unit
+// (I: sharded inside its group of g consecutive dp ranks) or as its block of
+// padded / dp (G). ModelRuntime.scope[STATE_W / G / O] holds the stage's
+// scopes, paro_g its g (1 without an I scope). Where the layout needs them,
+// every unit is padded to a multiple of dp (g divides dp).
+struct ModelRuntime;
+size_t zero_scope_len(const struct ModelRuntime *r, int u, int scope);   // elements of unit u a scope stores
+size_t zero_scope_base(const struct ModelRuntime *r, int u, int scope);  // the unit position of the first
+struct CommGroup *zero_scope_group(const struct ModelRuntime *r, int scope);  // its replicas differ over: dp, intra, NULL
+
+// One collective between scopes, in place: kind, group, buffers, elements (per rank for
+// reduce-scatter and all-gather), dtype. send == NULL: none.
+typedef struct {
+    CollKind kind;
+    struct CommGroup *grp;
+    void *send, *recv;
+    size_t count;
+    MistDtype t;
+} ZeroColl;
+// The steps (0..2, into out) that gather unit u from scope `from` to the wider `to`
+// (from > to) in the buffer p that holds unit position `origin` (origin <= the
+// `to` scope's base) in elements of elem bytes of type t.
+int zero_gather_steps(const struct ModelRuntime *r, int u, int from, int to, char *p, size_t origin, size_t elem,
+                      MistDtype t, ZeroColl out[2]);
+// The steps that sum the full unit u in p (positions 0..padded, the runtime's dtype)
+// over dp into scope `to`'s range of p.
+int zero_reduce_steps(const struct ModelRuntime *r, int u, int to, char *p, ZeroColl out[2]);
+// A chain of n steps: the first started into *req, the second kept in *next and
+// started when the first completes (zero_chains_poll, or zero_chain_wait, which
+// completes both). Every rank must start the collectives of one group in the
+// same order, but a first level completes at different times on different
+// ranks; so second levels run on groups of their own (paro_grp[2], [3]: intra,
+// inter again) and start strictly in the order their chains started (a FIFO
+// whose head alone advances), while first levels start in program order on
+// paro_grp[0], [1]: each group sees the same sequence on every rank.
+struct CommRequest;
+typedef struct {
+    struct CommRequest **req;
+    ZeroColl *next;
+} ZeroChain;
+void zero_chain_start(struct ModelRuntime *r, const ZeroColl *steps, int n, struct CommRequest **req, ZeroColl *next);
+void zero_chains_poll(struct ModelRuntime *r);  // at unit boundaries: starts the second levels due
+void zero_chain_wait(struct ModelRuntime *r, struct CommRequest **req, ZeroColl *next);
+// n steps one after the other, blocking and flat (host buffers)
+void zero_chain_run(struct ModelRuntime *r, const ZeroColl *steps, int n);
+
+// This rank's stage plan as the runtime lays it out: shard_group resolved by the
+// cluster's gpus_per_node (base/paro.h shard_group_size, the planner's rule too).
+struct Grid;
+StagePlan zero_stage_plan(const struct Grid *grid, const MistConfig *cfg);
+// Where that plan's code has an I scope (1 < g < dp): the dp group's subgroups,
+// out[0] intra (the g consecutive dp ranks of this rank's group, by local index)
+// and out[1] inter (the dp/g ranks of its local index, by group), out[2], out[3]
+// the same again for second levels (zero_chain_start); else NULL.
+// Collective over the dp group (before the comm path prepares its groups).
+// 0, or the backend's error code.
+struct CommBackend;
+int zero_scope_groups(const struct CommBackend *c, const struct Grid *grid, const MistConfig *cfg,
+                      struct CommGroup *out[4]);
+void zero_scope_groups_free(const struct CommBackend *c, struct CommGroup *out[4]);
 
 // One state split between the arenas, unit after unit.
 typedef struct {
@@ -60,9 +129,9 @@ typedef struct {
     size_t dev_elems, host_elems;
 } Store;
 
-// Elements unit u stores of a state (sharded or not, offload fraction f):
+// Elements unit u stores of a state (its scope, offload fraction f):
 // *n in all, *h of them on the host. Pure arithmetic, shared with the prediction.
-void zero_state_elems(const struct ModelRuntime *r, int sharded, double f, int u, size_t *n, size_t *h);
+void zero_state_elems(const struct ModelRuntime *r, int scope, double f, int u, size_t *n, size_t *h);
 // Persistent bytes of states and staging: device and host arena.
 void zero_predict(const struct ModelRuntime *r, size_t *device_bytes, size_t *host_bytes);
 // Carves stores and staging (mr_plan_memory), takes them for the run (mr_init_params).

@@ -220,4 +220,17 @@ took=$(( $(date +%s) - start ))
 n=$(printf '%s\n' "$out" | grep -c 'must divide hidden')
 [ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ $took -lt 10 ]
 tap_ok $? "under mpirun -np 4 a config error exits 2 in ${took}s, printed $n time(s)"
+# PaRO's sharding (docs/paro.md): zero is shard's shorthand; both in a stage must agree
+base | sed 's/^b = 4/b = 4\nshard = NIG\nzero = 2/' > "$tmp/f.ini"
+expect "zero and shard naming different sharding" "$tmp/f.ini" "f.ini:25:" "[stage.0] zero = 2 and shard = NIG" \
+    "the other key at line 24" "allowed: one of the two" "1 = NNG, 2 = NGG" "Hint: keep shard = NIG"
+base | sed 's/^b = 4/b = 4\nzero = 2\nshard = NGG/' > "$tmp/f.ini"
+"$TRAIN" --dry-run "$tmp/f.ini" >/dev/null 2>&1 </dev/null
+tap_ok $? "zero = 2 with shard = NGG (the same point) is accepted"
+base | sed 's/^b = 4/b = 4\nshard = NGI/' > "$tmp/f.ini"
+expect "a shard that is not an ordering W <= G <= O" "$tmp/f.ini" "f.ini:24:" "[stage.0] shard = NGI" \
+    "allowed: NNN" "IGG" "Hint:"
+expect "shard_group not dividing dp" "$tmp/ok.ini" "-o stage.0.shard_group=3" "[stage.0] shard_group = 3" \
+    "must divide dp (4)" "allowed: 0" "Hint:" -- -o stage.0.dp=4 -o stage.0.b=1 -o stage.0.shard_group=3
+
 tap_end

@@ -108,9 +108,9 @@ PYEOF
 }
 
 # stage_args G SPEC...: the -o options of a pipeline plan with one
-# "layers/dp/tp/zero/ckpt/offload[/sp[/sel]]" SPEC per stage (offload: wo = go = oo = ao;
-# sp: sequence parallelism, 0 when left out; sel: recompute = selective; b = 8 / (dp G)) on one
-# line, then the rank count on the next
+# "layers/dp/tp/zero/ckpt/offload[/sp[/sel]]" SPEC per stage (zero: 0-3 or a shard code; offload:
+# wo = go = oo = ao; sp: sequence parallelism, 0 when left out; sel: recompute = selective;
+# b = 8 / (dp G)) on one line, then the rank count on the next
 stage_args() {
     G=$1; shift
     v=${VIRTUAL:-1}; P=$(($# / v))  # VIRTUAL=v: the specs are P*v chunks, chunk c on the ranks of chunk c mod P
@@ -120,8 +120,9 @@ stage_args() {
 $spec
 EOF
         [ "$sel" = sel ] && printf ' -o stage.%d.recompute=selective' $s
-        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.zero=%s' \
-            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zero"
+        zk=zero; case $zero in [0-3]) ;; *) zk=shard ;; esac  # a PaRO code (docs/paro.md) by its scopes
+        printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.%s=%s' \
+            $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zk" "$zero"
         printf ' -o stage.%d.ckpt=%s -o stage.%d.wo=%s -o stage.%d.go=%s -o stage.%d.oo=%s -o stage.%d.ao=%s' \
             $s "$ckpt" $s "$off" $s "$off" $s "$off" $s "$off"
         printf ' -o stage.%d.sp=%s' $s "${sp:-0}"
@@ -188,5 +189,6 @@ llama-pp-g4  llama fp32 4 1/1/2/0/0/0 1/2/1/1/1/0
 gpt-sp-tp2   gpt   fp32 1 2/2/2/1/1/0/1
 llama-sp-2x2 llama bf16 2 2/2/2/3/2/0.5/1
 gpt-pp-sp    gpt   fp32 2 1/1/2/0/0/0/1 1/1/2/2/1/0.5/1
+gpt-paro-nig gpt   fp32 2 2/4/2/NIG/1/0.5
 EOF
 }

@@ -32,7 +32,9 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/mist-planmem-test.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
 # name model prec dp zero ckpt G wo go oo ao layers global_batch [tp [sp]] (ranks = dp * tp,
-# b = global_batch / (dp * G); tp defaults to 1, sp (sequence parallelism) to 0)
+# b = global_batch / (dp * G); tp defaults to 1, sp (sequence parallelism) to 0; zero: 0-3, or a
+# PaRO shard code in groups of the default shard_group, gpus_per_node / tp = 4 / tp dp ranks: at
+# tp 2 and dp 4 groups of 2, at dp 3 a group of 4 that holds every dp rank, so I is G)
 cat >"$W/matrix" <<'EOF'
 gpt-ref    gpt   fp32 1 0 0 1 0    0    0    0    2 8
 gpt-dp2    gpt   fp32 2 0 0 1 0    0    0    0    2 8
@@ -75,6 +77,10 @@ gpt-sp2mix gpt   fp32 2 3 1 1 0.5  0.5  0.5  0.5  2 8  2 1
 llama-sp2  llama fp32 1 2 0 1 0    0.5  0    0.5  2 8  2 1
 gpt-bf-sp2 gpt   bf16 2 1 0 2 0    0    0.5  0    2 8  2 1
 lpar-sp2   llama-par fp32 2 3 1 1 0.5 0.5 0.5 0.5 2 8  2 1
+paro-nig   gpt   fp32 4 NIG 1 2 0.5 0.5 0.5 0.5 2 16 2
+paro-iig   llama fp32 4 IIG 0 1 0    0.5  0    0.3  2 16 2
+paro-bf    gpt   bf16 4 IGG 1 1 0.3  0.3  0.3  0.3  2 16 2
+paro-nnidp3 gpt  fp32 3 NNI 0 1 0    0    0.5  0    2 6
 EOF
 
 # per rank of the summary: "rank dev_meas host_meas", one line each
@@ -102,14 +108,15 @@ EOF
 
 tap_diag "per plan: planner (mist-plan --analyze --json) and rank 0 measured (mist-train, 2 steps) peaks in bytes;" \
     "all-ranks: every rank's measured device and host peaks equal the planner's" \
-    "$(printf '%-10s %5s %4s %2s %1s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' name model prec np z c G \
+    "$(printf '%-10s %5s %4s %2s %3s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' name model prec np z c G \
     wo go oo ao L dev-plan dev-meas hst-plan hst-meas all-ranks)"
 while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp sp; do
     set_model "$model"
     tp=${tp:-1} np=$((dp * tp)) sp=${sp:-0}
     b=$((gb / (dp * G)))
+    case $zero in [0-3]) zk=zero ;; *) zk=shard ;; esac
     set -- -o train.precision="$prec" -o train.global_batch="$gb" -o plan.G="$G" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
-        -o stage.0.b="$b" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" \
+        -o stage.0.b="$b" -o stage.0.$zk="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" -o stage.0.go="$go" \
         -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o model.layers="$layers" -o stage.0.layers="$layers" \
         -o stage.0.sp="$sp"
     # shellcheck disable=SC2086
@@ -126,7 +133,7 @@ while read -r name model prec dp zero ckpt G wo go oo ao layers gb tp sp; do
     agree=$(awk -v d="$pdev" -v h="$phost" -v n="$np" '
         { if ($2 != d || $3 != h) bad++; seen++ } END { print (seen == n && !bad) ? "yes" : "NO" }' "$W/$name.ranks")
     set -- $(head -1 "$W/$name.ranks")
-    tap_diag "$(printf '%-10s %5s %4s %2s %1s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' "$name" "$model" \
+    tap_diag "$(printf '%-10s %5s %4s %2s %3s %1s %1s %4s %4s %4s %4s %1s | %9s %9s | %7s %7s | %s' "$name" "$model" \
         "$prec" "$np" "$zero" "$ckpt" "$G" "$wo" "$go" "$oo" "$ao" "$layers" "$pdev" "${2:--}" "$phost" "${3:--}" \
         "$agree")"
     [ $rc_train -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   train: /'
