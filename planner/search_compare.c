@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/paro.h"
 #include "models/model_flops.h"
 #include "planner/analyze.h"
 #include "planner/stage_model.h"
@@ -80,9 +81,23 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
         if (at + 24 >= sizeof mesh) break;
         snprintf(mesh + at, sizeof mesh - at, "%s%dx%d", distinct++ ? "," : "", p->stage[i].dp, p->stage[i].tp);
     }
-    char b[24], zero[24];
+    char b[24], zero[48];
     range_text(b, sizeof b, p, offsetof(StagePlan, b));
     range_text(zero, sizeof zero, p, offsetof(StagePlan, zero));
+    // PaRO codes (base/paro.h) by their scopes, e.g. "shard NIG", or "ZeRO 1, shard IIG" when mixed
+    int paro = 0;
+    for (int i = 0; i < p->num_stages; i++) paro |= shard_code_has_i(p->stage[i].zero);
+    if (paro) {
+        size_t at = 0;
+        zero[0] = '\0';
+        for (int i = 0; i < p->num_stages && at + 8 < sizeof zero; i++) {
+            int z = p->stage[i].zero, seen = 0;
+            for (int j = 0; j < i; j++) seen |= p->stage[j].zero == z;
+            if (seen) continue;
+            at += (size_t)snprintf(zero + at, sizeof zero - at, "%s%s", at ? "," : "",
+                                   z >= 0 && z < SHARD_CODES ? shard_code_names[z] : "?");
+        }
+    }
     // checkpointed blocks of all blocks; offloaded states: those with a non-zero ratio on some stage
     // selective: the blocks that recompute their attention core (those not checkpointed of a
     // recompute = selective stage); sp: stages with sequence parallelism
@@ -110,7 +125,8 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
     char stages[48];
     if (v > 1) snprintf(stages, sizeof stages, "%d stages x %d chunks", p->num_stages / v, v);
     else snprintf(stages, sizeof stages, "%d stage%s", p->num_stages, p->num_stages == 1 ? "" : "s");
-    snprintf(buf, len, "%s, G %d, mesh %s, b %s, ZeRO %s, %s, %s", stages, p->G, mesh, b, zero, ck, off);
+    snprintf(buf, len, "%s, G %d, mesh %s, b %s, %s %s, %s, %s", stages, p->G, mesh, b, paro ? "shard" : "ZeRO", zero, ck,
+             off);
 }
 
 void search_compare_print_text(const SpaceComparison *c, FILE *f) {
