@@ -5,6 +5,7 @@
 #include <string.h>
 #include "runtime/comm.h"
 #include "runtime/init_weights.h"
+#include "runtime/model_sp.h"
 #include "runtime/zero.h"
 
 void chunks_begin(TrainChunks *c, ModelRuntime *r0, const Plan *plan) {
@@ -49,6 +50,7 @@ int chunks_layout(TrainChunks *c, const MistConfig *cfg, const Grid *grid, const
         const StagePlan sp = zero_stage_plan(g, cfg);  // shard_group resolved
         int rc = mr_layout_sharded(r, &cfg->model, &sp, g->dp_index, err, errlen);
         if (!rc && g->tp_size > 1) rc = mr_layout_tp(r, g->tp_size, g->tp_index, err, errlen);
+        if (!rc) rc = mr_layout_sp(r, sp.sp, err, errlen);  // the chunk's own sp, as lay_out_stage does chunk 0's
         if (!rc && r->paro_g > 1 && r->paro_g != c->r[0]->paro_g) {  // I groups are the rank's (chunk 0's)
             snprintf(err, errlen, "[stage.%d] shard = %s in groups of %d dp ranks: the chunks of one pipeline rank "
                      "share its I scope's groups, and chunk [stage.%d] has %s; allowed: the same shard_group on "

@@ -5,7 +5,8 @@
 # tp = 2 middle stage; tp = 2 and tp = 4 at the two ends of a tied embedding
 # with a vocabulary that neither divides; interleaved plans of 2 chunks per
 # rank with tp 2 and tp 4 chunks), ZeRO / ckpt / offload on some stages,
-# sequence parallelism (a 7th field sp = 1) on some or all tp stages,
+# sequence parallelism (a 7th field sp = 1) on some or all tp stages (interleaved: on
+# a rank's second chunk only, which lays out its own sp),
 # GPT and Llama, tied and untied embeddings, trains 20 steps with the
 # same per-step and validation losses as the 1-rank run of the same model and
 # ends with the same weights; every rank's measured arena peaks equal the
@@ -68,6 +69,7 @@ llama-sp-het     llama tied   2 1/2/1/0/0/0 3/1/2/1/2/0.5/1
 gpt-v2-tp2       gpt   tied   2v2 1/1/2/0/0/0 1/2/1/1/0/0 1/1/2/0/1/0 1/2/1/0/0/0
 gpt-v258-v2      gpt   v258   2v2 1/1/2/0/0/0 1/1/4/2/1/0 1/1/2/0/0/0 1/1/4/0/0/0
 llama-v2-tp2     llama untied 2v2 1/1/2/2/1/0 1/1/2/0/0/0.5 1/1/2/1/0/0 1/1/2/0/1/0
+llama-v2-sp-c2   llama untied 2v2 1/1/2/0/0/0/0 1/1/1/0/0/0 1/1/2/0/0/0/1 1/1/1/0/0/0
 EOF
 tap_diag "tp inside pipeline stages, $STEPS steps, $L layers each: loss = max relative per-step loss difference" \
     "to the 1-rank run (val: of the validation losses); weights = relative L2 difference of the final weights;" \
