@@ -122,6 +122,8 @@ Expr cost_p2p(StageBuild *sb, Expr bytes);  // one pipeline send between neighbo
 Expr cost_h2d(StageBuild *sb, Expr bytes);
 Expr cost_d2h(StageBuild *sb, Expr bytes);
 Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound Adam step
+// [stage.N] lean: a lean block's extra forward (backward = 0) or backward time; 0 unless lean
+Expr cost_lean_extra(StageBuild *sb, int backward);
 // ceil(elems / divisor) * bytes_per_elem
 Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
 Expr cost_ge(StageBuild *sb, Expr a, Expr b);  // 1 if a >= b (integers) else 0
