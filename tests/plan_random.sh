@@ -7,7 +7,7 @@
 # layers, and per stage dp 1-4, tp 1, 2 or 4 where the heads allow (and then
 # sequence parallelism on or off), ZeRO 0-3,
 # any number of checkpointed blocks and offload ratios in eighths and tenths,
-# recompute none or selective;
+# recompute none or selective, memory-lean layers ([stage.N] lean) on or off (on: ao = 0);
 # G 1-6; fp32 or bf16; at most 8 ranks; every other plan with [cluster]
 # collectives = hierarchical on nodes of 2 ranks. A third of the plans with several
 # stages are interleaved ([plan] virtual = 2 or 3): each pipeline rank gets v
@@ -35,7 +35,7 @@ COMMON="-o train.steps=6 -o train.lr=1e-3 -o train.warmup=2 -o log.interval=1 -o
 tap_diag "seed $SEED ($N plans; MIST_TEST_SEED=$SEED repeats them)"
 
 # one plan per line: name model precision tied vocab G virtual layers global_batch, then per
-# stage (chunk) layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute
+# stage (chunk) layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/lean
 awk -v seed="$SEED" -v n="$N" 'BEGIN {
     srand(seed)
     split("gpt gpt llama llama-par falcon", models, " ")
@@ -61,11 +61,13 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
             }
             dp = dp_[s]; tp = tp_[s]; L += lay
             a = lcm; b = dp; while (b) { t = a % b; a = b; b = t }; lcm = lcm * dp / a
+            lean = rand() < 0.4  # memory-lean layers: they exclude activation offload (ao = 0)
             spec = spec sprintf(" %d/%d/%d/%d/%d/%s/%s/%s/%s", lay, dp, tp, int(rand() * 4), int(rand() * (lay + 1)),
                                 offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)],
-                                offs[1 + int(rand() * 10)])
+                                lean ? 0 : offs[1 + int(rand() * 10)])
             spec = spec "/" (tp > 1 && rand() < 0.5 ? 1 : 0)  # sequence parallelism, where tp > 1
             spec = spec (rand() < 0.4 ? "/selective" : "/none")
+            spec = spec "/" lean
         }
         printf "p%02d %s %s %d %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, v, L, lcm * G * (1 + int(rand() * 2)), spec
     }
@@ -95,12 +97,13 @@ while read -r id model prec tied vocab G v layers gb stages; do
     set -- $stages
     P=$(($# / v))  # pipeline ranks: the ranks of the first P chunks
     for spec in $stages; do
-        IFS=/ read -r lay dp tp zero ckpt wo go oo ao sp recomp <<EOF
+        IFS=/ read -r lay dp tp zero ckpt wo go oo ao sp recomp lean <<EOF
 $spec
 EOF
         plan_args="$plan_args -o stage.$s.layers=$lay -o stage.$s.dp=$dp -o stage.$s.tp=$tp -o stage.$s.b=$((gb / (dp * G)))"
         plan_args="$plan_args -o stage.$s.zero=$zero -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
         plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao -o stage.$s.sp=$sp -o stage.$s.recompute=$recomp"
+        plan_args="$plan_args -o stage.$s.lean=$lean"
         [ $s -lt $P ] && nr=$((nr + dp * tp))
         s=$((s + 1))
     done
@@ -130,7 +133,7 @@ EOF
     coll=$(sed -n 's/^mist: data-parallel collectives \([a-z]*\): .*/\1/p' "$W/$id.out")  # rank 0's dp group
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
         num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
-    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s), virtual $v (layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute:$stages), \
+    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s), virtual $v (layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/lean:$stages), \
 $nr ranks, ${coll:-flat} dp collectives: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 
