@@ -180,14 +180,20 @@ Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
 // double; about 8 steps of ~30 operations near the minimum, fewer elsewhere)
 // at the fp32 rate. Each pass is max(memory, arithmetic) plus a launch. The
 // norms' backward from the output reads y where it read x: the same bytes,
-// no extra. SwiGLU models: 0.
+// no extra. SwiGLU models: backward recomputes act = silu(gate) up, reading
+// fc (2n elements) and writing n: 3e n bytes plus a launch; forward: nothing
+// extra (act goes to another buffer).
 enum { LEAN_INVERSE_FLOPS = 240 };
 Expr cost_lean_extra(StageBuild *sb, int backward) {
     ExprCtx *x = sb->x;
     const ModelConfig *m = &sb->cfg->model;
-    if (m->activation == ACT_SWIGLU) return sb->zero;
     Expr n = ex_div(x, ex_mul(x, sb->s[SYM_B], ex_num(x, (double)m->seq_len * m->ffn_hidden)), sb->s[SYM_TP]);
     double e = sb->me->param_bytes;
+    if (m->activation == ACT_SWIGLU) {
+        if (!backward) return sb->zero;
+        Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, 3 * e)));
+        return ex_mul(x, sb->s[SYM_LEAN], ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+    }
     Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, (backward ? 3 : 2) * e + 0.125)));
     if (backward) {
         double rate = sb->hw->peak_flops[DT_FP32] * sb->hw->flops_efficiency;

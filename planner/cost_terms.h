@@ -47,7 +47,7 @@ typedef struct {
 // AC_SEL: the part of R a block under selective recompute does not keep (att, lse)
 // AC_GATHER: sequence parallelism's gathered norm output (runtime/model_sp.h), 0 without sp
 // AC_LEAN: the part of R a lean block does not keep (ln1_mean, mid, ln2_mean, and fc of a
-// GELU model: memory_lean_drops; docs/lean-layers.md)
+// GELU model or act of a SwiGLU one: memory_lean_drops; docs/lean-layers.md)
 enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_GATHER, AC_LEAN, AC_OFFLOAD, AC_COUNT };
 // 1: a lean block ([stage.N] lean) does not keep this saved block tensor
 int memory_lean_drops(const ModelConfig *m, const ActSpec *a);

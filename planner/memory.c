@@ -128,11 +128,11 @@ static int act_class(ModelPart part, const ActSpec *a) {
     return AC_GRADS;
 }
 
-// runtime/activations.h MR_LEAN_DROP and MR_LEAN_GELU_DROP_MASK, by models/'s names
+// runtime/activations.h MR_LEAN_DROP and MR_LEAN_{GELU,SWIGLU}_DROP_MASK, by models/'s names
 int memory_lean_drops(const ModelConfig *m, const ActSpec *a) {
     if (!a->saved || a->ckpt_saved) return 0;
     if (!strcmp(a->name, "ln1_mean") || !strcmp(a->name, "mid") || !strcmp(a->name, "ln2_mean")) return 1;
-    return !strcmp(a->name, "fc") && m->activation != ACT_SWIGLU;
+    return !strcmp(a->name, m->activation == ACT_SWIGLU ? "act" : "fc");
 }
 
 static void act_level(const ModelConfig *m, ModelPart part, int tp, int sp, int elt, ActLevel *lv) {
@@ -362,8 +362,8 @@ Expr memory_sel_bytes(StageBuild *sb) {
 // What a lean block ([stage.N] lean, not checkpointed) saves against a plain
 // one, bytes per TP rank as an expression of b, tp and sp, whether or not lean
 // is set: the tensors it does not keep (AC_LEAN: ln1_mean, mid, ln2_mean, and a
-// GELU model's fc) less the GELU's branch bits it keeps instead,
-// ceil(b s F / tp / 8) bytes (runtime/activations.h fc_mask).
+// GELU model's fc, a SwiGLU model's act) less the GELU's branch bits it keeps
+// instead, ceil(b s F / tp / 8) bytes (runtime/activations.h fc_mask).
 Expr memory_lean_saved_bytes(StageBuild *sb, Expr drop) {
     ExprCtx *x = sb->x;
     const ModelConfig *m = &sb->cfg->model;
@@ -546,7 +546,13 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, ex_sub(x, R, A), O), Lam)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
     Expr OA = ex_add(x, O, A);       // the swap and selective workspaces
-    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, OA));
+    // lean SwiGLU: act X(N, F/tp) is a forward transient of a lean block (the d_act buffer)
+    Expr lean_act = sb->zero;
+    if (sb->cfg->model.activation == ACT_SWIGLU)
+        lean_act = ex_mul(x, sb->s[SYM_LEAN],
+                          ex_div(x, ex_mul(x, b, ex_num(x, (double)me->param_bytes * sb->cfg->model.seq_len *
+                                                               sb->cfg->model.ffn_hidden)), sb->s[SYM_TP]));
+    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, ex_add(x, OA, lean_act)));
     Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), OA));
     // sp: the gathered norm output lives with the scratch in forward and with D in
     // backward; the last block's output is the whole (N,C) stage output (the post

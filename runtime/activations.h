@@ -130,12 +130,15 @@ enum { MR_SELECTIVE_MASK = 0u MR_SELECTIVE_ACTS(MR_SEL_BIT) };
 // ln2 (kept for the matmuls anyway) and rstd, so neither the means nor mid
 // (ln2's input; forward writes it into the next block's input x, where the
 // MLP's output is then added) are kept; a GELU model's backward reads act =
-// gelu(fc) and the branch bits fc_mask instead of fc. A block that is not lean
+// gelu(fc) and the branch bits fc_mask instead of fc. A SwiGLU model's act =
+// silu(gate) up is a function of the kept fc: forward writes it into the
+// stage's d_act buffer (free in forward) and backward recomputes it into d_fc
+// before d_fc receives the SwiGLU's gradient. A block that is not lean
 // (lean = 0, or checkpointed) keeps no fc_mask.
 #define MR_LEAN_DROP(X) X(ln1_mean) X(mid) X(ln2_mean)
 #define MR_LEAN_BIT(field) | 1u << MR_ACT_##field
 enum { MR_LEAN_DROP_MASK = 0u MR_LEAN_DROP(MR_LEAN_BIT), MR_LEAN_GELU_DROP_MASK = 1u << MR_ACT_fc,
-       MR_LEAN_ONLY_MASK = 1u << MR_ACT_fc_mask };
+       MR_LEAN_SWIGLU_DROP_MASK = 1u << MR_ACT_act, MR_LEAN_ONLY_MASK = 1u << MR_ACT_fc_mask };
 #undef MR_LEAN_BIT
 
 // One block's activations (what forward writes and backward reads).

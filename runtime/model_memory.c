@@ -118,6 +118,7 @@ typedef struct {
     size_t sel;         // of block_rest, the selective workspace's (att, lse) when r->sel, else 0
     size_t lean_drop;   // of block_rest, what a lean block does not keep (mr_lean_drop_mask), else 0
     size_t lean_only;   // of block_rest, what only a lean block keeps (fc_mask; 0 when not lean)
+    size_t lean_act;    // lean SwiGLU: act, a forward transient of a lean block (in d_act), else 0
     size_t scratch;     // projection outputs (transient)
     size_t gather;      // sp: the gathered norm output (with scratch in forward, the grads in backward)
     size_t x_out;       // the stage's output (N,C): the last block's output, whole under sp too
@@ -137,6 +138,7 @@ static ActSizes act_sizes(const ModelRuntime *r) {
             if (!(mr_kept_mask(r) >> k & 1)) s.sel += bytes;
             if (mr_lean_drop_mask(r) >> k & 1) s.lean_drop += bytes;
             if (MR_LEAN_ONLY_MASK >> k & 1) s.lean_only += bytes;
+            if (k == MR_ACT_act && (mr_lean_drop_mask(r) >> k & 1)) s.lean_act = bytes;
             break;
         case MR_USE_SCRATCH: s.scratch += bytes; break;
         case MR_USE_GATHER: s.gather += bytes; break;
@@ -238,8 +240,10 @@ static void sim_forward(const ModelRuntime *r, MemSim *m) {
         // own tensors (+ the swap workspace, + the selective workspace), or the recompute workspace
         sim_grow(m, block_rest(r, s, l));
         sim_grow(m, l + 1 < r->L ? s->x_nc : s->x_out);  // x_{l+1}
-        sim_grow(m, s->scratch + s->gather);    // projection scratch (sp: and the gathered norm output)
-        m->live -= s->scratch + s->gather;
+        // projection scratch (sp: and the gathered norm output; lean SwiGLU: act in d_act)
+        size_t work = s->scratch + s->gather + (mr_is_lean_block(r, l) ? s->lean_act : 0);
+        sim_grow(m, work);
+        m->live -= work;
         if (mr_is_ckpt_block(r, l)) m->live -= block_rest(r, s, l);
         else {  // the selective workspace given back, the offloaded tensors swapped out
             m->live -= s->sel + m->off;

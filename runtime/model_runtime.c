@@ -152,9 +152,9 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
     if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: act = gelu(fc) in place, fc not kept
         be->matmul_forward(be, st, arena_ptr(&a->act), NULL, mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->F);
         be->gelu_forward_mask(be, st, arena_ptr(&a->act), arena_ptr(&a->fc_mask), arena_ptr(&a->act), (size_t)N * r->F);
-    } else if (r->m.activation == ACT_SWIGLU) {
+    } else if (r->m.activation == ACT_SWIGLU) {  // lean: act into the d_act buffer, not kept
         be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->FC);
-        be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
+        be->swiglu_forward(be, st, r->lean_act ? r->lean_act : arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
     } else {  // fc keeps the pre-activation, act = gelu(fc) (fused epilogue)
         be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b),
                            N, r->C, r->F);
@@ -173,7 +173,7 @@ static void block_forward_output(ModelRuntime *r, int l, BlockActs *a, const voi
     int N = r->B * r->T;
     size_t nc = (size_t)N * r->C;
     void *scratch = arena_ptr(&r->scratch);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->act), PARAM(bp->fcproj_w),
+    be->matmul_forward(be, st, scratch, NULL, r->lean_act ? r->lean_act : arena_ptr(&a->act), PARAM(bp->fcproj_w),
                        row_parallel_bias(r, bp->fcproj_b), N, r->F, r->C);
     if (!r->m.parallel_block) {
         tp_sum(r, scratch, nc);
@@ -215,7 +215,12 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
                             r->C, r->F);
     } else if (r->m.activation == ACT_SWIGLU) {
         void *d_fc = arena_ptr(&r->d_fc);
-        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
+        const void *act = arena_ptr(&a->act);
+        if (lean) {  // act = silu(gate) up again from fc, into d_fc (free until the SwiGLU's backward)
+            be->swiglu_forward(be, st, d_fc, arena_ptr(&a->fc), N, r->F);
+            act = d_fc;
+        }
+        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, act,
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
         be->matmul_backward(be, st, d_mlp_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, mlp_in, PARAM(bp->fc_w), NULL, N,
@@ -319,6 +324,7 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         const void *xin = arena_ptr(&r->acts[i].x);
         // lean, sequential: mid goes straight into x_{l+1}, where the MLP's output is added
         r->lean_mid = mr_is_lean_block(r, l) && !r->m.parallel_block ? xnext : NULL;
+        r->lean_act = mr_is_lean_block(r, l) && r->m.activation == ACT_SWIGLU ? take(&r->d_act) : NULL;
         zero_fwd_begin(r, 1 + l);
         part_begin(r, TRACE_BLOCK_FORWARD, l);
         if (r->sp) {
@@ -329,7 +335,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
             block_forward_output(r, l, a, xin, xnext);
         }
         part_end(r);
-        r->lean_mid = NULL;
+        if (r->lean_act) arena_release(&r->d_act);
+        r->lean_mid = r->lean_act = NULL;
         arena_release(&r->ln_full);
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays

@@ -145,9 +145,10 @@ typedef struct ModelRuntime {
     BlockActs sws;         // the selective workspace: att and lse (the others 0 bytes)
     // [stage.N] lean: the blocks not checkpointed run the norms' and the GELU's
     // backward from their outputs (MR_LEAN_DROP_MASK; docs/lean-layers.md).
-    // lean_mid: during a lean block's forward, where mid is written (its next x)
+    // lean_mid: during a lean block's forward, where mid is written (its next x);
+    // lean_act: a SwiGLU model's act during a lean block's forward (the d_act buffer)
     int lean;
-    void *lean_mid;
+    void *lean_mid, *lean_act;
     // the stage's shared activations: x_out, scratch, lnf, ..., logits, the
     // backward gradient buffers d_*, and the per-token losses t_losses f32(N)
     MR_STAGE_ACTS(MR_ACT_FIELD)
@@ -272,7 +273,8 @@ static inline int mr_is_lean_block(const ModelRuntime *r, int l) { return r->lea
 // The saved rows a lean block does not keep (0 when the stage is not lean).
 static inline unsigned mr_lean_drop_mask(const ModelRuntime *r) {
     if (!r->lean) return 0u;
-    return (unsigned)MR_LEAN_DROP_MASK | (r->m.activation == ACT_SWIGLU ? 0u : (unsigned)MR_LEAN_GELU_DROP_MASK);
+    return (unsigned)MR_LEAN_DROP_MASK |
+           (r->m.activation == ACT_SWIGLU ? (unsigned)MR_LEAN_SWIGLU_DROP_MASK : (unsigned)MR_LEAN_GELU_DROP_MASK);
 }
 
 #endif

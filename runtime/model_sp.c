@@ -83,9 +83,9 @@ void mr_sp_block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void
     if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: act = gelu(fc) in place
         be->matmul_forward(be, st, arena_ptr(&a->act), NULL, full, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->F);
         be->gelu_forward_mask(be, st, arena_ptr(&a->act), arena_ptr(&a->fc_mask), arena_ptr(&a->act), (size_t)N * r->F);
-    } else if (r->m.activation == ACT_SWIGLU) {
+    } else if (r->m.activation == ACT_SWIGLU) {  // lean: act into the d_act buffer, not kept
         be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, full, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->FC);
-        be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
+        be->swiglu_forward(be, st, r->lean_act ? r->lean_act : arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
     } else {
         be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), full, PARAM(bp->fc_w), PARAM(bp->fc_b), N,
                            r->C, r->F);
@@ -99,7 +99,7 @@ void mr_sp_block_forward_output(ModelRuntime *r, int l, BlockActs *a, const void
     int N = r->B * r->T;
     size_t nsc = (size_t)mr_sp_rows(r) * r->C;
     void *scratch = arena_ptr(&r->scratch), *own = mr_sp_own(r, scratch);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->act), PARAM(bp->fcproj_w),
+    be->matmul_forward(be, st, scratch, NULL, r->lean_act ? r->lean_act : arena_ptr(&a->act), PARAM(bp->fcproj_w),
                        row_parallel_bias(r, bp->fcproj_b), N, r->F, r->C);
     if (!r->m.parallel_block) {
         mr_sp_scatter(r, scratch, own);
@@ -162,7 +162,12 @@ static void mlp_backward(ModelRuntime *r, const BlockParams *bp, BlockActs *a, v
                             r->C, r->F);
     } else if (r->m.activation == ACT_SWIGLU) {
         void *d_fc = arena_ptr(&r->d_fc);
-        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), dout, arena_ptr(&a->act),
+        const void *act = arena_ptr(&a->act);
+        if (!a->act.bytes) {  // a lean block keeps no act: silu(gate) up again from fc, into d_fc
+            be->swiglu_forward(be, st, d_fc, arena_ptr(&a->fc), N, r->F);
+            act = d_fc;
+        }
+        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), dout, act,
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
         be->matmul_backward(be, st, d_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, mlp_in, PARAM(bp->fc_w), NULL, N,

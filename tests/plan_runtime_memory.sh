@@ -289,10 +289,10 @@ done <"$W/selective"
 # trains as it is and with lean = 1. A block that is not checkpointed then
 # keeps Λ bytes less: its norm means (LayerNorm: 4 N per norm), mid (x N h,
 # sequential blocks) and, GELU models, fc (x N F/tp) less the GELU's branch
-# bits ceil(N F / (8 tp)); N = b s. Every rank's measured device peak drops
+# bits ceil(N F / (8 tp)), SwiGLU models act (x N F/tp); N = b s. Every rank's measured device peak drops
 # by exactly (L - c) Λ, the host peak not at all, and the planner's bytes
 # equal the lean run's measured ones. The tiny models: h 64, F 256, s 64;
-# GPT: LayerNorm, GELU; Llama: RMSNorm, SwiGLU (Λ = x N h); Falcon-style:
+# GPT: LayerNorm, GELU; Llama: RMSNorm, SwiGLU (Λ = x N h + x N F/tp); Falcon-style:
 # parallel blocks, one LayerNorm, GELU (Λ = 4 N + x N F - N F / 8).
 # name model prec dp tp ckpt layers global_batch (b = global_batch / dp, G = 1)
 cat >"$W/lean" <<'EOF'
@@ -322,7 +322,7 @@ while read -r name model prec dp tp ckpt layers gb; do
     N=$((b * 64))
     case $model in
         gpt) lam=$((x * N * 256 / tp + x * N * 64 + 8 * N - (N * 256 / tp + 7) / 8)) ;;
-        llama) lam=$((x * N * 64)) ;;
+        llama) lam=$((x * N * 64 + x * N * 256 / tp)) ;;
         falcon) lam=$((4 * N + x * N * 256 - (N * 256 + 7) / 8)) ;;
     esac
     want=$(((layers - ckpt) * lam))

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Memory-lean layers ([stage.N] lean = 1; docs/lean-layers.md) on the CPU
 # backend under mpirun: the blocks not checkpointed run the GELU's and the
-# norms' backward from their outputs and keep neither fc, mid nor the norm
-# means. A matrix of plans (GPT, Llama, parallel blocks; tp, sp, dp with ZeRO,
+# norms' backward from their outputs and keep neither fc (SwiGLU: act), mid
+# nor the norm means. A matrix of plans (GPT, Llama, parallel blocks; tp, sp, dp with ZeRO,
 # ckpt, selective recompute; 2 pipeline stages and interleaved chunks) trains
 # 20 steps with the per-step losses of the 1-rank lean = 0 run within 1e-6
 # (observed: 1e-8 and below, tensor-parallel rows included) and the final
