@@ -90,6 +90,7 @@ const KeySpec config_keys[] = {
     {"stage", "ckpt", KEY_INT, SP(ckpt), 0, 4096, NULL, "blocks (the last ones of the stage) that recompute activations"},
     {"stage", "sp", KEY_BOOL, SP(sp), 0, 1, NULL, "sequence parallelism: norms and residuals on T/tp rows of each tp rank"},
     {"stage", "recompute", KEY_ENUM, SP(recompute), 0, 0, recompute_names, "none, or selective: blocks not checkpointed recompute their attention core"},
+    {"stage", "lean", KEY_BOOL, SP(lean), 0, 1, NULL, "memory-lean layers: GELU and norm backward from their outputs (docs/lean-layers.md)"},
     {"stage", "wo", KEY_FLOAT, SP(wo), 0, 1, NULL, "fraction of weights kept in host memory"},
     {"stage", "go", KEY_FLOAT, SP(go), 0, 1, NULL, "fraction of gradients kept in host memory"},
     {"stage", "oo", KEY_FLOAT, SP(oo), 0, 1, NULL, "fraction of optimizer state kept in host memory"},

@@ -26,6 +26,7 @@ typedef struct {
     int ckpt;     // how many of the stage's blocks recompute activations in backward (the last ckpt)
     int sp;       // 1: sequence parallelism over the tp group (norms, residuals on T/tp rows; docs/tensor-parallel.md)
     int recompute;  // RECOMPUTE_SELECTIVE: the blocks not checkpointed recompute their attention core
+    int lean;     // 1: memory-lean layers, GELU and norm backward from their outputs (docs/lean-layers.md)
     double wo, go, oo, ao;  // fraction of weights, grads, optimizer state, saved activations on the host
 } StagePlan;
 

@@ -166,6 +166,11 @@ int plan_check(Loader *ld, const Plan *p, const ModelConfig *m, int64_t global_b
                                "[stage.%d] sp = 1: b * seq_len = %d * %d rows do not split over tp = %d; allowed: "
                                "tp dividing b * seq_len. Hint: each tp rank holds b*seq_len/tp rows", s, st->b,
                                m->seq_len, st->tp);
+        // lean blocks keep other tensors than the activation offload's scan moves (docs/lean-layers.md)
+        if (st->lean && st->ao > 0)
+            return loader_fail(ld, loader_stage_origin(ld, s, "lean"),
+                               "[stage.%d] lean = 1 with ao = %g: memory-lean layers do not combine with activation "
+                               "offload; allowed: lean = 1 only with ao = 0. Hint: set ao = 0, or lean = 0", s, st->ao);
         if (st->ckpt > st->layers)
             return loader_fail(ld, loader_stage_origin(ld, s, "ckpt"),
                                "[stage.%d] ckpt = %d: more than the stage's %d layers; "

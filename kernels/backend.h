@@ -40,6 +40,11 @@ typedef enum {
 
 typedef enum { NORM_OP_LAYERNORM = 0, NORM_OP_RMSNORM = 1 } NormOp;
 
+// gelu_tanh's minimum: gelu'(x*) = 0 at x* below, y_min = gelu_tanh(x*) (to double precision);
+// gelu''(x*) = 0.4304. Left of x* gelu_tanh falls from 0 to y_min, right of it rises.
+#define GELU_TANH_XMIN (-0.7524614220710163)
+#define GELU_TANH_YMIN (-0.170040750571254)
+
 // What supports_op is asked: an op and the shape it would run at. A dimension
 // left 0 is not asked about (the caller does not know it yet, or the op has
 // none): the answer then holds for every value of it.
@@ -129,6 +134,13 @@ struct Backend {
     void (*norm_backward)(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
                           const void *dout, const void *inp, const void *w,
                           const float *mean, const float *rstd, int N, int C);
+    // The same from the norm's output ([stage.N] lean): xhat = (out - bias) / w (bias NULL:
+    // 0), so neither the input nor the mean is read. A column with w = 0 has lost xhat (out =
+    // bias there): it is taken as 0, so that column's dinp and dw are not the true ones and a
+    // caller must not use this form while a weight is 0 (docs/lean-layers.md).
+    void (*norm_backward_from_output)(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw,
+                                      void *dbias, const void *dout, const void *out, const void *w,
+                                      const void *bias, const float *rstd, int N, int C);
 
     // out X(N,OC) = inp X(N,C) @ weight X(OC,C)^T + bias X(OC) (bias may be NULL).
     // If pre_gelu != NULL: pre_gelu X(N,OC) gets the pre-activation and out = gelu_tanh(pre_gelu).
@@ -179,6 +191,14 @@ struct Backend {
     // out X(n) = gelu_tanh(inp); dinp X(n) = dout * gelu'(inp) (dinp may alias dout)
     void (*gelu_forward)(Backend *b, BackendStream *s, void *out, const void *inp, size_t n);
     void (*gelu_backward)(Backend *b, BackendStream *s, void *dinp, const void *inp, const void *dout, size_t n);
+    // Memory-lean GELU ([stage.N] lean; docs/lean-layers.md): the backward from the output.
+    // gelu_tanh has its minimum y_min = GELU_TANH_YMIN at x* = GELU_TANH_XMIN, so a y in
+    // (y_min, 0) has two preimages; one bit per element says which: mask u8(ceil(n/8)),
+    // bit i (byte i/8, bit i%8) = inp[i] < x*. out X(n) = gelu_tanh(inp) (out may alias inp).
+    void (*gelu_forward_mask)(Backend *b, BackendStream *s, void *out, uint8_t *mask, const void *inp, size_t n);
+    // dinp X(n) = dout * gelu'(x), x = gelu^-1(out) on the branch mask gives (dinp may alias dout)
+    void (*gelu_backward_from_output)(Backend *b, BackendStream *s, void *dinp, const void *out,
+                                      const uint8_t *mask, const void *dout, size_t n);
     // inp X(N,2F) rows are [gate | up]; out X(N,F) = silu(gate) * up
     void (*swiglu_forward)(Backend *b, BackendStream *s, void *out, const void *inp, int N, int F);
     // dinp X(N,2F) = (overwritten) [dgate | dup]: dgate = dout*up*silu'(gate), dup = dout*silu(gate)

@@ -244,6 +244,9 @@ void analysis_print_text(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         if (s->sp.recompute == RECOMPUTE_SELECTIVE)
             fprintf(f, "stage %d: recompute = selective: %d block(s) keep no att, lse and recompute them in backward\n",
                     i, s->sp.layers - ck);
+        if (s->sp.lean)  // docs/lean-layers.md
+            fprintf(f, "stage %d: lean = 1: %d block(s) run the GELU's and the norms' backward from their outputs\n", i,
+                    s->sp.layers - ck);
     }
     fprintf(f, "\nmemory per rank (dp x tp mesh; dp = data-parallel, tp = tensor-parallel):\n");
     for (int i = 0; i < a->num_stages; i++) {
@@ -304,6 +307,7 @@ void analysis_print_json(const PlanAnalysis *a, const MistConfig *cfg, FILE *f) 
         fprintf(f, "\"offload\": {\"wo\": %.17g, \"go\": %.17g, \"oo\": %.17g, \"ao\": %.17g}, \"p\": %d, ", s->sp.wo,
                 s->sp.go, s->sp.oo, s->sp.ao, s->p);
         fprintf(f, "\"sp\": %d, ", s->sp.sp);  // sequence parallelism
+        fprintf(f, "\"lean\": %d, ", s->sp.lean);  // memory-lean layers
         fprintf(f, "\"t_stable_seconds\": %.17g, \"t_delta_seconds\": %.17g, ", o[ST_T], o[ST_D]);
         fprintf(f, "\"fwd_first_seconds\": %.17g, \"fwd_other_seconds\": %.17g, \"bwd_last_seconds\": %.17g, "
                    "\"bwd_other_seconds\": %.17g, ",

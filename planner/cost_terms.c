@@ -169,6 +169,39 @@ Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
     return sum;
 }
 
+// [stage.N] lean (docs/lean-layers.md): the extra time of a lean block (not
+// checkpointed) of a GELU model, forward (k = 0) and backward (k = 1). The
+// GELU leaves the fc matmul's epilogue for a pass of its own: forward reads
+// and writes act and writes the branch bits, (2e + 1/8) n bytes over n =
+// b s F / tp elements; backward multiplies d_act by gelu'(gelu^-1(act)) after
+// the plain product instead of in its epilogue, reading d_act, act and the
+// bits and writing d_act, (3e + 1/8) n bytes, and inverts the GELU per
+// element: at most LEAN_INVERSE_FLOPS (a safeguarded Newton iteration in
+// double; about 8 steps of ~30 operations near the minimum, fewer elsewhere)
+// at the fp32 rate. Each pass is max(memory, arithmetic) plus a launch. The
+// norms' backward from the output reads y where it read x: the same bytes,
+// no extra. SwiGLU models: backward recomputes act = silu(gate) up, reading
+// fc (2n elements) and writing n: 3e n bytes plus a launch; forward: nothing
+// extra (act goes to another buffer).
+enum { LEAN_INVERSE_FLOPS = 240 };
+Expr cost_lean_extra(StageBuild *sb, int backward) {
+    ExprCtx *x = sb->x;
+    const ModelConfig *m = &sb->cfg->model;
+    Expr n = ex_div(x, ex_mul(x, sb->s[SYM_B], ex_num(x, (double)m->seq_len * m->ffn_hidden)), sb->s[SYM_TP]);
+    double e = sb->me->param_bytes;
+    if (m->activation == ACT_SWIGLU) {
+        if (!backward) return sb->zero;
+        Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, 3 * e)));
+        return ex_mul(x, sb->s[SYM_LEAN], ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+    }
+    Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, (backward ? 3 : 2) * e + 0.125)));
+    if (backward) {
+        double rate = sb->hw->peak_flops[DT_FP32] * sb->hw->flops_efficiency;
+        t = ex_max(x, t, ex_mul(x, n, ex_num(x, LEAN_INVERSE_FLOPS / (rate > 0 ? rate : 1e12))));
+    }
+    return ex_mul(x, sb->s[SYM_LEAN], ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+}
+
 // The deferred Adam step of one block's shard: memory-bound. Per parameter it
 // reads and writes the fp32 master, m and v (24 B), reads the grad and writes
 // the working-precision weight: 24 + grad + param bytes (fp32 training: the

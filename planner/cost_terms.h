@@ -46,7 +46,11 @@ typedef struct {
 #define MEM_TP_LEVELS 7  // tp = 1, 2, 4, ..., 64; larger tp uses the last level
 // AC_SEL: the part of R a block under selective recompute does not keep (att, lse)
 // AC_GATHER: sequence parallelism's gathered norm output (runtime/model_sp.h), 0 without sp
-enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_GATHER, AC_OFFLOAD, AC_COUNT };
+// AC_LEAN: the part of R a lean block does not keep (ln1_mean, mid, ln2_mean, and fc of a
+// GELU model or act of a SwiGLU one: memory_lean_drops; docs/lean-layers.md)
+enum { AC_X, AC_REST, AC_SCRATCH, AC_GRADS, AC_LOGITS, AC_LOSSES, AC_SEL, AC_GATHER, AC_LEAN, AC_OFFLOAD, AC_COUNT };
+// 1: a lean block ([stage.N] lean) does not keep this saved block tensor
+int memory_lean_drops(const ModelConfig *m, const ActSpec *a);
 typedef struct {
     double at_b[2][AC_COUNT];  // bytes at b = 1 and b = 2 (AC_OFFLOAD unused here)
     int n_rest;
@@ -121,6 +125,8 @@ Expr cost_p2p(StageBuild *sb, Expr bytes);  // one pipeline send between neighbo
 Expr cost_h2d(StageBuild *sb, Expr bytes);
 Expr cost_d2h(StageBuild *sb, Expr bytes);
 Expr cost_optimizer_step(StageBuild *sb, Expr params_stepped);  // memory-bound Adam step
+// [stage.N] lean: a lean block's extra forward (backward = 0) or backward time; 0 unless lean
+Expr cost_lean_extra(StageBuild *sb, int backward);
 // ceil(elems / divisor) * bytes_per_elem
 Expr cost_shard_bytes(StageBuild *sb, Expr elems, Expr divisor, int bytes_per_elem);
 // ---- PaRO scopes (cost_paro.c; docs/paro.md "Memory and traffic")
@@ -158,6 +164,9 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]);
 // memory.c: bytes per TP rank of what selective recompute does not keep in a
 // block (att, lse), as an expression of b and tp
 Expr memory_sel_bytes(StageBuild *sb);
+// memory.c: bytes per TP rank a lean block saves (Λ = drop - the GELU's branch bits), drop =
+// the block's AC_LEAN class as an expression (act_classes), whether or not lean is set
+Expr memory_lean_saved_bytes(StageBuild *sb, Expr drop);
 
 // ---- the overlap window rule (overlap.c); x[s] = seconds of work on stream s
 double overlap_seconds(const HwProfile *p, const double x[STREAM_COUNT]);

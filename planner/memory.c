@@ -128,6 +128,13 @@ static int act_class(ModelPart part, const ActSpec *a) {
     return AC_GRADS;
 }
 
+// runtime/activations.h MR_LEAN_DROP and MR_LEAN_{GELU,SWIGLU}_DROP_MASK, by models/'s names
+int memory_lean_drops(const ModelConfig *m, const ActSpec *a) {
+    if (!a->saved || a->ckpt_saved) return 0;
+    if (!strcmp(a->name, "ln1_mean") || !strcmp(a->name, "mid") || !strcmp(a->name, "ln2_mean")) return 1;
+    return !strcmp(a->name, m->activation == ACT_SWIGLU ? "act" : "fc");
+}
+
 static void act_level(const ModelConfig *m, ModelPart part, int tp, int sp, int elt, ActLevel *lv) {
     memset(lv, 0, sizeof *lv);
     lv->valid = 1;
@@ -144,6 +151,7 @@ static void act_level(const ModelConfig *m, ModelPart part, int tp, int sp, int 
             int c = act_class(part, &acts[i]);
             lv->at_b[bb][c] += bytes;
             if (c == AC_REST && acts[i].sel_recompute) lv->at_b[bb][AC_SEL] += bytes;
+            if (c == AC_REST && part == PART_BLOCK && memory_lean_drops(m, &acts[i])) lv->at_b[bb][AC_LEAN] += bytes;
             if (c == AC_REST && part == PART_BLOCK && k < MAX_REST) {
                 lv->rest_sel[k] = acts[i].sel_recompute;
                 lv->rest_b[bb][k++] = bytes;
@@ -182,6 +190,10 @@ void memory_sp_terms(const ModelConfig *model, int elt, const ActLevel plain[MEM
             int c = act_class(PART_BLOCK, &a1[i]);
             if (a0[i].seq) t->shard_b[bb][c] += b0;
             else t->extra_b[bb][c] += b1 - b0;
+            if (c == AC_REST && memory_lean_drops(&m, &a1[i])) {  // the lean class's share, alike
+                if (a0[i].seq) t->shard_b[bb][AC_LEAN] += b0;
+                else t->extra_b[bb][AC_LEAN] += b1 - b0;
+            }
         }
     }
     for (int l = 0; l < MEM_TP_LEVELS; l++) {
@@ -345,6 +357,20 @@ Expr memory_sel_bytes(StageBuild *sb) {
     for (int l = 0; l < MEM_TP_LEVELS; l++)
         at1[l] = lv[l].at_b[0][AC_SEL], at2[l] = lv[l].at_b[1][AC_SEL], valid[l] = lv[l].valid;
     return cost_bytes_by_tp(sb->x, sb->s[SYM_B], sb->s[SYM_TP], at1, at2, valid, MEM_TP_LEVELS);
+}
+
+// What a lean block ([stage.N] lean, not checkpointed) saves against a plain
+// one, bytes per TP rank as an expression of b, tp and sp, whether or not lean
+// is set: the tensors it does not keep (AC_LEAN: ln1_mean, mid, ln2_mean, and a
+// GELU model's fc, a SwiGLU model's act) less the GELU's branch bits it keeps
+// instead, ceil(b s F / tp / 8) bytes (runtime/activations.h fc_mask).
+Expr memory_lean_saved_bytes(StageBuild *sb, Expr drop) {
+    ExprCtx *x = sb->x;
+    const ModelConfig *m = &sb->cfg->model;
+    if (m->activation == ACT_SWIGLU) return drop;
+    Expr bits = ex_mul(x, sb->s[SYM_B], ex_num(x, (double)m->seq_len * m->ffn_hidden));
+    Expr mask = ex_ceil(x, ex_div(x, bits, ex_mul(x, ex_num(x, 8), sb->s[SYM_TP])));
+    return ex_sub(x, drop, mask);
 }
 
 // a + k b from the values at b = 1 and 2 (k b when a = 0)
@@ -516,11 +542,19 @@ void memory_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     // running holds A (att, lse) in the selective workspace
     Expr A = ex_mul(x, sb->s[SYM_SEL], ac[AC_SEL]);
     Expr Gx = ac[AC_GATHER];  // sp: the gathered norm output, 0 without
-    Expr normal = ex_sub(x, L, c);  // blocks that keep R - A - O
-    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, R, A), O)));
+    Expr normal = ex_sub(x, L, c);  // blocks that keep R - A - O (- Λ when lean)
+    // lean: a block not checkpointed keeps Λ less (memory_lean_saved_bytes; lean excludes ao > 0)
+    Expr Lam = ex_mul(x, sb->s[SYM_LEAN], memory_lean_saved_bytes(sb, ac[AC_LEAN]));
+    Expr M = ex_add(x, ex_mul(x, L, X), ex_mul(x, normal, ex_sub(x, ex_sub(x, ex_sub(x, R, A), O), Lam)));
     Expr last_ck = cost_gt0(sb, c);  // the last block is checkpointed
     Expr OA = ex_add(x, O, A);       // the swap and selective workspaces
-    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, OA));
+    // lean SwiGLU: act X(N, F/tp) is a forward transient of a lean block (the d_act buffer)
+    Expr lean_act = sb->zero;
+    if (sb->cfg->model.activation == ACT_SWIGLU)
+        lean_act = ex_mul(x, sb->s[SYM_LEAN],
+                          ex_div(x, ex_mul(x, b, ex_num(x, (double)me->param_bytes * sb->cfg->model.seq_len *
+                                                               sb->cfg->model.ffn_hidden)), sb->s[SYM_TP]));
+    Expr T_fwd = ex_add(x, ex_add(x, X, S), ex_select(x, last_ck, R, ex_add(x, OA, lean_act)));
     Expr T_bwd = ex_add(x, D, ex_select(x, last_ck, ex_add(x, R, S), OA));
     // sp: the gathered norm output lives with the scratch in forward and with D in
     // backward; the last block's output is the whole (N,C) stage output (the post

@@ -275,15 +275,18 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Eb = ex_select(x, sp, Eb_sp, Eb);
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
     Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
+    // lean: the blocks not checkpointed run the GELU in a pass of its own and invert it in backward
+    Expr Lf = cost_lean_extra(sb, 0), Lb = cost_lean_extra(sb, 1);
 
     // the dp traffic of each phase by the scopes (planner/cost_paro.c; codes 0..3: ZeRO's flat terms)
     ParoTraffic tr = cost_paro_traffic(sb, W_full, G_full, AG_w, RS_g, AR_g);
     Phase fwd_first[2], fwd_other[2], bwd_last[2], bwd_other[2];
     for (int k = 0; k < 2; k++) {  // k = 0 normal, 1 checkpointed
-        fwd_first[k] = (Phase){ex_add(x, Cf, step), Ef, tr.gather_first, EXPR_NONE,
+        Expr Cfk = k ? Cf : ex_add(x, Cf, Lf);
+        fwd_first[k] = (Phase){ex_add(x, Cfk, step), Ef, tr.gather_first, EXPR_NONE,
                                ex_add(x, O_in, G_in), ex_add(x, ex_add(x, O_out, W_out), A_out[k])};
-        fwd_other[k] = (Phase){Cf, Ef, tr.gather_use, EXPR_NONE, W_in, A_out[k]};
-        Expr C = k ? ex_add(x, Cf, Cb) : ex_add(x, Cb, Ca);
+        fwd_other[k] = (Phase){Cfk, Ef, tr.gather_use, EXPR_NONE, W_in, A_out[k]};
+        Expr C = k ? ex_add(x, Cf, Cb) : ex_add(x, ex_add(x, Cb, Ca), Lb);
         Expr E = k ? ex_add(x, Ef, Eb) : Eb;
         Expr H = ex_add(x, ex_add(x, W_in, G_in), A_in[k]);
         bwd_last[k] = (Phase){C, E, tr.gather_use, tr.reduce_last, H, G_out};

@@ -48,6 +48,7 @@ typedef struct {
     X(SYM_CKPT, "ckpt", (c)->plan.ckpt)   /* checkpointed blocks (the last ckpt of the stage) */          \
     X(SYM_SP, "sp", (c)->plan.sp)         /* 1: sequence parallelism over the tp group */                 \
     X(SYM_SEL, "sel", (c)->plan.recompute == RECOMPUTE_SELECTIVE) /* 1: attention core recomputed */  \
+    X(SYM_LEAN, "lean", (c)->plan.lean)   /* 1: memory-lean layers (docs/lean-layers.md) */               \
     X(SYM_WO, "wo", (c)->plan.wo)         /* "wo", "go", "oo", "ao": offload ratios in [0, 1] */          \
     X(SYM_GO, "go", (c)->plan.go)                                                                         \
     X(SYM_OO, "oo", (c)->plan.oo)                                                                         \

@@ -51,6 +51,7 @@ typedef enum {
     MR_SHAPE_NC_SEQ,     // X(Ns,C): sequence-sharded, Ns = N/tp under sp, else N
     MR_SHAPE_N_F32_SEQ,  // f32(Ns)
     MR_SHAPE_NORM_GRADS, // X(k*C): a block's norm weights and biases (k of them)
+    MR_SHAPE_N_F_BITS,   // u8(ceil(N*F/8)): one bit per element of X(N,F)
 } MrActShape;
 
 typedef enum {
@@ -60,6 +61,7 @@ typedef enum {
     MR_MODELS_SEQ_LAYERNORM,   // both
     MR_MODELS_PARALLEL,        // parallel (Falcon) blocks
     MR_MODELS_SP,              // sequence parallelism on (any model)
+    MR_MODELS_LEAN_GELU,       // [stage.N] lean on a GELU model (not listed by models/: act_want sizes it)
 } MrActModels;
 
 // One block's own tensors, in BlockActs order (bit k of the offload mask is row k).
@@ -76,7 +78,8 @@ typedef enum {
     X(ln2_mean, BLOCK, "ln2_mean", "acts.ln2_mean", SAVED, N_F32_SEQ, SEQ_LAYERNORM)      \
     X(ln2_rstd, BLOCK, "ln2_rstd", "acts.ln2_rstd", SAVED, N_F32_SEQ, SEQUENTIAL)         \
     X(fc, BLOCK, "fc", "acts.fc", SAVED, N_FC, ALL)                    /* pre-activation */ \
-    X(act, BLOCK, "act", "acts.act", SAVED, N_F, ALL)
+    X(act, BLOCK, "act", "acts.act", SAVED, N_F, ALL)                                     \
+    X(fc_mask, BLOCK, "fc_mask", "acts.fc_mask", SAVED, N_F_BITS, LEAN_GELU) /* lean: GELU branch bits */
 
 // The stage's buffers shared by every block and slot, in the order a
 // micro-batch first takes them (the order they are carved in).
@@ -121,6 +124,22 @@ enum { MR_NUM_BLOCK_ACTS = 0 MR_BLOCK_ACTS(MR_ACT_ONE) };
 #define MR_SEL_BIT(field) | 1u << MR_ACT_##field
 enum { MR_SELECTIVE_MASK = 0u MR_SELECTIVE_ACTS(MR_SEL_BIT) };
 #undef MR_SEL_BIT
+
+// [stage.N] lean (docs/lean-layers.md): the saved rows a lean block (not
+// checkpointed) does not keep. Its norms' backward reads their outputs ln1,
+// ln2 (kept for the matmuls anyway) and rstd, so neither the means nor mid
+// (ln2's input; forward writes it into the next block's input x, where the
+// MLP's output is then added) are kept; a GELU model's backward reads act =
+// gelu(fc) and the branch bits fc_mask instead of fc. A SwiGLU model's act =
+// silu(gate) up is a function of the kept fc: forward writes it into the
+// stage's d_act buffer (free in forward) and backward recomputes it into d_fc
+// before d_fc receives the SwiGLU's gradient. A block that is not lean
+// (lean = 0, or checkpointed) keeps no fc_mask.
+#define MR_LEAN_DROP(X) X(ln1_mean) X(mid) X(ln2_mean)
+#define MR_LEAN_BIT(field) | 1u << MR_ACT_##field
+enum { MR_LEAN_DROP_MASK = 0u MR_LEAN_DROP(MR_LEAN_BIT), MR_LEAN_GELU_DROP_MASK = 1u << MR_ACT_fc,
+       MR_LEAN_SWIGLU_DROP_MASK = 1u << MR_ACT_act, MR_LEAN_ONLY_MASK = 1u << MR_ACT_fc_mask };
+#undef MR_LEAN_BIT
 
 // One block's activations (what forward writes and backward reads).
 typedef struct {

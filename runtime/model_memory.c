@@ -69,7 +69,8 @@ static size_t act_want(const ModelRuntime *r, int k) {
     int ln = r->m.norm == NORM_LAYERNORM, seq = !r->m.parallel_block;
     int needed = a->models == MR_MODELS_ALL || (a->models == MR_MODELS_LAYERNORM && ln) ||
                  (a->models == MR_MODELS_SEQUENTIAL && seq) || (a->models == MR_MODELS_SEQ_LAYERNORM && seq && ln) ||
-                 (a->models == MR_MODELS_PARALLEL && !seq) || (a->models == MR_MODELS_SP && r->sp);
+                 (a->models == MR_MODELS_PARALLEL && !seq) || (a->models == MR_MODELS_SP && r->sp) ||
+                 (a->models == MR_MODELS_LEAN_GELU && r->lean && r->m.activation != ACT_SWIGLU);
     if (!needed) return 0;
     size_t N = (size_t)r->B * r->T, x = r->x;
     size_t Ns = r->sp ? N / (size_t)r->tp : N;  // rows of the sequence-sharded tensors
@@ -86,6 +87,7 @@ static size_t act_want(const ModelRuntime *r, int k) {
     case MR_SHAPE_NC_SEQ: return Ns * r->C * x;
     case MR_SHAPE_N_F32_SEQ: return Ns * sizeof(float);
     case MR_SHAPE_NORM_GRADS: return norm_params * r->C * x;
+    case MR_SHAPE_N_F_BITS: return (N * r->F + 7) / 8;
     }
     return 0;
 }
@@ -114,6 +116,9 @@ typedef struct {
     size_t x_nc;        // the block input x (N,C): the one tensor a checkpointed block keeps
     size_t block_rest;  // one block's other saved tensors
     size_t sel;         // of block_rest, the selective workspace's (att, lse) when r->sel, else 0
+    size_t lean_drop;   // of block_rest, what a lean block does not keep (mr_lean_drop_mask), else 0
+    size_t lean_only;   // of block_rest, what only a lean block keeps (fc_mask; 0 when not lean)
+    size_t lean_act;    // lean SwiGLU: act, a forward transient of a lean block (in d_act), else 0
     size_t scratch;     // projection outputs (transient)
     size_t gather;      // sp: the gathered norm output (with scratch in forward, the grads in backward)
     size_t x_out;       // the stage's output (N,C): the last block's output, whole under sp too
@@ -131,6 +136,9 @@ static ActSizes act_sizes(const ModelRuntime *r) {
         case MR_USE_SAVED:
             s.block_rest += bytes;
             if (!(mr_kept_mask(r) >> k & 1)) s.sel += bytes;
+            if (mr_lean_drop_mask(r) >> k & 1) s.lean_drop += bytes;
+            if (MR_LEAN_ONLY_MASK >> k & 1) s.lean_only += bytes;
+            if (k == MR_ACT_act && (mr_lean_drop_mask(r) >> k & 1)) s.lean_act = bytes;
             break;
         case MR_USE_SCRATCH: s.scratch += bytes; break;
         case MR_USE_GATHER: s.gather += bytes; break;
@@ -215,6 +223,12 @@ static void sim_grow(MemSim *m, size_t n) {
     if (m->live > m->peak) m->peak = m->live;
 }
 
+// one block's own saved tensors: a checkpointed block's workspace keeps no
+// lean-only tensor, a lean block keeps all but mr_lean_drop_mask
+static size_t block_rest(const ModelRuntime *r, const ActSizes *s, int l) {
+    return mr_is_ckpt_block(r, l) ? s->block_rest - s->lean_only : s->block_rest - s->lean_drop;
+}
+
 static void sim_forward(const ModelRuntime *r, MemSim *m) {
     const ActSizes *s = &m->s;
     sim_grow(m, s->x_nc);                       // x_0 (embedding, or the received activation)
@@ -224,11 +238,13 @@ static void sim_forward(const ModelRuntime *r, MemSim *m) {
     }
     for (int l = 0; l < r->L; l++) {
         // own tensors (+ the swap workspace, + the selective workspace), or the recompute workspace
-        sim_grow(m, s->block_rest);
+        sim_grow(m, block_rest(r, s, l));
         sim_grow(m, l + 1 < r->L ? s->x_nc : s->x_out);  // x_{l+1}
-        sim_grow(m, s->scratch + s->gather);    // projection scratch (sp: and the gathered norm output)
-        m->live -= s->scratch + s->gather;
-        if (mr_is_ckpt_block(r, l)) m->live -= s->block_rest;
+        // projection scratch (sp: and the gathered norm output; lean SwiGLU: act in d_act)
+        size_t work = s->scratch + s->gather + (mr_is_lean_block(r, l) ? s->lean_act : 0);
+        sim_grow(m, work);
+        m->live -= work;
+        if (mr_is_ckpt_block(r, l)) m->live -= block_rest(r, s, l);
         else {  // the selective workspace given back, the offloaded tensors swapped out
             m->live -= s->sel + m->off;
             m->hlive += m->off;
@@ -248,13 +264,13 @@ static void sim_backward(const ModelRuntime *r, MemSim *m) {
     }
     for (int l = r->L - 1; l >= 0; l--) {
         if (mr_is_ckpt_block(r, l)) {
-            sim_grow(m, s->block_rest + s->scratch);  // recompute into the workspace (+ scratch)
+            sim_grow(m, block_rest(r, s, l) + s->scratch);  // recompute into the workspace (+ scratch)
             m->live -= s->scratch;
         } else {
             sim_grow(m, m->off + s->sel);       // swapped in; att, lse recomputed (selective)
             m->hlive -= m->off;
         }
-        m->live -= s->block_rest + s->x_nc;     // the block's tensors and its input
+        m->live -= block_rest(r, s, l) + s->x_nc;  // the block's tensors and its input
     }
     m->live -= s->grads_bufs + s->gather;
 }
@@ -318,9 +334,11 @@ static void carve_acts(ModelRuntime *r) {
     r->acts = calloc((size_t)slots_x_blocks, sizeof *r->acts);
     for (int i = 0; i < slots_x_blocks; i++) {
         arena_carve(d, &r->acts[i].x, r->act_bytes[MR_ACT_x], mr_acts[MR_ACT_x].label);
-        if (!mr_is_ckpt_block(r, i % r->L)) carve_block(r, &r->acts[i], d, ~r->act_mask & mr_kept_mask(r));
+        if (!mr_is_ckpt_block(r, i % r->L))
+            carve_block(r, &r->acts[i], d, ~r->act_mask & mr_kept_mask(r) & ~mr_lean_drop_mask(r));
     }
-    if (r->ckpt > 0) carve_block(r, &r->work, d, ~0u);  // shared by every checkpointed block
+    // shared by every checkpointed block (which runs the plain forms: no lean-only tensor)
+    if (r->ckpt > 0) carve_block(r, &r->work, d, ~(unsigned)MR_LEAN_ONLY_MASK);
     // selective recompute: att and lse of the block running, shared by the blocks not checkpointed
     carve_block(r, &r->sws, d, r->sel && r->ckpt < r->L ? (unsigned)MR_SELECTIVE_MASK : 0u);
     // offloaded activations: one device workspace, a host copy per non-checkpointed block and slot
@@ -341,7 +359,9 @@ int mr_plan_memory(ModelRuntime *r, Backend *be, char *err, size_t errlen) {
     arena_init(&r->host, "host", ARENA_HOST);
     Arena *d = &r->dev, *h = &r->host;
     size_t N = (size_t)r->B * r->T;
-    if (match_acts(r, err, errlen) || check_acts(r, err, errlen)) return 1;
+    if (match_acts(r, err, errlen)) return 1;
+    r->act_bytes[MR_ACT_fc_mask] = act_want(r, MR_ACT_fc_mask);  // the lean GELU's bits: not a models/ tensor
+    if (check_acts(r, err, errlen)) return 1;
     size_t off_bytes;
     r->act_mask = act_offload_mask(r, &off_bytes);
     zero_carve(r);  // params, grads, master, m, v and their staging

@@ -134,6 +134,7 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
                      xin, NULL, PARAM(bp->ln1_w), PARAM(bp->ln1_b), N, r->C, eps);
     be->matmul_forward(be, st, arena_ptr(&a->qkv), NULL, arena_ptr(&a->ln1), PARAM(bp->qkv_w), PARAM(bp->qkv_b),
                        N, r->C, r->QKV);
+    void *mid = r->lean_mid ? r->lean_mid : ptr_or_null(&a->mid);  // lean: the next block's x
     if (r->m.position == POS_ROTARY)
         be->rotary_forward(be, st, arena_ptr(&a->qkv), r->B, r->T, r->NH, r->NKV, r->HS, (float)r->m.rope_theta);
     be->attention_forward(be, st, arena_ptr(&a->att), arena_ptr(&a->lse), arena_ptr(&a->qkv), r->B, r->T, r->NH,
@@ -144,13 +145,16 @@ static void block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const voi
                            row_parallel_bias(r, bp->proj_b), N, r->NH * r->HS, r->C);
         tp_sum(r, scratch, (size_t)N * r->C);
         // mid = x + attention projection, ln2 = norm(mid), fused
-        be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
-                         arena_ptr(&a->ln2_rstd), scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
+        be->norm_forward(be, st, nk, mid, arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd),
+                         scratch, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), N, r->C, eps);
         mlp_in = arena_ptr(&a->ln2);
     }
-    if (r->m.activation == ACT_SWIGLU) {
+    if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: act = gelu(fc) in place, fc not kept
+        be->matmul_forward(be, st, arena_ptr(&a->act), NULL, mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->F);
+        be->gelu_forward_mask(be, st, arena_ptr(&a->act), arena_ptr(&a->fc_mask), arena_ptr(&a->act), (size_t)N * r->F);
+    } else if (r->m.activation == ACT_SWIGLU) {  // lean: act into the d_act buffer, not kept
         be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->FC);
-        be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
+        be->swiglu_forward(be, st, r->lean_act ? r->lean_act : arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
     } else {  // fc keeps the pre-activation, act = gelu(fc) (fused epilogue)
         be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), mlp_in, PARAM(bp->fc_w), PARAM(bp->fc_b),
                            N, r->C, r->F);
@@ -169,11 +173,12 @@ static void block_forward_output(ModelRuntime *r, int l, BlockActs *a, const voi
     int N = r->B * r->T;
     size_t nc = (size_t)N * r->C;
     void *scratch = arena_ptr(&r->scratch);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->act), PARAM(bp->fcproj_w),
+    be->matmul_forward(be, st, scratch, NULL, r->lean_act ? r->lean_act : arena_ptr(&a->act), PARAM(bp->fcproj_w),
                        row_parallel_bias(r, bp->fcproj_b), N, r->F, r->C);
     if (!r->m.parallel_block) {
         tp_sum(r, scratch, nc);
-        be->residual_forward(be, st, xout, arena_ptr(&a->mid), scratch, nc);
+        // lean: mid was written into xout itself (out aliasing a)
+        be->residual_forward(be, st, xout, r->lean_mid ? xout : arena_ptr(&a->mid), scratch, nc);
         return;
     }
     be->matmul_forward(be, st, xout, NULL, arena_ptr(&a->att), PARAM(bp->proj_w), row_parallel_bias(r, bp->proj_b),
@@ -196,14 +201,26 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
     NormOp nk = r->m.norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
     int N = r->B * r->T;
     size_t nc = (size_t)N * r->C;
-    int par = r->m.parallel_block;
+    int par = r->m.parallel_block, lean = mr_is_lean_block(r, l);
     void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln), *d_act = arena_ptr(&r->d_act);
     void *d_mlp_in = par ? arena_ptr(&r->d_ln_mlp) : d_ln;  // dL/d(the MLP's input)
     const void *mlp_in = par ? arena_ptr(&a->ln1) : arena_ptr(&a->ln2);
     // MLP projection: d_act = d_res Wfcproj
-    if (r->m.activation == ACT_SWIGLU) {
-        void *d_fc = arena_ptr(&r->d_fc);
+    if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: gelu' from act and its branch bits
         be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, arena_ptr(&a->act),
+                            PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
+        be->gelu_backward_from_output(be, st, d_act, arena_ptr(&a->act), arena_ptr(&a->fc_mask), d_act,
+                                      (size_t)N * r->F);
+        be->matmul_backward(be, st, d_mlp_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, mlp_in, PARAM(bp->fc_w), NULL, N,
+                            r->C, r->F);
+    } else if (r->m.activation == ACT_SWIGLU) {
+        void *d_fc = arena_ptr(&r->d_fc);
+        const void *act = arena_ptr(&a->act);
+        if (lean) {  // act = silu(gate) up again from fc, into d_fc (free until the SwiGLU's backward)
+            be->swiglu_forward(be, st, d_fc, arena_ptr(&a->fc), N, r->F);
+            act = d_fc;
+        }
+        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), d_res, act,
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
         be->matmul_backward(be, st, d_mlp_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, mlp_in, PARAM(bp->fc_w), NULL, N,
@@ -217,9 +234,14 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
     }
     if (!par) {
         tp_sum(r, d_ln, nc);  // column-parallel fc: dL/dln2 summed over tp
-        // d_res += norm backward: now dL/dmid
-        be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
-                          PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
+        // d_res += norm backward: now dL/dmid (lean: from ln2, mid not kept)
+        if (lean)
+            be->norm_backward_from_output(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln,
+                                          arena_ptr(&a->ln2), PARAM(bp->ln2_w), PARAM(bp->ln2_b),
+                                          arena_ptr(&a->ln2_rstd), N, r->C);
+        else
+            be->norm_backward(be, st, nk, d_res, GRAD(bp->ln2_w), GRAD(bp->ln2_b), d_ln, arena_ptr(&a->mid),
+                              PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), N, r->C);
     }
     void *d_att = arena_ptr(&r->d_att), *d_qkv = arena_ptr(&r->d_qkv);
     be->matmul_backward(be, st, d_att, GRAD(bp->proj_w), GRAD(bp->proj_b), d_res, arena_ptr(&a->att),
@@ -232,9 +254,13 @@ static void block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin
                         NULL, N, r->C, r->QKV);
     if (par) be->residual_forward(be, st, d_ln, d_ln, d_mlp_in, nc);
     tp_sum(r, d_ln, nc);  // column-parallel qkv (and fc): dL/dln1 summed over tp
-    // d_res += norm backward: now dL/dx_l
-    be->norm_backward(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, xin, PARAM(bp->ln1_w),
-                      ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
+    // d_res += norm backward: now dL/dx_l (lean: from ln1)
+    if (lean)
+        be->norm_backward_from_output(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, arena_ptr(&a->ln1),
+                                      PARAM(bp->ln1_w), PARAM(bp->ln1_b), arena_ptr(&a->ln1_rstd), N, r->C);
+    else
+        be->norm_backward(be, st, nk, d_res, GRAD(bp->ln1_w), GRAD(bp->ln1_b), d_ln, xin, PARAM(bp->ln1_w),
+                          ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), N, r->C);
 }
 
 int32_t *mr_inputs(ModelRuntime *r, int slot) { return (int32_t *)arena_ptr(&r->t_inputs) + (size_t)slot * r->B * r->T; }
@@ -296,6 +322,9 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
         take(&r->scratch);
         take(&r->ln_full);
         const void *xin = arena_ptr(&r->acts[i].x);
+        // lean, sequential: mid goes straight into x_{l+1}, where the MLP's output is added
+        r->lean_mid = mr_is_lean_block(r, l) && !r->m.parallel_block ? xnext : NULL;
+        r->lean_act = mr_is_lean_block(r, l) && r->m.activation == ACT_SWIGLU ? take(&r->d_act) : NULL;
         zero_fwd_begin(r, 1 + l);
         part_begin(r, TRACE_BLOCK_FORWARD, l);
         if (r->sp) {
@@ -306,6 +335,8 @@ void mr_forward(ModelRuntime *r, int slot, float dloss, const void *in, void *ou
             block_forward_output(r, l, a, xin, xnext);
         }
         part_end(r);
+        if (r->lean_act) arena_release(&r->d_act);
+        r->lean_mid = r->lean_act = NULL;
         arena_release(&r->ln_full);
         arena_release(&r->scratch);
         if (mr_is_ckpt_block(r, l)) release_rest(a);  // only x_l stays

@@ -143,6 +143,12 @@ typedef struct ModelRuntime {
     // its backward recomputes them there from qkv (one attention forward)
     int sel;
     BlockActs sws;         // the selective workspace: att and lse (the others 0 bytes)
+    // [stage.N] lean: the blocks not checkpointed run the norms' and the GELU's
+    // backward from their outputs (MR_LEAN_DROP_MASK; docs/lean-layers.md).
+    // lean_mid: during a lean block's forward, where mid is written (its next x);
+    // lean_act: a SwiGLU model's act during a lean block's forward (the d_act buffer)
+    int lean;
+    void *lean_mid, *lean_act;
     // the stage's shared activations: x_out, scratch, lnf, ..., logits, the
     // backward gradient buffers d_*, and the per-token losses t_losses f32(N)
     MR_STAGE_ACTS(MR_ACT_FIELD)
@@ -265,6 +271,16 @@ static inline int mr_is_ckpt_block(const ModelRuntime *r, int l) { return l >= r
 static inline int mr_is_sel_block(const ModelRuntime *r, int l) { return r->sel && !mr_is_ckpt_block(r, l); }
 // The saved rows (bits of MR_BLOCK_ACTS) a block that is not checkpointed keeps in its own tensors.
 static inline unsigned mr_kept_mask(const ModelRuntime *r) { return r->sel ? ~(unsigned)MR_SELECTIVE_MASK : ~0u; }
+
+// Block l runs the lean forms ([stage.N] lean, not checkpointed: a checkpointed block
+// recomputes everything anyway and keeps only x).
+static inline int mr_is_lean_block(const ModelRuntime *r, int l) { return r->lean && !mr_is_ckpt_block(r, l); }
+// The saved rows a lean block does not keep (0 when the stage is not lean).
+static inline unsigned mr_lean_drop_mask(const ModelRuntime *r) {
+    if (!r->lean) return 0u;
+    return (unsigned)MR_LEAN_DROP_MASK |
+           (r->m.activation == ACT_SWIGLU ? (unsigned)MR_LEAN_SWIGLU_DROP_MASK : (unsigned)MR_LEAN_GELU_DROP_MASK);
+}
 
 // Every parameter tensor as a checkpoint entry over whole-model host arrays
 // (fp32 weights, Adam m, Adam v: 3 x Pglobal floats at `global`); calloc'ed, the

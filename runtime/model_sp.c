@@ -74,14 +74,18 @@ void mr_sp_block_forward_to_act(ModelRuntime *r, int l, BlockActs *a, const void
                            row_parallel_bias(r, bp->proj_b), N, r->NH * r->HS, r->C);
         void *own = mr_sp_own(r, scratch);
         mr_sp_scatter(r, scratch, own);
-        // mid = x + attention projection, ln2 = norm(mid), fused, on the rank's rows
-        be->norm_forward(be, st, nk, arena_ptr(&a->mid), arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean),
-                         arena_ptr(&a->ln2_rstd), own, xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), Ns, r->C, eps);
+        // mid = x + attention projection, ln2 = norm(mid), fused, on the rank's rows (lean: mid in x_{l+1})
+        void *mid = r->lean_mid ? r->lean_mid : arena_ptr(&a->mid);
+        be->norm_forward(be, st, nk, mid, arena_ptr(&a->ln2), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), own,
+                         xin, PARAM(bp->ln2_w), PARAM(bp->ln2_b), Ns, r->C, eps);
         mr_sp_gather(r, arena_ptr(&a->ln2), full);
     }
-    if (r->m.activation == ACT_SWIGLU) {
+    if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: act = gelu(fc) in place
+        be->matmul_forward(be, st, arena_ptr(&a->act), NULL, full, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->F);
+        be->gelu_forward_mask(be, st, arena_ptr(&a->act), arena_ptr(&a->fc_mask), arena_ptr(&a->act), (size_t)N * r->F);
+    } else if (r->m.activation == ACT_SWIGLU) {  // lean: act into the d_act buffer, not kept
         be->matmul_forward(be, st, arena_ptr(&a->fc), NULL, full, PARAM(bp->fc_w), PARAM(bp->fc_b), N, r->C, r->FC);
-        be->swiglu_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
+        be->swiglu_forward(be, st, r->lean_act ? r->lean_act : arena_ptr(&a->act), arena_ptr(&a->fc), N, r->F);
     } else {
         be->matmul_forward(be, st, arena_ptr(&a->act), arena_ptr(&a->fc), full, PARAM(bp->fc_w), PARAM(bp->fc_b), N,
                            r->C, r->F);
@@ -95,11 +99,11 @@ void mr_sp_block_forward_output(ModelRuntime *r, int l, BlockActs *a, const void
     int N = r->B * r->T;
     size_t nsc = (size_t)mr_sp_rows(r) * r->C;
     void *scratch = arena_ptr(&r->scratch), *own = mr_sp_own(r, scratch);
-    be->matmul_forward(be, st, scratch, NULL, arena_ptr(&a->act), PARAM(bp->fcproj_w),
+    be->matmul_forward(be, st, scratch, NULL, r->lean_act ? r->lean_act : arena_ptr(&a->act), PARAM(bp->fcproj_w),
                        row_parallel_bias(r, bp->fcproj_b), N, r->F, r->C);
     if (!r->m.parallel_block) {
         mr_sp_scatter(r, scratch, own);
-        be->residual_forward(be, st, xout, arena_ptr(&a->mid), own, nsc);
+        be->residual_forward(be, st, xout, r->lean_mid ? xout : arena_ptr(&a->mid), own, nsc);
         return;
     }
     // parallel: both partial sums added (ln_full is free: qkv and fc have read it), one reduce-scatter
@@ -149,9 +153,21 @@ static void mlp_backward(ModelRuntime *r, const BlockParams *bp, BlockActs *a, v
     BackendStream *st = r->stream;
     int N = r->B * r->T;
     void *d_act = arena_ptr(&r->d_act);
-    if (r->m.activation == ACT_SWIGLU) {
-        void *d_fc = arena_ptr(&r->d_fc);
+    if (r->m.activation != ACT_SWIGLU && ptr_or_null(&a->fc_mask)) {  // lean: gelu' from act and its branch bits
         be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), dout, arena_ptr(&a->act),
+                            PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
+        be->gelu_backward_from_output(be, st, d_act, arena_ptr(&a->act), arena_ptr(&a->fc_mask), d_act,
+                                      (size_t)N * r->F);
+        be->matmul_backward(be, st, d_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_act, mlp_in, PARAM(bp->fc_w), NULL, N,
+                            r->C, r->F);
+    } else if (r->m.activation == ACT_SWIGLU) {
+        void *d_fc = arena_ptr(&r->d_fc);
+        const void *act = arena_ptr(&a->act);
+        if (!a->act.bytes) {  // a lean block keeps no act: silu(gate) up again from fc, into d_fc
+            be->swiglu_forward(be, st, d_fc, arena_ptr(&a->fc), N, r->F);
+            act = d_fc;
+        }
+        be->matmul_backward(be, st, d_act, GRAD(bp->fcproj_w), GRAD(bp->fcproj_b), dout, act,
                             PARAM(bp->fcproj_w), NULL, N, r->F, r->C);
         be->swiglu_backward(be, st, d_fc, d_act, arena_ptr(&a->fc), N, r->F);
         be->matmul_backward(be, st, d_in, GRAD(bp->fc_w), GRAD(bp->fc_b), d_fc, mlp_in, PARAM(bp->fc_w), NULL, N,
@@ -187,7 +203,7 @@ void mr_sp_block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin)
     BackendStream *st = r->stream;
     const BlockParams *bp = &r->blk[l];
     NormOp nk = norm_kind(r);
-    int N = r->B * r->T, Ns = mr_sp_rows(r);
+    int N = r->B * r->T, Ns = mr_sp_rows(r), lean = mr_is_lean_block(r, l);
     void *d_res = arena_ptr(&r->d_res), *d_ln = arena_ptr(&r->d_ln), *full = arena_ptr(&r->ln_full);
     void *d_own = mr_sp_own(r, d_res), *d_ln_own = mr_sp_own(r, d_ln);
     NormGrads g = norm_grads(r, bp);
@@ -197,8 +213,12 @@ void mr_sp_block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin)
         mr_sp_gather(r, arena_ptr(&a->ln2), full);
         mlp_backward(r, bp, a, d_res, full, d_ln);
         mr_sp_scatter(r, d_ln, d_ln_own);  // column-parallel fc: dL/dln2 summed over tp, own rows
-        be->norm_backward(be, st, nk, d_own, g.slot[2], g.slot[3], d_ln_own, arena_ptr(&a->mid), PARAM(bp->ln2_w),
-                          ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), Ns, r->C);
+        if (lean)  // from ln2 (mid not kept)
+            be->norm_backward_from_output(be, st, nk, d_own, g.slot[2], g.slot[3], d_ln_own, arena_ptr(&a->ln2),
+                                          PARAM(bp->ln2_w), PARAM(bp->ln2_b), arena_ptr(&a->ln2_rstd), Ns, r->C);
+        else
+            be->norm_backward(be, st, nk, d_own, g.slot[2], g.slot[3], d_ln_own, arena_ptr(&a->mid),
+                              PARAM(bp->ln2_w), ptr_or_null(&a->ln2_mean), arena_ptr(&a->ln2_rstd), Ns, r->C);
         mr_sp_gather(r, d_own, d_res);  // dL/dmid, all rows
         attention_backward(r, bp, a, d_res);
         mr_sp_gather(r, arena_ptr(&a->ln1), full);
@@ -212,8 +232,12 @@ void mr_sp_block_backward(ModelRuntime *r, int l, BlockActs *a, const void *xin)
                         NULL, N, r->C, r->QKV);
     if (r->m.parallel_block) be->residual_forward(be, st, d_ln, d_ln, arena_ptr(&r->d_ln_mlp), (size_t)N * r->C);
     mr_sp_scatter(r, d_ln, d_ln_own);  // dL/dln1 summed over tp, own rows
-    be->norm_backward(be, st, nk, d_own, g.slot[0], g.slot[1], d_ln_own, xin, PARAM(bp->ln1_w),
-                      ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), Ns, r->C);
+    if (lean)  // from ln1's own rows (the block input not read)
+        be->norm_backward_from_output(be, st, nk, d_own, g.slot[0], g.slot[1], d_ln_own, arena_ptr(&a->ln1),
+                                      PARAM(bp->ln1_w), PARAM(bp->ln1_b), arena_ptr(&a->ln1_rstd), Ns, r->C);
+    else
+        be->norm_backward(be, st, nk, d_own, g.slot[0], g.slot[1], d_ln_own, xin, PARAM(bp->ln1_w),
+                          ptr_or_null(&a->ln1_mean), arena_ptr(&a->ln1_rstd), Ns, r->C);
     norm_grads_finish(r, &g);
 }
 

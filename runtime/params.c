@@ -99,7 +99,7 @@ int mr_layout_tp(ModelRuntime *r, int tp, int tp_rank, char *err, size_t errlen)
     const StagePlan sp = {.layers = r->L, .dp = r->dp, .tp = tp, .b = r->B, .zero = r->zero, .ckpt = r->ckpt,
                           .shard_group = r->paro_g,
                           .wo = r->wo, .go = r->go, .oo = r->oo, .ao = r->ao,
-                          .recompute = r->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
+                          .recompute = r->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE, .lean = r->lean};
     int dp_rank = r->dp_rank;
     free(r->units);
     free(r->unit_first_tensor);
@@ -138,6 +138,7 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     r->dp_rank = dp_rank;
     r->wo = wo, r->go = go, r->oo = oo, r->ao = ao;
     r->sel = sp->recompute == RECOMPUTE_SELECTIVE;
+    r->lean = sp->lean;
     r->micro_last = 1;
     r->m = *m;
     r->B = B;
@@ -168,6 +169,11 @@ static int layout(ModelRuntime *r, const ModelConfig *m, const StagePlan *sp, in
     }
     if (ckpt < 0 || ckpt > r->L) {
         snprintf(err, errlen, "[stage.%d] ckpt = %d: allowed 0..%d (the stage's blocks)", pipe.stage, ckpt, r->L);
+        return 2;
+    }
+    if (r->lean && ao > 0) {
+        snprintf(err, errlen, "[stage.%d] lean = 1 with ao = %g: allowed: lean = 1 only with ao = 0. Hint: set ao = 0",
+                 pipe.stage, ao);
         return 2;
     }
     if (code < 0 || code >= SHARD_CODES || dp_rank < 0 || dp_rank >= dp || !(wo >= 0 && wo <= 1) || !(go >= 0 && go <= 1) ||

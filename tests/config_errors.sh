@@ -132,6 +132,9 @@ expect "sequence parallelism at tp = 1" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp =
 base | sed 's/^seq_len = 32/seq_len = 31/; s/^G = 2/G = 8/; s/^tp = 1/tp = 2/; s/^b = 4/b = 1\nsp = true/' > "$tmp/f.ini"
 expect "sequence parallelism with tp not dividing b*seq_len" "$tmp/f.ini" "f.ini:24:" "[stage.0] sp = 1: b * seq_len = 1 * 31" "allowed: tp dividing b * seq_len" "Hint:"
 
+base | sed 's/^b = 4/b = 4\nlean = true\nao = 0.5/' > "$tmp/f.ini"
+expect "lean layers with activation offload" "$tmp/f.ini" "f.ini:24:" "[stage.0] lean = 1 with ao = 0.5" "allowed: lean = 1 only with ao = 0" "Hint:"
+
 base | sed '/^seq_len = 32/d' > "$tmp/f.ini"
 expect "a required [model] key missing" "$tmp/f.ini" "f.ini:1:" "[model] seq_len is missing" "allowed:" "Hint:"
 

@@ -108,18 +108,19 @@ PYEOF
 }
 
 # stage_args G SPEC...: the -o options of a pipeline plan with one
-# "layers/dp/tp/zero/ckpt/offload[/sp[/sel]]" SPEC per stage (zero: 0-3 or a shard code; offload:
-# wo = go = oo = ao; sp: sequence parallelism, 0 when left out; sel: recompute = selective;
-# b = 8 / (dp G)) on one line, then the rank count on the next
+# "layers/dp/tp/zero/ckpt/offload[/sp[/sel[/lean]]]" SPEC per stage (zero: 0-3 or a shard code;
+# offload: wo = go = oo = ao; sp: sequence parallelism, 0 when left out; sel: recompute = selective;
+# lean: [stage.N] lean = 1; b = 8 / (dp G)) on one line, then the rank count on the next
 stage_args() {
     G=$1; shift
     v=${VIRTUAL:-1}; P=$(($# / v))  # VIRTUAL=v: the specs are P*v chunks, chunk c on the ranks of chunk c mod P
     s=0; np=0
     for spec in "$@"; do
-        IFS=/ read -r lay dp tp zero ckpt off sp sel <<EOF
+        IFS=/ read -r lay dp tp zero ckpt off sp sel lean <<EOF
 $spec
 EOF
         [ "$sel" = sel ] && printf ' -o stage.%d.recompute=selective' $s
+        [ "$lean" = lean ] && printf ' -o stage.%d.lean=1' $s
         zk=zero; case $zero in [0-3]) ;; *) zk=shard ;; esac  # a PaRO code (docs/paro.md) by its scopes
         printf ' -o stage.%d.layers=%s -o stage.%d.dp=%s -o stage.%d.b=%s -o stage.%d.tp=%s -o stage.%d.%s=%s' \
             $s "$lay" $s "$dp" $s $((8 / (dp * G))) $s "$tp" $s "$zk" "$zero"

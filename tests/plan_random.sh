@@ -8,7 +8,7 @@
 # sequence parallelism on or off), ZeRO 0-3 or a PaRO sharding code (shard = one
 # of the 10, shard_group 0 or a divisor of dp; ZeRO's only in interleaved plans),
 # any number of checkpointed blocks and offload ratios in eighths and tenths,
-# recompute none or selective;
+# recompute none or selective, memory-lean layers ([stage.N] lean) on or off (on: ao = 0);
 # G 1-6; fp32 or bf16; at most 8 ranks; every other plan with [cluster]
 # collectives = hierarchical on nodes of 2 ranks. A third of the plans with several
 # stages are interleaved ([plan] virtual = 2 or 3): each pipeline rank gets v
@@ -36,7 +36,7 @@ COMMON="-o train.steps=6 -o train.lr=1e-3 -o train.warmup=2 -o log.interval=1 -o
 tap_diag "seed $SEED ($N plans; MIST_TEST_SEED=$SEED repeats them)"
 
 # one plan per line: name model precision tied vocab G virtual layers global_batch, then per
-# stage (chunk) layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/shard_group (zero: 0-3 or a shard code)
+# stage (chunk) layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/shard_group/lean (zero: 0-3 or a shard code)
 awk -v seed="$SEED" -v n="$N" 'BEGIN {
     srand(seed)
     split("gpt gpt llama llama-par falcon", models, " ")
@@ -65,11 +65,12 @@ awk -v seed="$SEED" -v n="$N" 'BEGIN {
             a = lcm; b = dp; while (b) { t = a % b; a = b; b = t }; lcm = lcm * dp / a
             z = v > 1 || rand() < 0.5 ? int(rand() * 4) : codes[1 + int(rand() * 10)]
             sg = rand() < 0.4 ? 0 : rand() < 0.5 ? dp : (dp % 2 ? 1 : 2)  # 0: the dp ranks of one node
+            lean = rand() < 0.4  # memory-lean layers: they exclude activation offload (ao = 0)
             spec = spec sprintf(" %d/%d/%d/%s/%d/%s/%s/%s/%s", lay, dp, tp, z, int(rand() * (lay + 1)),
                                 offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)], offs[1 + int(rand() * 10)],
-                                offs[1 + int(rand() * 10)])
+                                lean ? 0 : offs[1 + int(rand() * 10)])
             spec = spec "/" (tp > 1 && rand() < 0.5 ? 1 : 0)  # sequence parallelism, where tp > 1
-            spec = spec (rand() < 0.4 ? "/selective" : "/none") "/" sg
+            spec = spec (rand() < 0.4 ? "/selective" : "/none") "/" sg "/" lean
         }
         printf "p%02d %s %s %d %d %d %d %d %d%s\n", i, m, prec, tied, vocab, G, v, L, lcm * G * (1 + int(rand() * 2)), spec
     }
@@ -99,7 +100,7 @@ while read -r id model prec tied vocab G v layers gb stages; do
     set -- $stages
     P=$(($# / v))  # pipeline ranks: the ranks of the first P chunks
     for spec in $stages; do
-        IFS=/ read -r lay dp tp zero ckpt wo go oo ao sp recomp sg <<EOF
+        IFS=/ read -r lay dp tp zero ckpt wo go oo ao sp recomp sg lean <<EOF
 $spec
 EOF
         plan_args="$plan_args -o stage.$s.layers=$lay -o stage.$s.dp=$dp -o stage.$s.tp=$tp -o stage.$s.b=$((gb / (dp * G)))"
@@ -107,6 +108,7 @@ EOF
         plan_args="$plan_args -o stage.$s.$key=$zero -o stage.$s.shard_group=$sg"
         plan_args="$plan_args -o stage.$s.ckpt=$ckpt -o stage.$s.wo=$wo -o stage.$s.go=$go"
         plan_args="$plan_args -o stage.$s.oo=$oo -o stage.$s.ao=$ao -o stage.$s.sp=$sp -o stage.$s.recompute=$recomp"
+        plan_args="$plan_args -o stage.$s.lean=$lean"
         [ $s -lt $P ] && nr=$((nr + dp * tp))
         s=$((s + 1))
     done
@@ -136,7 +138,7 @@ EOF
     coll=$(sed -n 's/^mist: data-parallel collectives \([a-z]*\): .*/\1/p' "$W/$id.out")  # rank 0's dp group
     [ $rc -eq 0 ] && [ $rc_ref -eq 0 ] && [ $rc_res -eq 0 ] && [ "$exact" = yes ] && [ "$ranks" -eq "$nr" ] &&
         num_ok 'd <= t && r <= t' d="$ld" r="$rd" t="$tol"
-    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s), virtual $v (layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/g:$stages), \
+    tap_ok $? "$id: $model $prec tied=$tied vocab=$vocab G=$G gb=$gb, $s stage(s), virtual $v (layers/dp/tp/zero/ckpt/wo/go/oo/ao/sp/recompute/g/lean:$stages), \
 $nr ranks, ${coll:-flat} dp collectives: losses within $ld of 1 rank, peaks exact: $exact, resumed at 1 rank from step 3 within $rd"
 done <"$W/plans"
 

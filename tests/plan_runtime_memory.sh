@@ -292,4 +292,56 @@ while read -r name model prec dp tp ckpt layers gb; do
     tap_ok $? "$name: $np ranks (dp $dp x tp $tp) ckpt=$ckpt L=$layers $model $prec: selective recompute lowers every \
 rank's measured device peak by (L - c) A = $want bytes, the planner's bytes equal the measured ones"
 done <"$W/selective"
+# Memory-lean layers ([stage.N] lean = 1; docs/lean-layers.md): each plan
+# trains as it is and with lean = 1. A block that is not checkpointed then
+# keeps Λ bytes less: its norm means (LayerNorm: 4 N per norm), mid (x N h,
+# sequential blocks) and, GELU models, fc (x N F/tp) less the GELU's branch
+# bits ceil(N F / (8 tp)), SwiGLU models act (x N F/tp); N = b s. Every rank's measured device peak drops
+# by exactly (L - c) Λ, the host peak not at all, and the planner's bytes
+# equal the lean run's measured ones. The tiny models: h 64, F 256, s 64;
+# GPT: LayerNorm, GELU; Llama: RMSNorm, SwiGLU (Λ = x N h + x N F/tp); Falcon-style:
+# parallel blocks, one LayerNorm, GELU (Λ = 4 N + x N F - N F / 8).
+# name model prec dp tp ckpt layers global_batch (b = global_batch / dp, G = 1)
+cat >"$W/lean" <<'EOF'
+lean-gpt      gpt       fp32 1 1 0 2 8
+lean-gpt-ck   gpt       fp32 2 1 1 3 8
+lean-gpt-tp   gpt       bf16 1 2 1 4 8
+lean-llama-tp llama     fp32 2 2 0 2 8
+lean-falcon   falcon    bf16 1 1 1 2 4
+EOF
+tap_diag "lean layers: per rank, measured device peak without and with them, their difference and (L - c) Λ"
+while read -r name model prec dp tp ckpt layers gb; do
+    set_model "$model"
+    np=$((dp * tp)) b=$((gb / dp))
+    set -- -o train.precision="$prec" -o train.global_batch="$gb" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
+        -o stage.0.b="$b" -o stage.0.ckpt="$ckpt" -o model.layers="$layers" -o stage.0.layers="$layers"
+    for ln in 0 1; do
+        # shellcheck disable=SC2086
+        mist_mpirun -np "$np" "$TRAIN" "$ini" $extra "$@" -o stage.0.lean=$ln -o train.steps=2 -o log.interval=1000 \
+            -o data.val_interval=0 -o log.summary="$W/$name.$ln.json" -o log.jsonl="$W/$name.$ln.jsonl" \
+            >"$W/$name.$ln.out" 2>&1 || tail -3 "$W/$name.$ln.out" | sed 's/^/#   train: /'
+        measured "$W/$name.$ln.json" >"$W/$name.$ln.ranks"
+    done
+    # shellcheck disable=SC2086
+    "$PLAN" "$ini" $extra --analyze --json --hardware cpu "$@" -o stage.0.lean=1 >"$W/$name.plan" \
+        2>"$W/$name.plan.err" || tail -3 "$W/$name.plan.err" | sed 's/^/#   plan: /'
+    x=4; [ "$prec" = bf16 ] && x=2
+    N=$((b * 64))
+    case $model in
+        gpt) lam=$((x * N * 256 / tp + x * N * 64 + 8 * N - (N * 256 / tp + 7) / 8)) ;;
+        llama) lam=$((x * N * 64 + x * N * 256 / tp)) ;;
+        falcon) lam=$((4 * N + x * N * 256 - (N * 256 + 7) / 8)) ;;
+    esac
+    want=$(((layers - ckpt) * lam))
+    # shellcheck disable=SC2046
+    report=$(join "$W/$name.0.ranks" "$W/$name.1.ranks" | awk -v w="$want" -v n="$np" -v p="$(planned "$W/$name.plan")" '
+        BEGIN { split(p, pl, " ") }
+        { seen++; d = $2 - $4; if (d != w || $3 != $5 || $4 != pl[1] || $5 != pl[2]) bad++; s = s $2 "-" $4 "=" d " " }
+        END { print s (seen == n && !bad ? "yes" : "NO") }')
+    tap_diag "$(printf '%-13s np=%s tp=%s ckpt=%s L=%s %s: (L - c) Λ = %s; %s' "$name" "$np" "$tp" "$ckpt" "$layers" \
+        "$prec" "$want" "$report")"
+    [ "${report##* }" = yes ]
+    tap_ok $? "$name: $np ranks (dp $dp x tp $tp) ckpt=$ckpt L=$layers $model $prec: lean layers lower every rank's \
+measured device peak by (L - c) Λ = $want bytes, the planner's bytes equal the measured ones"
+done <"$W/lean"
 tap_end

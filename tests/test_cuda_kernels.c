@@ -201,6 +201,45 @@ static int check_norm(const int *p) {
     return r;
 }
 
+// [stage.N] lean: the GELU's forward with its branch mask and backward from the output, the
+// norm's backward from the output. The backward gets the CPU's output and mask on both sides
+// (uploaded), so both invert the same bits (near x* a 1-ulp difference in y moves x a lot).
+static int check_lean(const int *p) {
+    int N = p[0], C = p[1], kind = p[2], has_bias = p[3];
+    size_t n = (size_t)N * C, mb = (n + 7) / 8;
+    T16 a = t16_random(n, -4, 4), o = t16_out(n), dout = t16_random(n, -1, 1), d = t16_out(n);
+    uint8_t *mh = malloc(mb), *mg = malloc(mb), *md = gpu->alloc_device(gpu, mb);
+    cpu->gelu_forward_mask(cpu, NULL, o.h, mh, a.h, n);
+    gpu->gelu_forward_mask(gpu, NULL, o.d, md, a.d, n);
+    int r = check16("lean gelu forward", &o, RTOL, 1e-3);
+    gpu->copy_d2h(gpu, mg, md, mb, NULL);
+    gpu->synchronize(gpu);
+    r &= memcmp(mh, mg, mb) == 0;
+    gpu->copy_h2d(gpu, o.d, o.h, n * 2, NULL);
+    cpu->gelu_backward_from_output(cpu, NULL, d.h, o.h, mh, dout.h, n);
+    gpu->gelu_backward_from_output(gpu, NULL, d.d, o.d, md, dout.d, n);
+    r &= check16("lean gelu backward from the output", &d, RTOL, 1e-3);
+    // norm: forward on the CPU, its output and rstd uploaded; dinp, dw, dbias accumulate onto random values
+    T16 x = t16_random(n, -2, 2), w = t16_random(C, 0.5, 1.5), bias = t16_random(C, -1, 1), y = t16_out(n);
+    T16 dinp = t16_random(n, -1, 1), dw = t16_random(C, -1, 1), db = t16_random(C, -1, 1);
+    T32 rstd = t32_out(N);
+    cpu->norm_forward(cpu, NULL, kind, NULL, y.h, NULL, rstd.h, x.h, NULL, w.h, has_bias ? bias.h : NULL, N, C, 1e-5f);
+    gpu->copy_h2d(gpu, y.d, y.h, n * 2, NULL);
+    gpu->copy_h2d(gpu, rstd.d, rstd.h, (size_t)N * 4, NULL);
+    cpu->norm_backward_from_output(cpu, NULL, kind, dinp.h, dw.h, has_bias ? db.h : NULL, dout.h, y.h, w.h,
+                                   has_bias ? bias.h : NULL, rstd.h, N, C);
+    gpu->norm_backward_from_output(gpu, NULL, kind, dinp.d, dw.d, has_bias ? db.d : NULL, dout.d, y.d, w.d,
+                                   has_bias ? bias.d : NULL, rstd.d, N, C);
+    r &= check16("lean norm dinp", &dinp, RTOL, ATOL_FRAC);
+    r &= check16("lean norm dw", &dw, RTOL, ATOL_FRAC);
+    if (has_bias) r &= check16("lean norm dbias", &db, RTOL, ATOL_FRAC);
+    T16 *all[] = {&a, &o, &dout, &d, &x, &w, &bias, &y, &dinp, &dw, &db};
+    for (int i = 0; i < 11; i++) t16_free(all[i]);
+    t32_free(&rstd);
+    free(mh); free(mg); gpu->free_device(gpu, md);
+    return r;
+}
+
 static int check_matmul(const int *p) {
     int N = p[0], C = p[1], OC = p[2], has_bias = p[3], gelu = p[4];
     T16 inp = t16_random((size_t)N * C, -1, 1), wt = t16_random((size_t)OC * C, -1, 1), bias = t16_random(OC, -1, 1);
@@ -541,6 +580,8 @@ static const Check checks[] = {
     {"rotary B=1 T=300 NH=2 NKV=1 HS=128", check_rotary, {1, 300, 2, 1, 128}},
     {"gelu, swiglu, residual, scale, cast N=33 F=97", check_pointwise, {33, 97}},
     {"gelu, swiglu, residual, scale, cast N=256 F=3072", check_pointwise, {256, 3072}},
+    {"lean gelu, layernorm N=33 C=97", check_lean, {33, 97, NORM_OP_LAYERNORM, 1}},
+    {"lean gelu, rmsnorm N=64 C=768", check_lean, {64, 768, NORM_OP_RMSNORM, 0}},
     {"crossentropy N=33 V=1000 Vp=1024", check_crossentropy, {33, 1000, 1024}},
     {"crossentropy N=8 V=50257 Vp=50304", check_crossentropy, {8, 50257, 50304}},
     {"crossentropy vocab-parallel N=33 V=1000 cols 500..999 Vp=504", check_crossentropy_vocab, {33, 1000, 500, 500, 504}},

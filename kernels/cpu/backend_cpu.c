@@ -237,6 +237,9 @@ Backend *backend_cpu_create(MistDtype dtype, char *err, size_t errlen) {
     b->rotary_backward = cpu_rotary_backward;
     b->gelu_forward = cpu_gelu_forward;
     b->gelu_backward = cpu_gelu_backward;
+    b->gelu_forward_mask = cpu_gelu_forward_mask;
+    b->gelu_backward_from_output = cpu_gelu_backward_from_output;
+    b->norm_backward_from_output = cpu_norm_backward_from_output;
     b->swiglu_forward = cpu_swiglu_forward;
     b->swiglu_backward = cpu_swiglu_backward;
     b->residual_forward = cpu_residual_forward;

@@ -84,6 +84,10 @@ int cpu_gemm_use_blas(int enabled);
 // gelu_tanh and its derivative (activation.c), shared with matmul's fused GELU
 float cpu_gelu(float x);
 float cpu_gelu_grad(float x);
+// lean.c: x = gelu_tanh^-1(y) on the branch left (1: x < x*) in double (-inf for the
+// left tail's 0), and gelu'(x) at it with cpu_gelu_grad's formula
+double cpu_gelu_inverse(double y, int left);
+float cpu_gelu_grad_from_output(float y, int left);
 
 // ---- ops: same signatures as the Backend table (kernels/backend.h) ----
 void cpu_embedding_forward(Backend *b, BackendStream *s, void *out, const int32_t *tokens,
@@ -119,6 +123,12 @@ void cpu_rotary_backward(Backend *b, BackendStream *s, void *dqkv, int B, int T,
 void cpu_gelu_forward(Backend *b, BackendStream *s, void *out, const void *inp, size_t n);
 void cpu_gelu_backward(Backend *b, BackendStream *s, void *dinp, const void *inp, const void *dout,
                        size_t n);
+void cpu_gelu_forward_mask(Backend *b, BackendStream *s, void *out, uint8_t *mask, const void *inp, size_t n);
+void cpu_gelu_backward_from_output(Backend *b, BackendStream *s, void *dinp, const void *out,
+                                   const uint8_t *mask, const void *dout, size_t n);
+void cpu_norm_backward_from_output(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
+                                   const void *dout, const void *out, const void *w, const void *bias,
+                                   const float *rstd, int N, int C);
 void cpu_swiglu_forward(Backend *b, BackendStream *s, void *out, const void *inp, int N, int F);
 void cpu_swiglu_backward(Backend *b, BackendStream *s, void *dinp, const void *dout, const void *inp,
                          int N, int F);

@@ -232,6 +232,9 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->rotary_backward = cuda_rotary_backward;
     b->gelu_forward = cuda_gelu_forward;
     b->gelu_backward = cuda_gelu_backward;
+    b->gelu_forward_mask = cuda_gelu_forward_mask;
+    b->gelu_backward_from_output = cuda_gelu_backward_from_output;
+    b->norm_backward_from_output = cuda_norm_backward_from_output;
     b->swiglu_forward = cuda_swiglu_forward;
     b->swiglu_backward = cuda_swiglu_backward;
     b->residual_forward = cuda_residual_forward;

@@ -127,6 +127,13 @@ void cuda_embedding_backward_range(Backend *b, BackendStream *s, void *dwte, voi
 void cuda_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, void *out,
                        float *mean, float *rstd, const void *inp, const void *res_in,
                        const void *w, const void *bias, int N, int C, float eps);
+// lean.cu ([stage.N] lean)
+void cuda_gelu_forward_mask(Backend *b, BackendStream *s, void *out, uint8_t *mask, const void *inp, size_t n);
+void cuda_gelu_backward_from_output(Backend *b, BackendStream *s, void *dinp, const void *out,
+                                    const uint8_t *mask, const void *dout, size_t n);
+void cuda_norm_backward_from_output(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw,
+                                    void *dbias, const void *dout, const void *out, const void *w,
+                                    const void *bias, const float *rstd, int N, int C);
 void cuda_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
                         const void *dout, const void *inp, const void *w,
                         const float *mean, const float *rstd, int N, int C);
