@@ -35,6 +35,7 @@ typedef struct SearchLimits {
     int no_offload;   // 1: every offload ratio stays 0
     int no_ckpt;      // 1: no activation checkpointing
     int interleave_min_ranks;  // interleaved 1F1B only with at least this many pipeline ranks; 0 = 2
+    int no_lean;      // 1: no memory-lean layers ([stage.N] lean stays 0)
 } SearchLimits;
 
 typedef struct {

@@ -15,7 +15,7 @@ static unsigned char grid_step(double ratio, int steps) { return (unsigned char)
 
 Cand cand_pack(const StagePlan *sp, int mesh, const SpaceRules *R, double t, double d) {
     Cand c = {t, d, mesh, (short)sp->ckpt, (signed char)sp->zero, (signed char)(sp->recompute == RECOMPUTE_SELECTIVE),
-              (signed char)sp->sp, grid_step(sp->wo, R->wg_steps),
+              (signed char)sp->sp, (signed char)sp->lean, grid_step(sp->wo, R->wg_steps),
               grid_step(sp->go, R->wg_steps), grid_step(sp->oo, R->oa_steps), grid_step(sp->ao, R->oa_steps)};
     return c;
 }
@@ -23,7 +23,7 @@ Cand cand_pack(const StagePlan *sp, int mesh, const SpaceRules *R, double t, dou
 StagePlan cand_unpack(const Cand *c, const Mesh *meshes, const SpaceRules *R, int layers, int64_t B, int G) {
     const Mesh *me = &meshes[c->mesh];
     StagePlan sp = {.layers = layers, .dp = me->dp, .tp = me->tp, .b = (int)(B / ((int64_t)G * me->dp)),
-                    .zero = c->zero, .ckpt = c->ckpt, .sp = c->sp,
+                    .zero = c->zero, .ckpt = c->ckpt, .sp = c->sp, .lean = c->lean,
                     .recompute = c->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
     const unsigned char q[4] = {c->wo_q, c->go_q, c->oo_q, c->ao_q};
     stage_set_offload_steps(&sp, R, q);

@@ -101,21 +101,24 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
     // checkpointed blocks of all blocks; offloaded states: those with a non-zero ratio on some stage
     // selective: the blocks that recompute their attention core (those not checkpointed of a
     // recompute = selective stage); sp: stages with sequence parallelism
-    int ckpt = 0, layers = 0, sel = 0, sp = 0, wo = 0, go = 0, oo = 0, ao = 0;
+    int ckpt = 0, layers = 0, sel = 0, sp = 0, lean = 0, wo = 0, go = 0, oo = 0, ao = 0;
     for (int i = 0; i < p->num_stages; i++) {
         const StagePlan *s = &p->stage[i];
         ckpt += s->ckpt, layers += s->layers;
         if (s->recompute == RECOMPUTE_SELECTIVE) sel += s->layers - s->ckpt;
         sp += s->sp;
+        if (s->lean) lean += s->layers - s->ckpt;  // the blocks that run the lean forms
         wo |= s->wo > 0, go |= s->go > 0, oo |= s->oo > 0, ao |= s->ao > 0;
     }
-    char ck[80], off[32];
+    char ck[112], off[32];
     if (ckpt == 0) snprintf(ck, sizeof ck, "no ckpt");
     else if (ckpt == layers) snprintf(ck, sizeof ck, "ckpt all");
     else snprintf(ck, sizeof ck, "ckpt %d/%d blocks", ckpt, layers);
     size_t at = strlen(ck);
     if (sel == layers) snprintf(ck + at, sizeof ck - at, ", selective");
     else if (sel) snprintf(ck + at, sizeof ck - at, ", selective %d/%d blocks", sel, layers);
+    at = strlen(ck);
+    if (lean) snprintf(ck + at, sizeof ck - at, ", lean %d/%d blocks", lean, layers);
     at = strlen(ck);
     if (sp == p->num_stages) snprintf(ck + at, sizeof ck - at, ", sp");
     else if (sp) snprintf(ck + at, sizeof ck - at, ", sp on %d/%d stages", sp, p->num_stages);

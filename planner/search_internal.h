@@ -34,7 +34,7 @@ typedef struct {
     int mesh;                  // index into the combo's mesh list
     short ckpt;
     signed char zero;
-    signed char sel, sp;       // recompute = selective; sequence parallelism
+    signed char sel, sp, lean; // recompute = selective; sequence parallelism; memory-lean layers
     unsigned char wo_q, go_q, oo_q, ao_q;
 } Cand;
 
@@ -49,9 +49,10 @@ typedef struct {
     short ckpt;        // checkpointed blocks
     signed char sel;   // 1: the other blocks recompute their attention core (recompute = selective)
     signed char sp;    // 1: sequence parallelism (tp > 1 only)
+    signed char lean;  // 1: memory-lean layers on the blocks not checkpointed (no activation offload then)
 } StageOpt;
-// at most (l + 1) ckpt counts x 2 x 2, l <= 4096
-#define SEARCH_MAX_STAGE_OPTS (4 * 4097)
+// at most (l + 1) ckpt counts x 2 x 2 x 2, l <= 4096
+#define SEARCH_MAX_STAGE_OPTS (8 * 4097)
 
 // What a space lets each stage choose (after the limits).
 typedef struct {
@@ -62,6 +63,7 @@ typedef struct {
     int sel;             // 1: recompute = selective allowed
     int sel_mixed;       // 1: selective also beside checkpointed blocks (else only with ckpt = 0, as Megatron-LM)
     int sp;              // 1: sequence parallelism allowed on meshes with tp > 1
+    int lean;            // 1: memory-lean layers allowed (docs/lean-layers.md)
     int b_mask;          // bit b: micro-batch size b allowed (b < 31); 0: any
     int max_virtual;     // model chunks per pipeline rank the uniform spaces may interleave (1: plain 1F1B)
     int interleave_min_ranks;  // pipeline ranks an interleaved plan needs at least (2, or the runtime's limit)

@@ -54,6 +54,7 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
         r->ckpt_any = 1;  // Megatron-LM's uniform recompute_num_layers: any count, the same on every stage
         r->sel = r->sp = 1;
         r->sel_mixed = space == SPACE_FULL;
+        r->lean = space == SPACE_FULL;  // Tempo's layers: not a Megatron-LM or DeepSpeed option
         r->max_virtual = SEARCH_MAX_VIRTUAL;
     }
     r->offload = space >= SPACE_OFFLOAD;
@@ -63,6 +64,7 @@ void space_rules(SpaceRules *r, PlanSpace space, const SearchLimits *lim) {
         if (lim->no_offload) r->offload = 0;
         if (lim->no_ckpt) r->no_ckpt = 1;
         r->interleave_min_ranks = lim->interleave_min_ranks;
+        if (lim->no_lean) r->lean = 0;
         r->max_stages = lim->max_stages;
         r->max_tp = lim->max_tp;
         r->max_tp_staged = lim->max_tp_staged;
@@ -192,8 +194,11 @@ int space_stage_options(const SpaceRules *r, int l, int tp, StageOpt *out) {
         if (r->no_ckpt ? c > 0 : r->ckpt_all ? c < l : !r->ckpt_any && c > 0 && c < l) continue;
         // selective recompute changes only the blocks that are not checkpointed
         int sels = r->sel && c < l && (c == 0 || r->sel_mixed) ? 2 : 1;
+        int leans = r->lean && c < l ? 2 : 1;  // lean changes only the blocks not checkpointed
         for (int sel = 0; sel < sels; sel++)
-            for (int sp = 0; sp < sps; sp++) out[n++] = (StageOpt){(short)c, (signed char)sel, (signed char)sp};
+            for (int sp = 0; sp < sps; sp++)
+                for (int lean = 0; lean < leans; lean++)
+                    out[n++] = (StageOpt){(short)c, (signed char)sel, (signed char)sp, (signed char)lean};
     }
     return n;
 }

@@ -399,7 +399,7 @@ static int grid_lines(StageSearch *ss, int z, int mask) {
 // option. 0 or -1.
 static int cells_build(StageSearch *ss, int lo, int hi, const Mesh *meshes, int nmesh) {
     Search *s = ss->s;
-    StageOpt opt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
+    StageOpt opt[SEARCH_MAX_STAGE_OPTS];  // 192 KiB
     size_t maxcells = 0;
     for (int l = lo; l <= hi; l++)
         for (int mi = 0; mi < nmesh; mi++) maxcells += (size_t)space_stage_options(&s->rules, l, meshes[mi].tp, opt);
@@ -416,7 +416,8 @@ static int cells_build(StageSearch *ss, int lo, int hi, const Mesh *meshes, int 
             for (int oi = 0; oi < nopt; oi++)
                 ss->cells[ss->nc++] = (Cell){mi, l - lo, {.layers = l, .dp = meshes[mi].dp, .tp = meshes[mi].tp,
                                                           .b = (int)(s->B / per), .ckpt = opt[oi].ckpt,
-                                                          .sp = opt[oi].sp, .recompute = opt[oi].sel}};
+                                                          .sp = opt[oi].sp, .recompute = opt[oi].sel,
+                                                          .lean = opt[oi].lean}};
         }
     return 0;
 }
@@ -494,7 +495,7 @@ static int pattern_screen(StageSearch *ss, int z, int mask) {
         int fits = 0;
         for (int a = 1; ss->k0[x] < np && a <= na; a++)
             fits |= search_row_fits_device(s, n++);  // host: more offload, more host
-        ok[x] = fits;
+        ok[x] = fits && !(mask & 8 && ss->cells[x].sp.lean);  // lean layers run without activation offload
     }
     if (isinf(s->incumbent)) return 0;
     n = 0;

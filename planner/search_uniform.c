@@ -30,7 +30,7 @@ static int fits_row(const Search *s, size_t i) { return search_row_fits(s, i); }
 static StagePlan uniform_plan(const Search *s, int l, const Mesh *me, int b, int z, const StageOpt *o,
                               const unsigned char *q) {
     StagePlan sp = {.layers = l, .dp = me->dp, .tp = me->tp, .b = b, .zero = z, .ckpt = o->ckpt, .sp = o->sp,
-                    .recompute = o->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE};
+                    .recompute = o->sel ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE, .lean = o->lean};
     if (q) stage_set_offload_steps(&sp, &s->rules, q);
     return sp;
 }
@@ -49,7 +49,7 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
     if (s->B % per) return 0;
     if (!space_b_ok(R, s->B / per)) return 0;
     int b = (int)(s->B / per);
-    StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
+    StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 192 KiB
     int nc = space_stage_options(R, l, me->tp, copt);
     int kind_of_stage[MIST_MAX_STAGES];
     for (int i = 0; i < S; i++) kind_of_stage[i] = S == 1 ? 0 : i == 0 ? 0 : i == S - 1 ? 1 : 2;
@@ -212,7 +212,7 @@ int uniform_search_virtual(Search *s, int P, int G, const Mesh *me, int vmax, St
     for (int v = 2; v <= vmax && P * v <= MIST_MAX_STAGES; v++) {
         int S = P * v;
         if (s->L % S) continue;
-        StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 64 KiB
+        StageOpt copt[SEARCH_MAX_STAGE_OPTS];  // 192 KiB
         int nc = space_stage_options(&s->rules, s->L / S, me->tp, copt);
         size_t cells = (size_t)nc * S;
         double *buf = malloc(cells * 4 * sizeof *buf);
