@@ -197,8 +197,8 @@ double cost_hier_collective_seconds(const HwProfile *p, CollKind kind, double by
 // The same as an expression of the stage's symbols, over the DP group's shape as
 // cost_dp_collective takes it (min(dp, the stage's nodes) nodes x dp/that GPUs each):
 // what the stage's DP collective costs under [cluster] collectives = hierarchical
-// (the flat ring where that shape has one node or one GPU per node). Not used by
-// schedule.c yet.
+// (the flat ring where that shape has one node or one GPU per node); schedule.c
+// prices ZeRO's dp collectives with it under that setting.
 Expr cost_dp_collective_hier(StageBuild *sb, CollKind kind, Expr bytes, int overlap);
 
 #endif

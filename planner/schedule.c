@@ -226,9 +226,13 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr O_shard = cost_shard_bytes(sb, P, sb->oshard, me->optimizer_bytes);
 
     // transfers (seconds)
-    Expr AG_w = cost_dp_collective(sb, COLL_ALL_GATHER, W_full);
-    Expr RS_g = cost_dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
-    Expr AR_g = cost_dp_collective(sb, COLL_ALL_REDUCE, G_full);
+    // [cluster] collectives = hierarchical: ZeRO's dp collectives in two levels where the dp group
+    // spans nodes (in place, the all-reduce pipelined in chunks: runtime/comm_hier.c), else one ring
+    int hier = sb->cfg->cluster.collectives == CLUSTER_COLL_HIER;
+    Expr AG_w = hier ? cost_dp_collective_hier(sb, COLL_ALL_GATHER, W_full, 1) : cost_dp_collective(sb, COLL_ALL_GATHER, W_full);
+    Expr RS_g = hier ? cost_dp_collective_hier(sb, COLL_REDUCE_SCATTER, G_full, 1)
+                     : cost_dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
+    Expr AR_g = hier ? cost_dp_collective_hier(sb, COLL_ALL_REDUCE, G_full, 1) : cost_dp_collective(sb, COLL_ALL_REDUCE, G_full);
     // Staged collectives: the device waits for each one's copies (the start drains the
     // queue, the result lands after it), so they leave the overlap window for the
     // critical path, with the TP all-reduces; the rest of the measured line (MPI on
