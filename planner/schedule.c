@@ -210,6 +210,14 @@ static Expr boundary_seconds(StageBuild *sb, Expr bytes) {
     return ex_add(x, message, ex_mul(x, ex_num(x, 2), copy));
 }
 
+// ZeRO's dp collective of `bytes`: one ring, or under [cluster] collectives = hierarchical two
+// levels where the dp group spans nodes (in place, the all-reduce pipelined in chunks, as
+// runtime/comm_hier.c runs them)
+static Expr dp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
+    if (sb->cfg->cluster.collectives == CLUSTER_COLL_HIER) return cost_dp_collective_hier(sb, kind, bytes, 1);
+    return cost_dp_collective(sb, kind, bytes);
+}
+
 void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
@@ -226,13 +234,9 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     Expr O_shard = cost_shard_bytes(sb, P, sb->oshard, me->optimizer_bytes);
 
     // transfers (seconds)
-    // [cluster] collectives = hierarchical: ZeRO's dp collectives in two levels where the dp group
-    // spans nodes (in place, the all-reduce pipelined in chunks: runtime/comm_hier.c), else one ring
-    int hier = sb->cfg->cluster.collectives == CLUSTER_COLL_HIER;
-    Expr AG_w = hier ? cost_dp_collective_hier(sb, COLL_ALL_GATHER, W_full, 1) : cost_dp_collective(sb, COLL_ALL_GATHER, W_full);
-    Expr RS_g = hier ? cost_dp_collective_hier(sb, COLL_REDUCE_SCATTER, G_full, 1)
-                     : cost_dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
-    Expr AR_g = hier ? cost_dp_collective_hier(sb, COLL_ALL_REDUCE, G_full, 1) : cost_dp_collective(sb, COLL_ALL_REDUCE, G_full);
+    Expr AG_w = dp_collective(sb, COLL_ALL_GATHER, W_full);
+    Expr RS_g = dp_collective(sb, COLL_REDUCE_SCATTER, G_full);
+    Expr AR_g = dp_collective(sb, COLL_ALL_REDUCE, G_full);
     // Staged collectives: the device waits for each one's copies (the start drains the
     // queue, the result lands after it), so they leave the overlap window for the
     // critical path, with the TP all-reduces; the rest of the measured line (MPI on
