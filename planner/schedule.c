@@ -218,6 +218,25 @@ static Expr dp_collective(StageBuild *sb, CollKind kind, Expr bytes) {
     return cost_dp_collective(sb, kind, bytes);
 }
 
+// A block's tensor-parallel collectives in forward (backward = 0) or backward. Under sequence
+// parallelism (runtime/model_sp.c) each all-reduce of an (N,C) payload becomes an all-gather
+// before the region and a reduce-scatter after it; backward also re-gathers the norm output for
+// the weight gradient (one more all-gather per region) and sums the norm parameters' gradients.
+static Expr tp_collectives(StageBuild *sb, int backward) {
+    ExprCtx *x = sb->x;
+    const ModelExprs *me = sb->me;
+    Expr bytes = backward ? me->block.tp_comm_bwd : me->block.tp_comm_fwd;
+    Expr plain = cost_tp_collective(sb, COLL_ALL_REDUCE, bytes);
+    Expr rs = cost_tp_collective(sb, COLL_REDUCE_SCATTER, bytes), with_sp;
+    if (backward)
+        with_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, ex_mul(x, ex_num(x, 2), bytes)),
+                         ex_add(x, rs, cost_tp_collective(sb, COLL_ALL_REDUCE,
+                                                          ex_num(x, me->sp_norm_grad_elems * me->grad_bytes))));
+    else
+        with_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, bytes), rs);
+    return ex_select(x, sb->s[SYM_SP], with_sp, plain);
+}
+
 void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     ExprCtx *x = sb->x;
     const ModelExprs *me = sb->me;
@@ -266,21 +285,7 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
 
     // compute
     Expr Cf = cost_part_compute_fwd(sb, blk), Cb = cost_part_compute_bwd(sb, blk);
-    Expr Ef = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_fwd);
-    Expr Eb = cost_tp_collective(sb, COLL_ALL_REDUCE, blk->tp_comm_bwd);
-    // sequence parallelism (runtime/model_sp.c): each all-reduce of an (N,C)
-    // payload becomes an all-gather before the region and a reduce-scatter after
-    // it; backward also re-gathers the norm output for the weight gradient (one
-    // more all-gather per region) and sums the norm parameters' gradients
-    Expr sp = sb->s[SYM_SP];
-    Expr Ef_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, blk->tp_comm_fwd),
-                        cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_fwd));
-    Expr norm_grads = ex_num(x, me->sp_norm_grad_elems * me->grad_bytes);
-    Expr Eb_sp = ex_add(x, cost_tp_collective(sb, COLL_ALL_GATHER, ex_mul(x, ex_num(x, 2), blk->tp_comm_bwd)),
-                        ex_add(x, cost_tp_collective(sb, COLL_REDUCE_SCATTER, blk->tp_comm_bwd),
-                               cost_tp_collective(sb, COLL_ALL_REDUCE, norm_grads)));
-    Ef = ex_select(x, sp, Ef_sp, Ef);
-    Eb = ex_select(x, sp, Eb_sp, Eb);
+    Expr Ef = tp_collectives(sb, 0), Eb = tp_collectives(sb, 1);
     Expr step = cost_optimizer_step(sb, ex_ceil(x, ex_div(x, P, sb->oshard)));
     Expr att_flops, Ca = ex_mul(x, sel, cost_part_attention_fwd(sb, blk, &att_flops));  // selective recompute
     // lean: the blocks not checkpointed run the GELU in a pass of its own and invert it in backward

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/paro.h"
 #include "planner/analyze.h"
 #include "planner/stage_model.h"
 #include "planner/search.h"
@@ -68,6 +69,14 @@ typedef struct {
 
 static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out);
 
+// by t, then d (ties kept in their order of evaluation by the index)
+static int choice_cmp(const void *x, const void *y) {
+    const Choice *a = x, *b = y;
+    if (a->t != b->t) return a->t < b->t ? -1 : 1;
+    if (a->d != b->d) return a->d < b->d ? -1 : 1;
+    return 0;
+}
+
 static int list_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out) {
     Evaluated *ev = NULL;
     for (int i = 0; i < ncache && !ev; i++)
@@ -84,8 +93,15 @@ static int list_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choic
         if ((int64_t)ceil(ev->v[i].peak) <= e->capacity &&
             (e->host_capacity <= 0 || (int64_t)ceil(ev->v[i].host) <= e->host_capacity))
             v[cnt++] = ev->v[i];
+    // Only the (t, d) Pareto set can be in a fastest plan: the 1F1B total is nondecreasing in
+    // every stage's t and d, so a choice another beats (or ties) in both is never needed. Stable
+    // sort by t, then keep each choice whose d is below every kept one's.
+    qsort(v, (size_t)cnt, sizeof *v, choice_cmp);
+    int kept = 0;
+    for (int i = 0; i < cnt; i++)
+        if (!kept || v[i].d < v[kept - 1].d) v[kept++] = v[i];
     *out = v;
-    return cnt;
+    return kept;
 }
 
 static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, Choice **out) {
@@ -98,21 +114,34 @@ static int evaluate_stage(Exhaustive *e, int kind, int l, int G, int p, int n, C
         int dp = n / tp;
         if (B % ((int64_t)G * dp)) continue;
         int b = (int)(B / ((int64_t)G * dp));
-        for (int z = 0; z < 4; z++)
+        // every knob of the full space: sharding codes (PaRO's I scopes where 1 < g < dp, without
+        // offload, as the search tries them), ckpt, selective and lean (on the blocks not
+        // checkpointed; lean without activation offload), sp (tp > 1), the offload grid
+        StagePlan probe = {.layers = l, .dp = dp, .tp = tp};
+        int grp = shard_group_size(&probe, e->gpn);
+        for (int z = 0; z < SHARD_CODES; z++)
             for (int c = 0; c <= l; c++)
-                for (int a = 0; a <= e->wg; a++)
-                    for (int g = 0; g <= e->wg; g++)
-                        for (int o = 0; o <= e->oa; o++)
-                            for (int q = 0; q <= e->oa; q++) {
-                                StageConfig sc = {{.layers = l, .dp = dp, .tp = tp, .b = b, .zero = z, .ckpt = c,
-                                                   .wo = (double)a / e->wg, .go = (double)g / e->wg,
-                                                   .oo = (double)o / e->oa, .ao = (double)q / e->oa}, G, p};
-                                double out[ST_OUTPUTS];
-                                stage_eval_scalar(&e->model[kind], &sc, out);
-                                if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-                                v[cnt++] = (Choice){out[ST_T], out[ST_D], fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]),
-                                                    out[ST_HOST], sc.plan};
-                            }
+                for (int k = 0; k < 8; k++) {
+                    int sel = k & 1, sp = k >> 1 & 1, lean = k >> 2 & 1;
+                    if ((sel || lean) && c == l) continue;
+                    if (sp && tp < 2) continue;
+                    int paro = shard_code_has_i(z);
+                    if (paro && !(grp > 1 && grp < dp)) continue;
+                    for (int a = 0; a <= (paro ? 0 : e->wg); a++)
+                        for (int g = 0; g <= (paro ? 0 : e->wg); g++)
+                            for (int o = 0; o <= (paro ? 0 : e->oa); o++)
+                                for (int q = 0; q <= (paro || lean ? 0 : e->oa); q++) {
+                                    StageConfig sc = {{.layers = l, .dp = dp, .tp = tp, .b = b, .zero = z, .ckpt = c,
+                                                       .sp = sp, .recompute = sel, .lean = lean,
+                                                       .wo = (double)a / e->wg, .go = (double)g / e->wg,
+                                                       .oo = (double)o / e->oa, .ao = (double)q / e->oa}, G, p};
+                                    double out[ST_OUTPUTS];
+                                    stage_eval_scalar(&e->model[kind], &sc, out);
+                                    if (cnt == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+                                    v[cnt++] = (Choice){out[ST_T], out[ST_D], fmax(out[ST_PEAK_FWD], out[ST_PEAK_BWD]),
+                                                        out[ST_HOST], sc.plan};
+                                }
+                }
     }
     *out = v;
     return cnt;
