@@ -39,6 +39,11 @@ static void print_json_with_search(const PlanAnalysis *an, const MistConfig *cfg
         printf(", \"compare\": [");
         search_compare_print_json(cmp, stdout);
         printf("]");
+        if (cmp->have_without) {  // the full space without PaRO's codes, without lean layers
+            printf(", \"compare_without\": [");
+            search_compare_print_without_json(cmp, stdout);
+            printf("]");
+        }
     }
     printf("}\n");
 }
@@ -73,7 +78,8 @@ int plan_report_search(const MistConfig *cfg, const HwProfile *hw, const OpTable
     }
     // --compare: the best plan of every smaller space too (the searched space's row is this result)
     static SpaceComparison cmp;
-    if (compare && search_compare_spaces(cfg, hw, table, so, so->space, &r, st.seconds, &cmp, err, sizeof err) != 0) {
+    if (compare && (search_compare_spaces(cfg, hw, table, so, so->space, &r, st.seconds, &cmp, err, sizeof err) != 0 ||
+                    search_compare_seeds(cfg, hw, table, so, &cmp, err, sizeof err) != 0)) {
         fprintf(stderr, "mist-plan: %s: %s\n", cfg->source, err);
         return 2;
     }

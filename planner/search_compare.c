@@ -9,6 +9,19 @@
 #include "planner/stage_model.h"
 #include "planner/search_compare.h"
 
+// One row from a search's result: its time, plan (or the closest), MFU as --analyze reports it
+// (model FLOPs over the devices' dense peak `rate`) and the search's wall time.
+static void space_best_fill(SpaceBest *b, const SearchResult *r, double seconds, double flops, double rate) {
+    b->found = r->found;
+    b->iteration_seconds = r->found ? r->iteration_seconds : INFINITY;
+    b->have_closest = !r->found && r->have_closest;
+    if (r->found) b->plan = r->plan;
+    else if (b->have_closest) b->plan = r->closest;
+    b->closest_stage = r->closest_stage, b->shortfall = r->shortfall, b->closest_host = r->closest_host;
+    b->seconds = seconds;
+    b->mfu = r->found && rate > 0 ? flops / (rate * r->iteration_seconds) : 0;
+}
+
 int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
                           PlanSpace upto, const SearchResult *known, double known_seconds, SpaceComparison *out,
                           char *err, size_t errlen) {
@@ -40,16 +53,29 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
             r = &searched;
             seconds = st.seconds;
         }
-        SpaceBest *b = &out->space[sp];
-        b->found = r->found;
-        b->iteration_seconds = r->found ? r->iteration_seconds : INFINITY;
-        b->have_closest = !r->found && r->have_closest;
-        if (r->found) b->plan = r->plan;
-        else if (b->have_closest) b->plan = r->closest;
-        b->closest_stage = r->closest_stage, b->shortfall = r->shortfall, b->closest_host = r->closest_host;
-        b->seconds = seconds;
-        b->mfu = r->found && rate > 0 ? flops / (rate * r->iteration_seconds) : 0;
+        space_best_fill(&out->space[sp], r, seconds, flops, rate);
     }
+    return 0;
+}
+
+int search_compare_seeds(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
+                         SpaceComparison *out, char *err, size_t errlen) {
+    out->have_without = 0;
+    if (out->count != SPACE_FULL + 1) return 0;
+    double flops = model_flops_per_iteration(cfg);
+    double rate = (double)so->nodes * so->gpus_per_node * hw->peak_flops[compute_dtype_of(cfg)];
+    for (int k = 0; k < WITHOUT_COUNT; k++) {
+        static SearchResult searched;
+        SearchOptions o = *so;
+        o.space = SPACE_FULL;
+        o.progress = 0;
+        if (k == WITHOUT_PARO) o.limits.zero_levels = o.limits.zero_levels ? o.limits.zero_levels & 0xF : 0xF;
+        else o.limits.no_lean = 1;
+        SearchStats st;
+        if (plan_search(cfg, hw, table, &o, &searched, &st, err, errlen) == 2) return 2;
+        space_best_fill(&out->without[k], &searched, st.seconds, flops, rate);
+    }
+    out->have_without = 1;
     return 0;
 }
 
@@ -132,36 +158,61 @@ void plan_summary(const Plan *p, char *buf, size_t len) {
              off);
 }
 
+// the speedup of a baseline (megatron-mist, megatron) over a row's time, "-" when either is missing
+static void speedup_text(const SpaceComparison *c, PlanSpace base, const SpaceBest *b, char *buf, size_t len) {
+    snprintf(buf, len, "-");
+    if ((int)base < c->count && c->space[base].found && b->found)
+        snprintf(buf, len, "%.3fx", c->space[base].iteration_seconds / b->iteration_seconds);
+}
+
+// One row of the table: `name`, its time, both speedups, MFU, search time and the plan.
+static void print_row(const SpaceComparison *c, const char *name, const SpaceBest *b, FILE *f) {
+    char plan[192];
+    if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
+    if (!b->found) {
+        if (b->no_layout)
+            fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  no layout in this space (--space %s says why)\n", name, "-",
+                    "-", "-", "-", b->seconds, name);
+        else if (b->have_closest)
+            fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
+                    "memory\n", name, "-", "-", "-", "-", b->seconds, plan, b->closest_stage, b->shortfall / 1073741824.0,
+                    b->closest_host ? "host" : "device");
+        else
+            fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits\n", name, "-", "-", "-", "-", b->seconds);
+        return;
+    }
+    char sp[2][16], t[32];
+    speedup_text(c, SPACE_MEGATRON_MIST, b, sp[0], sizeof sp[0]);
+    speedup_text(c, SPACE_MEGATRON, b, sp[1], sizeof sp[1]);
+    fprintf(f, "  %-13s %14s %13s %11s %5.1f%% %8.3fs  %s\n", name, analysis_seconds_text(b->iteration_seconds, t, sizeof t),
+            sp[0], sp[1], 100 * b->mfu, b->seconds, plan);
+}
+
+static const char *const without_names[WITHOUT_COUNT] = {"full-no-paro", "full-no-lean"};
+
 void search_compare_print_text(const SpaceComparison *c, FILE *f) {
     fprintf(f, "what each feature buys (best plan per space, same cluster and batch; speedup = that space's time / "
             "this one's):\n");
     fprintf(f, "  %-13s %14s %13s %11s %6s %9s  %s\n", "space", "iteration", "vs meg-mist", "vs megatron", "MFU",
             "search", "plan");
-    for (int i = 0; i < c->count; i++) {
-        const SpaceBest *b = &c->space[i];
-        char plan[192];
-        if (b->found || b->have_closest) plan_summary(&b->plan, plan, sizeof plan);
-        if (!b->found) {
-            if (b->no_layout)
-                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  no layout in this space (--space %s says why)\n",
-                        search_space_name((PlanSpace)i), "-", "-", "-", "-", b->seconds, search_space_name((PlanSpace)i));
-            else if (b->have_closest)
-                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits; closest: %s, stage %d short by %.2f GiB of %s "
-                        "memory\n", search_space_name((PlanSpace)i), "-", "-", "-", "-", b->seconds, plan, b->closest_stage,
-                        b->shortfall / 1073741824.0, b->closest_host ? "host" : "device");
-            else
-                fprintf(f, "  %-13s %14s %13s %11s %6s %8.3fs  nothing fits\n", search_space_name((PlanSpace)i), "-", "-",
-                        "-", "-", b->seconds);
-            continue;
-        }
-        char sp[2][16] = {"-", "-"};
-        for (int k = 0; k < 2; k++) {
-            double s = search_compare_speedup(c, k ? SPACE_MEGATRON : SPACE_MEGATRON_MIST, i);
-            if (!isnan(s)) snprintf(sp[k], sizeof sp[k], "%.3fx", s);
-        }
-        char t[32];
-        fprintf(f, "  %-13s %14s %13s %11s %5.1f%% %8.3fs  %s\n", search_space_name((PlanSpace)i),
-                analysis_seconds_text(b->iteration_seconds, t, sizeof t), sp[0], sp[1], 100 * b->mfu, b->seconds, plan);
+    for (int i = 0; i < c->count; i++) print_row(c, search_space_name((PlanSpace)i), &c->space[i], f);
+    if (!c->have_without) return;
+    fprintf(f, "the full space without one technique (what it buys: this time / full's):\n");
+    for (int k = 0; k < WITHOUT_COUNT; k++) {
+        const SpaceBest *b = &c->without[k], *full = &c->space[SPACE_FULL];
+        print_row(c, without_names[k], b, f);
+        if (b->found && full->found)
+            fprintf(f, "  %-13s (full is %.4fx faster)\n", "", b->iteration_seconds / full->iteration_seconds);
+    }
+}
+
+void search_compare_print_without_json(const SpaceComparison *c, FILE *f) {
+    for (int k = 0; k < WITHOUT_COUNT && c->have_without; k++) {
+        const SpaceBest *b = &c->without[k], *full = &c->space[SPACE_FULL];
+        fprintf(f, "%s{\"space\": \"%s\", \"found\": %s", k ? ", " : "", without_names[k], b->found ? "true" : "false");
+        if (b->found) fprintf(f, ", \"iteration_seconds\": %.17g, \"mfu\": %.17g", b->iteration_seconds, b->mfu);
+        if (b->found && full->found) fprintf(f, ", \"full_speedup\": %.6g", b->iteration_seconds / full->iteration_seconds);
+        fprintf(f, ", \"search_seconds\": %.6g}", b->seconds);
     }
 }
 

@@ -22,9 +22,14 @@ typedef struct {
     double mfu;                // model FLOPs / (devices x dense peak x iteration time); 0 when none fits
 } SpaceBest;
 
+// the full space without one of the seeds' techniques (search_compare_seeds)
+enum { WITHOUT_PARO = 0, WITHOUT_LEAN = 1, WITHOUT_COUNT = 2 };
+
 typedef struct {
     int count;                      // spaces compared: megatron-mist .. `upto`
     SpaceBest space[SPACE_FULL + 1];
+    int have_without;               // search_compare_seeds filled `without`
+    SpaceBest without[WITHOUT_COUNT];  // full without PaRO's I-scope codes; full without lean layers
 } SpaceComparison;
 
 // Searches every space from megatron-mist to `upto` with options `so` (its space is
@@ -38,6 +43,12 @@ int search_compare_spaces(const MistConfig *cfg, const HwProfile *hw, const OpTa
                           PlanSpace upto, const SearchResult *known, double known_seconds, SpaceComparison *out,
                           char *err, size_t errlen);
 
+// When the comparison reaches `full`: the full space again without PaRO's sharding codes
+// (ZeRO 0-3 only) and without lean layers, so that what each buys shows (rows printed after
+// full's). 0, or 2 with err set.
+int search_compare_seeds(const MistConfig *cfg, const HwProfile *hw, const OpTable *table, const SearchOptions *so,
+                         SpaceComparison *out, char *err, size_t errlen);
+
 // The time of space `base` (megatron-mist or megatron) over row i's: NAN when either fits nothing
 // (or base was not compared).
 double search_compare_speedup(const SpaceComparison *c, PlanSpace base, int i);
@@ -49,5 +60,7 @@ void plan_summary(const Plan *p, char *buf, size_t len);
 // The table (one row per space) and the JSON array members of "compare".
 void search_compare_print_text(const SpaceComparison *c, FILE *f);
 void search_compare_print_json(const SpaceComparison *c, FILE *f);
+// The rows of search_compare_seeds as JSON array members (nothing when it did not run).
+void search_compare_print_without_json(const SpaceComparison *c, FILE *f);
 
 #endif

@@ -108,7 +108,7 @@ tap_ok $? "--compare (GPT-3 6.7B, 1x8 L4): six rows, full's time is the plan's (
 "$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --compare --json >"$tmp/c.json" 2>"$tmp/err"; rc=$?
 top=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"iteration_seconds": [^,]*' | head -1 | cut -d' ' -f2)
 topmfu=$(sed 's/"stages": \[.*//' "$tmp/c.json" | grep -o '"mfu": [^,]*' | head -1 | cut -d' ' -f2)
-sed 's/.*"compare": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
+sed 's/.*"compare": \[//; s/\], "compare_without".*//' "$tmp/c.json" | tr '{' '\n' | grep '"space"' >"$tmp/c.rows"
 alone=$("$PLAN" "$G67" --nodes 1 --gpus-per-node 8 --hardware gcp-l4 --space offload --json 2>/dev/null |
     sed 's/"stages": \[.*//' | grep -o '"iteration_seconds": [^,]*' | cut -d' ' -f2)
 awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
@@ -129,6 +129,14 @@ awk -v top="$top" -v topmfu="$topmfu" -v alone="$alone" -v num_re="$num_re" '
 [ $rc -eq 0 ] && [ -n "$top" ] && [ -n "$alone" ] && [ ! -s "$tmp/c.bad" ]
 tap_ok $? "--compare --json: 6 rows, times never rise, speedup = megatron-mist / time, last = the plan ($top s, MFU $topmfu), offload = --space offload alone ($alone s)"
 [ -s "$tmp/c.bad" ] && tap_diag "$(cat "$tmp/c.bad")" "$(cat "$tmp/c.rows")"
+
+# the full space without PaRO's codes and without lean layers: two rows after full's, never faster
+# than full (a subset of its space), each with full's speedup over it
+without=$(sed 's/.*"compare_without": \[//' "$tmp/c.json" | tr '{' '\n' | grep '"space": "full-no-')
+n_without=$(printf '%s\n' "$without" | grep -c 'full_speedup')
+worst=$(printf '%s\n' "$without" | sed -n 's/.*"full_speedup": \([^,}]*\).*/\1/p' | sort -g | head -1)
+[ "$n_without" -eq 2 ] && [ -n "$worst" ] && num_ok 'w >= 1 - 1e-12' w="$worst"
+tap_ok $? "--compare --json: compare_without has full-no-paro and full-no-lean ($n_without rows), full no slower than either (least speedup $worst)"
 
 # spaces that fit nothing say so with their closest plan; --space limits the rows
 G13="$MIST_SRCDIR/examples/gpt3-13b.ini"
