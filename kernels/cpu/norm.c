@@ -47,17 +47,33 @@ void cpu_norm_forward(Backend *b, BackendStream *s, NormOp kind, void *res_out, 
     }
 }
 
+// Where x̂ comes from: the input, (x - mean) * rstd, or (out set) the norm's output,
+// (y - bias) / w, for the lean layers (docs/lean-layers.md; w = 0 loses the value: 0).
+typedef struct {
+    const void *inp;
+    const float *mean;  // LayerNorm's, NULL for RMSNorm
+    const void *out, *w, *bias;
+} NormXhat;
+
+static inline float norm_xhat(const NormXhat *x, MistDtype dt, size_t o, int c, float mu, float r) {
+    if (!x->out) return (cpu_ld(x->inp, dt, o + c) - mu) * r;
+    float wc = cpu_ld(x->w, dt, c);
+    if (wc == 0.0f) return 0.0f;
+    return (cpu_ld(x->out, dt, o + c) - (x->bias ? cpu_ld(x->bias, dt, c) : 0.0f)) / wc;
+}
+
 // dinp X(N,C) +=, dw X(C) +=, dbias X(C) += (or NULL).
 // With g = dout * w and xhat the normalised input:
 //   LayerNorm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   RMSNorm:   dx = rstd * (g - xhat * mean(g * xhat))
 // dw[c] = sum_i dout[i,c] * xhat[i,c], dbias[c] = sum_i dout[i,c]: each column
 // block is owned by one thread and sums rows in order (thread-count independent).
-void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
-                       const void *dout, const void *inp, const void *w,
-                       const float *mean, const float *rstd, int N, int C) {
+// Both entries share it: the sums are the same, in the same order, whichever way x̂ is found.
+static void norm_backward(Backend *b, NormOp kind, void *dinp, void *dw, void *dbias, const void *dout,
+                          const NormXhat *src, const float *rstd, int N, int C) {
     MistDtype dt = b->dtype;
     int is_ln = kind == NORM_OP_LAYERNORM;
+    const float *mean = src->out ? NULL : src->mean;
     if (dinp) {
         size_t stride;  // per thread: g then xhat, from the backend's workspace
         char *rows = cpu_scratch_per_thread(b, CPU_WS_THREAD, 2 * (size_t)C * sizeof(float), &stride);
@@ -68,11 +84,11 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
             CPU_PRAGMA(omp for schedule(static))
             for (int i = 0; i < N; i++) {
                 size_t o = (size_t)i * C;
-                float mu = is_ln ? mean[i] : 0.0f, r = rstd[i];
+                float mu = is_ln && mean ? mean[i] : 0.0f, r = rstd[i];
                 float g_mean = 0.0f, gx_mean = 0.0f;
                 for (int c = 0; c < C; c++) {
-                    xhat[c] = (cpu_ld(inp, dt, o + c) - mu) * r;
-                    g[c] = cpu_ld(dout, dt, o + c) * cpu_ld(w, dt, c);
+                    xhat[c] = norm_xhat(src, dt, o, c, mu, r);
+                    g[c] = cpu_ld(dout, dt, o + c) * cpu_ld(src->w, dt, c);
                     g_mean += g[c];
                     gx_mean += g[c] * xhat[c];
                 }
@@ -94,10 +110,10 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
         float acc_w[NORM_COLS_PER_TASK] = {0}, acc_b[NORM_COLS_PER_TASK] = {0};
         for (int i = 0; i < N; i++) {
             size_t o = (size_t)i * C;
-            float mu = is_ln ? mean[i] : 0.0f, r = rstd[i];
+            float mu = is_ln && mean ? mean[i] : 0.0f, r = rstd[i];
             for (int c = c0; c < c1; c++) {
                 float d = cpu_ld(dout, dt, o + c);
-                acc_w[c - c0] += d * (cpu_ld(inp, dt, o + c) - mu) * r;
+                acc_w[c - c0] += d * norm_xhat(src, dt, o, c, mu, r);
                 acc_b[c - c0] += d;
             }
         }
@@ -106,4 +122,21 @@ void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, vo
             if (dbias) cpu_st(dbias, dt, c, cpu_ld(dbias, dt, c) + acc_b[c - c0]);
         }
     }
+}
+
+void cpu_norm_backward(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
+                       const void *dout, const void *inp, const void *w,
+                       const float *mean, const float *rstd, int N, int C) {
+    (void)s;
+    const NormXhat src = {inp, mean, NULL, w, NULL};
+    norm_backward(b, kind, dinp, dw, dbias, dout, &src, rstd, N, C);
+}
+
+// As cpu_norm_backward (the same sums in the same order), with xhat from the output.
+void cpu_norm_backward_from_output(Backend *b, BackendStream *s, NormOp kind, void *dinp, void *dw, void *dbias,
+                                   const void *dout, const void *out, const void *w, const void *bias,
+                                   const float *rstd, int N, int C) {
+    (void)s;
+    const NormXhat src = {NULL, NULL, out, w, bias};
+    norm_backward(b, kind, dinp, dw, dbias, dout, &src, rstd, N, C);
 }
