@@ -34,7 +34,7 @@ fi
 rm -f "$probe" "$probe.c" "$probe.log"
 
 # the parsers and what they call; each harness links only what it uses from the archive
-SOURCES="base/config_keys.c base/config_load.c base/config_summary.c base/plan_file.c base/model_family.c base/paro.c
+SOURCES="base/config_keys.c base/config_load.c base/config_defaults.c base/config_summary.c base/plan_file.c base/model_family.c base/paro.c
 base/profile.c base/profile_presets.c base/launcher_rank.c base/excerpt.c planner/optable.c runtime/shard.c runtime/dataloader.c runtime/fileutil.c
 runtime/checksum.c runtime/checkpoint.c runtime/checkpoint_read.c runtime/checkpoint_state.c"
 HARNESSES="config plan profile optable shard checkpoint latest"
