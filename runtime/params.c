@@ -305,6 +305,10 @@ void mr_init_params(ModelRuntime *r, uint64_t seed) {
         // drawn by global index: the same model under any tp (and any vocab_pad:
         // the real rows keep their indices, the padded rows of wte/lm_head_w are 0)
         size_t real = is_vocab_tensor(t) ? (size_t)r->V * (size_t)t->spec.cols : SIZE_MAX;
+        // each value is a pure function of (seed, tensor, global index), so threads draw the
+        // same bits as one; ~50 ns a value (log, cos, sqrt) is a minute for 1.3B weights on one
+        // core. Small tensors stay on one thread (a parallel region costs microseconds).
+#pragma omp parallel for schedule(static) if (t->count >= ((size_t)1 << 20))
         for (size_t i = 0; i < t->count; i++) {
             size_t g = (size_t)tp_shard_global_index(&t->shard, &t->spec, (int64_t)i);
             w[t->offset + i] = g < real ? mr_init_value(r, k, g, seed) : 0.0f;
