@@ -3,6 +3,7 @@
 // times of collectives, pipeline sends and host copies, as expressions of a
 // stage configuration (docs/design.md §4). stage_model.c, schedule.c and memory.c
 // build a stage's times and memory from them.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "planner/cost_terms.h"
@@ -183,23 +184,59 @@ Expr cost_part_flops(StageBuild *sb, const PartExprs *part, int backward) {
 // no extra. SwiGLU models: backward recomputes act = silu(gate) up, reading
 // fc (2n elements) and writing n: 3e n bytes plus a launch; forward: nothing
 // extra (act goes to another buffer).
+//
+// A measured op table (mist-calibrate) replaces these prices where it lists the
+// lean ops (optable.h): lean_gelu's forward (the pass with the branch bits) and
+// backward (the inversion) for the GELU's; swiglu's forward for the SwiGLU's
+// recompute (the same kernel on the same shape); and lean_ln1 / lean_ln2's
+// backward (from the output) for the norms' backward, which a lean block runs
+// in place of ln1's / ln2's: extra = T(lean_lnK) - T(lnK), both as the table
+// (or the model) prices them. A table that does not list an op at all leaves
+// the model's price (0 for the norms): an older table prices lean as before.
 enum { LEAN_INVERSE_FLOPS = 240 };
+static int table_lists(const StageBuild *sb, const char *op) {
+    return optable_lists(sb->table, op, sb->cfg->model.seq_len);
+}
+
+// sum over the block's norms of T(lean_<norm>) - T(<norm>), backward; EXPR_NONE where the
+// table lists no lean_<norm> (no term at all: the model without a table stays as it was)
+static Expr lean_norms_extra(StageBuild *sb) {
+    Expr sum = EXPR_NONE;
+    const PartExprs *blk = &sb->me->block;
+    for (int i = 0; i < blk->n_ops; i++) {
+        const OpExprs *op = &blk->op[i];
+        char lean[40];
+        snprintf(lean, sizeof lean, "lean_%s", op->name);
+        if ((strcmp(op->name, "ln1") && strcmp(op->name, "ln2")) || !table_lists(sb, lean)) continue;
+        Expr plain = with_table(sb, op->name, op_model_time(sb, op, 1), 1);
+        Expr d = ex_sub(sb->x, with_table(sb, lean, plain, 1), plain);
+        sum = sum == EXPR_NONE ? d : ex_add(sb->x, sum, d);
+    }
+    return sum;
+}
+
 Expr cost_lean_extra(StageBuild *sb, int backward) {
     ExprCtx *x = sb->x;
     const ModelConfig *m = &sb->cfg->model;
     Expr n = ex_div(x, ex_mul(x, sb->s[SYM_B], ex_num(x, (double)m->seq_len * m->ffn_hidden)), sb->s[SYM_TP]);
     double e = sb->me->param_bytes;
+    Expr launch = ex_num(x, sb->hw->launch_seconds), t;
     if (m->activation == ACT_SWIGLU) {
         if (!backward) return sb->zero;
-        Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, 3 * e)));
-        return ex_mul(x, sb->s[SYM_LEAN], ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+        t = ex_add(x, memory_time(sb, ex_mul(x, n, ex_num(x, 3 * e))), launch);
+        if (table_lists(sb, "swiglu")) t = with_table(sb, "swiglu", t, 0);  // the recompute is swiglu's forward
+    } else {
+        t = memory_time(sb, ex_mul(x, n, ex_num(x, (backward ? 3 : 2) * e + 0.125)));
+        if (backward) {
+            double rate = sb->hw->peak_flops[DT_FP32] * sb->hw->flops_efficiency;
+            t = ex_max(x, t, ex_mul(x, n, ex_num(x, LEAN_INVERSE_FLOPS / (rate > 0 ? rate : 1e12))));
+        }
+        t = ex_add(x, t, launch);
+        if (table_lists(sb, "lean_gelu")) t = with_table(sb, "lean_gelu", t, backward);
     }
-    Expr t = memory_time(sb, ex_mul(x, n, ex_num(x, (backward ? 3 : 2) * e + 0.125)));
-    if (backward) {
-        double rate = sb->hw->peak_flops[DT_FP32] * sb->hw->flops_efficiency;
-        t = ex_max(x, t, ex_mul(x, n, ex_num(x, LEAN_INVERSE_FLOPS / (rate > 0 ? rate : 1e12))));
-    }
-    return ex_mul(x, sb->s[SYM_LEAN], ex_add(x, t, ex_num(x, sb->hw->launch_seconds)));
+    Expr norms = backward ? lean_norms_extra(sb) : EXPR_NONE;
+    if (norms != EXPR_NONE) t = ex_add(x, t, norms);
+    return ex_mul(x, sb->s[SYM_LEAN], t);
 }
 
 // The deferred Adam step of one block's shard: memory-bound. Per parameter it

@@ -17,6 +17,8 @@ const char *const optable_op_names[] = {
     "residual",                                                                     // block
     "lnf", "lm_head", "crossentropy",                                               // post
     NULL};
+// The kernels a lean block ([stage.N] lean) runs in place of the model's ops (cost_lean_extra).
+const char *const optable_lean_op_names[] = {"lean_gelu", "lean_ln1", "lean_ln2", NULL};
 
 // Ops our runtime runs inside a neighbour's kernel (models/ops.h): their time
 // is in that op's entry, so a table of ours lists them at 0.
@@ -29,6 +31,9 @@ static int fused_op(const char *op) {
 static int zero_bwd_allowed(const char *op) {
     return !strcmp(op, "crossentropy") || !strcmp(op, "residual") || fused_op(op);
 }
+// Ops whose forward may take no time: the fused ones, and the lean norms, whose
+// forward is the plain norm's (ln1's, ln2's entry; only their backward differs).
+static int zero_fwd_allowed(const char *op) { return fused_op(op) || !strcmp(op, "lean_ln1") || !strcmp(op, "lean_ln2"); }
 
 static int add_entry(OpTable *t, const OpTimeEntry *e) {
     if (t->n == t->cap) {
@@ -119,14 +124,16 @@ static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e,
                     "one entry per line. Hint: '#' starts a comment", n == 7 ? "more than " : "", n == 7 ? 6 : n);
     int known = 0;
     char names[256] = "";
-    for (int i = 0; optable_op_names[i]; i++) {
-        known |= !strcmp(field[0], optable_op_names[i]);
-        size_t used = strlen(names);
-        snprintf(names + used, sizeof names - used, "%s%s", i ? " " : "", optable_op_names[i]);
-    }
+    const char *const *lists[2] = {optable_op_names, optable_lean_op_names};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; lists[l][i]; i++) {
+            known |= !strcmp(field[0], lists[l][i]);
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", used ? " " : "", lists[l][i]);
+        }
     if (!known)
         return fail(err, errlen, path, lineno, "unknown op '%.64s'; allowed: %s. Hint: the op names of the model "
-                    "description (docs/plan-analyze.md, 'Measured op table')", field[0], names);
+                    "description, and the lean_* kernels of lean blocks (docs/plan-analyze.md, 'Measured op table')", field[0], names);
     snprintf(e->op, sizeof e->op, "%s", field[0]);
     const char *count_name[3] = {"b", "s", "tp"};
     int *count[3] = {&e->b, &e->s, &e->tp};
@@ -141,7 +148,7 @@ static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e,
         char *end;
         errno = 0;
         us[i] = strtod(field[4 + i], &end);
-        int zero_ok = i == 1 ? zero_bwd_allowed(e->op) : fused_op(e->op);
+        int zero_ok = i == 1 ? zero_bwd_allowed(e->op) : zero_fwd_allowed(e->op);
         // a finite, positive time: NaN, infinities and absurdly long calls
         // would turn the predicted iteration time and MFU into nonsense
         if (end == field[4 + i] || *end || errno || !isfinite(us[i]) || !(zero_ok ? us[i] >= 0 : us[i] > 0) ||
@@ -152,7 +159,8 @@ static int parse_entry(const char *path, int lineno, char *line, OpTimeEntry *e,
                         !zero_ok ? (i == 1 ? " (0 only for the backward of crossentropy, fused into its forward, "
                                              "of the residuals, and of gelu and pos_embedding)"
                                            : " (0 only for gelu, attn_residual and pos_embedding, which our "
-                                             "runtime fuses into fc, ln2 and embedding)") : "");
+                                             "runtime fuses into fc, ln2 and embedding, and for lean_ln1 and "
+                                             "lean_ln2, whose forward is ln1's and ln2's)") : "");
     }
     e->fwd_seconds = us[0] * 1e-6;
     e->bwd_seconds = us[1] * 1e-6;
@@ -260,6 +268,12 @@ int optable_curve(const OpTable *t, const char *op, int s, int *from, OptableCur
     }
     *from = t->n;
     return 0;
+}
+
+int optable_lists(const OpTable *t, const char *op, int s) {
+    int from = 0;
+    OptableCurve c;
+    return optable_curve(t, op, s, &from, &c);
 }
 
 OptableRule optable_rule(const OpTable *t, const char *op, int b, int s, int tp) {

@@ -8,11 +8,14 @@
 //   # op          b     s     tp   fwd_us     bwd_us
 //   qkv           1     2048  1    986        1937
 // op is an op name of the cost model's op list (optable_op_names, listed in
-// docs/plan-analyze.md, "Measured op table"); b, s, tp >= 1; times are
-// microseconds per call, per TP rank, in (0, OPTABLE_MAX_US] (the backward of
-// crossentropy and residual may be 0, and both times of the ops our runtime
-// fuses into a neighbour: gelu, attn_residual, pos_embedding). Lines end in LF
-// or CRLF and are at most OPTABLE_MAX_LINE characters.
+// docs/plan-analyze.md, "Measured op table"), or a lean block's kernel
+// (lean_gelu, lean_ln1, lean_ln2; older tables without them price lean blocks
+// from the model); b, s, tp >= 1; times are microseconds per call, per TP rank,
+// in (0, OPTABLE_MAX_US] (the backward of crossentropy and residual may be 0,
+// both times of the ops our runtime fuses into a neighbour: gelu,
+// attn_residual, pos_embedding, and the forward of lean_ln1 and lean_ln2, which
+// is ln1's and ln2's). Lines end in LF or CRLF and are at most OPTABLE_MAX_LINE
+// characters.
 //
 // Shapes between measured ones: at one (op, s, tp), linear in b between the
 // two nearest measured b; beyond the largest, the line through the last two
@@ -27,8 +30,10 @@
 #define OPTABLE_MAX_LINE 511  // characters per line, without the line ending
 #define OPTABLE_MAX_US 1e10   // longest time of one call (about 2.8 hours; more is a unit mistake)
 
-// The op names an entry may have, NULL-terminated.
+// The op names an entry may have, NULL-terminated: the model description's ops,
+// and the kernels a lean block runs in their place (lean_gelu, lean_ln1, lean_ln2).
 extern const char *const optable_op_names[];
+extern const char *const optable_lean_op_names[];
 
 typedef struct {
     char op[32];
@@ -56,6 +61,9 @@ typedef struct {
 // The next curve of op at sequence s: call with *from = 0 first; fills *c and
 // returns 1 for each tp the table lists (in order of first appearance), 0 after the last.
 int optable_curve(const OpTable *t, const char *op, int s, int *from, OptableCurve *c);
+
+// 1 when the table has an entry for op at sequence s (any b, tp), else 0 (or t NULL).
+int optable_lists(const OpTable *t, const char *op, int s);
 
 // How a (op, b, s, tp) is priced (the rule above).
 typedef enum { OPTABLE_EXACT, OPTABLE_INTERPOLATED, OPTABLE_EXTRAPOLATED, OPTABLE_MODEL } OptableRule;

@@ -34,6 +34,15 @@ void optable_plan_misses(const OpTable *t, const MistConfig *cfg, const Plan *pl
                 OptableRule r = optable_rule(t, op, sp->b, mc.seq_len, sp->tp);
                 if (r == OPTABLE_MODEL || r == OPTABLE_EXTRAPOLATED) add_miss(out, op, sp->b, mc.seq_len, sp->tp, r);
             }
+        // a lean stage's blocks that are not checkpointed run the lean kernels; those the
+        // table lists at all price them (cost_lean_extra), so their gaps are misses too
+        const char *lean[3] = {mc.activation == ACT_SWIGLU ? NULL : "lean_gelu", "lean_ln1",
+                               mc.parallel_block ? NULL : "lean_ln2"};
+        for (int k = 0; sp->lean && sp->layers > sp->ckpt && k < 3; k++) {
+            if (!lean[k] || !optable_lists(t, lean[k], mc.seq_len)) continue;
+            OptableRule r = optable_rule(t, lean[k], sp->b, mc.seq_len, sp->tp);
+            if (r == OPTABLE_MODEL || r == OPTABLE_EXTRAPOLATED) add_miss(out, lean[k], sp->b, mc.seq_len, sp->tp, r);
+        }
     }
     if (x) expr_ctx_free(x);
 }

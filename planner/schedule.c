@@ -359,6 +359,8 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     // the passes' nested parts: a checkpointed block recomputes its forward (Cf + Ef) before its backward
     out[ST_BLOCK_FWD] = out[ST_BLOCK_RECOMPUTE] = ex_add(x, Cf, Ef);
     out[ST_BLOCK_BWD] = ex_add(x, Cb, Eb);
+    // and, under selective recompute, a block not checkpointed its attention core's forward (Ca = sel C_att)
+    out[ST_BLOCK_RECOMPUTE_ATT] = Ca;
     const PartExprs *edge[2] = {sb->has_pre ? &me->pre : NULL, sb->has_post ? &me->post : NULL};
     for (int k = 0; k < 2; k++) {
         if (!edge[k]) continue;

@@ -111,6 +111,10 @@ typedef enum {
     ST_PRE_BWD,
     ST_POST_FWD,
     ST_POST_BWD,
+    // s: the attention core's forward that a block not checkpointed runs again before
+    // its backward under selective recompute (0 without it): a nested part of the
+    // trace's backward passes, before the block's backward (ST_BLOCK_BWD leaves it out)
+    ST_BLOCK_RECOMPUTE_ATT,
     ST_OUTPUTS
 } StageOutput;
 enum { STAGE_PHASES = 4, STAGE_STREAMS = 3 };

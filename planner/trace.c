@@ -9,12 +9,14 @@
 const char *const trace_kind_names[TRACE_KINDS] = {"forward", "backward", "bubble", "grad norm",
                                                    "collectives", "h2d", "d2h",
                                                    "block %d forward", "block %d backward", "block %d recompute",
-                                                   "pre forward", "pre backward", "post forward", "post backward"};
+                                                   "pre forward", "pre backward", "post forward", "post backward",
+                                                   "block %d recompute attention"};
 static const char *const track_names[TRACE_TRACKS] = {"compute", "collectives", "host->device", "device->host"};
 
 void trace_event_name(const TraceEvent *e, char *dst, size_t len) {
     int k = e->kind;
-    if (k == TRACE_BLOCK_FORWARD || k == TRACE_BLOCK_BACKWARD || k == TRACE_BLOCK_RECOMPUTE)
+    if (k == TRACE_BLOCK_FORWARD || k == TRACE_BLOCK_BACKWARD || k == TRACE_BLOCK_RECOMPUTE ||
+        k == TRACE_BLOCK_RECOMPUTE_ATT)
         snprintf(dst, len, trace_kind_names[k], e->block);
     else
         snprintf(dst, len, "%s", trace_kind_names[k]);

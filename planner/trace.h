@@ -25,6 +25,8 @@ typedef enum {
     TRACE_PRE_BACKWARD,
     TRACE_POST_FORWARD,                     // final norm, head and loss (last stage)
     TRACE_POST_BACKWARD,
+    TRACE_BLOCK_RECOMPUTE_ATT,              // selective recompute: the attention core's forward again, before the
+                                            // backward of a block not checkpointed
     TRACE_KINDS
 } TraceKind;
 // The block kinds' names hold the model's block index ("block %d forward", 0-based).

@@ -84,7 +84,8 @@ static int put_part(PartCursor *c, int kind, double dur, int block) {
 
 // The nested events of a pass placed at [start, start + dur): forward: pre, blocks
 // first to last, post; backward: post, blocks last to first (a checkpointed one,
-// the last `ckpt` of the stage, recomputes its forward first), pre. Their times
+// the last `ckpt` of the stage, recomputes its forward first; under selective
+// recompute the others their attention core's forward), pre. Their times
 // are the stage model's compute terms (ST_BLOCK_FWD ...); the rest of the pass
 // (exposed transfers, the boundary copies) is spread evenly after each of them,
 // and should the terms exceed the pass (the blocks cannot: the overlap rule
@@ -95,14 +96,16 @@ static int add_parts(Trace *t, const StageAnalysis *s, int stage, int fwd, int g
     int L = s->sp.layers, ck = s->sp.ckpt < L ? s->sp.ckpt : L, first = s->first_layer;
     double edge0 = fwd ? o[ST_PRE_FWD] : o[ST_POST_BWD], edge1 = fwd ? o[ST_POST_FWD] : o[ST_PRE_BWD];
     double blk = fwd ? o[ST_BLOCK_FWD] : o[ST_BLOCK_BWD], re = fwd ? 0 : o[ST_BLOCK_RECOMPUTE];
-    double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0);
-    int n = (edge0 > 0) + (edge1 > 0) + L * (blk > 0) + ck * (re > 0);
+    double ra = fwd ? 0 : o[ST_BLOCK_RECOMPUTE_ATT];  // 0 unless recompute = selective
+    double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0) + (L - ck) * fmax(ra, 0);
+    int n = (edge0 > 0) + (edge1 > 0) + L * (blk > 0) + ck * (re > 0) + (L - ck) * (ra > 0);
     if (!n) return 0;
     PartCursor c = {t, stage, g, start, sum > dur ? dur / sum : 1, sum < dur ? (dur - sum) / n : 0};
     int rc = put_part(&c, fwd ? TRACE_PRE_FORWARD : TRACE_POST_BACKWARD, edge0, -1);
     for (int k = 0; k < L && !rc; k++) {
         int l = fwd ? k : L - 1 - k;  // the stage's block
         if (!fwd && l >= L - ck) rc = put_part(&c, TRACE_BLOCK_RECOMPUTE, re, first + l);
+        else if (!fwd) rc = put_part(&c, TRACE_BLOCK_RECOMPUTE_ATT, ra, first + l);
         if (!rc) rc = put_part(&c, fwd ? TRACE_BLOCK_FORWARD : TRACE_BLOCK_BACKWARD, blk, first + l);
     }
     return rc ? rc : put_part(&c, fwd ? TRACE_POST_FORWARD : TRACE_PRE_BACKWARD, edge1, -1);

@@ -15,15 +15,19 @@
 enum {  // index into op_names
     CAL_QKV, CAL_ATTENTION, CAL_ATTN_PROJ, CAL_FC, CAL_FC_PROJ, CAL_LM_HEAD,
     CAL_LN1, CAL_LN2, CAL_LNF, CAL_ROTARY, CAL_SWIGLU, CAL_EMBEDDING, CAL_CROSSENTROPY,
+    CAL_LEAN_GELU, CAL_LEAN_LN1, CAL_LEAN_LN2,  // the kernels of a lean block ([stage.N] lean)
 };
 static const char *const op_names[CALIB_OPS] = {"qkv", "attention", "attn_proj", "fc", "fc_proj", "lm_head", "ln1",
-                                                "ln2", "lnf", "rotary", "swiglu", "embedding", "crossentropy"};
+                                                "ln2", "lnf", "rotary", "swiglu", "embedding", "crossentropy",
+                                                "lean_gelu", "lean_ln1", "lean_ln2"};
 
 // Whether the model has the op at this tp degree. The vocabulary-parallel
 // embedding and cross-entropy (tp > 1) are not measured: the model's time stays.
 static int op_applies(const ModelConfig *m, int op, int tp) {
     switch (op) {
-    case CAL_LN2: return !m->parallel_block;
+    case CAL_LN2:
+    case CAL_LEAN_LN2: return !m->parallel_block;
+    case CAL_LEAN_GELU: return m->activation != ACT_SWIGLU;  // SwiGLU's lean recompute is swiglu's forward
     case CAL_ROTARY: return m->position == POS_ROTARY;
     case CAL_SWIGLU: return m->activation == ACT_SWIGLU;
     case CAL_EMBEDDING:
@@ -33,6 +37,11 @@ static int op_applies(const ModelConfig *m, int op, int tp) {
 }
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+static int is_norm(int op) {
+    return op == CAL_LN1 || op == CAL_LN2 || op == CAL_LNF || op == CAL_LEAN_LN1 || op == CAL_LEAN_LN2;
+}
+// The lean norms have no forward of their own (a lean block's is ln1's, ln2's): written as 0.
+static int no_forward(int op) { return op == CAL_LEAN_LN1 || op == CAL_LEAN_LN2; }
 
 // One op at one (b, tp): its shapes and device buffers.
 typedef struct {
@@ -50,6 +59,7 @@ typedef struct {
     void *x, *w, *bias, *y, *pre, *dy, *dx, *dw, *db, *res, *res_out, *wpe, *dwpe;
     float *lse, *mean, *rstd;
     int32_t *tokens;
+    uint8_t *mask;  // lean_gelu: the branch bits, one per element
 } OpRun;
 
 static uint64_t next_random(uint64_t *state) {  // splitmix64
@@ -100,7 +110,7 @@ static int32_t *device_tokens(Backend *be, size_t n, int V, uint64_t *state) {
 
 static void op_free(OpRun *o) {
     void *all[] = {o->x, o->w, o->bias, o->y, o->pre, o->dy, o->dx, o->dw, o->db, o->res, o->res_out, o->wpe,
-                   o->dwpe, o->lse, o->mean, o->rstd, o->tokens};
+                   o->dwpe, o->lse, o->mean, o->rstd, o->tokens, o->mask};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i]) o->be->free_device(o->be, all[i]);
     memset(o, 0, sizeof *o);
@@ -118,9 +128,9 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     size_t N = (size_t)o->N;
     o->eps = (float)m->norm_eps, o->theta = (float)m->rope_theta;
     o->kind = m->norm == NORM_LAYERNORM ? NORM_OP_LAYERNORM : NORM_OP_RMSNORM;
-    if (op == CAL_LN1 || op == CAL_LN2 || op == CAL_LNF) {
+    if (is_norm(op)) {  // the lean norms: the same buffers, the backward reads y instead of x
         int ln = o->kind == NORM_OP_LAYERNORM;
-        o->in = C, o->fused = op == CAL_LN2, o->has_bias = m->bias;
+        o->in = C, o->fused = op == CAL_LN2 || op == CAL_LEAN_LN2, o->has_bias = m->bias;
         o->x = device_random(be, N * C, seed);
         o->y = device_random(be, N * C, seed);
         o->w = device_random(be, (size_t)C, seed);
@@ -139,6 +149,14 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
     if (op == CAL_ROTARY) {
         o->x = device_random(be, N * qkv, seed), o->dx = device_random(be, N * qkv, seed);
         return o->x && o->dx ? 0 : -1;
+    }
+    if (op == CAL_LEAN_GELU) {  // act = gelu(fc) with its bits, over the rank's N x F/tp elements
+        size_t n = N * (size_t)Ft;
+        o->out = Ft;
+        o->x = device_random(be, n, seed), o->y = device_random(be, n, seed);  // fc: both branches of x*
+        o->dy = device_random(be, n, seed), o->dx = device_random(be, n, seed);
+        o->mask = be->alloc_device(be, (n + 7) / 8);
+        return o->x && o->y && o->dy && o->dx && o->mask ? 0 : -1;
     }
     if (op == CAL_SWIGLU) {
         o->out = Ft;
@@ -197,7 +215,10 @@ static int op_setup(OpRun *o, Backend *be, const ModelConfig *m, int op, int b, 
 // the bias gradient and GELU derivative where the model has them).
 static void op_call(OpRun *o, int backward) {
     Backend *be = o->be;
-    if (o->op == CAL_LN1 || o->op == CAL_LN2 || o->op == CAL_LNF) {
+    if ((o->op == CAL_LEAN_LN1 || o->op == CAL_LEAN_LN2) && backward) {  // from the output y and rstd
+        be->norm_backward_from_output(be, NULL, (NormOp)o->kind, o->dx, o->dw, o->db, o->dy, o->y, o->w, o->bias,
+                                      o->rstd, o->N, o->in);
+    } else if (is_norm(o->op)) {
         const void *normed = o->fused ? o->res_out : o->x;
         if (backward)
             be->norm_backward(be, NULL, (NormOp)o->kind, o->dx, o->dw, o->db, o->dy, normed, o->w, o->mean, o->rstd,
@@ -205,6 +226,10 @@ static void op_call(OpRun *o, int backward) {
         else
             be->norm_forward(be, NULL, (NormOp)o->kind, o->res_out, o->y, o->mean, o->rstd, o->x, o->res, o->w,
                              o->bias, o->N, o->in, o->eps);
+    } else if (o->op == CAL_LEAN_GELU) {  // as a lean block: the bits in forward, the inversion in backward
+        size_t n = (size_t)o->N * o->out;
+        if (backward) be->gelu_backward_from_output(be, NULL, o->dx, o->y, o->mask, o->dy, n);
+        else be->gelu_forward_mask(be, NULL, o->y, o->mask, o->x, n);
     } else if (o->op == CAL_ROTARY) {
         if (backward) be->rotary_backward(be, NULL, o->dx, o->B, o->T, o->NH, o->NKV, o->HS, o->theta);
         else be->rotary_forward(be, NULL, o->x, o->B, o->T, o->NH, o->NKV, o->HS, o->theta);
@@ -273,10 +298,10 @@ int calibrate_ops(Backend *be, const ModelConfig *m, const int *bs, int nb, cons
                              "--b values)", op_names[op], bs[i], tps[j]);
                     return -1;
                 }
-                // the backward needs the forward's out and lse (attention) once
+                // the backward needs the forward's out and lse (attention), y, rstd and the bits (lean) once
                 op_call(&o, 0);
-                out[n] = (CalibEntry){op_names[op], bs[i], m->seq_len, tps[j], time_us(&o, 0, warmup, iters),
-                                      time_us(&o, 1, warmup, iters)};
+                out[n] = (CalibEntry){op_names[op], bs[i], m->seq_len, tps[j],
+                                      no_forward(op) ? 0.0 : time_us(&o, 0, warmup, iters), time_us(&o, 1, warmup, iters)};
                 n++;
                 op_free(&o);
             }

@@ -1,6 +1,9 @@
 // Calibration: measured latencies of the model's ops on a backend (GEMMs,
 // attention, norms, rotary, SwiGLU, and at tp = 1 the embedding and the
-// cross-entropy), written as the planner's op table (planner/optable.h) so that
+// cross-entropy; and the kernels a lean block runs instead: the GELU's forward
+// with its branch bits and backward from its output, lean_gelu, and the norms'
+// backward from their output, lean_ln1 and lean_ln2, whose forward is the plain
+// norm's and is written as 0), written as the planner's op table (planner/optable.h) so that
 // `mist-plan --op-table` predicts with this device's real kernel speeds
 // instead of the cost model's estimates.
 //
@@ -18,12 +21,12 @@
 
 typedef struct {
     const char *op;  // planner op name (qkv attention attn_proj fc fc_proj lm_head ln1 ln2 lnf rotary
-                     // swiglu embedding crossentropy)
+                     // swiglu embedding crossentropy, and lean_gelu lean_ln1 lean_ln2: a lean block's kernels)
     int b, s, tp;
     double fwd_us, bwd_us;  // per call, microseconds
 } CalibEntry;
 
-#define CALIB_OPS 13  // op kinds; a model has those of its architecture
+#define CALIB_OPS 16  // op kinds; a model has those of its architecture
 #define CALIB_FUSED 3  // ops the runtime fuses into a measured one (calibrate_add_fused)
 
 // Times each op of the model at every (b, tp) pair (s = the model's seq_len): `warmup`

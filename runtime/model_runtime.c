@@ -436,8 +436,12 @@ void mr_backward(ModelRuntime *r, int slot, const void *dout, void *din) {
             if (swapped) acts_swap_in(r, i);
             view = act_view(r, i);
         }
+        if (sel) {  // its own part, so that "block N backward" is the block's backward alone in both traces
+            part_begin(r, TRACE_BLOCK_RECOMPUTE_ATT, l);
+            attention_recompute(r, &view);
+            part_end(r);
+        }
         part_begin(r, TRACE_BLOCK_BACKWARD, l);
-        if (sel) attention_recompute(r, &view);
         if (r->sp) mr_sp_block_backward(r, l, &view, xin);
         else block_backward(r, l, &view, xin);
         part_end(r);

@@ -493,8 +493,9 @@ static int resume(Training *t) {
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
     if (failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
-    // nested parts per micro-batch: every block forward and backward, the recomputes, pre and post both ways
-    int parts = 2 * r->L + r->ckpt + 4;
+    // nested parts per micro-batch: every block forward and backward, the recomputes (of checkpointed
+    // blocks, and of the attention core of the others under selective recompute), pre and post both ways
+    int parts = 2 * r->L + r->ckpt + (r->sel ? r->L : 0) + 4;
     int rc = failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
                                                     t->G, parts, t->root, t->err, sizeof t->err), "[log] trace");
     if (!rc && t->trace.iteration >= 0) r->trace = &t->trace;  // else the model's marks cost one branch

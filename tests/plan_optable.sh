@@ -90,6 +90,14 @@ fz=$(iteration "${H}gelu 4 64 1 0 0\nattn_residual 4 64 1 0 0\npos_embedding 4 6
 tap_ok $? "gelu, attn_residual and pos_embedding may be 0 (fused into fc, ln2, embedding): $roof s -> $fz s"
 expect "a zero forward of residual is refused" "${H}residual 4 64 1 0 0\n" 'residual fwd_us = 0' '0 only for gelu, attn_residual and pos_embedding'
 
+# a lean block's kernels (lean_gelu, lean_ln1, lean_ln2): the lean norms' forward (ln1's, ln2's) may be
+# 0, nothing else of theirs; they price lean blocks only, so a plan without lean keeps its time
+lz=$(iteration "${H}lean_gelu 4 64 1 20 80\nlean_ln1 4 64 1 0 50\nlean_ln2 4 64 1 0 50\n")
+[ -n "$lz" ] && [ "$lz" = "$roof" ]
+tap_ok $? "lean_gelu, lean_ln1 and lean_ln2 rows are read (the norms' forward at 0) and leave a plan without lean as it was ($roof s -> $lz s)"
+expect "a zero forward of lean_gelu is refused" "${H}lean_gelu 4 64 1 0 80\n" 'lean_gelu fwd_us = 0' 'and for lean_ln1 and lean_ln2'
+expect "a zero backward of lean_ln1 is refused" "${H}lean_ln1 4 64 1 0 0\n" 'lean_ln1 bwd_us = 0'
+
 # micro-batch sizes between measured ones: linear in b (tiny runs b = 4): measured at 2 and 8
 # gives at 4 the time of an entry at 4 with the interpolated value; beyond the largest, the
 # line through the last two (and a warning); tp and s must match
@@ -136,6 +144,14 @@ done
 rc=$?
 [ $rc -eq 0 ] && [ ! -s "$tmp/all.err" ]
 tap_ok $? "--strict-op-table passes a plan whose every op is measured or interpolated, silently (rc $rc)"
+# a table without lean rows (any older one) prices lean blocks by the model, not a gap; one that lists
+# lean_gelu prices lean blocks by it, and under --strict-op-table a b it does not cover is a gap
+"$PLAN" "$TINY" --analyze --hardware cpu --op-table "$tmp/all.optable" --strict-op-table -o stage.0.lean=1 >/dev/null 2>"$tmp/lean.err"
+rc=$?
+printf "lean_gelu 2 64 1 100 100\n" >>"$tmp/all.optable"
+out=$("$PLAN" "$TINY" --analyze --hardware cpu --op-table "$tmp/all.optable" --strict-op-table -o stage.0.lean=1 2>&1); rc2=$?
+[ $rc -eq 0 ] && [ ! -s "$tmp/lean.err" ] && [ $rc2 -eq 2 ] && printf '%s' "$out" | grep -q 'lean_gelu b=4 s=64 tp=1 (missing)'
+tap_ok $? "--strict-op-table: lean blocks with a table without lean rows pass (rc $rc); with a lean_gelu row at another b, the gap is named (rc $rc2)"
 out=$("$PLAN" "$TINY" -o plan.mode=auto --hardware cpu --op-table "$tmp/all.optable" --strict-op-table --json 2>&1)
 rc=$?
 b_found=$(printf '%s' "$out" | sed -n 's/.*"stages": \[{[^}]*"b": \([0-9]*\).*/\1/p')

@@ -14,6 +14,9 @@
 #    one after another, "block N forward" and "block N backward" for the stage's
 #    blocks, "block N recompute" before a checkpointed block's backward, "pre" /
 #    "post" parts on the first / last stage, with the same names in both traces;
+#  - recompute = selective: "block N recompute attention" just before the backward
+#    of each block not checkpointed, in both traces, with the stage model's time
+#    in the predicted one, and the per-stage sums hold as above;
 #  - bad input: an unwritable --trace / --svg / [log] trace path, trace_iteration 0.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 PLAN_BIN="$MIST_BUILDDIR/mist-plan"
@@ -77,6 +80,11 @@ for (pid, tid), es in sorted(rows.items()):
         for n in b:
             if n.endswith(" recompute") and n[:-10] + " backward" not in b[b.index(n):]:
                 bad.append("stage %d row %d: %s without its backward after it" % (pid, tid, n))
+        # selective recompute: the attention core's forward again, just before its block's backward
+        for k, n in enumerate(b):
+            if n.endswith(" recompute attention") and b[k + 1:k + 2] != [n[:-20] + " backward"]:
+                bad.append("stage %d row %d: %s not just before its block's backward (%s)" % (pid, tid, n, b[k + 1:k + 2]))
+        if any(" recompute" in n for n in f): bad.append("stage %d row %d: a recompute in forward %d" % (pid, tid, g))
     placed = sum(len(p.get("inner", [])) for p in es)
     if placed != len([e for e in parts if (e["pid"], e["tid"]) == (pid, tid)]):
         bad.append("stage %d row %d: %d parts outside their pass" % (pid, tid, len([e for e in parts if (e["pid"], e["tid"]) == (pid, tid)]) - placed))
@@ -184,6 +192,49 @@ for part in "pre forward" "block 0 forward" "block 1 forward" "block 1 recompute
     case " $mn " in *" $part "*) ;; *) false ;; esac || break
 done
 tap_ok $? "both hold the per-block parts (\"$part\" last looked for): blocks 0 and 1, the checkpointed block's recompute, pre and post"
+
+# ---- 3b. selective recompute: the attention core's forward again, in both traces -------
+# stage 0's block runs its attention forward again before its backward; stage 1's is
+# checkpointed, so it recomputes the whole block instead (and no attention part)
+SEL="-o stage.0.recompute=selective -o stage.1.recompute=selective"
+# shellcheck disable=SC2086
+"$PLAN_BIN" "$TINY" --analyze $PP $SEL --trace "$W/sel.json" --json >"$W/sel.out" 2>&1
+rc=$?
+res=$(check_trace "$W/sel.json" 2 4 predicted 2>&1)
+model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["iteration_seconds"])' "$W/sel.out" 2>/dev/null)
+traced=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["otherData"]["iteration_seconds"])' "$W/sel.json" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$res" = ok ] && num_ok 'm > 0 && (t - m) / m < 1e-8 && (m - t) / m < 1e-8' m="$model" t="$traced"
+tap_ok $? "selective: the predicted trace's rows tile the iteration, the analysis's 1F1B total ($traced s vs $model s; $res)"
+# the part's time is the stage model's: stage 0's blocks' backward (bwd_other_seconds, no
+# side streams in this plan) grows under selective by its one block's attention forward,
+# and each of the 4 parts lasts that; block 0's own backward part is the plain plan's
+delta=$(python3 - "$W/pp.json" "$W/sel.json" "$W/pp.out" "$W/sel.out" <<'PYEOF'
+import json, sys
+def ev(p): return [e for e in json.load(open(p))["traceEvents"] if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 0]
+plain, sel = ev(sys.argv[1]), ev(sys.argv[2])
+grow = 1e6 * (json.load(open(sys.argv[4]))["stages"][0]["bwd_other_seconds"] - json.load(open(sys.argv[3]))["stages"][0]["bwd_other_seconds"])
+att = [e["dur"] for e in sel if e["name"] == "block 0 recompute attention"]
+back = lambda es: [e["dur"] for e in es if e["name"] == "block 0 backward"]
+worst = max([abs(a - grow) for a in att] or [1]) if grow > 0 else 1  # us; the JSON holds whole ns
+print(len(att), grow, worst, back(sel) == back(plain))
+PYEOF
+)
+set -- $delta
+num_ok 'n == 4 && a > 0 && r <= 1e-3' n="${1:-x}" a="${2:-x}" r="${3:-x}" && [ "${4:-}" = True ]
+tap_ok $? "selective: 4 \"block 0 recompute attention\" parts, each the stage model's growth of the backward, ${2:-?} us (off by ${3:-?} us); block 0's backward part unchanged (${4:-?})"
+# shellcheck disable=SC2086
+mist_mpirun --timeout 120 -np 2 "$TRAIN" "$TINY" -o train.steps=3 -o data.val_interval=0 -o log.interval=1000 $PP $SEL \
+    -o log.trace="$W/msel.json" -o log.trace_iteration=2 >"$W/msel.out" 2>&1
+rc=$?
+res=$(check_trace "$W/msel.json" 2 4 measured 2>&1)
+[ $rc -eq 0 ] && [ "$res" = ok ]
+tap_ok $? "selective: the measured trace's passes hold their parts, each rank's events within 5% of its iteration ($res)"
+[ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/msel.out")"
+pn=$(names "$W/sel.json"); mn=$(names "$W/msel.json" 2>/dev/null)
+case " $mn " in *" block 0 recompute attention "*) has=1 ;; *) has=0 ;; esac
+case " $mn $pn " in *" block 1 recompute attention "*) has=0 ;; esac
+[ -n "$mn" ] && [ "$pn" = "$mn" ] && [ $has -eq 1 ]
+tap_ok $? "selective: the same names in both traces, \"block 0 recompute attention\" in both, none for the checkpointed block 1 ($mn)"
 
 # ---- 4. bad input ------------------------------------------------------------------
 for opt in --trace --svg; do
