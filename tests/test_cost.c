@@ -129,10 +129,7 @@ static void test_hand_time(const MistConfig *cfg) {
     c.train.global_batch = 2;
     StageModel m;
     char err[256];
-    if (stage_model_build(&m, &c, &hw, NULL, 1, 1, err, sizeof err) != 0) {
-        ok(0, "stage model builds: %s", err);
-        return;
-    }
+    if (!cost_model_built(&m, &c, &hw, 1, 1, "stage")) return;
     double T = 2 * 32, h = 64, s = 32, F = 256, V = 256;
     // The roofline uses the FLOPs the kernels execute (models/ops.h hw_flops),
     // with infinite bandwidth the compute term alone. Block forward: ln1 8Th,
@@ -241,11 +238,7 @@ static void test_boundary_time(const MistConfig *cfg, const HwProfile *hw) {
         MistConfig c = *cfg;
         c.cluster.gpus_per_node = 8;
         StageModel m;
-        char err[256];
-        if (stage_model_build(&m, &c, &h, NULL, 0, 0, err, sizeof err) != 0) {
-            ok(0, "middle stage model builds: %s", err);
-            return;
-        }
+        if (!cost_model_built(&m, &c, &h, 0, 0, "middle stage")) return;
         double o[ST_OUTPUTS];
         StageConfig sc = stage(2, 1, 2, 1, 0, 0, 4, 2);
         stage_eval_scalar(&m, &sc, o);
@@ -264,14 +257,10 @@ static void test_boundary_time(const MistConfig *cfg, const HwProfile *hw) {
 
 static void test_batched(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
-    char err[256];
     int fails = 0;
     for (int variant = 0; variant < 4; variant++) {
         int has_pre = variant & 1, has_post = variant >> 1;
-        if (stage_model_build(&m, cfg, hw, NULL, has_pre, has_post, err, sizeof err) != 0) {
-            ok(0, "stage model builds: %s", err);
-            return;
-        }
+        if (!cost_model_built(&m, cfg, hw, has_pre, has_post, "stage")) return;
         enum { N = 500 };
         static double col[STAGE_SYMS][N], res[ST_OUTPUTS][N];
         StageConfig cs[N];
@@ -323,10 +312,7 @@ static void test_specialised(const MistConfig *cfg, const HwProfile *hw) {
     for (int variant = 0; variant < 2; variant++) {
         int edge = variant == 0;  // 1: a single stage (pre and post); 0: a middle stage
         StageModel general;
-        if (stage_model_build(&general, cfg, hw, NULL, edge, edge, err, sizeof err) != 0) {
-            ok(0, "stage model builds: %s", err);
-            return;
-        }
+        if (!cost_model_built(&general, cfg, hw, edge, edge, "stage")) return;
         int general_instr = expr_program_num_instructions(general.prog);
         for (int pat = 0; pat < 64; pat++) {
             StagePattern sp = {pat & 3, (pat >> 2) & 1, (pat >> 3) & 1, (pat >> 4) & 1, (pat >> 5) & 1};

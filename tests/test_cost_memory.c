@@ -32,10 +32,7 @@ static double states(const StageModel *m, StageConfig c) {
 static void test_zero(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
     char err[256];
-    if (stage_model_build(&m, cfg, hw, NULL, 1, 1, err, sizeof err) != 0) {
-        ok(0, "stage model builds: %s", err);
-        return;
-    }
+    if (!cost_model_built(&m, cfg, hw, 1, 1, "stage")) return;
     double psi = (double)model_param_count(&cfg->model);
     int L = cfg->model.layers, N = 4;
     // rounding slack: one ceil per part (pre, post, each block) and state
@@ -93,11 +90,7 @@ static void test_zero(const MistConfig *cfg, const HwProfile *hw) {
 
 static void test_memory_shape(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
-    char err[256];
-    if (stage_model_build(&m, cfg, hw, NULL, 0, 0, err, sizeof err) != 0) {
-        ok(0, "middle stage model builds: %s", err);
-        return;
-    }
+    if (!cost_model_built(&m, cfg, hw, 0, 0, "middle stage")) return;
     // checkpointed blocks keep only their input: 2 s b h bytes in bf16
     int L = 3, b = 2;
     double o[ST_OUTPUTS];
@@ -181,11 +174,7 @@ static void test_memory_hand(const MistConfig *cfg, const HwProfile *hw) {
     c.train.precision = PREC_FP32;
     c.model.layers = 2;
     StageModel m;
-    char err[256];
-    if (stage_model_build(&m, &c, hw, NULL, 1, 1, err, sizeof err) != 0) {
-        ok(0, "stage model builds: %s", err);
-        return;
-    }
+    if (!cost_model_built(&m, &c, hw, 1, 1, "stage")) return;
     const ModelConfig *mc = &c.model;
     HandActs a = hand_acts(mc);
     double L = 2, N = a.N, X = a.X, R = a.R, S = a.S, D = a.D, H = a.H;
@@ -232,11 +221,7 @@ static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         StageModel m;
-        char err[256];
-        if (stage_model_build(&m, &c, hw, NULL, cases[i].has_pre, cases[i].has_post, err, sizeof err) != 0) {
-            ok(0, "stage model builds: %s", err);
-            continue;
-        }
+        if (!cost_model_built(&m, &c, hw, cases[i].has_pre, cases[i].has_post, "stage")) continue;
         double K = cases[i].p + 1, o[ST_OUTPUTS];
         // norm accumulator, K token slots, targets, losses, boundary buffers
         double io = 4 + (K + 1) * 4 * N + 4 * N + cases[i].boundary;
@@ -256,11 +241,7 @@ static void test_memory_pipeline_hand(const MistConfig *cfg, const HwProfile *hw
 // sp at tp = 1 never fits.
 static void test_sequence_parallel(const MistConfig *cfg, const HwProfile *hw) {
     StageModel m;
-    char err[256];
-    if (stage_model_build(&m, cfg, hw, NULL, 0, 0, err, sizeof err) != 0) {
-        ok(0, "stage model builds: %s", err);
-        return;
-    }
+    if (!cost_model_built(&m, cfg, hw, 0, 0, "stage")) return;
     int L = cfg->model.layers, tp = 4;
     double o[2][ST_OUTPUTS], one[ST_OUTPUTS], bad[ST_OUTPUTS], want[2] = {0, 0}, want_tp1 = 0;
     for (int sp = 0; sp < 2; sp++) {
