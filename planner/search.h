@@ -7,9 +7,11 @@
 //                   candidates, the memory filter, the (t, d) Pareto frontier
 //   search_cand.c   a packed candidate <-> the stage plan (StagePlan) it is
 //   search_uniform.c  the uniform spaces: one configuration for every stage
-//   search.c        the outer loop over (stages, G, meshes) with bounds, the
-//                   inter-stage solve (label-setting DP, confirmed by lp_solve),
-//                   the closest plan when nothing fits
+//   search_combo.c  one (stages, G, meshes) combination: its frontiers per
+//                   layer count and the inter-stage solve (label-setting DP)
+//   search.c        the outer loop over the combinations with bounds, warm
+//                   starts and threads; the winner confirmed by lp_solve
+//   search_closest.c  the closest plan when nothing fits
 //   search_report.c the statistics and the "nothing fits" explanation
 //
 // How it works and why each pruning is safe: docs/plan-search.md.

@@ -1,9 +1,10 @@
-// Shared state of the plan search (search.c, search_space.c, search_stage.c,
-// search_cand.c, search_uniform.c).
+// Shared state of the plan search (search.c, search_combo.c, search_space.c,
+// search_stage.c, search_cand.c, search_uniform.c).
 // Not part of the public interface: see planner/search.h.
 #ifndef MIST_SEARCH_INTERNAL_H
 #define MIST_SEARCH_INTERNAL_H
 
+#include "planner/milp.h"
 #include "planner/stage_model.h"
 #include "planner/search.h"
 
@@ -207,5 +208,34 @@ int uniform_search(Search *s, int S, int G, const Mesh *me, StagePlan *best_sp, 
 // blocks): 1 (best_sp, *best_v, best_T updated), 0 none, -1 error. The plan: G, P v stages, virtual v.
 int uniform_search_virtual(Search *s, int P, int G, const Mesh *me, int vmax, StagePlan *best_sp, int *best_v,
                            double *best_T);
+
+// ---- search_combo.c: one combination of the outer search (search.c)
+// (stages, micro-batches, meshes): a uniform space searches mesh[0] only; lb: its lower bound
+typedef struct {
+    int S, G, nmesh;
+    Mesh mesh[SEARCH_MAX_MESHES];
+    double lb;
+} Combo;
+
+// The winning inter-stage problem, kept to confirm it with lp_solve.
+typedef struct {
+    MilpProblem p;
+    MilpFrontier *f;
+    int *opts;
+    double *vals;
+} SavedProblem;
+
+// The best plan so far and, for a non-uniform one, its inter-stage problem
+typedef struct {
+    int found;
+    Plan plan;
+    double T;
+    SavedProblem saved;
+} Best;
+// The stage kinds of S stages: KIND_ONLY; or KIND_FIRST, KIND_LAST and (S > 2) KIND_MIDDLE. The count.
+int search_kinds(int S, int *kinds);
+void search_saved_free(SavedProblem *sp);
+// Search one combination; improves *best and s->incumbent. 0 or -1 (s->err).
+int combo_search(Search *s, const Combo *c, Best *best);
 
 #endif

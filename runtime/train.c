@@ -5,7 +5,7 @@
 // group (all-reduce, or reduce-scatter into shards under ZeRO >= 1; the
 // per-unit schedule of gathers, swaps and deferred optimizer steps is in
 // runtime/zero.c), global-norm clipping over every stage, AdamW, logs,
-// validation, checkpoints.
+// validation, checkpoints (their arrays, resume and save: runtime/train_checkpoint.c).
 //
 // Loss scaling: every micro-batch's cross-entropy gradient is scaled by
 // dloss = 1 / (b*T*G*dp), so after accumulating G micro-batches and summing
@@ -21,45 +21,21 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "runtime/checkpoint.h"
-#include "runtime/comm.h"
 #include "runtime/comm_hier.h"
-#include "runtime/comm_select.h"
 #include "runtime/launch.h"
-#include "runtime/dataloader.h"
-#include "runtime/device_peak.h"
-#include "runtime/fileutil.h"
-#include "runtime/train_flops.h"
 #include "runtime/train_guard.h"
+#include "runtime/train_internal.h"
 #include "planner/search.h"
-#include "runtime/grid.h"
 #include "runtime/init_weights.h"
 #include "runtime/train_sample.h"
 #include "models/model.h"
-#include "runtime/model_runtime.h"
-#include "runtime/pipeline_run.h"
 #include "runtime/stop_signal.h"
-#include "runtime/trace_measure.h"
-#include "runtime/trainlog.h"
-#include "runtime/train_chunks.h"
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-
-typedef struct {
-    const MistConfig *cfg;
-    const Grid *grid;
-    const CommBackend *comm;
-    ModelRuntime *r;
-    int G;
-    DataLoader *dl;  // the loader PipeData.load reads (train or val)
-    const char *what;  // its [data] key, for errors
-    char *err;
-    size_t errlen;
-} Run;
 
 // Sum of per-token losses of one micro-batch over the dp group, added in the
 // order of the global sample stream (rank r holds sequences r*b .. r*b+b-1 of
@@ -110,60 +86,6 @@ static double median_seconds(const double *v, int n) {
     free(c);
     return m;
 }
-
-// wall time of the last TIMED_MAX iterations but the run's first (which grows
-// buffers and warms caches): their median against the planner's prediction
-enum { TIMED_MAX = 4096 };
-
-// One training run on this rank, from the backend's start to the final
-// report: the state mist_train_run's steps share. close_training releases
-// whatever of it exists, whichever step stopped.
-typedef struct {
-    const MistConfig *cfg;
-    const Grid *grid;
-    int rank, root;
-    int G, dp, tp, S;
-    MistDtype dtype;         // of the weights, activations and gradients
-    char err[1024];
-    Backend *be;             // NULL until started
-    int on_host;             // the CPU backend (its device memory is the accounted arena)
-    int have_choice;
-    CommChoice choice;       // where collectives of device memory run (runtime/comm_select.h)
-    const CommBackend *comm; // choice.comm
-    struct CommHier *dph;    // the dp group's two levels ([cluster] collectives = hierarchical), or NULL
-    CommGroup *paro[4];      // an I scope's groups of the dp group (zero_scope_groups); or NULL
-    ModelRuntime model;      // this rank's part of the model, its memory and state
-    TrainChunks ch;          // [plan] virtual: the rank's other model chunks (runtime/train_chunks.h)
-    int64_t pred_dev, pred_host;  // predicted peaks of its arenas
-    TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
-    Run run;                 // what the data callbacks read
-    PipeRun pipe;
-    PipeData train_data;
-    DataLoader *dl, *vdl;    // training and validation data (vdl: NULL without validation)
-    int val_batches;
-    TrainLog *log;
-    TraceMeasure trace;      // [log] trace: the recorded iteration's timers
-    // checkpoints: this rank's fp32 weights, m, v (3 x Pp, padding 0), and the
-    // whole model's (3 x Pglobal, global shapes) that the file holds
-    float *host_state, *global_state;
-    CkptTensor *ct;
-    // several stages: rank 0 assembles the whole model for a save in the layout
-    // of one stage holding every block (pipe_gather_state), from each stage's
-    // whole tensors (gathered over its dp and tp groups first)
-    ModelRuntime full;
-    float *whole;
-    CkptTensor *whole_ct;
-    CkptState st;            // the checkpoint resumed from, then the one written
-    int64_t start;           // iterations done before this run (resumed)
-    int stopped;             // a stop signal ended the loop early
-    // the loop's statistics
-    IterStats stats;
-    int have_stats;
-    double timed[TIMED_MAX];
-    int64_t timed_n;
-    double sum_total, sum_compute, sum_wait, sum_norm;  // over every timed iteration
-    DevicePeak device_peak;  // the device's own count of the run's memory (runtime/device_peak.h)
-} Training;
 
 // [cluster] collectives = hierarchical: the dp group's collectives in two levels
 // (runtime/comm_hier.h) where the group spans nodes of gpus_per_node consecutive
@@ -289,12 +211,8 @@ static int lay_out_stage(Training *t) {
     return worst;
 }
 
-// Carves every tensor from the arenas and predicts their peaks. 0, or 1.
-// Whether any rank failed (collective): 1 or 0. An error every rank hit (the
-// same file, the same setting) is printed once, by rank 0; one that only some
-// ranks hit (a shard unreadable on one node) by each of them, with its rank.
-// Every rank then returns together: nobody waits for a rank that gave up.
-static int failed_anywhere(Training *t, int failed, const char *where) {
+// (runtime/train_internal.h)
+int train_failed_anywhere(Training *t, int failed, const char *where) {
     int count = failed ? 1 : 0;
     commCheck(t->comm, t->comm->all_reduce(t->comm, &count, &count, 1, MIST_I32, COMM_SUM, t->grid->world));
     if (failed && count == t->grid->world_size && t->root) fprintf(stderr, "mist-train: %s: %s\n", where, t->err);
@@ -302,6 +220,7 @@ static int failed_anywhere(Training *t, int failed, const char *where) {
     return count > 0;
 }
 
+// Carves every tensor from the arenas and predicts their peaks. 0, or 1.
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
     device_peak_start(&t->device_peak, t->be);  // before the arenas: they are the bulk of the run's memory
@@ -318,7 +237,7 @@ static int plan_memory(Training *t) {
         t->comm->abort(t->comm, 1, "memory plan failed");
     device_peak_sample(&t->device_peak, t->be);
     int failed = t->on_host && host_memory_short(t->pred_dev + t->pred_host, t->err, sizeof t->err);
-    return failed_anywhere(t, failed, "memory");
+    return train_failed_anywhere(t, failed, "memory");
 }
 
 // Rank 0 prints the run's parameters, predicted peaks and iteration time, and
@@ -381,7 +300,7 @@ static int init_state(Training *t) {
     for (int k = 0; k < 4; k++) r->paro_grp[k] = t->paro[k];
     mr_init_params(r, tc->seed);
     int failed = cfg->init.from[0] && init_weights_apply(r, cfg->init.from, t->err, sizeof t->err) != 0;
-    if (failed_anywhere(t, failed, "[init] from")) return 1;
+    if (train_failed_anywhere(t, failed, "[init] from")) return 1;
     t->run = (Run){cfg, t->grid, t->comm, r, t->G, NULL, "train", t->err, sizeof t->err};
     if (pipe_init(&t->pipe, t->ch.r, t->grid, &cfg->plan.plan, t->err, sizeof t->err)) {
         if (t->root) fprintf(stderr, "mist-train: %s: %s\n", cfg->source, t->err);
@@ -394,28 +313,8 @@ static int init_state(Training *t) {
                          .tensors = r->opt_tensors, .num_tensors = r->num_tensors,
                          .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->adam_eps,
                          .weight_decay = tc->weight_decay};
-    if (failed_anywhere(t, chunks_init(&t->ch, cfg, t->err, sizeof t->err) != 0, "[init] from")) return 1;
-    // the arrays also carry a sample's weights to rank 0 when the model spans several stages
-    int gathers = cfg->checkpoint.dir[0] || (t->S > 1 && cfg->log.sample_interval > 0);
-    if (gathers && (!(t->host_state = calloc(3 * r->Pp, sizeof(float))) ||
-                    !(t->global_state = calloc(3 * r->Pglobal, sizeof(float))) || chunks_alloc_state(&t->ch))) {
-        fprintf(stderr, "mist-train: rank %d: out of host memory for the checkpoint arrays (3 x %zu + 3 x %zu "
-                "floats)\n", t->rank, r->Pp, r->Pglobal);
-        return 1;
-    }
-    t->ct = t->global_state ? mr_checkpoint_tensors(r, t->global_state) : NULL;
-    for (int j = 1; t->ct && j < t->ch.v; j++) t->ch.ct[j] = mr_checkpoint_tensors(t->ch.r[j], t->ch.global_state[j]);
-    if (t->S > 1 && t->host_state && t->root) {
-        mr_layout(&t->full, &cfg->model, 1, 0, 1, t->err, sizeof t->err);
-        t->whole = calloc(3 * t->full.Pp, sizeof(float));
-        if (!t->whole) {
-            fprintf(stderr, "mist-train: rank 0: out of host memory for the checkpoint arrays (3 x %zu floats)\n",
-                    t->full.Pp);
-            t->comm->abort(t->comm, 1, "out of memory");
-        }
-        t->whole_ct = mr_checkpoint_tensors(&t->full, t->whole);
-    }
-    return 0;
+    if (train_failed_anywhere(t, chunks_init(&t->ch, cfg, t->err, sizeof t->err) != 0, "[init] from")) return 1;
+    return train_checkpoint_arrays(t);
 }
 
 // The training data and the validation data (when [data] val is set with an interval). 0, or 1.
@@ -427,11 +326,11 @@ static int open_data(Training *t) {
     int failed = dataloader_open(&t->dl, cfg->data.train, r->T, r->V, cfg->data.shuffle, tc->seed, t->err,
                                  sizeof t->err) ||
                  dataloader_set_rank(t->dl, tc->global_batch, r->B, dp, dp_index, t->err, sizeof t->err);
-    if (failed_anywhere(t, failed, "[data] train")) return 1;
+    if (train_failed_anywhere(t, failed, "[data] train")) return 1;
     // rank 0 reads every token once now, so a token outside the vocabulary is an
     // error at start rather than at the iteration that first reads it
     failed = t->root && dataloader_scan(t->dl, t->err, sizeof t->err) != 0;
-    if (failed_anywhere(t, failed, "[data] train")) return 1;
+    if (train_failed_anywhere(t, failed, "[data] train")) return 1;
     // val_batches counts global batches, so every plan evaluates the same
     // val_batches x global_batch sequences: G micro-batches of b on each of the
     // dp ranks per global batch (b * dp * G = global_batch)
@@ -440,79 +339,34 @@ static int open_data(Training *t) {
     if (failed)
         snprintf(t->err, sizeof t->err, "%lld micro-batches per evaluation at G = %d, more than %d (hint: lower "
                  "val_batches)", (long long)val_micro, t->G, INT32_MAX);
-    if (failed_anywhere(t, failed, "[data] val_batches")) return 1;
+    if (train_failed_anywhere(t, failed, "[data] val_batches")) return 1;
     t->val_batches = (int)val_micro;
     if (cfg->data.val[0] && cfg->data.val_interval > 0) {
         failed = dataloader_open(&t->vdl, cfg->data.val, r->T, r->V, 0, tc->seed, t->err, sizeof t->err) ||
                  dataloader_set_rank(t->vdl, (int64_t)r->B * dp * t->val_batches, r->B, dp, dp_index, t->err,
                                      sizeof t->err);
-        if (failed_anywhere(t, failed, "[data] val")) return 1;
+        if (train_failed_anywhere(t, failed, "[data] val")) return 1;
     }
     return 0;
 }
 
-// With [checkpoint] resume: the latest checkpoint's state, every rank its
-// shards of it; then the log (a resumed one keeps its earlier lines). 0, or 1.
-static int resume(Training *t) {
+// The log (a resumed one keeps its earlier lines) and [log] trace's timers. 0, or 1.
+static int open_log(Training *t) {
     const MistConfig *cfg = t->cfg;
     ModelRuntime *r = &t->model;
-    CkptState *st = &t->st;
     int rank = t->rank;
-    const char *ckdir = cfg->checkpoint.dir;
-    // an unusable checkpoint directory found at the first checkpoint would lose
-    // an interval of training: rank 0 (the writer) probes it now
-    int failed = t->root && ckdir[0] && mist_output_dir_check(ckdir, t->err, sizeof t->err) != 0;
-    if (failed_anywhere(t, failed, "[checkpoint] dir")) return 1;
-    if (ckdir[0] && cfg->checkpoint.resume) {
-        char path[1024];
-        int found = checkpoint_load_latest(ckdir, &cfg->model, st, t->ct, r->num_tensors, path, sizeof path, t->err,
-                                           sizeof t->err);
-        if (failed_anywhere(t, found < 0, "resume")) return 1;
-        if (found == 1) {
-            failed = st->data_position != dataloader_position(t->dl, st->step);
-            if (failed)
-                snprintf(t->err, sizeof t->err, "from %.700s: data position %lld does not match step %lld x global_batch "
-                         "%lld (hint: resume with the global_batch the checkpoint was written with)", path,
-                         (long long)st->data_position, (long long)st->step, (long long)cfg->train.global_batch);
-            if (failed_anywhere(t, failed, "resume")) return 1;
-            // every rank takes its tp shard, then its dp shard (bf16 weights are re-rounded from the fp32 master)
-            mr_tp_scatter(r, t->global_state, t->host_state, 3);
-            zero_distribute(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
-            if (failed_anywhere(t, chunks_resume(&t->ch, path, &cfg->model, t->err, sizeof t->err) != 0, "resume"))
-                return 1;
-            t->start = st->step;
-            r->opt.t = st->adam_t;
-            if (t->root) printf("mist: resumed from %s at iteration %lld\n", path, (long long)t->start);
-            if (t->root && t->start >= cfg->train.steps)
-                printf("mist: the checkpoint is at iteration %lld, at or past [train] steps = %lld: nothing to train "
-                       "(hint: raise steps, e.g. -o train.steps=%lld, to train on)\n", (long long)t->start,
-                       (long long)cfg->train.steps, (long long)t->start + cfg->train.steps);
-        }
-    }
     t->log = t->start > 0 ? trainlog_open_resume(&cfg->log, rank, t->start + 1, t->err, sizeof t->err)
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
-    if (failed_anywhere(t, !t->log, "[log]")) return 1;
+    if (train_failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
     // nested parts per micro-batch: every block forward and backward, the recomputes (of checkpointed
     // blocks, and of the attention core of the others under selective recompute), pre and post both ways
     int parts = 2 * r->L + r->ckpt + (r->sel ? r->L : 0) + 4;
-    int rc = failed_anywhere(t, trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps,
-                                                    t->G, parts, t->root, t->err, sizeof t->err), "[log] trace");
+    int failed = trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps, t->G, parts,
+                                     t->root, t->err, sizeof t->err);
+    int rc = train_failed_anywhere(t, failed, "[log] trace");
     if (!rc && t->trace.iteration >= 0) r->trace = &t->trace;  // else the model's marks cost one branch
     return rc;
-}
-
-// The whole model's fp32 weights, m and v on world rank 0 (collective): in
-// global_state (one stage) or in whole, in full's layout (several stages).
-static void gather_whole_state(Training *t) {
-    ModelRuntime *r = &t->model;
-    zero_flush(r);
-    zero_collect(r, t->host_state, t->host_state + r->Pp, t->host_state + 2 * r->Pp);
-    // the stage's whole tensors on its (dp 0, tp 0) rank; with one stage that is world rank 0
-    if (t->grid->dp_index == 0) mr_tp_gather(r, t->host_state, t->global_state, 3);
-    chunks_gather(&t->ch);
-    t->ch.global_state[0] = t->global_state;  // every chunk's whole tensors, in chunk order
-    if (t->S > 1) pipe_gather_state(&t->pipe, &t->full, t->ch.global_state, t->whole);
 }
 
 // [log] sample_interval's sample after iteration it (collective): one stage
@@ -522,56 +376,8 @@ static void print_sample(Training *t, int64_t it) {
         train_sample_print(&t->model, t->root, it + 1, t->cfg->train.seed);
         return;
     }
-    gather_whole_state(t);
+    train_gather_whole_state(t);
     if (t->root) train_sample_show(&t->full, t->whole, it + 1, t->cfg->train.seed);
-}
-
-// The checkpoint of iteration it (1-based: it + 1 done): every stage's whole
-// tensors to rank 0, which writes the file; collective.
-static void save_checkpoint(Training *t, int64_t it, int64_t skipped, int64_t nonfinite) {
-    const MistConfig *cfg = t->cfg;
-    const Grid *grid = t->grid;
-    const CommBackend *comm = t->comm;
-    ModelRuntime *r = &t->model;
-    CkptState *st = &t->st;
-    st->step = it + 1;
-    st->adam_t = r->opt.t;
-    st->data_position = dataloader_position(t->dl, it + 1);
-    st->skipped = skipped;
-    st->nonfinite = nonfinite;
-    int crc = 0;
-    // gathering the state and rank 0's write of a large model can legitimately
-    // keep the others waiting longer than comm_timeout, but a rank that stopped
-    // must still end the job: allow the write at a slow file system's pace
-    comm->set_timeout(comm, checkpoint_timeout(cfg->cluster.comm_timeout, model_param_count(&cfg->model)));
-    // MIST_FAULT_HANG_CHECKPOINT=R:K makes world rank R stop in the checkpoint of
-    // iteration K (tests: the others must still end the job, not wait forever)
-    int hang_rank = -1;
-    long long hang_at = 0;
-    const char *hang = getenv("MIST_FAULT_HANG_CHECKPOINT");
-    if (hang && sscanf(hang, "%d:%lld", &hang_rank, &hang_at) == 2 && t->rank == hang_rank && it + 1 == hang_at)
-        for (;;) sleep(60);
-    gather_whole_state(t);
-    // MIST_FAULT_CHECKPOINT_PAUSE=FILE:SECONDS: rank 0 creates FILE and sleeps
-    // before writing (tests: a stop signal sent while a checkpoint is written)
-    const char *pause = getenv("MIST_FAULT_CHECKPOINT_PAUSE");
-    const char *colon = pause ? strrchr(pause, ':') : NULL;
-    if (t->root && colon) {
-        char marker[1024];
-        snprintf(marker, sizeof marker, "%.*s", (int)(colon - pause), pause);
-        FILE *mf = fopen(marker, "w");
-        if (mf) fclose(mf);
-        sleep((unsigned)atoi(colon + 1));
-    }
-    if (t->root)
-        crc = checkpoint_save(cfg->checkpoint.dir, cfg->checkpoint.keep, &cfg->model, st, t->S > 1 ? t->whole_ct : t->ct,
-                              t->S > 1 ? t->full.num_tensors : r->num_tensors, t->err, sizeof t->err);
-    if (crc) {
-        fprintf(stderr, "mist-train: checkpoint at iteration %lld: %s\n", (long long)it + 1, t->err);
-        comm->abort(comm, 1, "checkpoint error");
-    }
-    commCheck(comm, comm->barrier(comm, grid->world));  // nobody reads `latest` before it exists
-    comm->set_timeout(comm, cfg->cluster.comm_timeout);
 }
 
 // The iterations: forward and backward of the micro-batches, the gradient
@@ -686,7 +492,7 @@ static int train_loop(Training *t) {
         commCheck(comm, comm->all_reduce(comm, &stop, &stop, 1, MIST_I32, COMM_MAX, t->grid->world));
         if (ckdir[0] && ((cfg->checkpoint.interval > 0 && (it + 1) % cfg->checkpoint.interval == 0) ||
                          it + 1 == tc->steps || stop)) {
-            save_checkpoint(t, it, skipped, nonfinite);
+            train_save_checkpoint(t, it, skipped, nonfinite);
             // a signal that came while the checkpoint was written: stop at it,
             // rather than train one more iteration and write a second one
             if (!stop) {
@@ -787,12 +593,7 @@ static int close_training(Training *t) {
     }
     if (t->dl) dataloader_close(t->dl);
     if (t->vdl) dataloader_close(t->vdl);
-    free(t->ct);
-    free(t->host_state);
-    free(t->global_state);
-    if (t->whole) mr_free(&t->full);
-    free(t->whole_ct);
-    free(t->whole);
+    train_checkpoint_free(t);
     pipe_free(&t->pipe);
     trace_measure_free(&t->trace);
     comm_hier_free(t->dph);  // its groups, before the comm path goes
@@ -814,7 +615,8 @@ int mist_train_run(const MistConfig *cfg, const struct Grid *grid) {
     t.G = cfg->plan.plan.G, t.dp = grid->dp_size, t.tp = grid->tp_size, t.S = cfg->plan.plan.num_stages;
     t.dtype = cfg->train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32;
     static int (*const steps[])(Training *) = {start_backend, lay_out_stage, plan_memory, report_predictions,
-                                               init_state, open_data, resume, train_loop, final_report};
+                                               init_state, open_data, train_resume, open_log, train_loop,
+                                               final_report};
     int rc = 0;
     for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == 0; i++) rc = steps[i](&t);
     if (rc == 0 && t.stopped) rc = MIST_EXIT_STOPPED;

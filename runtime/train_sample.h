@@ -15,7 +15,7 @@ void train_sample_show(const ModelRuntime *layout, const float *weights, int64_t
 
 // One pipeline stage, collective over its ranks: the fp32 weights are gathered
 // (dp, then tp) to world rank 0, which prints the sample (train_sample_show).
-// Several stages gather through the checkpoint's path (runtime/train.c).
+// Several stages gather through the checkpoint's path (runtime/train_checkpoint.c).
 void train_sample_print(ModelRuntime *r, int root, int64_t iteration, uint64_t seed);
 
 #endif

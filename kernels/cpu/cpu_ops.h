@@ -84,9 +84,8 @@ int cpu_gemm_use_blas(int enabled);
 // gelu_tanh and its derivative (activation.c), shared with matmul's fused GELU
 float cpu_gelu(float x);
 float cpu_gelu_grad(float x);
-// lean.c: x = gelu_tanh^-1(y) on the branch left (1: x < x*) in double (-inf for the
-// left tail's 0), and gelu'(x) at it with cpu_gelu_grad's formula
-double cpu_gelu_inverse(double y, int left);
+// lean.c: gelu'(x) with cpu_gelu_grad's formula at x = gelu_tanh^-1(y) on the branch
+// left (1: x < x*; kernels/gelu_inverse.h), 0 on the left tail's 0
 float cpu_gelu_grad_from_output(float y, int left);
 
 // ---- ops: same signatures as the Backend table (kernels/backend.h) ----

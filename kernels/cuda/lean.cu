@@ -1,39 +1,19 @@
 // Memory-lean layers ([stage.N] lean; docs/lean-layers.md) on the GPU: the
 // GELU's forward with its branch mask and its backward from the output, and
-// the norms' backward from their output. The math and its error bound are
-// kernels/cpu/lean.c's (the same iteration, in double); these are plain
+// the norms' backward from their output. The GELU's inverse, its math and
+// error bound are kernels/gelu_inverse.h's (the CPU backend's); these are plain
 // forms (one thread per mask byte, element or column; deterministic sums
 // in row order), not tuned.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/gelu_inverse.h"
 
 enum { LEAN_THREADS = 256, LEAN_NORM_WARPS = 4 };
 
-// gelu_tanh and its derivative in double; 0.5 (1 + tanh u) = sigmoid(2u)
-static __device__ void lean_gelu_d(double x, double *y, double *dy) {
-    const double k = 0.7978845608028654, c = 0.044715;
-    double u = k * (x + c * x * x * x), sg = 1.0 / (1.0 + exp(-2.0 * u));
-    *y = x * sg;
-    *dy = sg + x * 2.0 * sg * (1.0 - sg) * k * (1.0 + 3.0 * c * x * x);
-}
-
-// gelu'(gelu^-1(y)) on the branch `left` (x < x*): safeguarded Newton, as cpu_gelu_inverse
-static __device__ float lean_gelu_grad_from_output(float yf, int left) {
-    double y = yf;
-    if (left && y >= 0.0) return 0.0f;  // the left tail's 0
-    if (y <= GELU_TANH_YMIN) return gelu_tanh_grad((float)GELU_TANH_XMIN);
-    double lo = left ? -12.0 : GELU_TANH_XMIN, hi = left ? GELU_TANH_XMIN : (y > 0.0 ? y : 0.0) + 1.0;
-    double x = left ? lo : (y > 0.0 ? y : 0.0);
-    for (int it = 0; it < 200; it++) {
-        double f, df;
-        lean_gelu_d(x, &f, &df);
-        f -= y;
-        if ((f > 0.0) == !left) hi = x;
-        else lo = x;
-        if (f == 0.0 || hi - lo <= ldexp(fmax(1.0, fabs(x)), -40)) break;
-        double nx = df != 0.0 ? x - f / df : lo;
-        x = nx > lo && nx < hi ? nx : 0.5 * (lo + hi);
-    }
-    return gelu_tanh_grad((float)x);
+// gelu'(gelu^-1(y)) on the branch `left` (x < x*) with gelu_tanh_grad's fp32 formula: the
+// inverse is kernels/gelu_inverse.h's, the CPU backend's; -inf (the left tail's 0): 0
+static __device__ float lean_gelu_grad_from_output(float y, int left) {
+    double x = gelu_tanh_inverse(y, left);
+    return isinf(x) ? 0.0f : gelu_tanh_grad((float)x);
 }
 
 __global__ void lean_gelu_forward_mask_kernel(bf16 *out, uint8_t *mask, const bf16 *inp, size_t n) {
