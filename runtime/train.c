@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "runtime/attention_choice.h"
+#include "runtime/backend_prepare.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/comm_hier.h"
@@ -135,6 +137,7 @@ typedef struct {
     ModelRuntime model;      // this rank's part of the model, its memory and state
     TrainChunks ch;          // [plan] virtual: the rank's other model chunks (runtime/train_chunks.h)
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
+    size_t reserved_dev;          // the backend's device bytes after preparing the run's shapes (backend_prepare.h)
     TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
     Run run;                 // what the data callbacks read
     PipeRun pipe;
@@ -253,6 +256,12 @@ static int start_backend(Training *t) {
                     cfg->source, cfg->model.hidden, cfg->model.heads, head_size);
         return 1;
     }
+    char said[1024];  // the attention kernels: [runtime] attention, or MIST_CUDA_ATTENTION over it
+    if ((rc = backend_choose_attention(be, cfg, said, sizeof said, err, sizeof err)) != 0) {
+        if (root) fprintf(stderr, "mist-train: %s\n", err);
+        return rc;
+    }
+    if (root && said[0]) printf("mist: %s\n", said);
     return 0;
 }
 
@@ -304,6 +313,9 @@ static int failed_anywhere(Training *t, int failed, const char *where) {
 
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
+    char note[1200];  // the backend's buffers of the run's shapes, before the baseline: counted to the byte
+    t->reserved_dev = backend_prepare_shapes(t->be, r->B, r->T, r->NH, r->NKV, r->HS, r->has_pre, note, sizeof note);
+    if (note[0] && t->root) printf("mist: %s; allocated at its first call instead, outside the prediction\n", note);
     device_peak_start(&t->device_peak, t->be);  // before the arenas: they are the bulk of the run's memory
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
@@ -341,6 +353,9 @@ static int report_predictions(Training *t) {
                    r->B * r->T / r->tp, r->B * r->T);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)t->pred_dev,
                b2, (long long)t->pred_host);
+        char line[320];
+        backend_memory_predicted_line(t->pred_dev, t->reserved_dev, line, sizeof line);
+        printf("mist: %s\n", line);
     }
     // MFU / HFU of the log lines against the [cluster] hardware profile's peak
     if (train_flops_init(flops, cfg, t->grid->world_size, t->err, sizeof t->err) != 0) {
@@ -756,11 +771,15 @@ static int final_report(Training *t) {
                "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)t->pred_dev, b2,
                (long long)mine.measured_host_peak_bytes, (long long)t->pred_host);
         trainlog_format_bytes(mine.device_peak_bytes, a, sizeof a);
-        if (mine.device_peak_from_device)
+        if (mine.device_peak_from_device) {
             printf("mist: device peak on rank 0 as the device counts it (free memory before the arenas - least free "
                    "since): %s (%lld B; arena %lld B, predicted %lld B)\n", a, (long long)mine.device_peak_bytes,
                    (long long)arena_dev, (long long)t->pred_dev);
-        else
+            char mem[400];  // with the backend's buffers from before that baseline: against the whole prediction
+            backend_memory_measured_line(mine.device_peak_bytes, t->reserved_dev, t->pred_dev,
+                                         backend_reserved_device_bytes(t->be), mem, sizeof mem);
+            printf("mist: %s\n", mem);
+        } else
             printf("mist: device peak on rank 0: %s (%lld B) is the arena's: the %s backend's device memory is host "
                    "memory, there is no device to ask\n", a, (long long)mine.device_peak_bytes, t->be->name);
         char line[256];
