@@ -365,7 +365,7 @@ extern "C" int cuda_attention_set(const char *name, char *said, size_t n) {
     char why[700] = "";
     if (want == ATT_AUTO) {
         got = wgmma ? ATT_WGMMA : ATT_BASE;
-        snprintf(why, sizeof why, wgmma ? "auto: a Hopper GPU and an sm_90a build" : "auto: %s", wgmma_needs);
+        snprintf(why, sizeof why, "auto: %s", wgmma ? "a Hopper GPU and an sm_90a build" : wgmma_needs);
     } else if (want == ATT_WGMMA && !wgmma) {
         snprintf(said, n, "%s", wgmma_needs);
         return -1;
