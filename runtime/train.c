@@ -368,6 +368,10 @@ static int report_predictions(Training *t) {
             printf("mist: warning: the plan does not fit hardware profile %s: %s (hint: mist-plan %s --analyze; "
                    "[cluster] device_memory and host_memory say what the machines have)\n", flops->hardware,
                    flops->misfit, cfg->source);
+        else if (t->pred_dev + (int64_t)t->reserved_dev > flops->capacity)  // the planner counts the arenas only
+            printf("mist: warning: with the backend's reserved bytes rank 0 needs %lld device bytes, hardware profile %s "
+                   "has %lld (hint: lower [cluster] device_memory by them when planning)\n",
+                   (long long)(t->pred_dev + (int64_t)t->reserved_dev), flops->hardware, (long long)flops->capacity);
         // the profile prices one comm path, the run takes another: say which way the prediction errs
         // (the CPU backend's staging is a check of the GPU path, not a run to predict)
         const CommChoice *choice = &t->choice;
