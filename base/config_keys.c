@@ -19,6 +19,7 @@ static const char *const sched_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const mode_names[] = {"auto", "fixed", NULL};
 static const char *const recompute_names[] = {"none", "selective", NULL};
 static const char *const collectives_names[] = {"flat", "hierarchical", NULL};
+static const char *const attention_names[] = {"auto", "base", "wide", "wgmma", "cudnn", NULL};  // AttentionKernels
 static const char *const space_names[] = {"megatron-mist", "megatron", "zero", "ckpt", "offload", "full", NULL};
 
 const KeySpec config_keys[] = {
@@ -109,6 +110,8 @@ const KeySpec config_keys[] = {
     {"log", "trace", KEY_PATH, MC(log.trace), 0, 0, NULL, "Chrome trace of one measured iteration (docs/traces.md); empty = off"},
     {"log", "trace_iteration", KEY_INT, MC(log.trace_iteration), 1, BIG, NULL, "the iteration [log] trace records (1-based, as the log counts; clamped into the run)"},
     {"log", "sample_interval", KEY_INT, MC(log.sample_interval), 0, BIG, NULL, "print 64 tokens of generated text every N iterations (one pipeline stage); 0 = off"},
+    // [runtime]
+    {"runtime", "attention", KEY_ENUM, MC(runtime.attention), 0, 0, attention_names, "the CUDA attention kernels: auto (wgmma on Hopper with an sm_90a build, else base), base, wide, wgmma, or cudnn (faster, not deterministic); MIST_CUDA_ATTENTION overrides it"},
 };
 const int config_num_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 

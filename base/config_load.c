@@ -61,7 +61,7 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 static const char *const section_names[] = {"model", "train", "data", "cluster", "plan", "stage.N", "checkpoint",
-                                            "log", "init", NULL};
+                                            "log", "init", "runtime", NULL};
 
 // " (did you mean 'x'?)" when a name is within edit distance 2 (or a third of its length)
 static void suggest(const char *given, const char *const *candidates, int n, char *out, size_t len) {
@@ -333,9 +333,9 @@ static int apply(Loader *ld, MistConfig *cfg, const char *section, const char *n
     for (int i = 0; i < config_num_keys; i++) known_section |= !strcmp(config_keys[i].section, table_section);
     if (!known_section || !strcmp(section, "stage")) {
         char did[96];
-        suggest(section, section_names, 9, did, sizeof did);
+        suggest(section, section_names, 10, did, sizeof did);
         return loader_fail(ld, origin, "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], "
-                           "[stage.N], [checkpoint], [log], [init]. Hint: see docs/config.md", section, did);
+                           "[stage.N], [checkpoint], [log], [init], [runtime]. Hint: see docs/config.md", section, did);
     }
     int k = config_key_find(table_section, name);
     if (k < 0) {
@@ -415,10 +415,10 @@ static void on_section_header(Loader *ld, const char *line) {
             return;
         }
         char did[96];
-        suggest(name, section_names, 9, did, sizeof did);
+        suggest(name, section_names, 10, did, sizeof did);
         loader_fail(ld, ld->line,
                     "unknown section [%s]%s; allowed: [model], [train], [data], [cluster], [plan], [stage.N], "
-                    "[checkpoint], [log], [init]. Hint: see docs/config.md",
+                    "[checkpoint], [log], [init], [runtime]. Hint: see docs/config.md",
                     name, did);
     }
 }

@@ -113,6 +113,14 @@ typedef struct {
     char from[MIST_PATH_MAX];  // initial weights: a safetensors file or an llm.c GPT-2 checkpoint ("" = random init)
 } InitConfig;
 
+// [runtime] attention: the attention kernels of the CUDA backend (docs/cuda-backend.md#attention-kernels);
+// the names are config_keys.c's, in this order. auto: wgmma where the build and the GPU have it, else base
+typedef enum { ATTENTION_AUTO = 0, ATTENTION_BASE, ATTENTION_WIDE, ATTENTION_WGMMA, ATTENTION_CUDNN } AttentionKernels;
+
+typedef struct {
+    int attention;  // AttentionKernels; MIST_CUDA_ATTENTION overrides it
+} RuntimeConfig;
+
 typedef struct {
     char source[MIST_PATH_MAX];     // the file it came from (for messages)
     ModelConfig model;
@@ -123,6 +131,7 @@ typedef struct {
     CheckpointConfig checkpoint;
     LogConfig log;
     InitConfig init;
+    RuntimeConfig runtime;
 } MistConfig;
 
 

@@ -114,6 +114,17 @@ struct Backend {
     int (*supports_op)(Backend *b, const BackendOpShape *shape);
     void (*destroy)(Backend *b);
 
+    // ---- before a run (optional: NULL where there is nothing to choose or prepare, the CPU) ----
+    // The attention kernels: name one of auto, base, wide, wgmma, cudnn ([runtime] attention,
+    // docs/cuda-backend.md). 0 with what runs and why in said (auto resolved, or the reason of
+    // a fallback); -1 with why in said when the choice cannot run here.
+    int (*set_attention)(Backend *b, const char *name, char *said, size_t n);
+    // Allocates now what the op keeps for the process from its first call at this shape
+    // (CUDA: cuDNN's attention plans for OP_ATTENTION, the embedding backward's sort buffers
+    // for OP_EMBEDDING at B*T tokens), so that reserved_bytes counts it before the run.
+    // 0, or -1 with why: the op then falls back at run time (it still runs).
+    int (*prepare_op)(Backend *b, const BackendOpShape *shape, char *why, size_t n);
+
     // ---- ops ----
     // out X(B,T,C) = wte[tokens] + wpe[t]; wpe may be NULL (rotary models)
     void (*embedding_forward)(Backend *b, BackendStream *s, void *out, const int32_t *tokens,

@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 #include "runtime/launch.h"
+#include "base/config_keys.h"
 #ifdef HAVE_CUDA
 #include "kernels/cuda/device_probe.h"
 #endif
@@ -71,19 +72,26 @@ static void share_devices(Launch *L, MPI_Comm node) {
     free(ids);
 }
 
+// MIST_CUDA_ATTENTION takes the values of [runtime] attention (base/config_keys.c): one list, so the
+// override and the key can never disagree on what exists.
 int launch_check_env(char *err, size_t errlen) {
-    static const struct {
-        const char *name, *allowed[3], *hint;
+    static const char *const device_names[] = {"cpu", NULL};
+    int att_key = config_key_find("runtime", "attention");
+    const struct {
+        const char *name;
+        const char *const *allowed;
+        const char *hint;
     } vars[] = {
-        {"MIST_DEVICE", {"cpu"}, "unset it to use a GPU when one answers, or set cpu to force the CPU backend"},
-        {"MIST_CUDA_ATTENTION", {"base", "wide", "wgmma"}, "unset it for the default (base)"},
+        {"MIST_DEVICE", device_names, "unset it to use a GPU when one answers, or set cpu to force the CPU backend"},
+        {"MIST_CUDA_ATTENTION", att_key >= 0 ? config_keys[att_key].names : device_names,
+         "unset it for [runtime] attention (default auto: wgmma on Hopper with an sm_90a build, else base)"},
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i].name);
         if (!v || !*v) continue;
         int ok = 0;
-        char list[64] = "";
-        for (int k = 0; k < 3 && vars[i].allowed[k]; k++) {
+        char list[96] = "";
+        for (int k = 0; vars[i].allowed[k]; k++) {
             ok |= strcmp(v, vars[i].allowed[k]) == 0;
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", vars[i].allowed[k]);
         }
@@ -174,12 +182,9 @@ int launch_init(int *argc, char ***argv, Launch *out) {
     }
     // Say which GPUs drive the job, once per host.
     if (L->gpus_on_host > 0 && L->local_rank == 0) {
-        const char *att = getenv("MIST_CUDA_ATTENTION");  // checked by launch_check_env
-        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend%s\n", L->gpus_in_use,
-                L->gpus_in_use == 1 ? "" : "s", L->host, gpu_description_,
-                att && !strcmp(att, "wide")    ? " with the experimental wide attention kernels (MIST_CUDA_ATTENTION)"
-                : att && !strcmp(att, "wgmma") ? " with the experimental wgmma attention forward (MIST_CUDA_ATTENTION)"
-                                               : "");
+        // the attention kernels are said at the backend's start (runtime/attention_choice.h)
+        fprintf(stderr, "mist: %d GPU%s on %s (%s); using the CUDA backend\n", L->gpus_in_use,
+                L->gpus_in_use == 1 ? "" : "s", L->host, gpu_description_);
         fflush(stderr);
     }
     // Oversubscribed GPUs work (ranks share a device) but are slower: say so once per host.

@@ -38,8 +38,8 @@ typedef struct {
 DeviceShare launch_device_share(const unsigned char (*ids)[16], int n, int me);
 
 // The environment variables that pick a backend or kernels, checked before
-// any work: MIST_DEVICE (unset, or "cpu") and MIST_CUDA_ATTENTION (unset,
-// "base", "wide" or "wgmma": kernels/cuda/attention.cu). Returns 0, or 2 with a message
+// any work: MIST_DEVICE (unset, or "cpu") and MIST_CUDA_ATTENTION (unset, or a value of
+// [runtime] attention: auto, base, wide, wgmma, cudnn). Returns 0, or 2 with a message
 // in err naming the variable, its value, the allowed ones and a hint. Needs no MPI.
 int launch_check_env(char *err, size_t errlen);
 

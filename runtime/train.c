@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "runtime/attention_choice.h"
+#include "runtime/backend_prepare.h"
 #include "runtime/comm_hier.h"
 #include "runtime/launch.h"
 #include "runtime/train_guard.h"
@@ -175,6 +177,12 @@ static int start_backend(Training *t) {
                     cfg->source, cfg->model.hidden, cfg->model.heads, head_size);
         return 1;
     }
+    char said[1024];  // the attention kernels: [runtime] attention, or MIST_CUDA_ATTENTION over it
+    if ((rc = backend_choose_attention(be, cfg, said, sizeof said, err, sizeof err)) != 0) {
+        if (root) fprintf(stderr, "mist-train: %s\n", err);
+        return rc;
+    }
+    if (root && said[0]) printf("mist: %s\n", said);
     return 0;
 }
 
@@ -223,6 +231,9 @@ int train_failed_anywhere(Training *t, int failed, const char *where) {
 // Carves every tensor from the arenas and predicts their peaks. 0, or 1.
 static int plan_memory(Training *t) {
     ModelRuntime *r = &t->model;
+    char note[1200];  // the backend's buffers of the run's shapes, before the baseline: counted to the byte
+    t->reserved_dev = backend_prepare_shapes(t->be, r->B, r->T, r->NH, r->NKV, r->HS, r->has_pre, note, sizeof note);
+    if (note[0] && t->root) printf("mist: %s; allocated at its first call instead, outside the prediction\n", note);
     device_peak_start(&t->device_peak, t->be);  // before the arenas: they are the bulk of the run's memory
     if (mr_plan_memory(r, t->be, t->err, sizeof t->err)) {
         fprintf(stderr, "mist-train: rank %d: %s\n", t->rank, t->err);
@@ -260,6 +271,9 @@ static int report_predictions(Training *t) {
                    r->B * r->T / r->tp, r->B * r->T);
         printf("mist: predicted peak per rank: device %s (%lld B), host %s (%lld B)\n", a, (long long)t->pred_dev,
                b2, (long long)t->pred_host);
+        char line[320];
+        backend_memory_predicted_line(t->pred_dev, t->reserved_dev, line, sizeof line);
+        printf("mist: %s\n", line);
     }
     // MFU / HFU of the log lines against the [cluster] hardware profile's peak
     if (train_flops_init(flops, cfg, t->grid->world_size, t->err, sizeof t->err) != 0) {
@@ -272,6 +286,10 @@ static int report_predictions(Training *t) {
             printf("mist: warning: the plan does not fit hardware profile %s: %s (hint: mist-plan %s --analyze; "
                    "[cluster] device_memory and host_memory say what the machines have)\n", flops->hardware,
                    flops->misfit, cfg->source);
+        else if (t->pred_dev + (int64_t)t->reserved_dev > flops->capacity)  // the planner counts the arenas only
+            printf("mist: warning: with the backend's reserved bytes rank 0 needs %lld device bytes, hardware profile %s "
+                   "has %lld (hint: lower [cluster] device_memory by them when planning)\n",
+                   (long long)(t->pred_dev + (int64_t)t->reserved_dev), flops->hardware, (long long)flops->capacity);
         // the profile prices one comm path, the run takes another: say which way the prediction errs
         // (the CPU backend's staging is a check of the GPU path, not a run to predict)
         const CommChoice *choice = &t->choice;
@@ -563,11 +581,15 @@ static int final_report(Training *t) {
                "predicted %lld B)\n", a, (long long)mine.measured_device_peak_bytes, (long long)t->pred_dev, b2,
                (long long)mine.measured_host_peak_bytes, (long long)t->pred_host);
         trainlog_format_bytes(mine.device_peak_bytes, a, sizeof a);
-        if (mine.device_peak_from_device)
+        if (mine.device_peak_from_device) {
             printf("mist: device peak on rank 0 as the device counts it (free memory before the arenas - least free "
                    "since): %s (%lld B; arena %lld B, predicted %lld B)\n", a, (long long)mine.device_peak_bytes,
                    (long long)arena_dev, (long long)t->pred_dev);
-        else
+            char mem[400];  // with the backend's buffers from before that baseline: against the whole prediction
+            backend_memory_measured_line(mine.device_peak_bytes, t->reserved_dev, t->pred_dev,
+                                         backend_reserved_device_bytes(t->be), mem, sizeof mem);
+            printf("mist: %s\n", mem);
+        } else
             printf("mist: device peak on rank 0: %s (%lld B) is the arena's: the %s backend's device memory is host "
                    "memory, there is no device to ask\n", a, (long long)mine.device_peak_bytes, t->be->name);
         char line[256];

@@ -27,6 +27,7 @@ int train_flops_init(TrainFlops *f, const MistConfig *cfg, int world, char *err,
     f->predicted_seconds = an.iteration_seconds;
     f->staged_collectives = hw.staged_collectives;
     snprintf(f->hardware, sizeof f->hardware, "%s", hw.name);
+    f->capacity = an.capacity;
     if (!an.all_fit) {
         const StageAnalysis *s = &an.stage[an.first_bad];
         if (s->shortfall)

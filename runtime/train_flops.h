@@ -4,6 +4,7 @@
 #ifndef MIST_TRAIN_FLOPS_H
 #define MIST_TRAIN_FLOPS_H
 #include <stddef.h>
+#include <stdint.h>
 #include "base/schema.h"
 
 typedef struct {
@@ -17,6 +18,7 @@ typedef struct {
     // the planner's fit test of the plan on that profile: "" when it fits, else
     // which stage misses device or host memory and by how much
     char misfit[256];
+    int64_t capacity;          // the planner's device capacity on that profile, bytes per device
 } TrainFlops;
 
 // Evaluates the running plan (cfg->plan.plan) with the planner's cost model.

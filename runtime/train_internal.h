@@ -57,6 +57,7 @@ typedef struct {
     ModelRuntime model;      // this rank's part of the model, its memory and state
     TrainChunks ch;          // [plan] virtual: the rank's other model chunks (runtime/train_chunks.h)
     int64_t pred_dev, pred_host;  // predicted peaks of its arenas
+    size_t reserved_dev;          // the backend's device bytes after preparing the run's shapes (backend_prepare.h)
     TrainFlops flops;        // MFU / HFU of the log lines, the predicted iteration time
     Run run;                 // what the data callbacks read
     PipeRun pipe;

@@ -67,7 +67,7 @@ tap_ok $? "MIST_DEVICE=cpu picks the CPU backend without a notice"
 
 # Environment variables with values mist does not know: exit 2 before any work, one message
 # naming the variable, its value and the allowed ones.
-for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allowed: base, wide, wgmma, or unset"; do
+for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allowed: auto, base, wide, wgmma, cudnn, or unset"; do
     var=${v%%=*}; rest=${v#*=}; val=${rest%%:*}; want=${rest#*:}
     start=$(date +%s)
     out=$(env "$var=$val" timeout 30 sh -c "mpirun --oversubscribe -x $var -np 2 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
@@ -77,9 +77,12 @@ for v in "MIST_DEVICE=gpu:allowed: cpu, or unset" "MIST_CUDA_ATTENTION=fast:allo
     tap_ok $? "$var=$val under mpirun -np 2: exit 2 in ${took}s, message printed $n time(s)"
     [ $rc -eq 2 ] && [ "$n" -eq 1 ] || tap_diag "$out"
 done
-out=$(MIST_CUDA_ATTENTION=wide timeout 60 sh -c "mpirun --oversubscribe -x MIST_CUDA_ATTENTION -np 4 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
-[ $rc -eq 0 ]
-tap_ok $? "MIST_CUDA_ATTENTION=wide is accepted (exit $rc)"
+for att in wide cudnn auto; do
+    out=$(MIST_CUDA_ATTENTION=$att timeout 60 sh -c "mpirun --oversubscribe -x MIST_CUDA_ATTENTION -np 4 '$TRAIN' --dry-run '$TINY' </dev/null" 2>&1); rc=$?
+    [ $rc -eq 0 ]
+    tap_ok $? "MIST_CUDA_ATTENTION=$att is accepted (exit $rc)"
+    [ $rc -eq 0 ] || tap_diag "$out"
+done
 
 # A plan for 4 ranks started on 2: every rank exits 2, one message.
 start=$(date +%s)

@@ -311,6 +311,47 @@ static void test_docs(void) {
     ok(len > 0 && missing == 0, "docs/config.md documents every key (%d missing)", missing);
 }
 
+// [runtime] attention: auto by default, each name into its AttentionKernels value (the order
+// the CUDA backend and MIST_CUDA_ATTENTION share), a bad value named with file, line, key and
+// the allowed names, and [runtime] among the sections an unknown one is told about
+static void test_runtime_attention(void) {
+    MistConfig c;
+    const char *p = write_file("base.ini", BASE);
+    ok(config_load(&c, p, NULL, 0, 4, err, sizeof err) == 0 && c.runtime.attention == ATTENTION_AUTO,
+       "[runtime] attention defaults to auto");
+    static const char *const names[] = {"auto", "base", "wide", "wgmma", "cudnn"};
+    static const int want[] = {ATTENTION_AUTO, ATTENTION_BASE, ATTENTION_WIDE, ATTENTION_WGMMA, ATTENTION_CUDNN};
+    int parsed = 0;
+    for (int i = 0; i < 5; i++) {
+        char text[1024], ov[64];
+        snprintf(text, sizeof text, "%s[runtime]\nattention = %s\n", BASE, names[i]);
+        snprintf(ov, sizeof ov, "runtime.attention=%s", names[i]);
+        const char *ovs[] = {ov};
+        MistConfig d;
+        parsed += config_load(&c, write_file("att.ini", text), NULL, 0, 4, err, sizeof err) == 0 &&
+                  c.runtime.attention == want[i] && config_load(&d, p, ovs, 1, 4, err, sizeof err) == 0 &&
+                  d.runtime.attention == want[i];
+    }
+    ok(parsed == 5, "each of auto, base, wide, wgmma, cudnn parses from a file and from -o (%d of 5)", parsed);
+    char text[1024], line[32];
+    snprintf(text, sizeof text, "%s[runtime]\nattention = flash\n", BASE);
+    int n = 0;  // the bad line's number: BASE's lines + the header + 1
+    for (const char *q = text; *q; q++) n += *q == '\n';
+    snprintf(line, sizeof line, ":%d:", n);
+    const char *bad = write_file("att_bad.ini", text);
+    int rc = config_load(&c, bad, NULL, 0, 4, err, sizeof err);
+    ok(rc == 2 && strstr(err, "att_bad.ini") && strstr(err, line) && strstr(err, "[runtime] attention") &&
+           strstr(err, "flash") && strstr(err, "auto") && strstr(err, "cudnn") && strstr(err, "wgmma"),
+       "a bad attention value names the file, line %d, the key, the value and the allowed names: %s", n, err);
+    const char *ov_bad[] = {"runtime.attention=fast"};
+    rc = config_load(&c, p, ov_bad, 1, 4, err, sizeof err);
+    ok(rc == 2 && strstr(err, "runtime.attention=fast") && strstr(err, "cudnn"), "a bad -o value too: %s", err);
+    snprintf(text, sizeof text, "%s[runtim]\nattention = base\n", BASE);
+    rc = config_load(&c, write_file("att_sec.ini", text), NULL, 0, 4, err, sizeof err);
+    ok(rc == 2 && strstr(err, "did you mean 'runtime'") && strstr(err, "[runtime]"),
+       "a misspelt [runtime] is pointed at it: %s", err);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mist_test_config_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
@@ -323,6 +364,7 @@ int main(void) {
     test_line_limit();
     test_examples();
     test_docs();
+    test_runtime_attention();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) diag("could not remove %s", tmpdir);

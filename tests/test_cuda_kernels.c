@@ -408,6 +408,89 @@ static int check_cudnn_plans(const int *p) {
     return ready;
 }
 
+// [runtime] attention through the backend (Backend.set_attention): auto resolves to wgmma
+// exactly where the wgmma kernels run, else base; wgmma is refused with a reason where they
+// cannot run; an unknown name is refused. Leaves the backend at base for the other checks.
+static int check_attention_choice(const int *p) {
+    (void)p;
+    char said[800];
+    int wgmma = cuda_attention_wgmma_available();
+    int r = gpu->set_attention(gpu, "auto", said, sizeof said) == 0 && !strncmp(said, wgmma ? "wgmma" : "base", 5);
+    if (!r) diag("auto: %s (wgmma available: %d)", said, wgmma);
+    int w = gpu->set_attention(gpu, "wgmma", said, sizeof said);
+    if ((w == 0) != wgmma || (w && !strstr(said, "sm_90a"))) r = 0, diag("wgmma: %d, %s", w, said);
+    if (gpu->set_attention(gpu, "flash", said, sizeof said) != -1 || !strstr(said, "cudnn")) r = 0, diag("flash: %s", said);
+    r &= gpu->set_attention(gpu, "base", said, sizeof said) == 0 && !strncmp(said, "base", 4);
+    return r;
+}
+
+// Planning's preparation (Backend.prepare_op) counts what the run then uses: with cudnn
+// chosen, preparing a shape builds its two plans, and the backend's reserved bytes grow by
+// exactly the plans' bytes (cuda_attention_cudnn_reserved_bytes: workspaces + the fp32 dQ
+// accumulator, B NH T HS 4 bytes at least), the device's free memory falls by at least the
+// accumulator (smaller allocations may land in pages the device already counts); preparing again adds nothing, and a forward and backward at that shape run on cuDNN
+// without another byte. The embedding's sort buffers likewise (3 N int32 lists at least).
+// Without cuDNN: skipped with the reason. Leaves the backend at base.
+static int check_prepared_plans(const int *p) {
+    int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
+    char said[1100];
+    if (!cuda_attention_cudnn_available(said, sizeof said)) {
+        snprintf(skip_reason, sizeof skip_reason, "prepared cuDNN plans: no cuDNN: %s", said);
+        return CHECK_SKIPPED;
+    }
+    unsetenv("MIST_CUDA_ATTENTION");  // the backend's own choice, not the override
+    int r = gpu->set_attention(gpu, "cudnn", said, sizeof said) == 0 && !strncmp(said, "cudnn", 5);
+    if (!r) diag("set_attention(cudnn): %s", said);
+    size_t res0 = gpu->reserved_bytes(gpu), plans0 = cuda_attention_cudnn_reserved_bytes(), free0 = 0, free1 = 0;
+    int known = gpu->device_free_bytes(gpu, &free0) == 0;
+    BackendOpShape att = {.op = OP_ATTENTION, .B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS};
+    char why[1100] = "";
+    int prepared = gpu->prepare_op(gpu, &att, why, sizeof why) == 0;
+    if (!prepared && strstr(why, "NVRTC")) {  // cuDNN cannot compile its engines here (check_cudnn_plans)
+        snprintf(skip_reason, sizeof skip_reason, "prepared cuDNN plans: cuDNN cannot build them here: %s", why);
+        gpu->set_attention(gpu, "base", said, sizeof said);
+        return CHECK_SKIPPED;
+    }
+    if (!prepared) diag("cuDNN did not prepare the shape: %s", why);
+    size_t res1 = gpu->reserved_bytes(gpu), plans = cuda_attention_cudnn_reserved_bytes() - plans0;
+    known = known && gpu->device_free_bytes(gpu, &free1) == 0;
+    size_t dq = (size_t)B * NH * T * HS * sizeof(float);
+    r &= prepared && res1 - res0 == plans && plans >= dq && (!known || free0 - free1 >= dq);
+    diag("prepared: reserved +%zu B, the plans %zu B (dQ accumulator %zu B), device free -%zu B", res1 - res0, plans,
+         dq, known ? free0 - free1 : 0);
+    r &= gpu->prepare_op(gpu, &att, why, sizeof why) == 0 && gpu->reserved_bytes(gpu) == res1;
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS * 2, nout = (size_t)B * T * NH * HS * 2, nl = (size_t)B * NH * T * 4;
+    void *qkv = gpu->alloc_device(gpu, nqkv), *dqkv = gpu->alloc_device(gpu, nqkv), *out = gpu->alloc_device(gpu, nout),
+         *dout = gpu->alloc_device(gpu, nout), *lse = gpu->alloc_device(gpu, nl);
+    gpu->memset_device(gpu, qkv, 0, nqkv, NULL), gpu->memset_device(gpu, dout, 0, nout, NULL);
+    long runs = cuda_attention_cudnn_runs();
+    gpu->attention_forward(gpu, NULL, out, (float *)lse, qkv, B, T, NH, NKV, HS);
+    gpu->attention_backward(gpu, NULL, dqkv, dout, qkv, out, (const float *)lse, B, T, NH, NKV, HS);
+    gpu->synchronize(gpu);
+    long ran = cuda_attention_cudnn_runs() - runs;
+    r &= ran == 2 && gpu->reserved_bytes(gpu) == res1;
+    if (ran != 2 || gpu->reserved_bytes(gpu) != res1)
+        diag("cuDNN ran %ld of 2 calls; reserved %zu B after them, %zu B after preparing", ran, gpu->reserved_bytes(gpu), res1);
+    void *bufs[] = {qkv, dqkv, out, dout, lse};
+    for (int i = 0; i < 5; i++) gpu->free_device(gpu, bufs[i]);
+    // the embedding backward of B T tokens (C = 64, V = 1000) after preparing it: no new byte
+    BackendOpShape emb = {.op = OP_EMBEDDING, .B = B, .T = T};
+    int C = 64, V = 1000;
+    r &= gpu->prepare_op(gpu, &emb, why, sizeof why) == 0;
+    size_t prepared_emb = gpu->reserved_bytes(gpu);
+    void *tokens = gpu->alloc_device(gpu, (size_t)B * T * 4), *d = gpu->alloc_device(gpu, (size_t)B * T * C * 2),
+         *dwte = gpu->alloc_device(gpu, (size_t)V * C * 2);
+    gpu->memset_device(gpu, tokens, 0, (size_t)B * T * 4, NULL), gpu->memset_device(gpu, d, 0, (size_t)B * T * C * 2, NULL);
+    gpu->memset_device(gpu, dwte, 0, (size_t)V * C * 2, NULL);
+    gpu->embedding_backward(gpu, NULL, dwte, NULL, d, (const int32_t *)tokens, B, T, C);
+    gpu->synchronize(gpu);
+    if (gpu->reserved_bytes(gpu) != prepared_emb) r = 0, diag("the embedding backward grew the reserved bytes");
+    void *ebufs[] = {tokens, d, dwte};
+    for (int i = 0; i < 3; i++) gpu->free_device(gpu, ebufs[i]);
+    r &= gpu->set_attention(gpu, "base", said, sizeof said) == 0;
+    return r;
+}
+
 static int check_rotary(const int *p) {
     int B = p[0], T = p[1], NH = p[2], NKV = p[3], HS = p[4];
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
@@ -574,6 +657,9 @@ static const Check checks[] = {
     {"attention cudnn plans B=2 T=1024 NH=4 NKV=4 HS=128 (built where cuDNN loads)", check_cudnn_plans,
      {2, 1024, 4, 4, 128, 3}},
     {"attention cudnn B=1 T=256 NH=2 NKV=2 HS=128", check_attention, {1, 256, 2, 2, 128, 3}},
+    {"attention choice: auto, wgmma, an unknown name (Backend.set_attention)", check_attention_choice, {0}},
+    {"attention cudnn prepared B=4 T=1024 NH=8 NKV=2 HS=128: reserved = the plans' bytes, the run adds none",
+     check_prepared_plans, {4, 1024, 8, 2, 128, 3}},
     {"attention cudnn B=2 T=100 NH=4 NKV=2 HS=64 (GQA, ragged T)", check_attention, {2, 100, 4, 2, 64, 3}},
     {"attention cudnn B=2 T=77 NH=4 NKV=1 HS=128 (MQA)", check_attention, {2, 77, 4, 1, 128, 3}},
     {"rotary B=2 T=50 NH=4 NKV=2 HS=64", check_rotary, {2, 50, 4, 2, 64}},

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/calibrate.h"
+#include "base/config_keys.h"
 #include "base/config_load.h"
 #include "runtime/fileutil.h"
 #include "runtime/launch.h"
@@ -145,6 +146,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mist-calibrate: --out %s: %s\n", a.out_path, err);
         return 2;
     }
+    // the attention kernels training will run: [runtime] attention, unless MIST_CUDA_ATTENTION
+    // already says (the CUDA backend reads the variable at each call; the CPU ignores it)
+    int att = config_key_find("runtime", "attention");
+    setenv("MIST_CUDA_ATTENTION", config_keys[att].names[cfg.runtime.attention], 0);
     char device[160];
     int n = calibrate_run(&cfg.model, cfg.train.precision == PREC_BF16 ? MIST_BF16 : MIST_F32, a.bs, a.nb, a.tps,
                           a.ntp, a.iters, to_stdout ? NULL : a.out_path, device, sizeof device, err, sizeof err);

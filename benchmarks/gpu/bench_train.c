@@ -12,7 +12,10 @@
 //    timed with CUDA events after warm-up. Reports tokens/s, MFU against the
 //    profile's dense bf16 peak (Megatron model FLOPs, models/model_flops.h),
 //    peak device memory: predicted (runtime memory plan), the arena's count and
-//    the device's own (cudaMemGetInfo sampled after every step, runtime/device_peak.h), and the
+//    the device's own (cudaMemGetInfo sampled after every step, runtime/device_peak.h), the
+//    backend's reserved bytes after preparing the case's shapes (runtime/backend_prepare.h:
+//    scratch, cuBLASLt workspace, sort buffers, cuDNN's plans), so that predicted + reserved
+//    compares with the device's count + reserved (held before its baseline), and the
 //    cost model's predicted iteration time (planner/analyze.h, dgx-h100), with
 //    the roofline and with this GPU's op table (runtime/calibrate.h).
 //
@@ -32,6 +35,7 @@
 #include "planner/analyze.h"
 #include "base/profile.h"
 #include "runtime/calibrate.h"
+#include "runtime/backend_prepare.h"
 #include "runtime/device_peak.h"
 #include "runtime/model_runtime.h"
 
@@ -186,6 +190,11 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
         static Run u;
         Case *k = &cases[c];
         if (only && strcmp(only, k->name)) continue;
+        // the case's cuDNN plans and sort buffers now, before the baseline: counted to the byte
+        char note[1200];
+        size_t reserved = backend_prepare_shapes(gpu, k->B, k->m.seq_len, k->m.heads, k->m.kv_heads,
+                                                 k->m.hidden / k->m.heads, 1, note, sizeof note);
+        if (note[0]) printf("  (%s)\n", note);
         DevicePeak dpeak;
         device_peak_start(&dpeak, gpu);  // before the arenas
         if (setup(&u, gpu, &k->m, k->B, 0)) { fail = 1; continue; }
@@ -238,15 +247,20 @@ static int throughput(Backend *gpu, const char *attention, const char *only, int
         size_t measured = arena_peak_bytes(&u.r.dev);
         device_peak_sample(&dpeak, gpu);  // the timed steps ran one after another: their allocations stay
         long long device_peak = (long long)device_peak_bytes(&dpeak);
+        long long total_pred = (long long)u.predicted_peak + (long long)reserved, total_dev = device_peak + (long long)reserved;
+        printf("    device memory: predicted %lld B (arena %lld + backend reserved %zu) vs the device's count + "
+               "reserved %lld B: %+.3f%%\n", total_pred, (long long)u.predicted_peak, reserved, total_dev,
+               100.0 * (double)(total_dev - total_pred) / (double)total_pred);
         printf("%-14s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name,
                k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
                (long long)u.predicted_peak, device_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
         if (js)
             fprintf(js, "%s\n  {\"attention\": \"%s\", \"model\": \"%s\", \"B\": %d, \"seq\": %d, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, "
                         "\"tflops\": %.2f, \"mfu\": %.4f, \"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, "
-                        "\"device_peak_bytes\": %lld, \"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f}",
+                        "\"device_peak_bytes\": %lld, \"backend_reserved_bytes\": %zu, \"predicted_ms\": %.4f, "
+                        "\"predicted_ms_op_table\": %.4f}",
                     (*emitted)++ ? "," : "", attention, k->name, k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, tflops / peak_tflops,
-                    measured, (long long)u.predicted_peak, device_peak, pred_ms, pred_table_ms);
+                    measured, (long long)u.predicted_peak, device_peak, reserved, pred_ms, pred_table_ms);
         fail |= (int64_t)measured != u.predicted_peak;
         breakdown(&u, gpu, warm + timed, k->m.vocab);
         gpu->event_destroy(gpu, e0), gpu->event_destroy(gpu, e1);

@@ -39,7 +39,7 @@ else
              "$top"/runtime/arena.c "$top"/runtime/optimizer.c "$top"/runtime/params.c "$top"/runtime/model_memory.c "$top"/runtime/model_runtime.c "$top"/runtime/model_sp.c "$top"/runtime/zero.c \
              "$top"/runtime/shard.c "$top"/runtime/fileutil.c "$top"/runtime/calibrate.c "$top"/runtime/tp_shard.c "$top"/runtime/pipeline_schedule.c \
              "$top"/runtime/trace_measure.c "$top"/planner/trace.c "$top"/planner/interleave.c "$top"/runtime/comm_hier.c \
-             "$top"/runtime/zero_levels.c "$top"/base/paro.c "$top"/planner/cost_paro.c; do
+             "$top"/runtime/zero_levels.c "$top"/base/paro.c "$top"/planner/cost_paro.c "$top"/runtime/backend_prepare.c; do
         # shellcheck disable=SC2086
         build "$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')" "$f" gcc $cflags -fopenmp
     done

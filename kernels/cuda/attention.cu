@@ -308,44 +308,82 @@ static void check_shape(const char *who, int NH, int NKV, int HS) {
     }
 }
 
-// Which attention kernels run. "base" (the default): 64-query forward tiles,
-// dK/dV loading each query tile before computing it. "wide" (experimental,
-// MIST_CUDA_ATTENTION=wide): 128-query forward tiles
-// (attention_forward_wide_kernel) and double-buffered dK/dV query tiles.
-// "wgmma" (experimental, sm_90a builds on Hopper): every product of the
-// forward and the backward on wgmma (attention_wgmma.cu, attention_wgmma_backward.cu).
+// Which attention kernels run. "base": 64-query forward tiles, dK/dV loading
+// each query tile before computing it. "wide" (experimental): 128-query forward
+// tiles (attention_forward_wide_kernel) and double-buffered dK/dV query tiles.
+// "wgmma" (sm_90a builds on Hopper): every product of the forward and the
+// backward on wgmma (attention_wgmma.cu, attention_wgmma_backward.cu).
 // "cudnn" (optional): cuDNN's fused SDPA graphs (attention_cudnn.cu), loaded at run
 // time; where cuDNN is missing or refuses a shape it says why once and the base
-// kernels run. Read at every call (a getenv is nothing next to a launch), so that
-// one process can check and time each; the first call says which was chosen.
-enum { ATT_BASE, ATT_WIDE, ATT_WGMMA, ATT_CUDNN };
+// kernels run. "auto": wgmma where it can run, else base.
+// The run's choice comes from cuda_attention_set ([runtime] attention, before the
+// first call); MIST_CUDA_ATTENTION, when set, overrides it at every call (a getenv is
+// nothing next to a launch), so that one process can check and time each variant.
+// Without either: base. A change of variant is said once.
+enum { ATT_AUTO, ATT_BASE, ATT_WIDE, ATT_WGMMA, ATT_CUDNN };  // the order of [runtime] attention's names
+static const char *const att_names[] = {"auto", "base", "wide", "wgmma", "cudnn"};
+static int att_configured = ATT_BASE, att_announced = -1;
+static const char *const wgmma_needs =
+    "wgmma needs a Hopper GPU and the backend built for sm_90a (./configure CUDA_ARCH=sm_90a)";
+
+static int variant_index(const char *v) {
+    for (int i = 0; i < (int)(sizeof att_names / sizeof *att_names); i++)
+        if (!strcmp(v, att_names[i])) return i;
+    return -1;
+}
 
 static int attention_variant(void) {
-    static const char *const names[] = {"base", "wide", "wgmma", "cudnn"};
-    static int announced = -1;
     const char *v = getenv("MIST_CUDA_ATTENTION");
-    int variant;
-    if (!v || !*v || !strcmp(v, "base")) variant = ATT_BASE;
-    else if (!strcmp(v, "wide")) variant = ATT_WIDE;
-    else if (!strcmp(v, "cudnn")) variant = ATT_CUDNN;
-    else if (!strcmp(v, "wgmma")) {
-        if (!cuda_attention_wgmma_available()) {
-            fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION=wgmma needs a Hopper GPU and the backend built for "
-                            "sm_90a (./configure CUDA_ARCH=sm_90a); hint: unset it for the default (base)\n");
+    int variant = att_configured;
+    if (v && *v) {
+        variant = variant_index(v);
+        if (variant < 0) {
+            fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: auto, base, wide, "
+                            "wgmma, cudnn); hint: unset it for [runtime] attention\n", v);
             abort();
         }
-        variant = ATT_WGMMA;
-    } else {
-        fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION='%s' is not allowed (allowed: base, wide, wgmma, "
-                        "cudnn); hint: unset it for the default (base)\n", v);
-        abort();
+        if (variant == ATT_AUTO) variant = cuda_attention_wgmma_available() ? ATT_WGMMA : ATT_BASE;
+        if (variant == ATT_WGMMA && !cuda_attention_wgmma_available()) {
+            fprintf(stderr, "mist cuda backend: MIST_CUDA_ATTENTION=wgmma: %s; hint: unset it, or auto\n", wgmma_needs);
+            abort();
+        }
     }
-    if (variant != announced) {
-        fprintf(stderr, "mist cuda backend: attention: %s (MIST_CUDA_ATTENTION=base|wide|wgmma|cudnn)\n",
-                names[variant]);
-        announced = variant;
+    if (variant != att_announced) {
+        fprintf(stderr, "mist cuda backend: attention: %s\n", att_names[variant]);
+        att_announced = variant;
     }
     return variant;
+}
+
+extern "C" int cuda_attention_set(const char *name, char *said, size_t n) {
+    int want = variant_index(name);
+    if (want < 0) {
+        snprintf(said, n, "'%s' is not an attention variant (allowed: auto, base, wide, wgmma, cudnn)", name);
+        return -1;
+    }
+    int wgmma = cuda_attention_wgmma_available(), got = want;
+    char why[700] = "";
+    if (want == ATT_AUTO) {
+        got = wgmma ? ATT_WGMMA : ATT_BASE;
+        snprintf(why, sizeof why, "auto: %s", wgmma ? "a Hopper GPU and an sm_90a build" : wgmma_needs);
+    } else if (want == ATT_WGMMA && !wgmma) {
+        snprintf(said, n, "%s", wgmma_needs);
+        return -1;
+    } else if (want == ATT_CUDNN && !cuda_attention_cudnn_available(why, sizeof why)) {
+        got = ATT_BASE;  // said now, not at the first call
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; the base kernels run");
+    } else if (want == ATT_CUDNN) {
+        snprintf(why, sizeof why, "not deterministic: its backward sums dQ with fp32 atomics");
+    }
+    att_configured = att_announced = got;
+    snprintf(said, n, "%s%s%s%s", att_names[got], why[0] ? " (" : "", why, why[0] ? ")" : "");
+    return 0;
+}
+
+// cuDNN's plans for this shape, built now (cuda_common.cuh)
+extern "C" int cuda_attention_prepare(int B, int T, int NH, int NKV, int HS, char *why, size_t n) {
+    if (attention_variant() != ATT_CUDNN || B <= 0 || T <= 0) return 0;
+    return cuda_attention_cudnn_ready(B, T, NH, NKV, HS, why, n) == 1 ? 0 : -1;
 }
 
 template <int HS>

@@ -43,6 +43,10 @@ extern "C" int cuda_attention_cudnn_describe(int, int, int, int, int, char *why,
     return -1;
 }
 extern "C" size_t cuda_attention_cudnn_reserved_bytes(void) { return 0; }
+extern "C" int cuda_attention_cudnn_available(char *why, size_t n) {
+    snprintf(why, n, "%s", not_built);
+    return 0;
+}
 extern "C" long cuda_attention_cudnn_runs(void) { return 0; }
 #else
 
@@ -390,4 +394,8 @@ extern "C" int cuda_attention_cudnn_describe(int B, int T, int NH, int NKV, int 
 }
 extern "C" size_t cuda_attention_cudnn_reserved_bytes(void) { return reserved_bytes; }
 extern "C" long cuda_attention_cudnn_runs(void) { return runs; }
+extern "C" int cuda_attention_cudnn_available(char *why, size_t n) {
+    cudnnHandle_t handle;
+    return cudnn_load(&handle, why, n) == 0;
+}
 #endif

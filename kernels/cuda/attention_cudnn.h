@@ -1,6 +1,6 @@
 // Causal attention through cuDNN's fused SDPA graphs (forward, and backward
 // from the forward's log-sum-exp), beside the backend's own kernels:
-// MIST_CUDA_ATTENTION=cudnn selects it (attention.cu). cuDNN is loaded at run
+// [runtime] attention = cudnn or MIST_CUDA_ATTENTION=cudnn selects it (attention.cu). cuDNN is loaded at run
 // time; without it, or when cuDNN refuses a shape, the calls return -1 after
 // printing why once, and the caller runs its own kernels.
 // Layouts and math are the backend's attention op's (kernels/backend.h).
@@ -23,6 +23,8 @@ int cuda_attention_cudnn_ready(int B, int T, int NH, int NKV, int HS, char *why,
 // when cuDNN accepts them all, else the reason in why and 0 for the first refusal (the
 // call, cuDNN's status and its text), -1 when there is no cuDNN library to ask
 int cuda_attention_cudnn_describe(int B, int T, int NH, int NKV, int HS, char *why, size_t n);
+// 1 when cuDNN's library loads and gives a handle on this device; else 0 with why
+int cuda_attention_cudnn_available(char *why, size_t n);
 // device bytes the cached plans hold: workspaces and the backward's fp32 dQ accumulators
 size_t cuda_attention_cudnn_reserved_bytes(void);
 // executions cuDNN ran (forward + backward): lets a check tell cuDNN's results from the fallback's

@@ -66,8 +66,18 @@ static int cu_is_device_memory(Backend *b, const void *p) {
 }
 static size_t cu_reserved_bytes(Backend *b) {
     CudaCtx *ctx = cuda_ctx(b);
-    // + cuDNN attention's plans (MIST_CUDA_ATTENTION=cudnn): allocated at each shape's first call
+    // + the embedding backward's sort buffers and cuDNN attention's plans: allocated by
+    // cu_prepare_op before the run, or else at each shape's first call
     return ctx->scratch_bytes + ctx->lt_workspace_bytes + ctx->token_sort_bytes + cuda_attention_cudnn_reserved_bytes();
+}
+
+static int cu_set_attention(Backend *b, const char *name, char *said, size_t n) {
+    return cuda_attention_set(name, said, n);
+}
+static int cu_prepare_op(Backend *b, const BackendOpShape *s, char *why, size_t n) {
+    if (s->op == OP_EMBEDDING) cuda_embedding_prepare(b, s->B * s->T);
+    if (s->op == OP_ATTENTION) return cuda_attention_prepare(s->B, s->T, s->NH, s->NKV, s->HS, why, n);
+    return 0;
 }
 
 static BackendStream *cu_stream_create(Backend *b) {
@@ -217,6 +227,8 @@ extern "C" Backend *backend_cuda_create(MistDtype dtype, int device, char *err, 
     b->synchronize = cu_synchronize;
     b->supports_op = cu_supports_op;
     b->destroy = cu_destroy;
+    b->set_attention = cu_set_attention;
+    b->prepare_op = cu_prepare_op;
     b->embedding_forward = cuda_embedding_forward;
     b->embedding_backward = cuda_embedding_backward;
     b->norm_forward = cuda_norm_forward;

@@ -152,8 +152,17 @@ void cuda_attention_forward(Backend *b, BackendStream *s, void *out, float *lse,
                             int B, int T, int NH, int NKV, int HS);
 // 1 for the head sizes the attention kernels are built for (64, 128: their tiles are compile-time)
 int cuda_attention_head_size_supported(int HS);
-// whether MIST_CUDA_ATTENTION=wgmma can run: the backend built for sm_90a, on a Hopper GPU
+// whether the wgmma attention can run: the backend built for sm_90a, on a Hopper GPU
 int cuda_attention_wgmma_available(void);
+// The attention kernels of the run (Backend.set_attention): name one of auto, base, wide, wgmma,
+// cudnn. 0 with what runs and why in said; -1 with why (an unknown name, wgmma where it cannot run).
+// MIST_CUDA_ATTENTION, when set, overrides it at each call (attention.cu).
+int cuda_attention_set(const char *name, char *said, size_t n);
+// Builds what the chosen attention keeps per shape (cuDNN's plans) now: 0, or -1 with why when
+// cuDNN refused the shape (its calls then run the base kernels)
+int cuda_attention_prepare(int B, int T, int NH, int NKV, int HS, char *why, size_t n);
+// The embedding backward's sort buffers for N tokens, allocated now (embedding.cu)
+void cuda_embedding_prepare(Backend *b, int N);
 // the wgmma forward with the next block's scores overlapped with P V (1, the default) or the
 // plain order (0): the same bits; tests compare them, benchmarks time both
 void cuda_attention_wgmma_forward_overlap(int on);

@@ -69,6 +69,29 @@ extern "C" void cuda_embedding_forward(Backend *b, BackendStream *s, void *out, 
     cuda_embedding_forward_range(b, s, out, tokens, wte, wpe, 0, INT32_MAX, B, T, C);
 }
 
+// The embedding backward's device buffers for N tokens: sorted tokens | positions | sorted
+// positions (the lists, rounded up to 256 bytes) | CUB's temporary storage. Grown when N
+// needs more; kept for the process (reserved_bytes counts them).
+static void sort_buffers(CudaCtx *ctx, int N, cudaStream_t st, size_t *lists, size_t *temp) {
+    *temp = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, *temp, (const int32_t *)nullptr, (int32_t *)nullptr,
+                                               (const int32_t *)nullptr, (int32_t *)nullptr, N, 0, 32, st));
+    *lists = ((3 * (size_t)N * sizeof(int32_t)) + 255) / 256 * 256;
+    size_t need = *lists + *temp;
+    if (need > ctx->token_sort_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(st));  // an earlier call may still read the old buffer
+        if (ctx->token_sort) CUDA_CHECK(cudaFree(ctx->token_sort));
+        CUDA_CHECK(cudaMalloc(&ctx->token_sort, need));
+        ctx->token_sort_bytes = need;
+    }
+}
+
+// before the run (Backend.prepare_op): the buffers of a backward of N tokens
+extern "C" void cuda_embedding_prepare(Backend *b, int N) {
+    size_t lists, temp;
+    if (N > 0) sort_buffers(cuda_ctx(b), N, 0, &lists, &temp);
+}
+
 extern "C" void cuda_embedding_backward_range(Backend *b, BackendStream *s, void *dwte, void *dwpe, const void *dout,
                                               const int32_t *tokens, int v0, int Vt, int B, int T, int C) {
     CudaCtx *ctx = cuda_ctx(b);
@@ -80,17 +103,8 @@ extern "C" void cuda_embedding_backward_range(Backend *b, BackendStream *s, void
         embedding_wpe_backward_kernel<<<cuda_blocks(n, 256), 256, 0, st>>>((bf16 *)dwpe, (const bf16 *)dout, B, T, C);
         CUDA_CHECK_LAUNCH();
     }
-    // device buffers: sorted tokens | positions | sorted positions | CUB's temporary storage
-    size_t temp = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, tokens, (int32_t *)nullptr, (const int32_t *)nullptr,
-                                               (int32_t *)nullptr, N, 0, 32, st));
-    size_t lists = ((3 * (size_t)N * sizeof(int32_t)) + 255) / 256 * 256, need = lists + temp;
-    if (need > ctx->token_sort_bytes) {
-        CUDA_CHECK(cudaStreamSynchronize(st));  // an earlier call may still read the old buffer
-        if (ctx->token_sort) CUDA_CHECK(cudaFree(ctx->token_sort));
-        CUDA_CHECK(cudaMalloc(&ctx->token_sort, need));
-        ctx->token_sort_bytes = need;
-    }
+    size_t lists, temp;
+    sort_buffers(ctx, N, st, &lists, &temp);
     int32_t *keys = (int32_t *)ctx->token_sort, *pos = keys + N, *pos_sorted = pos + N;
     iota_kernel<<<cuda_blocks((size_t)N, 256), 256, 0, st>>>(pos, N);
     CUDA_CHECK_LAUNCH();
