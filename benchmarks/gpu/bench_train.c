@@ -272,6 +272,13 @@ static void predict(Backend *gpu, const Case *k, int op_table, double *pred_ms, 
     else fprintf(stderr, "bench_train: cost model with the op table: %s\n", err);
 }
 
+// a time for the JSON: null where not predicted (JSON has no NaN)
+static const char *json_ms(char *buf, double ms) {
+    if (isfinite(ms)) snprintf(buf, 32, "%.4f", ms);
+    else snprintf(buf, 32, "null");
+    return buf;
+}
+
 // One case: tokens/s, MFU, measured vs predicted peak memory and time, where the case's
 // own time went; its JSON object (attention: the MIST_CUDA_ATTENTION variant). 1 on failure.
 static int run_case(Backend *gpu, const char *attention, Case *k, Opts *o) {
@@ -319,15 +326,16 @@ static int run_case(Backend *gpu, const char *attention, Case *k, Opts *o) {
            "breakdown%s, teardown %.2f | case %.2f\n", u.plan_s, u.init_s, warm, t_timed - t_warm, timed,
            t_table - t_timed, o->op_table ? "" : "(off) ", t_rest - t_table, o->timeline ? ", timeline" : "",
            end - t_rest, end - t_case);
+    char pm[32], ptm[32];
     if (o->js)
         fprintf(o->js, "%s\n  {\"attention\": \"%s\", \"model\": \"%s\", \"B\": %d, \"seq\": %d, \"vocab_rows\": %d, "
                        "\"ms_per_iter\": %.4f, \"tokens_per_s\": %.1f, \"tflops\": %.2f, \"mfu\": %.4f, "
                        "\"peak_measured_bytes\": %zu, \"peak_predicted_bytes\": %lld, \"device_peak_bytes\": %lld, "
-                       "\"predicted_ms\": %.4f, \"predicted_ms_op_table\": %.4f, \"plan_s\": %.3f, \"init_s\": %.3f, "
+                       "\"predicted_ms\": %s, \"predicted_ms_op_table\": %s, \"plan_s\": %.3f, \"init_s\": %.3f, "
                        "\"op_table_s\": %.3f, \"warmup_s\": %.3f, \"timed_s\": %.3f, \"case_s\": %.3f}",
                 o->emitted++ ? "," : "", attention, k->name, k->B, k->m.seq_len, model_vocab_padded(&k->m), ms,
                 tokens / (ms * 1e-3), tflops, tflops / peak_tflops, measured, (long long)u.predicted_peak, device_peak,
-                pred_ms, pred_table_ms, u.plan_s, u.init_s, op_table_s, t_timed - t_warm, t_table - t_timed, end - t_case);
+                json_ms(pm, pred_ms), json_ms(ptm, pred_table_ms), u.plan_s, u.init_s, op_table_s, t_timed - t_warm, t_table - t_timed, end - t_case);
     return fail;
 }
 
