@@ -11,7 +11,7 @@
 # to BUDGET_S; DRY_RUN=1 prints them and their sum):
 #   env        10  device, driver, CUDA; NCCL and cuDNN libraries found (PyTorch's pip wheels)
 #   kernels    25  every CUDA kernel against the CPU backend (test_cuda_kernels; 11 s on an H200)
-#   gpt2       70  GPT-2 124M training per attention variant of ATTENTION: ms/iter, MFU, peak memory,
+#   gpt2       80  GPT-2 124M training per attention variant of ATTENTION: ms/iter, MFU, peak memory,
 #                  predicted vs measured time (with this GPU's op table: the only step that measures it)
 #   gpt3       80  the same for GPT-3 1.3B, one variant: the faster in gpt2 (--quick, no op table; its
 #                  host-side weight init is most of it)
@@ -24,7 +24,7 @@
 #                  bench_train --timeline (Chrome trace timeline.json; phases, launch gaps, host syncs)
 #   sanitizer  40  compute-sanitizer memcheck on the newest kernels' checks (cudnn, lean, embedding)
 #   tracking   30  cpu vs cuda loss tracking of small models, the faster variant (bench_train --only tracking)
-#   ranks      50  several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
+#   ranks      40  several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -177,7 +177,7 @@ faster() {
 bt="'$out/bench_train'"
 step env 10 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'libnccl.so*' -o -name 'libcudnn*.so*' \\) 2>/dev/null; ldd '$out/nccl_check' 2>/dev/null | grep -i nccl"
 step kernels 25 "'$out/test_cuda_kernels'"
-step gpt2 70 "$bt --only gpt2-124m --attention $attention --json '$out/train_gpt2.json'"
+step gpt2 80 "$bt --only gpt2-124m --attention $attention --json '$out/train_gpt2.json'"
 fast=$(faster)
 step gpt3 80 "$bt --only gpt3-1.3b --quick --no-op-table --attention $fast --json '$out/train_gpt3.json'"
 step vocab 30 "$bt --only gpt2-124m-v50257 --no-op-table --attention $fast --json '$out/train_vocab.json'"
@@ -198,7 +198,7 @@ else
 fi
 step tracking 30 "$bt --only tracking --attention $fast"
 if { [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; } || [ "${DRY_RUN:-0}" = 1 ]; then
-    step ranks 50 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
+    step ranks 40 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
 fi
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
