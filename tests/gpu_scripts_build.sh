@@ -115,6 +115,9 @@ assert ph["block forward"]["count"] == 2 and ph["block backward"]["count"] == 2,
 assert 0 < s["regions_gpu_ms"] <= s["step_gpu_ms"] * 1.001 and s["host_syncs"] >= 2, s
 assert abs(s["step_gpu_ms"] - s["regions_gpu_ms"] - s["launch_gaps_ms"]) < 1e-3, s
 assert abs(sum(p["gpu_ms"] for p in s["phases"]) - s["regions_gpu_ms"]) < 1e-2, s
+# each synchronisation placed in the step: the norm's read-back in grad norm, the final wait at the end
+assert len(s["syncs"]) == s["host_syncs"] and "stream_synchronize in grad norm" in s["syncs"], s["syncs"]
+assert s["syncs"][-1] == "event_synchronize at the end", s["syncs"]
 assert any(l.startswith("    time (s): plan ") and "weight init" in l and "op table (off)" in l for l in open(sys.argv[2]))
 r = json.load(open(sys.argv[3]))["results"][0]
 assert r["model"] == "tiny" and r["op_table_s"] == 0 and r["case_s"] >= r["timed_s"] > 0 and r["vocab_rows"] == 256, r

@@ -14,8 +14,11 @@
 // and for the step: launch gaps = step time - the phases' sum, the device's
 // time between marked regions (idle unless unmarked work ran there), and the
 // host synchronisations in the step, counted by wrapping the Backend's
-// stream_synchronize, event_synchronize and synchronize while it runs (the
-// gradient norm's read-back is one; the step's final wait is another).
+// stream_synchronize, event_synchronize, synchronize and copy_d2h while it runs
+// (a copy to pageable host memory returns when it is done: it waits for the
+// stream too). The gradient norm's read-back is one; the losses' copy and the
+// step's final wait are others; so the last phase's host time includes the
+// device's time to reach its end.
 #include "benchmarks/gpu/bench_timeline.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +43,28 @@ static struct {
     void (*event_synchronize)(Backend *b, BackendEvent *e);
     void (*synchronize)(Backend *b);
     void (*event_record)(Backend *b, BackendEvent *e, BackendStream *s);
-    int stream_syncs, event_syncs, device_syncs;
+    void (*copy_d2h)(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s);
+    int stream_syncs, event_syncs, device_syncs, d2h_copies;
     int n;
     BackendEvent *ev[MAX_RECORDS];
     double host[MAX_RECORDS];  // the CPU clock when ev[i] was enqueued
+    int nsync;
+    const char *sync_call[MAX_RECORDS];   // each synchronisation in order: the call,
+    BackendEvent *sync_after[MAX_RECORDS];  // and the last mark enqueued before it (where it came)
 } w;
 
-static void count_stream_sync(Backend *b, BackendStream *s) { w.stream_syncs++, w.stream_synchronize(b, s); }
-static void count_event_sync(Backend *b, BackendEvent *e) { w.event_syncs++, w.event_synchronize(b, e); }
-static void count_device_sync(Backend *b) { w.device_syncs++, w.synchronize(b); }
+static void synced(const char *call) {
+    if (w.nsync < MAX_RECORDS && w.n > 0) w.sync_call[w.nsync] = call, w.sync_after[w.nsync++] = w.ev[w.n - 1];
+}
+
+static void count_stream_sync(Backend *b, BackendStream *s) {
+    w.stream_syncs++, synced("stream_synchronize"), w.stream_synchronize(b, s);
+}
+static void count_event_sync(Backend *b, BackendEvent *e) { w.event_syncs++, synced("event_synchronize"), w.event_synchronize(b, e); }
+static void count_device_sync(Backend *b) { w.device_syncs++, synced("synchronize"), w.synchronize(b); }
+static void count_d2h(Backend *b, void *dst, const void *src, size_t bytes, BackendStream *s) {
+    w.d2h_copies++, synced("copy_d2h"), w.copy_d2h(b, dst, src, bytes, s);
+}
 static void clock_record(Backend *b, BackendEvent *e, BackendStream *s) {
     if (w.n < MAX_RECORDS) w.ev[w.n] = e, w.host[w.n++] = now_s();
     w.event_record(b, e, s);
@@ -56,14 +72,14 @@ static void clock_record(Backend *b, BackendEvent *e, BackendStream *s) {
 
 static void wrap(Backend *be) {
     w.stream_synchronize = be->stream_synchronize, w.event_synchronize = be->event_synchronize;
-    w.synchronize = be->synchronize, w.event_record = be->event_record;
-    w.stream_syncs = w.event_syncs = w.device_syncs = w.n = 0;
+    w.synchronize = be->synchronize, w.event_record = be->event_record, w.copy_d2h = be->copy_d2h;
+    w.stream_syncs = w.event_syncs = w.device_syncs = w.d2h_copies = w.n = w.nsync = 0;
     be->stream_synchronize = count_stream_sync, be->event_synchronize = count_event_sync;
-    be->synchronize = count_device_sync, be->event_record = clock_record;
+    be->synchronize = count_device_sync, be->event_record = clock_record, be->copy_d2h = count_d2h;
 }
 static void unwrap(Backend *be) {
     be->stream_synchronize = w.stream_synchronize, be->event_synchronize = w.event_synchronize;
-    be->synchronize = w.synchronize, be->event_record = w.event_record;
+    be->synchronize = w.synchronize, be->event_record = w.event_record, be->copy_d2h = w.copy_d2h;
 }
 // the CPU clock at the last enqueue of e (every mark is recorded once in the step)
 static double host_at(const BackendEvent *e) {
@@ -120,13 +136,29 @@ static void phases(const TraceMeasure *m, BackendEvent *adamw, Phase *ph) {
     }
 }
 
+// where in the step a synchronisation came: the mark enqueued last before it
+static void sync_place(const TraceMeasure *m, BackendEvent *adamw, BackendEvent *after, char *dst, size_t len) {
+    snprintf(dst, len, "?");
+    if (after == adamw) snprintf(dst, len, "in AdamW + losses to host");
+    for (int i = 0; i < m->n; i++) {
+        if (m->ev[i] != after) continue;
+        int k = m->what[i], part = k == TRACE_PART_END && i > 0;
+        TraceEvent e = {.kind = part ? m->what[i - 1] : k, .block = part ? m->block[i - 1] : m->block[i]};
+        char name[64] = "";
+        if (e.kind >= 0 && e.kind < TRACE_KINDS) trace_event_name(&e, name, sizeof name);
+        if (part) snprintf(dst, len, "after %s", name);
+        else if (k == TRACE_BUBBLE) snprintf(dst, len, i == 0 ? "at the start" : i == m->n - 1 ? "at the end" : "after a pass");
+        else snprintf(dst, len, "in %s", name);
+    }
+}
+
 static void summary(const TraceMeasure *m, BackendEvent *adamw, const char *path, const char *model, const char *attention) {
     Phase ph[PH_N];
     phases(m, adamw, ph);
     Backend *be = m->be;
     double step_ms = be->event_elapsed_ms(be, m->ev[0], m->ev[m->n - 1]), sum = 0;
     double host_ms = 1e3 * (host_at(m->ev[m->n - 1]) - host_at(m->ev[0]));
-    int syncs = w.stream_syncs + w.event_syncs + w.device_syncs;
+    int syncs = w.stream_syncs + w.event_syncs + w.device_syncs + w.d2h_copies;
     printf("\n== timeline %s (attention %s): one step, the Chrome trace in %s\n", model, attention, path);
     printf("    %-24s %6s %10s %14s\n", "phase", "count", "GPU ms", "host issue ms");
     for (int p = 0; p < PH_N; p++) {
@@ -138,19 +170,32 @@ static void summary(const TraceMeasure *m, BackendEvent *adamw, const char *path
                bound ? "  (issue >= GPU: launch-bound)" : "");
     }
     printf("    step %.3f ms on the GPU, marked regions %.3f ms, launch gaps %.3f ms (%.1f%%); host issue %.3f ms "
-           "up to the final wait; host synchronisations %d (stream %d, event %d, device %d; the final wait among them)\n",
-           step_ms, sum, step_ms - sum, step_ms > 0 ? 100 * (step_ms - sum) / step_ms : 0.0, host_ms, syncs,
-           w.stream_syncs, w.event_syncs, w.device_syncs);
+           "up to the final wait; host synchronisations %d (stream %d, event %d, device %d, device-to-host copies %d; "
+           "the final wait among them)\n", step_ms, sum, step_ms - sum, step_ms > 0 ? 100 * (step_ms - sum) / step_ms : 0.0,
+           host_ms, syncs, w.stream_syncs, w.event_syncs, w.device_syncs, w.d2h_copies);
+    for (int i = 0; i < w.nsync; i++) {
+        char at[96];
+        sync_place(m, adamw, w.sync_after[i], at, sizeof at);
+        printf("%s%s %s%s", i ? "; " : "    where: ", w.sync_call[i], at, i + 1 == w.nsync ? "\n" : "");
+    }
     char esc[1024];
     trace_json_escape(esc, sizeof esc, path);
     printf("timeline_json {\"model\": \"%s\", \"attention\": \"%s\", \"trace\": \"%s\", \"step_gpu_ms\": %.4f, "
-           "\"regions_gpu_ms\": %.4f, \"launch_gaps_ms\": %.4f, \"host_issue_ms\": %.4f, \"host_syncs\": %d, \"phases\": [",
-           model, attention, esc, step_ms, sum, step_ms - sum, host_ms, syncs);
+           "\"regions_gpu_ms\": %.4f, \"launch_gaps_ms\": %.4f, \"host_issue_ms\": %.4f, \"host_syncs\": %d, "
+           "\"stream_syncs\": %d, \"event_syncs\": %d, \"device_syncs\": %d, \"d2h_copies\": %d, \"phases\": [",
+           model, attention, esc, step_ms, sum, step_ms - sum, host_ms, syncs, w.stream_syncs, w.event_syncs,
+           w.device_syncs, w.d2h_copies);
     for (int p = 0, first = 1; p < PH_N; p++) {
         if (!ph[p].count) continue;
         printf("%s{\"phase\": \"%s\", \"count\": %d, \"gpu_ms\": %.4f, \"host_issue_ms\": %.4f}", first ? "" : ", ",
                phase_names[p], ph[p].count, ph[p].gpu_ms, ph[p].host_ms);
         first = 0;
+    }
+    printf("], \"syncs\": [");
+    for (int i = 0; i < w.nsync; i++) {
+        char at[96];
+        sync_place(m, adamw, w.sync_after[i], at, sizeof at);
+        printf("%s\"%s %s\"", i ? ", " : "", w.sync_call[i], at);
     }
     printf("]}\n");
 }
@@ -175,7 +220,7 @@ int timeline_step(ModelRuntime *r, Backend *be, const int32_t *in, const int32_t
     BackendEvent *adamw = be->event_create(be);
     wrap(be);
     trace_measure_begin(&tm, 0, &alone, &grid);  // waits for the steps before, then the start mark
-    w.stream_syncs = w.event_syncs = w.device_syncs = 0;
+    w.stream_syncs = w.event_syncs = w.device_syncs = w.d2h_copies = w.nsync = 0;
     double t0 = host_at(tm.ev[0]);
     be->copy_h2d(be, arena_ptr(&r->t_inputs), in, (size_t)N * 4, r->stream);
     be->copy_h2d(be, arena_ptr(&r->t_targets), tg, (size_t)N * 4, r->stream);
