@@ -677,8 +677,16 @@ static const Check checks[] = {
     {"adamw + norm_squared n=3000001", check_optimizer, {3000001}},
 };
 
-// test_cuda_kernels [PATTERN]: with a pattern, only the checks whose name contains it run
-// (the others are reported as skipped): a quick re-check of one kernel on a GPU
+// 1 when no pattern was given or the check's name contains one of them
+static int selected(const char *name, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strstr(name, argv[i])) return 1;
+    return argc < 2;
+}
+
+// test_cuda_kernels [PATTERN...]: with patterns, only the checks whose name contains one of
+// them run (the others are reported as skipped): a quick re-check of some kernels on a GPU,
+// or compute-sanitizer on the newest ones only (benchmarks/gpu/run.sh)
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     int count = (int)(sizeof checks / sizeof checks[0]);
@@ -725,9 +733,9 @@ int main(int argc, char **argv) {
        "supports_op: attention at head sizes 64 and 128 only (its compile-time tiles); device memory is not host memory");
     int failed = 0;
     for (int i = 0; i < count; i++) {
-        if (only && !strstr(checks[i].name, only)) {
+        if (!selected(checks[i].name, argc, argv)) {
             char why[320];
-            snprintf(why, sizeof why, "%s: not selected (pattern '%s')", checks[i].name, only);
+            snprintf(why, sizeof why, "%s: not selected (pattern '%s'%s)", checks[i].name, only, argc > 2 ? " ..." : "");
             tap_skip(why);
             continue;
         }

@@ -2,7 +2,10 @@
 // prints, per op and shape, the time and the achieved TFLOP/s (GEMMs,
 // attention) or GB/s (memory-bound ops) against the H100 SXM peaks
 // (bf16 dense 989 TFLOP/s, HBM3 3.35 TB/s).
-//   bench_kernels [--json PATH] [--quick]
+//   bench_kernels [--json PATH] [--quick] [--only attention,matmul,memory]
+// --only: those groups of ops (default: all). Attention at the shape
+// (B=4, T=2048, 16 heads, HS=128) comes first for every variant, before the
+// GEMMs and the other shapes, so that a run cut short still has those rows.
 // FLOP counts: GEMM 2 N C OC; causal attention forward 2 x 2 B NH T^2 HS / 2
 // (two products, half the matrix), backward 2.5 x forward (the usual count of
 // five products; this backend recomputes the scores twice, which is not
@@ -211,19 +214,18 @@ static void bench_memory(int op, const char *name, int64_t N, int64_t C, double 
     for (int i = 0; i < 7; i++) gpu->free_device(gpu, all[i]);
 }
 
-int main(int argc, char **argv) {
-    const char *json_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { fprintf(stderr, "usage: %s [--json PATH] [--quick]\n", argv[0]); return 2; }
+// 1 when `group` is one of --only's comma-separated names (or there is no --only)
+static int wanted(const char *only, const char *group) {
+    size_t n = strlen(group);
+    for (const char *p = only; p && *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, group, n)) return 1;
+        p += k + (p[k] == ',');
     }
-    char err[256];
-    gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
-    if (!gpu) { printf("# SKIP no GPU: %s\n", err); return 0; }
-    if (json_path && !(json = fopen(json_path, "w"))) { fprintf(stderr, "bench: cannot write %s\n", json_path); return 1; }
-    if (json) fprintf(json, "{\"peak_tflops\": %.0f, \"peak_gbs\": %.0f, \"results\": [", PEAK_TFLOPS, PEAK_GBS);
-    printf("%-28s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
+    return !only;
+}
+
+static void bench_matmuls(void) {
     bench_matmul(8192, 4096, 4096, 0, 0);
     bench_matmul(8192, 4096, 16384, 1, 0);
     bench_matmul(8192, 768, 3072, 1, 0);
@@ -231,17 +233,9 @@ int main(int argc, char **argv) {
     bench_mlp_backward(16384, 3072, 768);   // GPT-2 124M at B 16, T 1024
     bench_matmul(16384, 768, 50257, 0, 1);  // GPT-2's odd vocabulary
     bench_matmul(16384, 2048, 50304, 0, 1);
-    int wgmma = cuda_attention_wgmma_available();
-    if (!wgmma) printf("(attention_fwd_wgmma / attention_bwd_wgmma not timed: needs a Hopper GPU and a build for sm_90a)\n");
-    for (int variant = 0; variant < 4; variant++) {
-        if (variant == 2 && !wgmma) continue;
-        bench_attention(4, 2048, 16, 16, 128, variant);
-        bench_attention(8, 1024, 12, 12, 64, variant);
-        bench_attention(2, 4096, 32, 8, 128, variant);
-    }
-    if (cuda_attention_cudnn_reserved_bytes())
-        printf("(cuDNN attention plans: %.1f MiB of device memory: workspaces and fp32 dQ accumulators)\n",
-               cuda_attention_cudnn_reserved_bytes() / 1048576.0);
+}
+
+static void bench_memories(void) {
     int64_t N = 8192, C = 4096;
     bench_memory(0, "layernorm_fwd+residual", N, C, 4.0 * N * C * 2);
     bench_memory(1, "layernorm_bwd", N, C, (4.0 * N * C + 2.0 * N * C) * 2);  // kernel + weight-grad pass
@@ -251,6 +245,47 @@ int main(int argc, char **argv) {
     bench_memory(5, "adamw", 64 << 20, 1, (64 << 20) * 28.0);  // bf16 param+grad, f32 master, m, v: 2+2+3*(4+4)
     bench_memory(6, "norm_squared", 256 << 20, 1, (256 << 20) * 2.0);
     bench_memory(7, "rotary_fwd", 16384, 128 * 48, 16384.0 * 40 * 128 * 2 * 2);
+}
+
+int main(int argc, char **argv) {
+    const char *json_path = NULL, *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else { fprintf(stderr, "usage: %s [--json PATH] [--quick] [--only attention,matmul,memory]\n", argv[0]); return 2; }
+    }
+    for (const char *p = only; p && *p;) {
+        size_t k = strcspn(p, ",");
+        if (!(k == 9 && !strncmp(p, "attention", 9)) && !(k == 6 && !strncmp(p, "matmul", 6)) &&
+            !(k == 6 && !strncmp(p, "memory", 6))) {
+            fprintf(stderr, "bench_kernels: --only '%s': '%.*s' is not a group (allowed: attention, matmul, memory, "
+                            "comma-separated)\n", only, (int)k, p);
+            return 2;
+        }
+        p += k + (p[k] == ',');
+    }
+    char err[256];
+    gpu = backend_cuda_create(MIST_BF16, 0, err, sizeof err);
+    if (!gpu) { printf("# SKIP no GPU: %s\n", err); return 0; }
+    if (json_path && !(json = fopen(json_path, "w"))) { fprintf(stderr, "bench: cannot write %s\n", json_path); return 1; }
+    if (json) setvbuf(json, NULL, _IONBF, 0);  // rows on disk as they come: a run cut short keeps them
+    if (json) fprintf(json, "{\"peak_tflops\": %.0f, \"peak_gbs\": %.0f, \"results\": [", PEAK_TFLOPS, PEAK_GBS);
+    printf("%-28s %-34s %12s %17s %s\n", "op", "shape", "time", "achieved", "vs peak");
+    int att = wanted(only, "attention"), wgmma = cuda_attention_wgmma_available();
+    if (att && !wgmma) printf("(attention_fwd_wgmma / attention_bwd_wgmma not timed: needs a Hopper GPU and a build for sm_90a)\n");
+    for (int variant = 0; att && variant < 4; variant++)  // the shape, every variant
+        if (variant != 2 || wgmma) bench_attention(4, 2048, 16, 16, 128, variant);
+    if (wanted(only, "matmul")) bench_matmuls();
+    for (int variant = 0; att && variant < 4; variant++) {
+        if (variant == 2 && !wgmma) continue;
+        bench_attention(8, 1024, 12, 12, 64, variant);
+        bench_attention(2, 4096, 32, 8, 128, variant);
+    }
+    if (att && cuda_attention_cudnn_reserved_bytes())
+        printf("(cuDNN attention plans: %.1f MiB of device memory: workspaces and fp32 dQ accumulators)\n",
+               cuda_attention_cudnn_reserved_bytes() / 1048576.0);
+    if (wanted(only, "memory")) bench_memories();
     if (json) { fprintf(json, "\n]}\n"); fclose(json); }
     gpu->destroy(gpu);
     return 0;

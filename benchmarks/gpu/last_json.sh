@@ -7,7 +7,11 @@
 #   (OUTDIR/train_*.json, one object per case and line), attention forward
 #   TFLOP/s at T=2048, HS=128 (>= 350; the fastest variant in OUTDIR/attention.log, bench_kernels),
 #   predicted vs measured peak device memory (within 1%) and iteration time
-#   (within 10%), per case; bench_train's objects follow as they are.
+#   (within 10%), per case; the vocabulary A/B (vocab_pad_ab: per attention variant
+#   with both rows, GPT-2 124M padded to 50304 rows vs not padded, gpt2-124m-v50257:
+#   both ms/iter and unpadded / padded); the timeline step's summary (timeline:
+#   bench_train's "timeline_json" line in OUTDIR/timeline.log, as it is);
+#   bench_train's objects follow as they are.
 #   sh benchmarks/gpu/last_json.sh OUTDIR > last.json
 # Only POSIX sh and awk: the GPU machine may have nothing else.
 set -eu
@@ -23,6 +27,8 @@ train=$(ls "$out"/train_*.json 2>/dev/null || true)
     echo "@train"
     # shellcheck disable=SC2086
     [ -z "$train" ] || grep -h '"model":' $train || true
+    echo "@timeline"
+    sed -n 's/^timeline_json //p' "$out/timeline.log" 2>/dev/null | tail -1
 } | awk '
 function str(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
 # the value of "key": in a JSON object on one line (number, or string without quotes)
@@ -40,6 +46,8 @@ BEGIN { part = "env" }
 /^@steps$/ { part = "steps"; next }
 /^@attention$/ { part = "attention"; next }
 /^@train$/ { part = "train"; next }
+/^@timeline$/ { part = "timeline"; next }
+part == "timeline" { if ($0 ~ /^\{.*\}$/) timeline = $0; next }
 part == "env" { i = index($0, "="); if (i) env[++nenv] = str(substr($0, 1, i - 1)) ": " str(substr($0, i + 1)); next }
 part == "steps" {
     split($0, f, "\t")
@@ -59,6 +67,10 @@ part == "train" {
     if ((model == "gpt2-124m" || model == "gpt3-1.3b") && mfu != "" && mfu + 0 > mfu_best[model] + 0) {
         mfu_best[model] = mfu; mfu_att[model] = att
     }
+    # the vocabulary A/B: the last row of each (variant, padded or not)
+    ms = field(line, "ms_per_iter")
+    if (model == "gpt2-124m" && ms + 0 > 0) { if (!(att in padded)) atts[++natts] = att; padded[att] = ms }
+    if (model == "gpt2-124m-v50257" && ms + 0 > 0) unpadded[att] = ms
     dev = field(line, "device_peak_bytes")
     mem[nrows] = "{\"model\": " str(model) ", \"attention\": " str(att) ", \"predicted_bytes\": " num(field(line, "peak_predicted_bytes")) \
         ", \"arena_bytes\": " num(field(line, "peak_measured_bytes")) ", \"device_bytes\": " num(dev) "}"
@@ -84,5 +96,11 @@ END {
     target("attention_fwd_tflops_T2048_HS128", (best ? best : ""), "350", ", \"kernel\": " str(best_op)); printf "\n  },\n"
     printf "  \"peak_memory_predicted_vs_measured\": {\"tolerance\": 0.01, "; list("cases", mem, nrows); printf "},\n"
     printf "  \"iteration_time_predicted_vs_measured\": {\"tolerance\": 0.10, "; list("cases", tim, nrows); printf "},\n"
+    for (i = 1; i <= natts; i++)
+        if (atts[i] in unpadded)
+            ab[++nab] = "{\"attention\": " str(atts[i]) ", \"padded_50304_ms\": " padded[atts[i]] ", \"unpadded_50257_ms\": " \
+                unpadded[atts[i]] ", \"unpadded_over_padded\": " sprintf("%.4f", unpadded[atts[i]] / padded[atts[i]]) "}"
+    list("vocab_pad_ab", ab, nab); printf ",\n"
+    printf "  \"timeline\": %s,\n", (timeline == "" ? "null" : timeline)
     list("bench_train", rows, nrows); printf "\n}\n"
 }'

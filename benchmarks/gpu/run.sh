@@ -7,27 +7,24 @@
 # Build here with BUILD_ONLY=1 and carry OUTDIR to the GPU machine: a kept
 # OUTDIR built from the same sources is not rebuilt (benchmarks/gpu/fresh.sh),
 # so no device time goes to compiling.
-# The steps, by value (the list at the end: one `step` line each):
-#   env        device, driver, CUDA; NCCL and cuDNN libraries found (PyTorch's pip wheels)
-#   kernels    every CUDA kernel against the CPU backend (test_cuda_kernels)
-#   gpt2       GPT-2 124M training: ms/iter, MFU, peak memory and time, predicted vs measured
-#   gpt3       the same for GPT-3 1.3B
-#   attention  per-kernel timings (bench_kernels --quick; attention fwd at T=2048, HS=128)
-#   nccl       the NCCL comm backend on NCCL itself, one rank (nccl_check)
-#   tracking   cpu vs cuda loss tracking and every training case (bench_train --quick)
-#   sanitizer  compute-sanitizer memcheck on test_cuda_kernels
-#   ranks      several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
-# A step starts only with at least MIN_STEP_S (20) of the budget left and runs at most what
-# is left. After each step OUTDIR/last.json (benchmarks/gpu/last_json.sh) is rewritten and,
-# when $OUT is set, copied there with steps.tsv and gpu-logs.tgz (every log and JSON so
-# far): a run cut short keeps every step that finished. OUTDIR/steps.tsv: step, exit,
-# seconds, status. A run that had a GPU also copies last.json to benchmarks/gpu/last.json.
-# Env: CUDA_HOME (/usr/local/cuda), CUDA_ARCH (sm_90a: Hopper, with the wgmma kernels),
-# BUDGET_S (420: the steps' total, in seconds), ATTENTION (the attention kernels of the
-# training steps: wgmma), STEPS (a space-separated subset of the step names, in list order),
-# DRY_RUN=1 (print the steps and their limits, run nothing), TRAIN=0 (skip train.sh's build),
-# INIH_DIR (see train.sh), BUILD_ONLY=1 (compile and link everything, run nothing),
-# NCCL_HOME (where include/nccl.h and lib/libnccl.so are, for nccl_check: $CUDA_HOME).
+# The steps, by value (the list at the end: one `step` line each; limits in seconds, adding up
+# to BUDGET_S; DRY_RUN=1 prints them and their sum):
+#   env        10  device, driver, CUDA; NCCL and cuDNN libraries found (PyTorch's pip wheels)
+#   kernels    25  every CUDA kernel against the CPU backend (test_cuda_kernels; 11 s on an H200)
+#   gpt2       80  GPT-2 124M training per attention variant of ATTENTION: ms/iter, MFU, peak memory,
+#                  predicted vs measured time (with this GPU's op table: the only step that measures it)
+#   gpt3       80  the same for GPT-3 1.3B, one variant: the faster in gpt2 (--quick, no op table; its
+#                  host-side weight init is most of it)
+#   vocab      30  GPT-2 124M with the vocabulary not padded (gpt2-124m-v50257), the faster variant:
+#                  last.json's vocab_pad_ab sets it beside gpt2's padded row
+#   attention  30  attention kernels timed (bench_kernels --quick --only attention; T=2048, HS=128 of
+#                  every variant first: own, wide, wgmma, cuDNN)
+#   nccl       15  the NCCL comm backend on NCCL itself, one rank (nccl_check)
+#   timeline   40  one GPT-2 step: nsys profile (its stats in the log) when nsys is found, and always
+#                  bench_train --timeline (Chrome trace timeline.json; phases, launch gaps, host syncs)
+#   sanitizer  40  compute-sanitizer memcheck on the newest kernels' checks (cudnn, lean, embedding)
+#   tracking   30  cpu vs cuda loss tracking of small models, the faster variant (bench_train --only tracking)
+#   ranks      40  several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -94,13 +91,15 @@ fi
 # ---- the runbook -----------------------------------------------------------------------
 budget=${BUDGET_S:-420}
 min_step=${MIN_STEP_S:-20}
-attention=${ATTENTION:-wgmma}
+attention=${ATTENTION:-cudnn,wgmma}
 t_start=$(date +%s)
 status=0
-: >"$out/steps.tsv"
+planned=0
+[ "${DRY_RUN:-0}" = 1 ] || : >"$out/steps.tsv"
 # a kept OUTDIR: the last run's results go (a step of this run that does not run leaves none)
-(cd "$out" && rm -f env.log kernels.log gpt2.log gpt3.log attention.log nccl.log tracking.log sanitizer.log \
-    ranks.log train_*.json bench.json last.json)
+[ "${DRY_RUN:-0}" = 1 ] || (cd "$out" && rm -f env.log kernels.log gpt2.log gpt3.log vocab.log attention.log nccl.log \
+    timeline.log timeline.json timeline.nsys-rep timeline.sqlite sanitizer.log tracking.log ranks.log train_*.json \
+    bench.json last.json)
 
 # keep: what the steps left so far to $OUT (when set): last.json and steps.tsv, and every log
 # and JSON in $OUT/gpu-logs.tgz (few files: the device tool brings back 8 at most)
@@ -121,6 +120,7 @@ close_json() {
 step() {
     name=$1 limit=$2 cmd=$3
     case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+    planned=$((planned + $2))
     left=$(( budget - ($(date +%s) - t_start) ))
     [ "$limit" -le "$left" ] || limit=$left
     if [ "${DRY_RUN:-0}" = 1 ]; then
@@ -150,6 +150,19 @@ step() {
     sh "$top/benchmarks/gpu/last_json.sh" "$out" >"$out/last.json" || true
     keep
 }
+# the attention variant of the gpt2 step's fastest GPT-2 124M row; the first of ATTENTION
+# when there is none (the step did not run, or DRY_RUN)
+faster() {
+    f=$(awk -F'"' '/"model": "gpt2-124m"/ {
+        a = ""; ms = ""
+        for (i = 1; i < NF; i++) {
+            if ($i == "attention") a = $(i + 2)
+            if ($i == "ms_per_iter") { ms = $(i + 1); sub(/^: */, "", ms); sub(/,.*/, "", ms) }
+        }
+        if (a != "" && ms + 0 > 0 && (best == "" || ms + 0 < best + 0)) { best = ms; fa = a }
+    } END { print fa }' "$out/train_gpt2.json" 2>/dev/null || true)
+    echo "${f:-${attention%%,*}}"
+}
 
 {
     echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
@@ -161,24 +174,39 @@ step() {
     echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$out/env.txt"
 
-att=$attention
-step env 15 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'libnccl.so*' -o -name 'libcudnn*.so*' \\) 2>/dev/null; ldd '$out/nccl_check' 2>/dev/null | grep -i nccl"
-step kernels 120 "'$out/test_cuda_kernels'"
-step gpt2 90 "'$out/bench_train' --only gpt2-124m --attention $att --json '$out/train_gpt2.json'"
-step gpt3 120 "'$out/bench_train' --only gpt3-1.3b --attention $att --json '$out/train_gpt3.json'"
-step attention 75 "'$out/bench_kernels' --quick --json '$out/bench.json'"
-step nccl 40 "'$out/nccl_check' --timeout 30"
-step tracking 120 "'$out/bench_train' --quick --attention $att --json '$out/train_all.json'"
-if [ -x "$cuda/bin/compute-sanitizer" ]; then
-    step sanitizer 90 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels'"
+bt="'$out/bench_train'"
+step env 10 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'libnccl.so*' -o -name 'libcudnn*.so*' \\) 2>/dev/null; ldd '$out/nccl_check' 2>/dev/null | grep -i nccl"
+step kernels 25 "'$out/test_cuda_kernels'"
+step gpt2 80 "$bt --only gpt2-124m --attention $attention --json '$out/train_gpt2.json'"
+fast=$(faster)
+step gpt3 80 "$bt --only gpt3-1.3b --quick --no-op-table --attention $fast --json '$out/train_gpt3.json'"
+step vocab 30 "$bt --only gpt2-124m-v50257 --no-op-table --attention $fast --json '$out/train_vocab.json'"
+step attention 30 "'$out/bench_kernels' --quick --only attention --json '$out/bench.json'"
+step nccl 15 "'$out/nccl_check' --timeout 10"
+# one GPT-2 step with the runtime's marks (bench_train --timeline), under nsys where it is found
+timeline="$bt --only gpt2-124m --quick --no-op-table --attention $fast --timeline '$out/timeline.json'"
+nsys=$(command -v nsys 2>/dev/null || true)
+[ -n "$nsys" ] || [ ! -x "$cuda/bin/nsys" ] || nsys="$cuda/bin/nsys"
+[ -z "$nsys" ] || timeline="'$nsys' profile --trace=cuda --sample=none --cpuctxsw=none --stats=true \
+--force-overwrite=true -o '$out/timeline' $timeline"
+step timeline 40 "$timeline"
+# memcheck is slow: the kernels added since the last sanitizer run only (test_cuda_kernels' patterns)
+if [ -x "$cuda/bin/compute-sanitizer" ] || [ "${DRY_RUN:-0}" = 1 ]; then
+    step sanitizer 40 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels' cudnn lean embedding"
 else
     echo "== sanitizer: no $cuda/bin/compute-sanitizer"
 fi
-if [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; then
-    step ranks 120 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
+step tracking 30 "$bt --only tracking --attention $fast"
+if { [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; } || [ "${DRY_RUN:-0}" = 1 ]; then
+    step ranks 40 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
 fi
 
-[ "${DRY_RUN:-0}" = 1 ] && exit 0
+if [ "${DRY_RUN:-0}" = 1 ]; then
+    printf '%-10s %4s s  of BUDGET_S %s\n' total "$planned" "$budget"
+    [ "$planned" -le "$budget" ] ||
+        echo "$0: the steps' limits add up to $planned s, over BUDGET_S=$budget: the last ones get what is left"
+    exit 0
+fi
 echo "== summary ($(( $(date +%s) - t_start )) s of $budget)"
 column -t -s "$(printf '\t')" "$out/steps.tsv" 2>/dev/null || cat "$out/steps.tsv"
 # the tree's copy (to commit) only from a run that had a GPU

@@ -44,7 +44,7 @@ else
         build "$out/obj-train/$(echo "${f#$top/}" | tr / _ | sed 's/\.c$/.o/')" "$f" gcc $cflags -fopenmp
     done
     wait_builds
-    gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" $objs $inih \
+    gcc $cflags -fopenmp -o "$out/bench_train" "$top/benchmarks/gpu/bench_train.c" "$top/benchmarks/gpu/bench_timeline.c" $objs $inih \
         -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm
     sources_hash >"$out/train.sources.sha256"
 fi
