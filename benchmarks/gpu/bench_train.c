@@ -319,9 +319,13 @@ static int run_case(Backend *gpu, const char *attention, Case *k, Opts *o) {
     device_peak_sample(&dpeak, gpu);  // the timed steps ran one after another: their allocations stay
     long long device_peak = (long long)device_peak_bytes(&dpeak);
     long long total_pred = (long long)u.predicted_peak + (long long)reserved, total_dev = device_peak + (long long)reserved;
-    printf("    device memory: predicted %lld B (arena %lld + backend reserved %zu) vs the device's count + "
-           "reserved %lld B: %+.3f%%\n", total_pred, (long long)u.predicted_peak, reserved, total_dev,
-           100.0 * (double)(total_dev - total_pred) / (double)total_pred);
+    if (device_peak < 0)  // no device count (the cpu backend)
+        printf("    device memory: predicted %lld B (arena %lld + backend reserved %zu); no device count here\n",
+               total_pred, (long long)u.predicted_peak, reserved);
+    else
+        printf("    device memory: predicted %lld B (arena %lld + backend reserved %zu) vs the device's count + "
+               "reserved %lld B: %+.3f%%\n", total_pred, (long long)u.predicted_peak, reserved, total_dev,
+               100.0 * (double)(total_dev - total_pred) / (double)total_pred);
     printf("%-17s %5d %6d %10.2f %12.0f %8.1f %6.1f%% %14zu %14lld %14lld %12.2f %12.2f %8.2f (%.2f)\n", k->name,
            k->B, k->m.seq_len, ms, tokens / (ms * 1e-3), tflops, 100 * tflops / peak_tflops, measured,
            (long long)u.predicted_peak, device_peak, pred_ms, pred_ms / ms, pred_table_ms, pred_table_ms / ms);
