@@ -57,7 +57,7 @@ tap_ok $? "the sources' hash: the same after touch, another after an edit or for
 DRY_RUN=1 CUDA_HOME="$cuda" sh "$MIST_SRCDIR/benchmarks/gpu/run.sh" "$tmp/copy" >"$tmp/dry" 2>&1
 rc=$?
 list=$(grep -E '^[a-z0-9]+ +[0-9]+ s ' "$tmp/dry" | grep -v '^total ' | awk '{print $1}' | tr '\n' ' ')
-[ $rc -eq 0 ] && [ "$list" = "env kernels gpt2 gpt3 vocab attention nccl timeline sanitizer tracking ranks " ]
+[ $rc -eq 0 ] && [ "$list" = "env kernels gpt2 gpt3 vocab attention nccl timeline sanitizer tracking ranks nsys " ]
 tap_ok $? "DRY_RUN=1 lists the steps by value: $list(rc $rc)"
 sum=$(grep -E '^[a-z0-9]+ +[0-9]+ s ' "$tmp/dry" | grep -v '^total ' | awk '{ s += $2 } END { print s + 0 }')
 total=$(sed -n 's/^total *\([0-9]*\) s  of BUDGET_S \([0-9]*\)$/\1 \2/p' "$tmp/dry")
@@ -69,8 +69,9 @@ grep -q "add up to $sum s, over BUDGET_S=300" "$tmp/dry2"
 tap_ok $? "DRY_RUN=1 with BUDGET_S=300 says the limits ($sum s) are over it"
 # the steps' commands run what they are for, with options the programs take (below)
 grep -q -- "--only gpt2-124m-v50257" "$tmp/dry" && grep -q -- "--timeline '$tmp/copy/timeline.json'" "$tmp/dry" &&
-    grep -q -- "--only attention" "$tmp/dry" && grep -q "test_cuda_kernels' cudnn lean embedding" "$tmp/dry"
-tap_ok $? "the vocab, timeline, attention and sanitizer steps run what they are for"
+    grep -q -- "--only attention" "$tmp/dry" && grep -q "test_cuda_kernels' 'attention cudnn B=1' lean embedding" "$tmp/dry" &&
+    grep -q -- "--only tracking --attention base,wgmma" "$tmp/dry"
+tap_ok $? "the vocab, timeline, attention, sanitizer and tracking steps run what they are for"
 
 # bench_train's options: a GPU run where there is one, "SKIP no GPU" here; bad values are refused first
 bt=$tmp/out/bench_train

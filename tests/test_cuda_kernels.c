@@ -415,7 +415,7 @@ static int check_attention_choice(const int *p) {
     (void)p;
     char said[800];
     int wgmma = cuda_attention_wgmma_available();
-    int r = gpu->set_attention(gpu, "auto", said, sizeof said) == 0 && !strncmp(said, wgmma ? "wgmma" : "base", 5);
+    int r = gpu->set_attention(gpu, "auto", said, sizeof said) == 0 && !strncmp(said, wgmma ? "wgmma" : "base", wgmma ? 5 : 4);
     if (!r) diag("auto: %s (wgmma available: %d)", said, wgmma);
     int w = gpu->set_attention(gpu, "wgmma", said, sizeof said);
     if ((w == 0) != wgmma || (w && !strstr(said, "sm_90a"))) r = 0, diag("wgmma: %d, %s", w, said);

@@ -51,10 +51,12 @@ static struct {
     int nsync;
     const char *sync_call[MAX_RECORDS];   // each synchronisation in order: the call,
     BackendEvent *sync_after[MAX_RECORDS];  // and the last mark enqueued before it (where it came)
+    double sync_host[MAX_RECORDS];          // and the CPU clock when it was called
 } w;
 
 static void synced(const char *call) {
-    if (w.nsync < MAX_RECORDS && w.n > 0) w.sync_call[w.nsync] = call, w.sync_after[w.nsync++] = w.ev[w.n - 1];
+    if (w.nsync < MAX_RECORDS && w.n > 0)
+        w.sync_call[w.nsync] = call, w.sync_host[w.nsync] = now_s(), w.sync_after[w.nsync++] = w.ev[w.n - 1];
 }
 
 static void count_stream_sync(Backend *b, BackendStream *s) {
@@ -102,7 +104,8 @@ enum { PH_UPLOAD, PH_PRE_F, PH_BLOCK_F, PH_POST_F, PH_POST_B, PH_RECOMPUTE, PH_B
 static const char *const phase_names[PH_N] = {"upload + zero grads", "pre forward", "block forward", "post forward",
                                               "post backward", "block recompute", "block backward", "pre backward",
                                               "grad norm", "AdamW + losses to host"};
-typedef struct { int count; double gpu_ms, host_ms; } Phase;
+// waited: a synchronisation fell inside the phase, so its host time includes the device's backlog
+typedef struct { int count, waited; double gpu_ms, host_ms; } Phase;
 
 static int phase_of(int kind) {
     switch (kind) {
@@ -121,7 +124,9 @@ static void add(Phase *p, const TraceMeasure *m, BackendEvent *from, BackendEven
     Backend *be = m->be;
     p->count++;
     p->gpu_ms += be->event_elapsed_ms(be, from, to);
-    p->host_ms += 1e3 * (host_at(to) - host_at(from));
+    double h0 = host_at(from), h1 = host_at(to);
+    p->host_ms += 1e3 * (h1 - h0);
+    for (int i = 0; i < w.nsync; i++) p->waited |= w.sync_host[i] >= h0 && w.sync_host[i] <= h1;
 }
 
 // the phases from the marks: each nested part is a begin mark and its end mark right after
@@ -165,9 +170,10 @@ static void summary(const TraceMeasure *m, BackendEvent *adamw, const char *path
         if (!ph[p].count) continue;
         sum += ph[p].gpu_ms;
         // on the cpu backend the host runs the ops as it issues them: the two columns are one clock
-        int bound = !be->device_memory_is_host && ph[p].host_ms >= ph[p].gpu_ms;
+        // a phase that waited for the device has the backlog in its host time: no verdict from it
+        int bound = !be->device_memory_is_host && !ph[p].waited && ph[p].host_ms >= ph[p].gpu_ms;
         printf("    %-24s %6d %10.3f %14.3f%s\n", phase_names[p], ph[p].count, ph[p].gpu_ms, ph[p].host_ms,
-               bound ? "  (issue >= GPU: launch-bound)" : "");
+               bound ? "  (issue >= GPU: launch-bound)" : ph[p].waited ? "  (waits for the device)" : "");
     }
     printf("    step %.3f ms on the GPU, marked regions %.3f ms, launch gaps %.3f ms (%.1f%%); host issue %.3f ms "
            "up to the final wait; host synchronisations %d (stream %d, event %d, device %d, device-to-host copies %d; "

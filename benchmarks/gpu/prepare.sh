@@ -21,7 +21,13 @@ budget=${BUDGET_S:-420}
 status=0
 
 echo "== 1. the runbook's programs ($out)"
-BUILD_ONLY=1 sh benchmarks/gpu/run.sh "$out" | tail -3
+# (no pipe into tail: the build's own status decides)
+if ! BUILD_ONLY=1 sh benchmarks/gpu/run.sh "$out" >"$out.build.log" 2>&1; then
+    tail -20 "$out.build.log" >&2
+    echo "$0: the runbook's programs did not build (the whole log: $out.build.log)" >&2
+    exit 1
+fi
+tail -3 "$out.build.log"
 carry="$out"
 
 echo "== 2. Open MPI for the ranks step (gpu-debs/)"
@@ -44,6 +50,10 @@ if grep -q '^#define HAVE_CUDA 1' config.h 2>/dev/null; then
     # the NCCL suite exists only in builds with NCCL
     [ -x tests/test_comm_nccl_gpu ] && carry="$carry tests/test_comm_nccl_gpu"
     echo "mist-train: $(ldd mist-train | grep -c -E 'libcublasLt|libnccl') CUDA libraries linked (cuBLASLt, NCCL)"
+    # the wgmma attention kernels exist only in sm_90a code: elsewhere [runtime] attention = auto is base
+    tree_arch=$(sed -n 's/^CUDA_ARCH = //p' Makefile 2>/dev/null)
+    [ "$tree_arch" = sm_90a ] || echo "note: this tree is built for ${tree_arch:-?}, so the ranks step's mist-train" \
+        "runs the base attention kernels, not wgmma (./configure CUDA_ARCH=sm_90a && make mist-train for those)"
 else
     echo "$0: this tree is not configured with CUDA (./configure --with-cuda): no mist-train for the ranks step" >&2
     status=1

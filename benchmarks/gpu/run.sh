@@ -13,18 +13,23 @@
 #   kernels    25  every CUDA kernel against the CPU backend (test_cuda_kernels; 11 s on an H200)
 #   gpt2       80  GPT-2 124M training per attention variant of ATTENTION: ms/iter, MFU, peak memory,
 #                  predicted vs measured time (with this GPU's op table: the only step that measures it)
-#   gpt3       80  the same for GPT-3 1.3B, one variant: the faster in gpt2 (--quick, no op table; its
-#                  host-side weight init is most of it)
-#   vocab      30  GPT-2 124M with the vocabulary not padded (gpt2-124m-v50257), the faster variant:
+#   gpt3       50  the same for GPT-3 1.3B, one variant: the faster in gpt2 (--quick, no op table; its
+#                  host-side weight init, on every core, is most of it)
+#   vocab      25  GPT-2 124M with the vocabulary not padded (gpt2-124m-v50257), the faster variant:
 #                  last.json's vocab_pad_ab sets it beside gpt2's padded row
 #   attention  30  attention kernels timed (bench_kernels --quick --only attention; T=2048, HS=128 of
 #                  every variant first: own, wide, wgmma, cuDNN)
 #   nccl       15  the NCCL comm backend on NCCL itself, one rank (nccl_check)
-#   timeline   40  one GPT-2 step: nsys profile (its stats in the log) when nsys is found, and always
-#                  bench_train --timeline (Chrome trace timeline.json; phases, launch gaps, host syncs)
-#   sanitizer  40  compute-sanitizer memcheck on the newest kernels' checks (cudnn, lean, embedding)
-#   tracking   30  cpu vs cuda loss tracking of small models, the faster variant (bench_train --only tracking)
-#   ranks      40  several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
+#   timeline   30  one GPT-2 step with the runtime's marks, the faster variant (bench_train --timeline:
+#                  Chrome trace timeline.json; phases, launch gaps, host syncs)
+#   sanitizer  40  compute-sanitizer memcheck on the newest kernels' checks (one cuDNN attention
+#                  shape, lean, embedding: each cuDNN shape is a plan compile under memcheck)
+#   tracking   20  cpu vs cuda loss tracking of small models with the deterministic kernels (base, and
+#                  wgmma where it runs: bench_train checks checkpointed = plain bit for bit, which
+#                  cuDNN's atomic dQ sums need not meet)
+#   ranks      60  several ranks on the GPU (benchmarks/gpu/ranks.sh; only with gpu-debs/ and mist-train)
+#   nsys       35  the timeline's step under nsys profile, its stats in the log (only where nsys is;
+#                  last: a profiler that cannot start or is slow costs nothing before it)
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/build-gpu}
@@ -179,26 +184,30 @@ step env 10 "cat '$out/env.txt'; nvidia-smi; find /opt/torch/.venv \\( -name 'li
 step kernels 25 "'$out/test_cuda_kernels'"
 step gpt2 80 "$bt --only gpt2-124m --attention $attention --json '$out/train_gpt2.json'"
 fast=$(faster)
-step gpt3 80 "$bt --only gpt3-1.3b --quick --no-op-table --attention $fast --json '$out/train_gpt3.json'"
-step vocab 30 "$bt --only gpt2-124m-v50257 --no-op-table --attention $fast --json '$out/train_vocab.json'"
+step gpt3 50 "$bt --only gpt3-1.3b --quick --no-op-table --attention $fast --json '$out/train_gpt3.json'"
+step vocab 25 "$bt --only gpt2-124m-v50257 --no-op-table --attention $fast --json '$out/train_vocab.json'"
 step attention 30 "'$out/bench_kernels' --quick --only attention --json '$out/bench.json'"
 step nccl 15 "'$out/nccl_check' --timeout 10"
-# one GPT-2 step with the runtime's marks (bench_train --timeline), under nsys where it is found
-timeline="$bt --only gpt2-124m --quick --no-op-table --attention $fast --timeline '$out/timeline.json'"
-nsys=$(command -v nsys 2>/dev/null || true)
-[ -n "$nsys" ] || [ ! -x "$cuda/bin/nsys" ] || nsys="$cuda/bin/nsys"
-[ -z "$nsys" ] || timeline="'$nsys' profile --trace=cuda --sample=none --cpuctxsw=none --stats=true \
---force-overwrite=true -o '$out/timeline' $timeline"
-step timeline 40 "$timeline"
+# one GPT-2 step with the runtime's marks (bench_train --timeline)
+step timeline 30 "$bt --only gpt2-124m --quick --no-op-table --attention $fast --timeline '$out/timeline.json'"
 # memcheck is slow: the kernels added since the last sanitizer run only (test_cuda_kernels' patterns)
 if [ -x "$cuda/bin/compute-sanitizer" ] || [ "${DRY_RUN:-0}" = 1 ]; then
-    step sanitizer 40 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels' cudnn lean embedding"
+    step sanitizer 40 "'$cuda/bin/compute-sanitizer' --tool memcheck --error-exitcode 9 '$out/test_cuda_kernels' 'attention cudnn B=1' lean embedding"
 else
     echo "== sanitizer: no $cuda/bin/compute-sanitizer"
 fi
-step tracking 30 "$bt --only tracking --attention $fast"
+step tracking 20 "$bt --only tracking --attention base,wgmma"
 if { [ -d "$top/gpu-debs" ] && [ -x "$top/mist-train" ]; } || [ "${DRY_RUN:-0}" = 1 ]; then
-    step ranks 40 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
+    step ranks 60 "sh '$top/benchmarks/gpu/ranks.sh' run '$top/gpu-debs' '$out/ranks' '$top/mist-train'"
+fi
+# the same GPT-2 step under nsys, where it is found: kernel-by-kernel times and the API calls
+nsys=$(command -v nsys 2>/dev/null || true)
+[ -n "$nsys" ] || [ ! -x "$cuda/bin/nsys" ] || nsys="$cuda/bin/nsys"
+if [ -n "$nsys" ] || [ "${DRY_RUN:-0}" = 1 ]; then
+    step nsys 35 "'${nsys:-nsys}' profile --trace=cuda --sample=none --cpuctxsw=none --stats=true --force-overwrite=true \
+-o '$out/timeline' $bt --only gpt2-124m --quick --no-op-table --attention $fast"
+else
+    echo "== nsys: not found"
 fi
 
 if [ "${DRY_RUN:-0}" = 1 ]; then

@@ -262,6 +262,8 @@ static int build_plan(SdpaPlan *pl, const Shape &s, int backward, char *why, siz
         pl->dq_accum_bytes = (size_t)(s.B * s.NH * s.T * s.HS) * sizeof(float);
         if (cudaMalloc(&pl->dq_accum, pl->dq_accum_bytes) != cudaSuccess) {
             cudaGetLastError();
+            cudaFree(pl->workspace);  // the plan is given up: its workspace too (never counted as reserved)
+            pl->workspace = NULL;
             snprintf(why, n, "cannot allocate the backward's %zu-byte dQ accumulator", pl->dq_accum_bytes);
             return -1;
         }
