@@ -18,6 +18,8 @@ void trace_event_name(const TraceEvent *e, char *dst, size_t len) {
     if (k == TRACE_BLOCK_FORWARD || k == TRACE_BLOCK_BACKWARD || k == TRACE_BLOCK_RECOMPUTE ||
         k == TRACE_BLOCK_RECOMPUTE_ATT)
         snprintf(dst, len, trace_kind_names[k], e->block);
+    else if (e->chunk > 0 && (k == TRACE_FORWARD || k == TRACE_BACKWARD))  // which of the rank's chunks
+        snprintf(dst, len, "stage %d %s", e->chunk - 1, trace_kind_names[k]);
     else
         snprintf(dst, len, "%s", trace_kind_names[k]);
 }
@@ -64,14 +66,20 @@ void trace_json_escape(char *dst, size_t len, const char *src) {
 static int thread_of(const TraceEvent *e) { return e->rank < 0 ? e->track : TRACE_TRACKS + e->rank; }
 
 int trace_write_json(const Trace *t, const char *about, FILE *f) {
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"%s\", \"stages\": %d, "
-               "\"microbatches\": %d, \"iteration_seconds\": %.9g%s%s},\n\"traceEvents\": [\n",
-            t->source, t->stages, t->G, t->iteration_seconds, about ? ", " : "", about ? about : "");
-    // names of the stages and rows, once each, in order (sort indices keep stage 0 on top)
-    for (int s = 0; s < t->stages; s++)
-        fprintf(f, "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": {\"name\": \"stage %d\"}},\n"
-                   "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, \"args\": {\"sort_index\": %d}},\n",
-                s, s, s, s);
+    int v = t->virtual_chunks > 1 ? t->virtual_chunks : 1, P = t->stages;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"%s\", \"stages\": %d, ", t->source, P * v);
+    if (v > 1) fprintf(f, "\"virtual\": %d, \"pipeline_ranks\": %d, ", v, P);
+    fprintf(f, "\"microbatches\": %d, \"iteration_seconds\": %.9g%s%s},\n\"traceEvents\": [\n", t->G,
+            t->iteration_seconds, about ? ", " : "", about ? about : "");
+    // names of the stages (interleaved: pipeline ranks, with the stages of their chunks) and rows, once
+    // each, in order (sort indices keep stage 0 on top)
+    for (int s = 0; s < P; s++) {
+        fprintf(f, "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": {\"name\": \"%s %d", s,
+                v > 1 ? "pipeline rank" : "stage", s);
+        for (int j = 0; v > 1 && j < v; j++) fprintf(f, "%s%d", j ? ", " : ": stages ", s + j * P);
+        fprintf(f, "\"}},\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, \"args\": {\"sort_index\": "
+                   "%d}},\n", s, s);
+    }
     unsigned char *named = calloc((size_t)t->stages * (TRACE_TRACKS + 1), 1);  // (stage, track) rows named
     for (int i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];

@@ -43,14 +43,19 @@ typedef struct {
     int microbatch;  // 0..G-1, -1 for none
     double start, dur;  // seconds from the iteration's start
     int block;       // the model's block (0-based) of a block kind; -1 for the others
+    int chunk;       // interleaved plans ([plan] virtual > 1): 1 + the model chunk ([stage.N]) the event belongs
+                     // to, so that 0, what initializers leaving it out give, means a plain pipeline's event
 } TraceEvent;
-// An event's name: trace_kind_names with its block number filled in.
+// An event's name: trace_kind_names with its block number filled in; an
+// interleaved plan's passes carry their chunk's stage index ("stage 2 forward"),
+// as a rank runs several chunks' passes on one row.
 void trace_event_name(const TraceEvent *e, char *dst, size_t len);
 
 typedef struct {
     TraceEvent *ev;
     int n, cap;
-    int stages, G;
+    int stages, G;             // the processes: the stages, or an interleaved plan's pipeline ranks
+    int virtual_chunks;        // [plan] virtual: chunks per pipeline rank (0 or 1: a plain pipeline)
     double iteration_seconds;  // the iteration the events cover
     const char *source;        // "predicted" or "measured"
 } Trace;

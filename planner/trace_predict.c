@@ -21,6 +21,7 @@
 #include "planner/trace_predict.h"
 #include <math.h>
 #include <stdlib.h>
+#include "planner/interleave.h"
 
 void trace_1f1b_order(int stage, int S, int G, int *out) {
     int w = S - stage - 1 < G ? S - stage - 1 : G, n = 0, f = 0, b = 0;
@@ -57,11 +58,11 @@ static StagePasses stage_passes(const StageAnalysis *s, int G) {
 
 // The side streams' work under one pass, from its start (phase: 0 fwd first,
 // 1 fwd other, 2 bwd last, 3 bwd other).
-static int add_streams(Trace *t, const StageAnalysis *s, int stage, int phase, int g, double start) {
+static int add_streams(Trace *t, const StageAnalysis *s, int stage, int chunk, int phase, int g, double start) {
     static const int kinds[STAGE_STREAMS] = {TRACE_COLLECTIVES, TRACE_H2D, TRACE_D2H};
     for (int k = 0; k < STAGE_STREAMS; k++) {
         double work = s->out[ST_STREAMS + STAGE_STREAMS * phase + k];
-        if (work > 0 && trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COLLECTIVES + k, kinds[k], g, start, work, -1}))
+        if (work > 0 && trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COLLECTIVES + k, kinds[k], g, start, work, -1, chunk}))
             return -1;
     }
     return 0;
@@ -70,14 +71,14 @@ static int add_streams(Trace *t, const StageAnalysis *s, int stage, int phase, i
 // Where add_parts puts the next part.
 typedef struct {
     Trace *t;
-    int stage, g;
+    int stage, chunk, g;  // the event's process and chunk (TraceEvent)
     double at, scale, gap;  // where the next part starts; how parts are stretched to the pass
 } PartCursor;
 
 static int put_part(PartCursor *c, int kind, double dur, int block) {
     if (dur <= 0) return 0;
     dur *= c->scale;
-    int rc = trace_add(c->t, (TraceEvent){c->stage, -1, TRACE_TRACK_COMPUTE, kind, c->g, c->at, dur, block});
+    int rc = trace_add(c->t, (TraceEvent){c->stage, -1, TRACE_TRACK_COMPUTE, kind, c->g, c->at, dur, block, c->chunk});
     c->at += dur + c->gap;
     return rc;
 }
@@ -91,7 +92,7 @@ static int put_part(PartCursor *c, int kind, double dur, int block) {
 // and should the terms exceed the pass (the blocks cannot: the overlap rule
 // never prices a phase below its compute; the pre / post parts can, as their
 // time is split between the directions in the blocks' ratio) they are scaled to fit.
-static int add_parts(Trace *t, const StageAnalysis *s, int stage, int fwd, int g, double start, double dur) {
+static int add_parts(Trace *t, const StageAnalysis *s, int stage, int chunk, int fwd, int g, double start, double dur) {
     const double *o = s->out;
     int L = s->sp.layers, ck = s->sp.ckpt < L ? s->sp.ckpt : L, first = s->first_layer;
     double edge0 = fwd ? o[ST_PRE_FWD] : o[ST_POST_BWD], edge1 = fwd ? o[ST_POST_FWD] : o[ST_PRE_BWD];
@@ -100,7 +101,7 @@ static int add_parts(Trace *t, const StageAnalysis *s, int stage, int fwd, int g
     double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0) + (L - ck) * fmax(ra, 0);
     int n = (edge0 > 0) + (edge1 > 0) + L * (blk > 0) + ck * (re > 0) + (L - ck) * (ra > 0);
     if (!n) return 0;
-    PartCursor c = {t, stage, g, start, sum > dur ? dur / sum : 1, sum < dur ? (dur - sum) / n : 0};
+    PartCursor c = {t, stage, chunk, g, start, sum > dur ? dur / sum : 1, sum < dur ? (dur - sum) / n : 0};
     int rc = put_part(&c, fwd ? TRACE_PRE_FORWARD : TRACE_POST_BACKWARD, edge0, -1);
     for (int k = 0; k < L && !rc; k++) {
         int l = fwd ? k : L - 1 - k;  // the stage's block
@@ -117,55 +118,59 @@ static int add_parts(Trace *t, const StageAnalysis *s, int stage, int fwd, int g
 // weight refresh) needs no input, so it runs as soon as the stage is free, behind
 // the pipeline's fill; the last backward's (the gradient sync) comes after its
 // output has left, behind the drain: where the model's 1F1B total hides them.
-static int place_pass(Trace *t, const StageAnalysis *s, const StagePasses *sp, int stage, int fwd, int g, int phase,
-                      double ready, double *free_at, double *done) {
+static int place_pass(Trace *t, const StageAnalysis *s, const StagePasses *sp, int stage, int chunk, int fwd, int g,
+                      int phase, double ready, double *free_at, double *done) {
     int kind = fwd ? TRACE_FORWARD : TRACE_BACKWARD;
     double dur = (double[]){sp->fwd_first, sp->fwd_other, sp->bwd_last, sp->bwd_other}[phase];
     double first_extra = phase == 0 ? sp->fwd_first - sp->fwd_other : 0;
     double last_extra = phase == 2 ? sp->bwd_last - sp->bwd_other : 0;
-    if (add_streams(t, s, stage, phase, g, fmax(*free_at, first_extra > 0 ? 0 : ready))) return -1;
+    if (add_streams(t, s, stage, chunk, phase, g, fmax(*free_at, first_extra > 0 ? 0 : ready))) return -1;
     if (first_extra > 0) {  // the step's part of the first forward, then the forward proper
-        if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, *free_at, first_extra, -1})) return -1;
+        if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, *free_at, first_extra, -1, chunk})) return -1;
         *free_at += first_extra;
         dur -= first_extra;
     }
     double start = fmax(ready, *free_at);
-    if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, start, dur, -1})) return -1;
-    if (add_parts(t, s, stage, fwd, g, start, dur)) return -1;
+    if (trace_add(t, (TraceEvent){stage, -1, TRACE_TRACK_COMPUTE, kind, g, start, dur, -1, chunk})) return -1;
+    if (add_parts(t, s, stage, chunk, fwd, g, start, dur)) return -1;
     *free_at = start + dur;
     *done = start + dur - fmax(last_extra, 0);
     return 0;
 }
 
-// Places every pass; end[i][g] / bend[i][g]: when forward / backward g of stage i ends.
+// Places every pass; fend[c][g] / bend[c][g]: when forward / backward g of stage (chunk) c ends.
+// Pipeline rank r (a stage of a plain plan) runs its passes in interleaved_order's order (for
+// v = 1 the 1F1B order of trace_1f1b_order), chunk c on rank c mod P; a forward of chunk c waits
+// for chunk c - 1's of the same micro-batch, a backward for chunk c + 1's.
 static int place_passes(Trace *t, const PlanAnalysis *a, double *fend, double *bend) {
-    int S = a->num_stages, G = a->G;
-    int *order = malloc((size_t)S * 2 * G * sizeof *order), *next = calloc((size_t)S, sizeof *next);
-    double *free_at = calloc((size_t)S, sizeof *free_at);
+    int S = a->num_stages, G = a->G, v = t->virtual_chunks > 1 ? t->virtual_chunks : 1, P = S / v, n = 2 * G * v;
+    ChunkPass *order = malloc((size_t)P * n * sizeof *order);
+    int *next = calloc((size_t)P, sizeof *next);
+    double *free_at = calloc((size_t)P, sizeof *free_at);
     StagePasses *sp = malloc((size_t)S * sizeof *sp);
     int rc = order && next && free_at && sp ? 0 : -1;
-    for (int i = 0; !rc && i < S; i++) {
-        trace_1f1b_order(i, S, G, order + (size_t)i * 2 * G);
-        sp[i] = stage_passes(&a->stage[i], G);
-    }
-    // a pass whose input is not there yet waits; some stage always has a ready pass
-    for (int placed = 0; !rc && placed < 2 * S * G;) {
+    for (int r = 0; !rc && r < P; r++)
+        if (interleaved_order(r, P, v, G, order + (size_t)r * n) != n) rc = -1;
+    for (int c = 0; !rc && c < S; c++) sp[c] = stage_passes(&a->stage[c], G);
+    // a pass whose input is not there yet waits; some rank always has a ready pass
+    for (int placed = 0; !rc && placed < P * n;) {
         int progress = 0;
-        for (int i = 0; i < S && !rc; i++) {
-            while (next[i] < 2 * G) {
-                int code = order[(size_t)i * 2 * G + next[i]], fwd = code >= 0, g = fwd ? code : -1 - code;
-                double ready = fwd ? (i > 0 ? fend[(size_t)(i - 1) * G + g] : 0) : (i < S - 1 ? bend[(size_t)(i + 1) * G + g] : 0);
+        for (int r = 0; r < P && !rc; r++) {
+            while (next[r] < n) {
+                const ChunkPass *k = &order[(size_t)r * n + next[r]];
+                int c = k->chunk, fwd = !k->backward, g = k->microbatch;
+                double ready = fwd ? (c > 0 ? fend[(size_t)(c - 1) * G + g] : 0) : (c < S - 1 ? bend[(size_t)(c + 1) * G + g] : 0);
                 if (ready < 0) break;  // not placed yet
                 int phase = fwd ? (g == 0 ? 0 : 1) : (g == G - 1 ? 2 : 3);
-                if (place_pass(t, &a->stage[i], &sp[i], i, fwd, g, phase, ready, &free_at[i],
-                               &(fwd ? fend : bend)[(size_t)i * G + g])) {
+                if (place_pass(t, &a->stage[c], &sp[c], r, v > 1 ? c + 1 : 0, fwd, g, phase, ready, &free_at[r],
+                               &(fwd ? fend : bend)[(size_t)c * G + g])) {
                     rc = -1;
                     break;
                 }
-                next[i]++, placed++, progress = 1;
+                next[r]++, placed++, progress = 1;
             }
         }
-        if (!progress) rc = -1;  // cannot happen with the 1F1B order; never loop
+        if (!progress) rc = -1;  // cannot happen with these orders (tests/test_interleave.c); never loop
     }
     free(order), free(next), free(free_at), free(sp);
     return rc;
@@ -179,21 +184,21 @@ static int add_bubbles(Trace *t, int S, double end) {
         for (int k = 0; k < n; k++) {  // a stage's passes were added in its order
             const TraceEvent e = t->ev[k];
             if (e.stage != i || e.track != TRACE_TRACK_COMPUTE || e.kind >= TRACE_TOP_KINDS) continue;  // passes only
-            if (e.start > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, e.start - at, -1}))
+            if (e.start > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, e.start - at, -1, 0}))
                 return -1;
             at = e.start + e.dur;
         }
-        if (end > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, end - at, -1}))
+        if (end > at + 1e-12 && trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_BUBBLE, -1, at, end - at, -1, 0}))
             return -1;
         // the model does not price the norm's one-number all-reduce: a mark of no length
-        if (trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_GRAD_NORM, -1, end, 0, -1})) return -1;
+        if (trace_add(t, (TraceEvent){i, -1, TRACE_TRACK_COMPUTE, TRACE_GRAD_NORM, -1, end, 0, -1, 0})) return -1;
     }
     return 0;
 }
 
 int trace_predict(Trace *t, const PlanAnalysis *a) {
-    int S = a->num_stages, G = a->G;
-    t->stages = S, t->G = G, t->source = "predicted";
+    int S = a->num_stages, G = a->G, v = a->virtual_chunks > 1 ? a->virtual_chunks : 1;
+    t->stages = S / v, t->G = G, t->source = "predicted", t->virtual_chunks = v;
     double *fend = malloc((size_t)S * G * sizeof *fend), *bend = malloc((size_t)S * G * sizeof *bend);
     int rc = fend && bend ? 0 : -1;
     for (size_t k = 0; !rc && k < (size_t)S * G; k++) fend[k] = bend[k] = -1;
@@ -202,7 +207,7 @@ int trace_predict(Trace *t, const PlanAnalysis *a) {
     for (int k = 0; k < t->n; k++)
         if (t->ev[k].track == TRACE_TRACK_COMPUTE) end = fmax(end, t->ev[k].start + t->ev[k].dur);
     t->iteration_seconds = end;
-    if (!rc) rc = add_bubbles(t, S, end);
+    if (!rc) rc = add_bubbles(t, S / v, end);
     free(fend), free(bend);
     return rc;
 }

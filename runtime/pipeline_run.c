@@ -172,7 +172,7 @@ static double run_pass(PipeRun *p, const ChunkPass *a, int64_t it, float dloss, 
         if (!first) link_wait(p, &ch->act_in, 0);
         if (!last) link_wait(p, &ch->act_out, buf);
         t0 = seconds_now();
-        trace_measure_mark(p->trace, TRACE_FORWARD, g);
+        trace_measure_pass(p->trace, TRACE_FORWARD, g, ch->stage);
         mr_forward(r, slot, dloss, arena_ptr(&r->pipe_act_in), arena_ptr(&r->pipe_act_out[buf]));
         trace_measure_mark(p->trace, TRACE_BUBBLE, g);  // the pass ends
         be->stream_synchronize(be, r->stream);  // the output is in its send buffer, the input consumed
@@ -183,7 +183,7 @@ static double run_pass(PipeRun *p, const ChunkPass *a, int64_t it, float dloss, 
         if (!last) link_wait(p, &ch->grad_in, 0);
         if (!first) link_wait(p, &ch->grad_out, buf);
         t0 = seconds_now();
-        trace_measure_mark(p->trace, TRACE_BACKWARD, g);
+        trace_measure_pass(p->trace, TRACE_BACKWARD, g, ch->stage);
         mr_backward(r, slot, arena_ptr(&r->pipe_grad_in), arena_ptr(&r->pipe_grad_out[buf]));
         trace_measure_mark(p->trace, TRACE_BUBBLE, g);
         be->stream_synchronize(be, r->stream);

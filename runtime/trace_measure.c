@@ -18,36 +18,41 @@
 
 enum { TAG_TRACE = 21 };
 
-// start, a begin and an end per pass and per nested part, the norm, the end
-static int marks_needed(int G, int parts) { return 4 * G + 2 * G * parts + 3; }
+// start, a begin and an end per pass (2 G v of them) and per nested part, the norm, the end
+static int marks_needed(int G, int v, int parts) { return 4 * G * v + 2 * G * parts + 3; }
 
-int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G, int parts) {
+static int init_marks(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int cap) {
     memset(m, 0, sizeof *m);
     m->be = be, m->stream = s, m->iteration = iteration;
     if (iteration < 0) return 0;
-    m->cap = marks_needed(G, parts);
+    m->cap = cap;
     m->ev = calloc((size_t)m->cap, sizeof *m->ev);
     m->what = calloc((size_t)m->cap, sizeof *m->what);
     m->microbatch = calloc((size_t)m->cap, sizeof *m->microbatch);
     m->block = calloc((size_t)m->cap, sizeof *m->block);
-    if (!m->ev || !m->what || !m->microbatch || !m->block) return -1;
+    m->chunk = calloc((size_t)m->cap, sizeof *m->chunk);
+    if (!m->ev || !m->what || !m->microbatch || !m->block || !m->chunk) return -1;
     for (int i = 0; i < m->cap; i++)
         if (!(m->ev[i] = be->event_create(be))) return -1;
     return 0;
 }
 
+int trace_measure_init(TraceMeasure *m, Backend *be, BackendStream *s, int64_t iteration, int G, int parts) {
+    return init_marks(m, be, s, iteration, marks_needed(G, 1, parts));
+}
+
 int trace_measure_setup(TraceMeasure *m, Backend *be, BackendStream *s, const LogConfig *log, int64_t start,
-                        int64_t steps, int G, int parts, int root, char *err, size_t errlen) {
+                        int64_t steps, int G, int v, int parts, int root, char *err, size_t errlen) {
     int64_t it = log->trace_iteration - 1;
     if (it < start) it = start;
     if (it > steps - 1) it = steps - 1;
-    if (!log->trace[0] || it < start) return trace_measure_init(m, be, s, -1, G, parts);
+    if (!log->trace[0] || it < start) return init_marks(m, be, s, -1, 0);
     if (root && mist_output_check(log->trace, err, errlen) != 0) return -1;
-    if (trace_measure_init(m, be, s, it, G, parts) == 0) {
-        m->path = log->trace, m->G = G;
+    if (init_marks(m, be, s, it, marks_needed(G, v, parts)) == 0) {
+        m->path = log->trace, m->G = G, m->virtual_chunks = v;
         return 0;
     }
-    snprintf(err, errlen, "out of memory for %d timer events", marks_needed(G, parts));
+    snprintf(err, errlen, "out of memory for %d timer events", marks_needed(G, v, parts));
     return -1;
 }
 
@@ -64,16 +69,18 @@ void trace_measure_finish(TraceMeasure *m, double host_seconds, const CommBacken
 void trace_measure_free(TraceMeasure *m) {
     for (int i = 0; m->ev && i < m->cap; i++)
         if (m->ev[i]) m->be->event_destroy(m->be, m->ev[i]);
-    free(m->ev), free(m->what), free(m->microbatch), free(m->block);
+    free(m->ev), free(m->what), free(m->microbatch), free(m->block), free(m->chunk);
     memset(m, 0, sizeof *m);
 }
 
-void trace_measure_mark(TraceMeasure *m, int what, int microbatch) {
+void trace_measure_pass(TraceMeasure *m, int what, int microbatch, int chunk) {
     if (!m || !m->recording || m->n >= m->cap) return;
     m->be->event_record(m->be, m->ev[m->n], m->stream);
-    m->what[m->n] = what, m->microbatch[m->n] = microbatch;
+    m->what[m->n] = what, m->microbatch[m->n] = microbatch, m->chunk[m->n] = chunk;
     m->n++;
 }
+
+void trace_measure_mark(TraceMeasure *m, int what, int microbatch) { trace_measure_pass(m, what, microbatch, -1); }
 
 void trace_measure_part(TraceMeasure *m, int kind, int block) {
     if (!m->recording || m->n + 3 >= m->cap) return;  // room for its end, the norm and the iteration's end
@@ -103,8 +110,10 @@ void trace_measure_end(TraceMeasure *m, double host_seconds) {
     m->recording = 0;
 }
 
-// This rank's marks as events tiling [0, end], the nested parts inside their passes.
+// This rank's marks as events tiling [0, end], the nested parts inside their passes;
+// an interleaved rank's passes and their parts carry the pass's chunk (TraceEvent.chunk).
 static int rank_events(const TraceMeasure *m, int stage, int rank, Trace *t) {
+    int v = m->virtual_chunks;
     double cursor = 0, part_start = 0;
     int open = -1;  // the mark of the pass or norm in progress
     for (int i = 1; i < m->n; i++) {
@@ -116,14 +125,16 @@ static int rank_events(const TraceMeasure *m, int stage, int rank, Trace *t) {
         }
         if (m->what[i] == TRACE_PART_END) {  // follows its begin mark (trace_measure_part_end)
             TraceEvent e = {stage, rank, TRACE_TRACK_COMPUTE, m->what[i - 1], open >= 0 ? m->microbatch[open] : -1,
-                            part_start, at - part_start, m->block[i - 1]};
+                            part_start, at - part_start, m->block[i - 1], open >= 0 && v > 1 ? m->chunk[open] + 1 : 0};
             if (trace_add(t, e)) return -1;
             continue;
         }
         int ends = m->what[i] == TRACE_BUBBLE || i == m->n - 1;
         int kind = open >= 0 ? m->what[open] : TRACE_BUBBLE, mb = open >= 0 ? m->microbatch[open] : -1;
+        int chunk = open >= 0 && v > 1 && m->chunk[open] >= 0 ? m->chunk[open] + 1 : 0;
         if (at > cursor || (open >= 0 && ends))
-            if (trace_add(t, (TraceEvent){stage, rank, TRACE_TRACK_COMPUTE, kind, mb, cursor, at - cursor, -1})) return -1;
+            if (trace_add(t, (TraceEvent){stage, rank, TRACE_TRACK_COMPUTE, kind, mb, cursor, at - cursor, -1, chunk}))
+                return -1;
         cursor = at;
         open = ends ? -1 : i;
     }
@@ -146,7 +157,9 @@ static char *about_text(const TraceMeasure *m, const double *host, int world) {
 int trace_measure_write(TraceMeasure *m, const CommBackend *comm, const Grid *grid, int G, const char *path,
                         char *err, size_t errlen) {
     Trace t = {0};
-    t.stages = grid->num_stages, t.G = G, t.source = "measured";
+    // an interleaved rank is its pipeline rank's process (grid: its first chunk's, stage r of P)
+    t.virtual_chunks = m->virtual_chunks > 1 ? m->virtual_chunks : 1;
+    t.stages = grid->num_stages / t.virtual_chunks, t.G = G, t.source = "measured";
     int rc = rank_events(m, grid->stage, grid->world_rank, &t), world = grid->world_size;
     int n = rc ? 0 : t.n;  // a rank out of memory sends nothing, and the others still meet
     if (grid->world_rank != 0) {

@@ -377,13 +377,19 @@ static int open_log(Training *t) {
                           : trainlog_open(&cfg->log, rank, t->err, sizeof t->err);
     if (train_failed_anywhere(t, !t->log, "[log]")) return 1;
     t->pipe.trace = &t->trace;
-    // nested parts per micro-batch: every block forward and backward, the recomputes (of checkpointed
-    // blocks, and of the attention core of the others under selective recompute), pre and post both ways
-    int parts = 2 * r->L + r->ckpt + (r->sel ? r->L : 0) + 4;
-    int failed = trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps, t->G, parts,
-                                     t->root, t->err, sizeof t->err);
+    // nested parts per micro-batch, over the rank's chunks ([plan] virtual; else the one stage): every
+    // block forward and backward, the recomputes (of checkpointed blocks, and of the attention core of
+    // the others under selective recompute), pre and post both ways
+    int v = t->ch.v > 1 ? t->ch.v : 1, parts = 0;
+    for (int j = 0; j < v; j++) {
+        const ModelRuntime *c = t->ch.r[j];
+        parts += 2 * c->L + c->ckpt + (c->sel ? c->L : 0) + 4;
+    }
+    int failed = trace_measure_setup(&t->trace, t->be, r->stream, &cfg->log, t->start, cfg->train.steps, t->G, v,
+                                     parts, t->root, t->err, sizeof t->err);
     int rc = train_failed_anywhere(t, failed, "[log] trace");
-    if (!rc && t->trace.iteration >= 0) r->trace = &t->trace;  // else the model's marks cost one branch
+    for (int j = 0; j < v && !rc && t->trace.iteration >= 0; j++)  // else the model's marks cost one branch
+        t->ch.r[j]->trace = &t->trace;  // the chunks share chunk 0's stream, which the marks time
     return rc;
 }
 

@@ -31,12 +31,6 @@ int chunks_layout(TrainChunks *c, const MistConfig *cfg, const Grid *grid, const
                  "3 or more pipeline ranks, or MIST_COMM_STAGED=1 (messages through MPI)", c->v, plan->num_stages);
         return 2;
     }
-    if (c->v > 1 && cfg->log.trace[0]) {
-        snprintf(err, errlen, "[log] trace = %s: the measured trace covers plain pipelines; allowed: no trace with "
-                 "[plan] virtual = %d. Hint: drop [log] trace, or trace the plan with virtual = 1", cfg->log.trace,
-                 c->v);
-        return 2;
-    }
     for (int j = 1; j < c->v; j++) {
         Grid *g = &c->grid[j];
         grid_chunk(grid, plan, j, g);

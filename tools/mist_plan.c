@@ -210,12 +210,6 @@ static int write_plan_file(const Plan *plan, const SearchOptions *so, const char
 static int write_pictures(const MistConfig *cfg, const Plan *plan, const HwProfile *hw, const OpTable *table,
                           const PlanArgs *a) {
     if (!a->trace_path && !a->svg_path) return 0;
-    if (plan_virtual(plan) > 1) {  // the predicted timeline places plain 1F1B passes
-        fprintf(stderr, "mist-plan: %s: [plan] virtual = %d: the predicted trace and picture draw plain 1F1B "
-                "pipelines; allowed: virtual = 1 with --trace / --svg. Hint: --analyze prints the interleaved plan's "
-                "time and memory\n", a->trace_path ? "--trace" : "--svg", plan_virtual(plan));
-        return 2;
-    }
     static PlanAnalysis an;
     Trace t = {0};
     char err[1024];
