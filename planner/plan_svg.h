@@ -1,6 +1,7 @@
 // A picture of a plan as one SVG file, drawn without external tools
 // (docs/traces.md): the predicted 1F1B timeline of one iteration, one row per
-// stage with its bubbles and the side streams under compute, and per stage a
+// stage (an interleaved plan: per pipeline rank, its chunks' passes) with its
+// bubbles and the side streams under compute, and per stage (pipeline rank) a
 // bar of its device memory (weights, gradients, optimizer state, activations,
 // buffers, transient working set) against the device's capacity.
 #ifndef MIST_PLAN_SVG_H

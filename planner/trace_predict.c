@@ -18,6 +18,14 @@
 // priced inside the passes. With equal stages this is the model's
 // (G - 1) max t + sum t; with unequal ones it may be slightly different, and
 // the trace records both.
+//
+// An interleaved plan ([plan] virtual = v > 1): the S = P v stages are chunks,
+// chunk c on pipeline rank c mod P, which runs its chunks' passes in
+// planner/interleave.c's order on one row (the trace's process is the rank, a
+// pass names its chunk); a forward of chunk c waits for chunk c - 1's, a
+// backward for chunk c + 1's, each lasting what its chunk's stage model gives.
+// The trace ends where this placement does; the closed form that --analyze
+// prints (pipeline_interleaved_seconds) is recorded beside it (docs/traces.md).
 #include "planner/trace_predict.h"
 #include <math.h>
 #include <stdlib.h>

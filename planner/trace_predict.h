@@ -1,5 +1,6 @@
 // The predicted schedule of one iteration (docs/traces.md): every stage's
-// forwards and backwards in 1F1B order, placed on a timeline from the stage
+// forwards and backwards in 1F1B order (an interleaved plan: every pipeline
+// rank's chunk passes in the interleaved order), placed on a timeline from the stage
 // model's per-micro-batch times, the bubbles between them, and the side
 // streams' work (collectives, host<->device copies) under each pass.
 #ifndef MIST_TRACE_PREDICT_H
