@@ -31,14 +31,12 @@
 #include <stdlib.h>
 #include "planner/interleave.h"
 
-void trace_1f1b_order(int stage, int S, int G, int *out) {
-    int w = S - stage - 1 < G ? S - stage - 1 : G, n = 0, f = 0, b = 0;
-    while (f < w) out[n++] = f++;
-    while (f < G) {
-        out[n++] = f++;
-        out[n++] = -1 - b++;
-    }
-    while (b < G) out[n++] = -1 - b++;
+int trace_1f1b_order(int stage, int S, int G, int *out) {
+    ChunkPass *a = malloc((size_t)(G > 0 ? 2 * G : 1) * sizeof *a);
+    int n = a ? interleaved_order(stage, S, 1, G, a) : -1;  // what place_passes runs for v = 1
+    for (int k = 0; k < n; k++) out[k] = a[k].backward ? -1 - a[k].microbatch : a[k].microbatch;
+    free(a);
+    return n == 2 * G ? 0 : -1;
 }
 
 typedef struct {

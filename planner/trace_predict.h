@@ -8,11 +8,13 @@
 #include "planner/analyze.h"
 #include "planner/trace.h"
 
-// The 1F1B order as the runtime runs it (runtime/pipeline_schedule.h): w =
-// min(S - s - 1, G) forwards, then one forward and one backward until the
-// forwards are done, then the remaining backwards. out[k] = microbatch for a
-// forward, -1 - microbatch for a backward; 2G entries.
-void trace_1f1b_order(int stage, int S, int G, int *out);
+// The 1F1B order the predicted trace places a plain stage's passes in
+// (interleaved_order with v = 1), which should be the runtime's
+// (runtime/pipeline_schedule.h): w = min(S - s - 1, G) forwards, then one
+// forward and one backward until the forwards are done, then the remaining
+// backwards. out[k] = microbatch for a forward, -1 - microbatch for a
+// backward; 2G entries. 0, or -1 (out of memory, a bad shape).
+int trace_1f1b_order(int stage, int S, int G, int *out);
 
 // Fills t (empty on entry) from an analysis. 0, or -1 when out of memory.
 int trace_predict(Trace *t, const PlanAnalysis *a);
