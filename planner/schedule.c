@@ -361,6 +361,9 @@ void schedule_build(StageBuild *sb, Expr out[ST_OUTPUTS]) {
     out[ST_BLOCK_BWD] = ex_add(x, Cb, Eb);
     // and, under selective recompute, a block not checkpointed its attention core's forward (Ca = sel C_att)
     out[ST_BLOCK_RECOMPUTE_ATT] = Ca;
+    // and a lean block not checkpointed its extra passes (Lf, Lb: sym lean times their price)
+    out[ST_BLOCK_LEAN_FWD] = Lf;
+    out[ST_BLOCK_LEAN_BWD] = Lb;
     const PartExprs *edge[2] = {sb->has_pre ? &me->pre : NULL, sb->has_post ? &me->post : NULL};
     for (int k = 0; k < 2; k++) {
         if (!edge[k]) continue;

@@ -29,7 +29,7 @@ const char *const stage_output_names[ST_OUTPUTS] = {
     "bwd_other_collectives_seconds", "bwd_other_h2d_seconds", "bwd_other_d2h_seconds",
     "block_fwd_seconds", "block_bwd_seconds", "block_recompute_seconds",
     "pre_fwd_seconds", "pre_bwd_seconds", "post_fwd_seconds", "post_bwd_seconds",
-    "block_recompute_attention_seconds"};
+    "block_recompute_attention_seconds", "block_lean_fwd_seconds", "block_lean_bwd_seconds"};
 
 // ---- the model's parts as expressions
 

@@ -115,6 +115,12 @@ typedef enum {
     // its backward under selective recompute (0 without it): a nested part of the
     // trace's backward passes, before the block's backward (ST_BLOCK_BWD leaves it out)
     ST_BLOCK_RECOMPUTE_ATT,
+    // s: what a lean block ([stage.N] lean, not checkpointed: docs/lean-layers.md) adds to its
+    // forward (the GELU's pass with the branch bits) and backward (the GELU's inversion, the
+    // norms' backward from their outputs, SwiGLU's recompute), 0 without lean: part of the
+    // trace's "block N forward" / "block N backward" (ST_BLOCK_FWD / _BWD leave it out)
+    ST_BLOCK_LEAN_FWD,
+    ST_BLOCK_LEAN_BWD,
     ST_OUTPUTS
 } StageOutput;
 enum { STAGE_PHASES = 4, STAGE_STREAMS = 3 };

@@ -104,7 +104,11 @@ static int add_parts(Trace *t, const StageAnalysis *s, int stage, int chunk, int
     double edge0 = fwd ? o[ST_PRE_FWD] : o[ST_POST_BWD], edge1 = fwd ? o[ST_POST_FWD] : o[ST_PRE_BWD];
     double blk = fwd ? o[ST_BLOCK_FWD] : o[ST_BLOCK_BWD], re = fwd ? 0 : o[ST_BLOCK_RECOMPUTE];
     double ra = fwd ? 0 : o[ST_BLOCK_RECOMPUTE_ATT];  // 0 unless recompute = selective
-    double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0) + (L - ck) * fmax(ra, 0);
+    // a lean block (the stage's first L - ck, those not checkpointed) runs its extra passes inside
+    // its forward and backward, as the runtime's block part includes them; 0 unless lean
+    double lean = fmax(fwd ? o[ST_BLOCK_LEAN_FWD] : o[ST_BLOCK_LEAN_BWD], 0);
+    double sum = fmax(edge0, 0) + fmax(edge1, 0) + L * fmax(blk, 0) + ck * fmax(re, 0) + (L - ck) * fmax(ra, 0) +
+                 (L - ck) * (blk > 0 ? lean : 0);
     int n = (edge0 > 0) + (edge1 > 0) + L * (blk > 0) + ck * (re > 0) + (L - ck) * (ra > 0);
     if (!n) return 0;
     PartCursor c = {t, stage, chunk, g, start, sum > dur ? dur / sum : 1, sum < dur ? (dur - sum) / n : 0};
@@ -113,7 +117,8 @@ static int add_parts(Trace *t, const StageAnalysis *s, int stage, int chunk, int
         int l = fwd ? k : L - 1 - k;  // the stage's block
         if (!fwd && l >= L - ck) rc = put_part(&c, TRACE_BLOCK_RECOMPUTE, re, first + l);
         else if (!fwd) rc = put_part(&c, TRACE_BLOCK_RECOMPUTE_ATT, ra, first + l);
-        if (!rc) rc = put_part(&c, fwd ? TRACE_BLOCK_FORWARD : TRACE_BLOCK_BACKWARD, blk, first + l);
+        double own = blk > 0 && l < L - ck ? blk + lean : blk;  // a block part only where blk has one (n)
+        if (!rc) rc = put_part(&c, fwd ? TRACE_BLOCK_FORWARD : TRACE_BLOCK_BACKWARD, own, first + l);
     }
     return rc ? rc : put_part(&c, fwd ? TRACE_POST_FORWARD : TRACE_PRE_BACKWARD, edge1, -1);
 }

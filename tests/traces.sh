@@ -17,6 +17,11 @@
 #  - recompute = selective: "block N recompute attention" just before the backward
 #    of each block not checkpointed, in both traces, with the stage model's time
 #    in the predicted one, and the per-stage sums hold as above;
+#  - interleaved 1F1B (virtual = 2, 2 pipeline ranks of 2 chunks): a row per pipeline rank, passes
+#    named by their chunk ("stage 2 forward") in the interleaved order in both traces, the same
+#    names, parts inside passes, sums within 5%; a predicted pass after a bubble starts when its
+#    input arrives, model_iteration_seconds is --analyze's total; the picture renders;
+#  - lean = 1: the predicted block parts include the lean block's extra passes; the measured trace;
 #  - bad input: an unwritable --trace / --svg / [log] trace path, trace_iteration 0.
 . "${MIST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
 PLAN_BIN="$MIST_BUILDDIR/mist-plan"
@@ -336,6 +341,41 @@ if command -v rsvg-convert >/dev/null 2>&1; then
 else
     tap_skip "rsvg-convert not installed (Debian: librsvg2-bin): the interleaved picture is not rendered"
 fi
+
+# ---- 3d. lean blocks: their extra passes inside the predicted block parts --------------
+# stage 0's block is lean (not checkpointed): its forward and backward parts grow by the stage
+# model's lean terms, i.e. by what its pass grows (fwd_other / bwd_other_seconds; no side streams
+# here), as the measured block parts include the runtime's lean kernels
+# shellcheck disable=SC2086
+"$PLAN_BIN" "$TINY" --analyze $PP -o stage.0.lean=1 --trace "$W/lean.json" --json >"$W/lean.out" 2>&1
+rc=$?
+res=$(check_trace "$W/lean.json" 2 4 predicted 2>&1)
+delta=$(python3 - "$W/pp.json" "$W/lean.json" "$W/pp.out" "$W/lean.out" <<'PYEOF'
+import json, sys
+def ev(p): return [e for e in json.load(open(p))["traceEvents"] if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 0]
+def st(p, k): return json.load(open(p))["stages"][0][k]
+worst, grew = 0.0, []
+for name, key in (("block 0 forward", "fwd_other_seconds"), ("block 0 backward", "bwd_other_seconds")):
+    grow = 1e6 * (st(sys.argv[4], key) - st(sys.argv[3], key))
+    plain = [e["dur"] for e in ev(sys.argv[1]) if e["name"] == name and e["args"]["microbatch"] not in (0, 3)]
+    lean = [e["dur"] for e in ev(sys.argv[2]) if e["name"] == name and e["args"]["microbatch"] not in (0, 3)]
+    grew.append("%.4g" % grow)
+    worst = max([worst] + [abs(l - p - grow) for p, l in zip(plain, lean)] if grow > 0 and len(plain) == len(lean) == 2 else [1])
+print(worst, " ".join(grew))
+PYEOF
+)
+set -- $delta
+[ $rc -eq 0 ] && [ "$res" = ok ] && num_ok 'r <= 1e-3' r="${1:-x}"
+tap_ok $? "lean: block 0's forward and backward parts grow by the stage model's lean terms (${2:-?} and ${3:-?} us, off by ${1:-?} us; $res)"
+# shellcheck disable=SC2086
+mist_mpirun --timeout 120 -np 2 "$TRAIN" "$TINY" -o train.steps=3 -o data.val_interval=0 -o log.interval=1000 $PP \
+    -o stage.0.lean=1 -o log.trace="$W/mlean.json" -o log.trace_iteration=2 >"$W/mlean.out" 2>&1
+rc=$?
+res=$(check_trace "$W/mlean.json" 2 4 measured 2>&1)
+pn=$(names "$W/lean.json"); mn=$(names "$W/mlean.json" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$res" = ok ] && [ "$pn" = "$mn" ]
+tap_ok $? "lean: the measured trace's passes hold their parts, each rank's events within 5% of its iteration, the predicted trace's names ($res)"
+[ $rc -eq 0 ] || tap_diag "$(tail -5 "$W/mlean.out")"
 
 # ---- 4. bad input ------------------------------------------------------------------
 for opt in --trace --svg; do
