@@ -15,10 +15,17 @@ AC_DEFUN([MIST_CHECK_CUDA], [
     [AS_HELP_STRING([--without-cudnn],
       [leave out the optional cuDNN attention (MIST_CUDA_ATTENTION=cudnn); only cuDNN's headers are needed to build it, the library is loaded at run time])],
     [], [with_cudnn=check])
-  AC_ARG_VAR([CUDA_ARCH], [GPU architecture for nvcc -arch (default: sm_90)])
+  AC_ARG_VAR([CUDA_ARCH], [GPU architecture for nvcc -arch (default: Hopper code with the wgmma attention kernels, sm_90a, plus compute_90 PTX that newer GPUs compile when they load it)])
   AC_ARG_VAR([NVCC], [CUDA compiler (default: PATH/bin/nvcc)])
   AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc (gcc flags are never passed to nvcc)])
-  AS_IF([test "x$CUDA_ARCH" = x], [CUDA_ARCH=sm_90])
+  # The default is a fat binary: sm_90a machine code (Hopper, where [runtime] attention = auto runs
+  # the wgmma kernels) and compute_90 PTX, which the driver compiles for GPUs after Hopper (there the
+  # wgmma kernels are absent and auto runs base). sm_90a code alone would not load on them.
+  AS_IF([test "x$CUDA_ARCH" = x],
+    [CUDA_ARCH=sm_90a+compute_90
+     NVCC_ARCH_FLAGS="-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90"],
+    [NVCC_ARCH_FLAGS="-arch=$CUDA_ARCH"])
+  AC_SUBST([NVCC_ARCH_FLAGS])
   mist_have_cuda=no
   mist_have_nccl=no
   mist_have_cudnn=no

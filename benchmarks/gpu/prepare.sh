@@ -52,8 +52,8 @@ if grep -q '^#define HAVE_CUDA 1' config.h 2>/dev/null; then
     echo "mist-train: $(ldd mist-train | grep -c -E 'libcublasLt|libnccl') CUDA libraries linked (cuBLASLt, NCCL)"
     # the wgmma attention kernels exist only in sm_90a code: elsewhere [runtime] attention = auto is base
     tree_arch=$(sed -n 's/^CUDA_ARCH = //p' Makefile 2>/dev/null)
-    [ "$tree_arch" = sm_90a ] || echo "note: this tree is built for ${tree_arch:-?}, so the ranks step's mist-train" \
-        "runs the base attention kernels, not wgmma (./configure CUDA_ARCH=sm_90a && make mist-train for those)"
+    case "$tree_arch" in sm_90a*) ;; *) echo "note: this tree is built for ${tree_arch:-?}, so the ranks step's mist-train" \
+        "runs the base attention kernels, not wgmma (./configure CUDA_ARCH=sm_90a && make mist-train for those)" ;; esac
 else
     echo "$0: this tree is not configured with CUDA (./configure --with-cuda): no mist-train for the ranks step" >&2
     status=1
