@@ -45,11 +45,15 @@ static const char *bytes_text(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-// A segment's bytes: buffers and transient at the larger of the forward and backward peak's
+// A segment's bytes at the stage's peak (planner/memory.c): peak = weights + grads + optimizer +
+// buffers + (activations - logits) + transient, of the phase (forward or backward) whose peak is
+// the larger. The head (logits) is inside the transient at the turn, so activations leave it out;
+// so the bar's segments add up to the peak.
 static double memory_part(const StageAnalysis *s, int k) {
-    int o = memory_parts[k].out;
-    if (o == ST_BUFFERS_FWD) return fmax(s->out[ST_BUFFERS_FWD], s->out[ST_BUFFERS_BWD]);
-    if (o == ST_TRANSIENT_FWD) return fmax(s->out[ST_TRANSIENT_FWD], s->out[ST_TRANSIENT_BWD]) + s->out[ST_LOGITS];
+    int o = memory_parts[k].out, bwd = s->out[ST_PEAK_BWD] >= s->out[ST_PEAK_FWD];
+    if (o == ST_BUFFERS_FWD) return s->out[bwd ? ST_BUFFERS_BWD : ST_BUFFERS_FWD];
+    if (o == ST_TRANSIENT_FWD) return s->out[bwd ? ST_TRANSIENT_BWD : ST_TRANSIENT_FWD];
+    if (o == ST_ACTIVATIONS) return s->out[ST_ACTIVATIONS] - s->out[ST_LOGITS];
     return s->out[o];
 }
 
@@ -112,8 +116,9 @@ static void draw_memory(const PlanAnalysis *a, int P, int top, FILE *f) {
             for (int c = i; c < a->num_stages; c += P) bytes += memory_part(&a->stage[c], k);
             double w = bytes * scale;
             if (w <= 0) continue;
-            fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>%s %s</title></rect>\n",
-                    x, y, w, BAR, memory_parts[k].colour, memory_parts[k].name, bytes_text(bytes, b1, sizeof b1));
+            fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>%s %s (%.0f B)"
+                       "</title></rect>\n", x, y, w, BAR, memory_parts[k].colour, memory_parts[k].name,
+                    bytes_text(bytes, b1, sizeof b1), bytes);
             x += w;
         }
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"2\"/>\n", cap_x,

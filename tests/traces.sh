@@ -212,6 +212,25 @@ else
     tap_skip "rsvg-convert not installed (Debian: librsvg2-bin, scripts/install-deps.sh): the SVG is not rendered"
     tap_skip "rsvg-convert not installed: picture contents not checked"
 fi
+# each memory bar's segments (their exact bytes in the titles) add up to its stage's peak: the
+# larger of the forward and backward peak, summed over a pipeline rank's chunks when interleaved
+bars_vs_peaks() {  # SVG ANALYSIS_JSON PIPELINE_RANKS
+    python3 - "$1" "$2" "$3" <<'PYEOF'
+import json, re, sys
+svg = open(sys.argv[1]).read(); P = int(sys.argv[3])
+stages = json.load(open(sys.argv[2]))["stages"]
+want = [0] * P
+for i, s in enumerate(stages): want[i % P] += max(s["peak_bytes_fwd"], s["peak_bytes_bwd"])
+bars = []
+for name, b in re.findall(r"<title>(weights|gradients|optimizer state|activations|buffers|transient) [^<]*\((\d+) B\)</title>", svg):
+    if name == "weights": bars.append(0)
+    bars[-1] += int(b)
+print("ok" if bars == want else "bars %s, peaks %s" % (bars, want))
+PYEOF
+}
+res=$(bars_vs_peaks "$W/pp.svg" "$W/pp.out" 2 2>&1)
+[ "$res" = ok ]
+tap_ok $? "--svg: each stage's memory bar adds up to its peak, to the byte ($res)"
 
 # ---- 3. the measured trace of a CPU run -------------------------------------------
 # shellcheck disable=SC2086
@@ -341,6 +360,9 @@ if command -v rsvg-convert >/dev/null 2>&1; then
 else
     tap_skip "rsvg-convert not installed (Debian: librsvg2-bin): the interleaved picture is not rendered"
 fi
+res=$(bars_vs_peaks "$W/v.svg" "$W/v.out" 2 2>&1)
+[ "$res" = ok ]
+tap_ok $? "virtual = 2, --svg: each pipeline rank's memory bar adds up to the sum of its chunks' peaks ($res)"
 
 # ---- 3d. lean blocks: their extra passes inside the predicted block parts --------------
 # stage 0's block is lean (not checkpointed): its forward and backward parts grow by the stage
