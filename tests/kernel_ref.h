@@ -158,6 +158,15 @@ static inline double ref_gelu(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
+// sum_i gelu(x_i) r_i: a scalar loss whose gradient is gelu'(x) r, for ref_fd_check
+typedef struct { double *x; const float *r; size_t n; } GeluCtx;
+static inline double ref_gelu_loss(void *p) {
+    GeluCtx *c = p;
+    double s = 0.0;
+    for (size_t i = 0; i < c->n; i++) s += ref_gelu(c->x[i]) * c->r[i];
+    return s;
+}
+
 static inline double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
 // out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC or NULL); gelu_tanh applied when gelu

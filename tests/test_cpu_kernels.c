@@ -74,13 +74,6 @@ static void test_memory_and_events(void) {
 }
 
 // ---------------------------------------------------------------- GELU
-typedef struct { double *x; const float *r; size_t n; } GeluCtx;
-static double gelu_loss(void *p) {
-    GeluCtx *c = p;
-    double s = 0.0;
-    for (size_t i = 0; i < c->n; i++) s += ref_gelu(c->x[i]) * c->r[i];
-    return s;
-}
 
 static void test_gelu(void) {
     size_t n = 1001;
@@ -95,7 +88,7 @@ static void test_gelu(void) {
     for (size_t i = 0; i < n; i++) dx[i] = NAN;
     b->gelu_backward(b, NULL, dx, x, r, n);
     GeluCtx ctx = {xd, r, n};
-    e = ref_fd_check(xd, n, dx, gelu_loss, &ctx);
+    e = ref_fd_check(xd, n, dx, ref_gelu_loss, &ctx);
     ok(e <= FD_TOL, "gelu backward vs finite differences: rel err %.2e", e);
     // dinp may alias dout
     float *inplace = malloc(n * 4);

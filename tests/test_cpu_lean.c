@@ -54,13 +54,6 @@ static void test_gelu_inverse(void) {
        "y = 0: left branch gives gelu' = 0 (as fp32 at x = -6), right branch x = 0 (gelu'(0) = 0.5)");
 }
 
-typedef struct { double *x; const float *r; size_t n; } GeluCtx;
-static double gelu_loss(void *p) {
-    GeluCtx *c = p;
-    double s = 0.0;
-    for (size_t i = 0; i < c->n; i++) s += ref_gelu(c->x[i]) * c->r[i];
-    return s;
-}
 
 static void test_gelu_lean(void) {
     size_t n = 1003;  // not a multiple of 8: the last mask byte is partial
@@ -85,7 +78,7 @@ static void test_gelu_lean(void) {
     ok(e <= 2e-4, "gelu backward from the output vs from the input: rel err %.2e (40 elements within 1e-3 of x*)", e);
     double *xd = ref_to_double(x, n);
     GeluCtx ctx = {xd, r, n};
-    e = ref_fd_check(xd, n, dx, gelu_loss, &ctx);
+    e = ref_fd_check(xd, n, dx, ref_gelu_loss, &ctx);
     ok(e <= FD_TOL, "gelu backward from the output vs finite differences: rel err %.2e", e);
     memcpy(inplace, r, n * 4);
     b->gelu_backward_from_output(b, NULL, inplace, out, mask, inplace, n);
