@@ -81,6 +81,26 @@ tap_diag "plan matrix, $STEPS steps each: loss = max relative difference of the 
     "weights = relative L2 difference of the final weights; peaks = rank 0 predicted/measured arena bytes" \
     "$(printf "$fmt" name model var prec dp tp zero ckpt G wo go oo ao loss weights dev-pred dev-meas hst-pred \
     hst-meas all-ranks)"
+# judge RC LABEL: one matrix row's verdict against its 1-rank reference run (the loop's
+# variables: name model variant prec dp tp zero ckpt G wo go oo ao); the reference itself is 0 off
+judge() {
+    rc=$1 label=$2
+    ref=$model-ref; tol=1e-5
+    [ "$variant" != - ] && ref=$model-$variant-ref
+    [ "$prec" = bf16 ] && { ref=gpt-bf-ref; tol=2e-2; }
+    if [ "$name" = "$ref" ]; then ld=0; wd=0; else
+        ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
+        wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
+    fi
+    # shellcheck disable=SC2046
+    set -- $(peaks "$W/$name.json")
+    tap_diag "$(printf "$fmt" "$name" "$model" "$variant" "$prec" "$dp" "$tp" "$zero" "$ckpt" "$G" "$wo" "$go" \
+        "$oo" "$ao" "$ld" "$wd" "$1" "$2" "$3" "$4" "$5")"
+    [ "$rc" -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
+    [ "$rc" -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
+    tap_ok $? "$name: ${label}dp=$dp tp=$tp zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao $model $variant $prec: \
+losses and weights within $tol of 1 rank, peaks exact"
+}
 while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
     ini=$GPT; [ "$model" = llama ] && ini=$LLAMA
     case $variant in
@@ -97,21 +117,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
     run "$ini" $((dp * tp)) "$name" $var -o train.precision="$prec" -o stage.0.dp="$dp" -o stage.0.tp="$tp" \
         -o stage.0.b="$b" -o plan.G="$G" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" -o stage.0.wo="$wo" \
         -o stage.0.go="$go" -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o data.val_interval=10 -o data.val_batches=1
-    rc=$?
-    ref=$model-ref; tol=1e-5
-    [ "$variant" != - ] && ref=$model-$variant-ref
-    [ "$prec" = bf16 ] && { ref=gpt-bf-ref; tol=2e-2; }
-    if [ "$name" = "$ref" ]; then ld=0; wd=0; else
-        ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
-        wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
-    fi
-    set -- $(peaks "$W/$name.json")
-    tap_diag "$(printf "$fmt" "$name" "$model" "$variant" "$prec" "$dp" "$tp" "$zero" "$ckpt" "$G" "$wo" "$go" \
-        "$oo" "$ao" "$ld" "$wd" "$1" "$2" "$3" "$4" "$5")"
-    [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
-    [ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
-    tap_ok $? "$name: dp=$dp tp=$tp zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao $model $variant $prec: \
-losses and weights within $tol of 1 rank, peaks exact"
+    judge $? ""
 done <"$W/matrix"
 
 # the tp=2 run sums partial results over its tp group: it must not be the 1-rank run's bits by accident
@@ -153,20 +159,7 @@ while read -r name model variant prec dp tp zero ckpt G wo go oo ao; do
         -o stage.0.sp=1 -o stage.0.b="$b" -o plan.G="$G" -o stage.0.zero="$zero" -o stage.0.ckpt="$ckpt" \
         -o stage.0.wo="$wo" -o stage.0.go="$go" -o stage.0.oo="$oo" -o stage.0.ao="$ao" -o data.val_interval=10 \
         -o data.val_batches=1
-    rc=$?
-    ref=$model-ref; tol=1e-5
-    [ "$variant" != - ] && ref=$model-$variant-ref
-    [ "$prec" = bf16 ] && { ref=gpt-bf-ref; tol=2e-2; }
-    ld=$(loss_diff "$W/$ref.jsonl" "$W/$name.jsonl")
-    wd=$(weight_diff "$(last_ckpt "$W/$ref.ck")" "$(last_ckpt "$W/$name.ck")")
-    # shellcheck disable=SC2046
-    set -- $(peaks "$W/$name.json")
-    tap_diag "$(printf "$fmt" "$name" "$model" "$variant" "$prec" "$dp" "$tp" "$zero" "$ckpt" "$G" "$wo" "$go" \
-        "$oo" "$ao" "$ld" "$wd" "$1" "$2" "$3" "$4" "$5")"
-    [ $rc -eq 0 ] || tail -3 "$W/$name.out" | sed 's/^/#   /'
-    [ $rc -eq 0 ] && [ "$5" = yes ] && num_ok 'l <= t && w <= t' l="$ld" w="$wd" t="$tol"
-    tap_ok $? "$name: sp=1 dp=$dp tp=$tp zero=$zero ckpt=$ckpt G=$G wo=$wo go=$go oo=$oo ao=$ao $model $variant \
-$prec: losses and weights within $tol of 1 rank, peaks exact"
+    judge $? "sp=1 "
 done <"$W/sp-matrix"
 # sp changes what the ranks compute (partial norm gradients, other sums): not the tp run's bits by accident
 [ "$(losses "$W/gpt-tp2.jsonl")" != "$(losses "$W/gpt-sp2.jsonl")" ] && grep -q "sp=1" "$W/gpt-sp2.out"
