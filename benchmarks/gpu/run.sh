@@ -61,7 +61,8 @@ else
     done
     wait_builds
     libs="-L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt -lstdc++ -lm"
-    gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" $objs $libs
+    gcc $cflags -o "$out/test_cuda_kernels" "$top/tests/test_cuda_kernels.c" "$top/tests/cuda_check.c" \
+        "$top/tests/cuda_checks_attention.c" $objs $libs
     gcc $cflags -o "$out/bench_kernels" "$top/benchmarks/gpu/bench_kernels.c" $objs $libs
     # the wgmma layout probe needs the architecture-specific sm_90a target
     "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$top" -o "$out/wgmma_probe" \
