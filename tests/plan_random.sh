@@ -16,7 +16,8 @@
 # and recompute, and G a multiple of the ranks. Per plan, 6 steps:
 #   - the per-step losses equal the 1-rank run's of the same model within 1e-5
 #     relative in fp32 (the plans differ from it only in the summation order),
-#     1e-3 in bf16 (partial sums rounded to bf16 too);
+#     5e-3 in bf16 (partial sums rounded to bf16 too, and the gradients accumulated over
+#     the micro-batches in bf16: see below);
 #   - every rank's measured arena peaks (device and host) equal the runtime's
 #     prediction and its stage's planned bytes (mist-plan --analyze), exactly;
 #   - its step-3 checkpoint resumes at 1 rank with steps 4-6 within the same
@@ -87,10 +88,14 @@ while read -r id model prec tied vocab G v layers gb stages; do
     esac
     model_args="$extra -o model.layers=$layers -o model.tied_embeddings=$tied -o model.vocab=$vocab -o train.global_batch=$gb
  -o train.precision=$prec"
-    # fp32: the plans differ from 1 rank only in summation order; bf16 also rounds each partial
-    # sum to bf16, which over these 6 steps moved the losses by up to 5e-5 (50 plans seen)
+    # fp32: the plans differ from 1 rank only in summation order. bf16 also rounds each partial
+    # sum to bf16, and the gradient buffer (bf16, as the memory model prices it) sums the G
+    # micro-batches with a rounding per add where the 1-rank run has one GEMM: on a 13-layer
+    # Llama, 1 rank with G = 3 against G = 1 alone moves step 6's loss by 6.4e-4 relative. Over
+    # 40 bf16 plans most moved by 1e-5..1.2e-4 and a 9-chunk plan of that Llama by 1.9e-3 (fp32:
+    # 1.8e-7, so no plan error). A plan's own error shows in fp32; bf16 bounds the rounding.
     tol=1e-5
-    [ "$prec" = bf16 ] && tol=1e-3
+    [ "$prec" = bf16 ] && tol=5e-3
     # every other plan: the dp collectives in two levels over nodes of 2 ranks (docs/paro.md;
     # flat where a stage's dp group does not span such nodes)
     [ $(( (SEED + 1${id#p}) % 2 )) -eq 1 ] && model_args="$model_args -o cluster.collectives=hierarchical
